@@ -1,0 +1,173 @@
+"""`flinkpy cluster`: start, stop and look at a standalone cluster on this machine.
+
+The cluster's processes and token live in the cluster home ($FLINKPY_HOME or ~/.flinkpy), so
+every later command finds the cluster without being told its address.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from commands.context import cluster_home, load_cli_config, rest_client, token_of
+from commands.output import emit_json, out, progress, status
+from commands.options import Dynamic, JobManager, JsonFlag
+from commands.session import session
+from flinkpy.errors import ClusterUnreachableError, UsageError
+
+app = typer.Typer(help="Start, stop and inspect a standalone flinkpy cluster on this machine.", no_args_is_help=True)
+
+
+def _process_dict(proc: Any) -> dict[str, Any]:
+    return {"id": proc.id, "pid": proc.pid, "log": str(getattr(proc, "log_path", "") or "")}
+
+
+@app.command("start")
+def start(
+    taskmanagers: Annotated[int, typer.Option("--taskmanagers", min=1, metavar="N", help="Number of TaskManager processes to start.")] = 1,
+    slots: Annotated[Optional[int], typer.Option("--slots", min=1, metavar="N", help="Slots per TaskManager; default: taskmanager.numberOfTaskSlots (1).", show_default=False)] = None,
+    rest_port: Annotated[Optional[int], typer.Option("--rest-port", min=0, max=65535, metavar="PORT", help="Port of the REST API; default: rest.port (8081); 0 picks a free port.", show_default=False)] = None,
+    dynamic: Dynamic = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Start a JobManager and TaskManagers in the background.
+
+    The processes outlive the command; their pids, logs and the cluster's token are kept in
+    the cluster home ($FLINKPY_HOME or ~/.flinkpy), where 'flinkpy cluster stop' and every
+    other command find them. Starting a second cluster in the same home exits 9.
+
+    Examples:
+
+    \b
+        flinkpy cluster start
+        flinkpy cluster start --taskmanagers 2 --slots 4
+        FLINKPY_HOME=/tmp/c1 flinkpy cluster start --rest-port 0 --json | jq -r .rest_address
+    """
+    config = load_cli_config(dynamic)
+    from flinkpy.cluster import start_cluster
+
+    home = cluster_home()
+    with progress("Starting cluster..."):
+        info = start_cluster(
+            home,
+            taskmanagers=taskmanagers,
+            slots=slots if slots is not None else config.get("taskmanager.numberOfTaskSlots"),
+            rest_port=rest_port if rest_port is not None else config.get("rest.port"),
+            config=config,
+        )
+    if session.json:
+        emit_json(info.to_dict())
+        return
+    status(f"Starting JobManager (pid {info.jobmanager_pid}).")
+    for tm in info.taskmanagers:
+        status(f"Starting TaskManager {tm.id} (pid {tm.pid}).")
+    out().print(f"Cluster started. REST address: {info.rest_address}", markup=False)
+
+
+@app.command("stop")
+def stop(
+    timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION", help="How long to wait for a graceful shutdown before killing the processes (Flink duration syntax).")] = "30s",
+    json_: JsonFlag = False,
+) -> None:
+    """Stop the cluster running in the cluster home.
+
+    Asks the JobManager and the TaskManagers to shut down, waits up to --timeout, then kills
+    what is left. Running jobs are cancelled. Stopping when no cluster runs is not an error
+    (exit 0), so scripts can call it unconditionally.
+
+    Examples:
+
+    \b
+        flinkpy cluster stop
+        flinkpy cluster stop --timeout 5s --json
+    """
+    from flinkpy.config import parse_duration_ms
+
+    try:
+        timeout_s = parse_duration_ms(timeout) / 1000
+    except ValueError:
+        raise UsageError(f"invalid --timeout '{timeout}'", remedy="use a duration such as 30s, 500 ms or 2 min") from None
+    from flinkpy.cluster import stop_cluster
+
+    with progress("Stopping cluster..."):
+        stopped = stop_cluster(cluster_home(), timeout_s)
+    if session.json:
+        emit_json({"stopped": [_process_dict(p) for p in stopped]})
+        return
+    if not stopped:
+        out().print("No cluster is running.")
+        return
+    for proc in stopped:
+        out().print(f"Stopped {proc.id} (pid {proc.pid}).", markup=False)
+
+
+@app.command("status")
+def cluster_status(json_: JsonFlag = False) -> None:
+    """Show the running cluster: its JobManager, TaskManagers, slots and jobs.
+
+    Exits 3 when no cluster runs in the cluster home, so 'flinkpy cluster status' doubles as
+    a health check.
+
+    Examples:
+
+    \b
+        flinkpy cluster status
+        flinkpy cluster status --json | jq '.overview["slots-available"]'
+    """
+    from flinkpy.client.rest import RestClient
+    from flinkpy.cluster import find_cluster
+
+    home = cluster_home()
+    info = find_cluster(home)
+    if info is None:
+        raise ClusterUnreachableError("no cluster is running", remedy="start one with 'flinkpy cluster start'")
+    client = RestClient(info.rest_address, token_of(home))
+    overview, tms = client.overview(), client.taskmanagers()
+    if session.json:
+        emit_json({"cluster": info.to_dict(), "overview": overview, "taskmanagers": tms})
+        return
+    console = out()
+    console.print(f"JobManager: pid {info.jobmanager_pid}, REST address {info.rest_address}", markup=False)
+    console.print(
+        f"Slots: {overview.get('slots-available', '?')} of {overview.get('slots-total', '?')} available; "
+        f"jobs: {overview.get('jobs-running', 0)} running, {overview.get('jobs-finished', 0)} finished, "
+        f"{overview.get('jobs-cancelled', 0)} cancelled, {overview.get('jobs-failed', 0)} failed",
+        markup=False,
+    )
+    table = Table(title="TaskManagers", title_justify="left")
+    for column in ("ID", "PID", "Host", "Slots", "Free", "Last heartbeat"):
+        table.add_column(column)
+    for tm in tms:
+        table.add_row(
+            str(tm.get("id")), str(tm.get("pid")), str(tm.get("host", "")), str(tm.get("slotsNumber", "?")),
+            str(tm.get("freeSlots", "?")), f"{tm.get('timeSinceLastHeartbeat', '?')} ms ago",
+        )
+    console.print(table)
+
+
+@app.command("logs")
+def logs(
+    component: Annotated[str, typer.Argument(metavar="[jobmanager|TM_ID]", help="Whose log: 'jobmanager' or a TaskManager ID (see 'flinkpy cluster status').")] = "jobmanager",
+    stdout: Annotated[bool, typer.Option("--stdout", help="Show the process's stdout (what jobs print) instead of its log.")] = False,
+    lines: Annotated[int, typer.Option("-n", "--lines", min=1, metavar="LINES", help="Number of lines from the end.")] = 100,
+    jobmanager: JobManager = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Show the end of a cluster process's log or stdout.
+
+    In a background cluster, what a job's functions print goes to the stdout of the
+    TaskManager that runs the task: read it with --stdout.
+
+    Examples:
+
+    \b
+        flinkpy cluster logs
+        flinkpy cluster logs tm-1 --stdout -n 20
+    """
+    text = rest_client(jobmanager).log(component, stdout=stdout, lines=lines)
+    if session.json:
+        emit_json({"component": component, "stream": "stdout" if stdout else "log", "lines": text.splitlines()})
+        return
+    out().file.write(text if text.endswith("\n") or not text else text + "\n")

@@ -1,0 +1,87 @@
+"""`flinkpy job`: look at one job — its state and vertices, and why it failed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from commands.context import rest_client
+from commands.output import emit_json, fmt_duration, fmt_time, out
+from commands.options import JobManager, JsonFlag
+from commands.session import session
+
+app = typer.Typer(help="Inspect one job: its state, its vertices and its exceptions.", no_args_is_help=True)
+
+JobId = Annotated[str, typer.Argument(metavar="JOB_ID", help="ID of the job (see 'flinkpy list -a').", show_default=False)]
+
+
+@app.command("show")
+def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Show a job's state, timing and vertices.
+
+    Prints the job's name, state, start time and duration, then one row per vertex (a chain of
+    operators) with its parallelism and how many of its subtasks are in each state.
+
+    Examples:
+
+    \b
+        flinkpy job show 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
+        flinkpy job show --json 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b | jq -r .state
+    """
+    doc = rest_client(jobmanager).job(job_id)
+    if session.json:
+        emit_json(doc)
+        return
+    console = out()
+    console.print(f"Job {doc.get('name', '')} ({doc.get('jid', job_id)})", markup=False)
+    console.print(f"  State:      {doc.get('state', '?')}", markup=False)
+    console.print(f"  Start time: {fmt_time(doc.get('start-time'))}", markup=False)
+    if (doc.get("end-time") or -1) >= 0:
+        console.print(f"  End time:   {fmt_time(doc.get('end-time'))}", markup=False)
+    console.print(f"  Duration:   {fmt_duration(doc.get('duration'))}", markup=False)
+    table = Table()
+    for column in ("Vertex", "Name", "Parallelism", "Status", "Tasks"):
+        table.add_column(column)
+    for vertex in doc.get("vertices", []):
+        tasks = ", ".join(f"{state} {n}" for state, n in (vertex.get("tasks") or {}).items() if n)
+        table.add_row(
+            str(vertex.get("id", "?")), vertex.get("name", ""), str(vertex.get("parallelism", "?")), vertex.get("status", "?"), tasks
+        )
+    console.print(table)
+
+
+@app.command("exceptions")
+def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Show the root exception of a job and its exception history.
+
+    The root exception is the failure that made the job fail (or last restart); the history
+    lists every task failure the JobManager recorded, newest first, with the task, the
+    TaskManager it ran on and the stack trace from the task's process.
+
+    Examples:
+
+    \b
+        flinkpy job exceptions 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
+        flinkpy job exceptions --json 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b | jq '.exceptionHistory.entries | length'
+    """
+    doc = rest_client(jobmanager).job_exceptions(job_id)
+    if session.json:
+        emit_json(doc)
+        return
+    console = out()
+    root = doc.get("root-exception")
+    entries: list[dict[str, Any]] = (doc.get("exceptionHistory") or {}).get("entries") or []
+    if not root and not entries:
+        console.print(f"Job {job_id} has no exceptions.", markup=False)
+        return
+    if root:
+        console.print(f"Root exception ({fmt_time(doc.get('timestamp'))}):", markup=False)
+        console.print(root.rstrip(), markup=False)
+    for entry in entries:
+        where = " on ".join(x for x in (entry.get("taskName"), entry.get("location") or entry.get("taskManagerId")) if x)
+        console.print("", markup=False)
+        console.print(f"{fmt_time(entry.get('timestamp'))}  {entry.get('exceptionName', '?')}  {where}", markup=False)
+        if entry.get("stacktrace"):
+            console.print(entry["stacktrace"].rstrip(), markup=False)

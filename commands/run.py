@@ -1,0 +1,144 @@
+"""`flinkpy run` and `flinkpy info`: execute a job file, or show the plan it would execute."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from commands.context import JOBMANAGER_ENV, load_cli_config
+from commands.output import emit_json, out, status
+from commands.options import Dynamic, JobManager, JsonFlag
+from commands.session import session
+from flinkpy.config import parse_override
+from flinkpy.errors import JobCanceledError, JobExecutionError, NotFoundError
+
+app = typer.Typer()
+
+# Everything after JOB.py belongs to the job, including things that look like our flags.
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+JobFile = Annotated[Path, typer.Argument(metavar="JOB.py", help="The Python file that builds the job and calls env.execute().", show_default=False)]
+JobArgs = Annotated[Optional[list[str]], typer.Argument(metavar="ARGS", help="Arguments passed to the job file (its sys.argv[1:]).", show_default=False)]
+Parallelism = Annotated[Optional[int], typer.Option("-p", "--parallelism", min=1, metavar="N", help="Default parallelism of the job's operators (parallelism.default).")]
+
+
+def _check_job_file(job: Path) -> str:
+    if not job.is_file():
+        what = "is not a file" if job.exists() else "does not exist"
+        raise NotFoundError(f"job file {job} {what}", remedy="pass the path of a Python job file")
+    return str(job)
+
+
+@app.command("run", context_settings=_PASS_THROUGH)
+def run(
+    job: JobFile,
+    args: JobArgs = None,
+    detached: Annotated[bool, typer.Option("-d", "--detached", help="Submit the job and return without waiting for it to finish.")] = False,
+    parallelism: Parallelism = None,
+    jobmanager: JobManager = None,
+    dynamic: Dynamic = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Run a job: execute JOB.py, submitting what it builds to a cluster.
+
+    The job file runs on this machine; each env.execute() in it submits a job to the cluster
+    given by -m, $FLINKPY_JOBMANAGER or the cluster running in $FLINKPY_HOME, or, when there is
+    none, to an embedded local cluster that lives as long as the command. What the job prints
+    appears on stdout; flinkpy's own status lines go to stderr.
+
+    Without -d the command waits for the job and exits 5 if it fails, 10 if it is cancelled.
+    Options must come before JOB.py: everything after it is passed to the job.
+
+    Examples:
+
+    \b
+        flinkpy run examples/word_count.py --input words.txt
+        flinkpy run -d -p 4 -m 127.0.0.1:8081 job.py
+        flinkpy run -D execution.checkpointing.interval=10s job.py
+        flinkpy run --json -d job.py | jq -r '.jobs[0].jid'
+    """
+    path = _check_job_file(job)
+    overrides = dict(parse_override(item) for item in dynamic or [])
+    load_cli_config(dynamic)  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
+    from flinkpy.client.program import run_program
+
+    submitted = run_program(
+        path,
+        list(args or []),
+        address=jobmanager or os.environ.get(JOBMANAGER_ENV) or None,
+        parallelism=parallelism,
+        detached=detached,
+        overrides=overrides,
+    )
+    for sub in submitted:
+        status(f"Job has been submitted with JobID {sub.job_id}")
+        if not detached and sub.state == "FINISHED":
+            status(f"Job with JobID {sub.job_id} has finished.")
+            if sub.net_runtime_ms is not None:
+                status(f"Job Runtime: {sub.net_runtime_ms} ms")
+    if session.json:
+        emit_json(
+            {
+                "jobs": [
+                    {"jid": s.job_id, "name": s.name, "state": s.state, "net-runtime": s.net_runtime_ms}
+                    for s in submitted
+                ]
+            }
+        )
+    if not detached:
+        for sub in submitted:
+            if sub.state == "FAILED":
+                raise JobExecutionError(
+                    f"job {sub.job_id} ({sub.name}) failed",
+                    job_id=sub.job_id,
+                    remedy=f"see why with 'flinkpy job exceptions {sub.job_id}'",
+                )
+            if sub.state == "CANCELED":
+                raise JobCanceledError(f"job {sub.job_id} ({sub.name}) was cancelled", remedy="run it again if that was not intended")
+
+
+@app.command("info", context_settings=_PASS_THROUGH)
+def info(
+    job: JobFile,
+    args: JobArgs = None,
+    parallelism: Parallelism = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Show the execution plan of a job without running it.
+
+    Runs JOB.py up to env.execute(), then prints the job graph that would be submitted: the
+    chains of operators that share a task, their parallelism and how records are partitioned
+    between them (FORWARD, HASH, REBALANCE, ...). Nothing is submitted.
+
+    Examples:
+
+    \b
+        flinkpy info examples/word_count.py
+        flinkpy info -p 4 --json job.py > plan.json
+    """
+    path = _check_job_file(job)
+    from flinkpy.client.program import plan_program
+
+    plan = plan_program(path, list(args or []), parallelism=parallelism)
+    if session.json:
+        emit_json(plan)
+        return
+    out().print(plan_table(plan))
+
+
+def plan_table(plan: dict[str, Any]) -> Table:
+    """A plan as people read it: one row per chain, inputs named by their partitioning."""
+    table = Table(title=f"Plan of {plan.get('name', 'job')}", title_justify="left")
+    table.add_column("ID", overflow="fold")
+    table.add_column("Chain")
+    table.add_column("Parallelism", justify="right")
+    table.add_column("Inputs")
+    for node in plan.get("nodes", []):
+        chain = " -> ".join(node.get("operators") or [node.get("contents", node.get("type", "?"))])
+        inputs = ", ".join(f"{p.get('ship_strategy', '?')} from {p.get('id')}" for p in node.get("predecessors", []))
+        table.add_row(str(node.get("id")), chain, str(node.get("parallelism", "?")), inputs or "(source)")
+    return table

@@ -1,0 +1,192 @@
+"""The REST client: the CLI's only door into a running JobManager.
+
+Plain ``urllib`` keeps the client dependency-free and importable in any process. Every HTTP
+failure is translated into flinkpy's exception hierarchy here, once, so that callers (and the
+CLI's exit codes) never see a socket error or a status number.
+
+>>> RestClient("127.0.0.1:8081", token=None).address
+'http://127.0.0.1:8081'
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Mapping
+
+from flinkpy.errors import (
+    AuthenticationError,
+    ClusterUnreachableError,
+    ConflictError,
+    FlinkpyError,
+    NotFoundError,
+    OperationTimeoutError,
+)
+
+_STATUS_ERRORS: dict[int, type[FlinkpyError]] = {
+    401: AuthenticationError,
+    403: AuthenticationError,
+    404: NotFoundError,
+    409: ConflictError,
+}
+
+_DEFAULT_REMEDIES: dict[type[FlinkpyError], str] = {
+    AuthenticationError: "use the token in the cluster's home (FLINKPY_HOME) that started the cluster",
+    NotFoundError: "list jobs with 'flinkpy list -a'",
+    ConflictError: "check the job's state with 'flinkpy job show JOB_ID'",
+}
+
+
+def normalize_address(address: str) -> str:
+    """Accept ``HOST:PORT`` (Flink's -m syntax) as well as a full ``http://`` URL."""
+    address = address.strip().rstrip("/")
+    if "://" not in address:
+        address = "http://" + address
+    return address
+
+
+class RestClient:
+    """Typed calls to one JobManager's REST API, authenticated with the cluster's token."""
+
+    def __init__(self, address: str, token: str | None, timeout_s: float = 10) -> None:
+        self.address = normalize_address(address)
+        self.token = token
+        self.timeout_s = timeout_s
+        # No proxies: HTTP(S)_PROXY from the environment would route the cluster's token
+        # (and loopback traffic) through a third party.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    # ------------------------------------------------------------------ generic request
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: bytes | dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request; returns parsed JSON, or text for ``text/plain`` answers."""
+        url = self.address + path
+        if params:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        headers = {"Accept": "application/json"}
+        data: bytes | None = None
+        if isinstance(body, dict):
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        elif body is not None:
+            data = body
+            headers["Content-Type"] = "application/octet-stream"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(url, data=data, method=method.upper(), headers=headers)
+        try:
+            with self._opener.open(req, timeout=timeout or self.timeout_s) as resp:
+                return _decode(resp.read(), resp.headers.get_content_type())
+        except urllib.error.HTTPError as exc:
+            raise self._http_error(method, path, exc) from None
+        except urllib.error.URLError as exc:
+            raise self._unreachable(exc.reason) from None
+        except (TimeoutError, socket.timeout, ConnectionError) as exc:
+            raise self._unreachable(exc) from None
+
+    def _unreachable(self, reason: object) -> ClusterUnreachableError:
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            what = "did not answer in time"
+        elif isinstance(reason, ConnectionRefusedError):
+            what = "refused the connection"
+        else:
+            what = f"cannot be reached ({reason})"
+        return ClusterUnreachableError(
+            f"the JobManager at {self.address} {what}",
+            remedy="check that the cluster is running with 'flinkpy cluster status', or pass the right -m HOST:PORT",
+        )
+
+    def _http_error(self, method: str, path: str, exc: urllib.error.HTTPError) -> FlinkpyError:
+        raw = exc.read() if exc.fp is not None else b""
+        message, remedy = f"{method.upper()} {path} failed with HTTP {exc.code}", None
+        try:
+            doc = json.loads(raw.decode() or "{}")
+        except (ValueError, UnicodeDecodeError):
+            doc = {}
+        if isinstance(doc, dict):
+            errors = doc.get("errors") or []
+            if errors:
+                message = "; ".join(str(e) for e in errors)
+            remedy = doc.get("remedy")
+        cls = _STATUS_ERRORS.get(exc.code, FlinkpyError)
+        return cls(message, remedy=remedy or _DEFAULT_REMEDIES.get(cls))
+
+    # ------------------------------------------------------------------ cluster
+
+    def overview(self) -> dict[str, Any]:
+        return self.request("GET", "/overview")
+
+    def taskmanagers(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/taskmanagers").get("taskmanagers", [])
+
+    def log(self, component: str, stdout: bool = False, lines: int = 100) -> str:
+        """The tail of the JobManager's (``component="jobmanager"``) or a TaskManager's log."""
+        stream = "stdout" if stdout else "log"
+        if component == "jobmanager":
+            path = f"/jobmanager/{stream}"
+        else:
+            path = f"/taskmanagers/{urllib.parse.quote(component, safe='')}/{stream}"
+        text = self.request("GET", path, params={"lines": lines})
+        return text if isinstance(text, str) else json.dumps(text)
+
+    # ------------------------------------------------------------------ jobs
+
+    def jobs_overview(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/jobs/overview").get("jobs", [])
+
+    def job(self, jid: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{_quote(jid)}")
+
+    def job_exceptions(self, jid: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{_quote(jid)}/exceptions")
+
+    def execution_result(self, jid: str, timeout_s: float) -> dict[str, Any]:
+        """One long poll: the server answers when the job ends or after ``timeout_s``."""
+        return self.request(
+            "GET",
+            f"/jobs/{_quote(jid)}/execution-result",
+            params={"timeout": timeout_s},
+            timeout=timeout_s + self.timeout_s,
+        )
+
+    def wait_for_job(self, jid: str, timeout_s: float | None = None, *, poll_s: float = 30) -> dict[str, Any]:
+        """Block until the job is globally terminal; returns its ``job-execution-result``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
+            doc = self.execution_result(jid, wait)
+            if doc.get("status", {}).get("id") == "COMPLETED":
+                return doc.get("job-execution-result", {})
+            if deadline is not None and time.monotonic() >= deadline:
+                raise OperationTimeoutError(
+                    f"job {jid} did not finish within {timeout_s:g} s",
+                    remedy="wait longer, or check it with 'flinkpy job show'",
+                )
+
+    def cancel_job(self, jid: str) -> None:
+        self.request("PATCH", f"/jobs/{_quote(jid)}", params={"mode": "cancel"})
+
+    def submit_job(self, payload: bytes) -> str:
+        return self.request("POST", "/jobs", body=payload)["jobid"]
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
+def _decode(raw: bytes, content_type: str) -> Any:
+    if content_type == "application/json" or (content_type != "text/plain" and raw[:1] in (b"{", b"[")):
+        return json.loads(raw.decode() or "null") if raw else {}
+    return raw.decode("utf-8", errors="replace")

@@ -1,0 +1,394 @@
+"""flinkpy's configuration: one typed schema, four sources, errors that say where a value came from.
+
+Operators set options the way they do for Flink: a ``flinkpy.yaml`` in the cluster's home,
+environment variables for containers, and ``-D key=value`` on the command line. Every source is
+checked against one schema table, so a typo is refused at the door (with the closest real key
+suggested) instead of being silently ignored by a process three hops away.
+
+Precedence, lowest first: defaults < ``flinkpy.yaml`` < ``FLINKPY_*`` environment < overrides.
+
+>>> cfg = load_config(env={}, overrides={"parallelism.default": "4"})
+>>> cfg.get("parallelism.default"), cfg.get("execution.buffer-timeout.interval")
+(4, 100)
+
+To add a key, add one line to ``SCHEMA`` (see ``_option``); nothing else needs to change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from flinkpy.errors import ConfigurationError
+
+CONFIG_FILE_NAME = "flinkpy.yaml"
+ENV_PREFIX = "FLINKPY_"
+
+
+# --------------------------------------------------------------------------- value types
+
+
+class ValueType:
+    """How one kind of value is parsed from YAML/strings and written back as a string."""
+
+    allowed: str = "a value"
+
+    def parse(self, raw: Any) -> Any:
+        raise NotImplementedError
+
+    def format(self, value: Any) -> str:
+        return str(value)
+
+
+class IntType(ValueType):
+    def __init__(self, minimum: int | None = None) -> None:
+        self.minimum = minimum
+        if minimum == 1:
+            self.allowed = "a positive integer"
+        elif minimum is not None:
+            self.allowed = f"an integer >= {minimum}"
+        else:
+            self.allowed = "an integer"
+
+    def parse(self, raw: Any) -> int:
+        # bool is an int in Python, but `true` is never a sensible slot count.
+        if isinstance(raw, bool):
+            raise ValueError
+        if isinstance(raw, int):
+            value = raw
+        elif isinstance(raw, str) and re.fullmatch(r"\s*[+-]?\d+\s*", raw):
+            value = int(raw)
+        else:
+            raise ValueError
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError
+        return value
+
+
+class BoolType(ValueType):
+    allowed = "true or false"
+
+    def parse(self, raw: Any) -> bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        raise ValueError
+
+    def format(self, value: Any) -> str:
+        return "true" if value else "false"
+
+
+class StringType(ValueType):
+    allowed = "a string"
+
+    def parse(self, raw: Any) -> str:
+        if isinstance(raw, (dict, list)):
+            raise ValueError
+        return str(raw)
+
+
+class EnumType(ValueType):
+    """Matched case-insensitively (as Flink does), stored in the schema's spelling."""
+
+    def __init__(self, *values: str) -> None:
+        self.values = values
+        self.allowed = "one of " + ", ".join(values)
+
+    def parse(self, raw: Any) -> str:
+        if isinstance(raw, str):
+            for value in self.values:
+                if value.lower() == raw.strip().lower():
+                    return value
+        raise ValueError
+
+
+_DURATION_UNITS_MS: dict[str, int] = {}
+for _names, _ms in (
+    (("ms", "milli", "millis", "millisecond", "milliseconds"), 1),
+    (("s", "sec", "secs", "second", "seconds"), 1000),
+    (("m", "min", "mins", "minute", "minutes"), 60_000),
+    (("h", "hour", "hours"), 3_600_000),
+    (("d", "day", "days"), 86_400_000),
+):
+    for _name in _names:
+        _DURATION_UNITS_MS[_name] = _ms
+
+
+def parse_duration_ms(raw: Any) -> int:
+    """Parse Flink's duration syntax into whole milliseconds; a bare number means milliseconds.
+
+    >>> parse_duration_ms("10 min"), parse_duration_ms("100ms"), parse_duration_ms(250)
+    (600000, 100, 250)
+    """
+    if isinstance(raw, bool):
+        raise ValueError(f"not a duration: {raw!r}")
+    if isinstance(raw, int):
+        if raw < 0:
+            raise ValueError(f"negative duration: {raw!r}")
+        return raw
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(raw))
+    if not match:
+        raise ValueError(f"not a duration: {raw!r}")
+    number, unit = int(match.group(1)), match.group(2).lower()
+    if not unit:
+        return number
+    if unit not in _DURATION_UNITS_MS:
+        raise ValueError(f"unknown duration unit {unit!r}")
+    return number * _DURATION_UNITS_MS[unit]
+
+
+def format_duration_ms(ms: int) -> str:
+    """The shortest exact Flink-syntax spelling, so values survive a round trip through strings."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
+
+
+class DurationType(ValueType):
+    allowed = "a duration such as '100 ms', '10 s', '10 min' or '1 h' (a bare number is milliseconds)"
+
+    def parse(self, raw: Any) -> int:
+        return parse_duration_ms(raw)
+
+    def format(self, value: Any) -> str:
+        return format_duration_ms(int(value))
+
+
+_MEMORY_UNITS: dict[str, int] = {}
+for _names, _bytes in (
+    (("b", "bytes"), 1),
+    (("k", "kb", "kibibytes"), 1 << 10),
+    (("m", "mb", "mebibytes"), 1 << 20),
+    (("g", "gb", "gibibytes"), 1 << 30),
+    (("t", "tb", "tebibytes"), 1 << 40),
+):
+    for _name in _names:
+        _MEMORY_UNITS[_name] = _bytes
+
+
+class MemorySizeType(ValueType):
+    """Flink's memory sizes: binary units (1 kb = 1024 bytes); a bare number is bytes."""
+
+    allowed = "a memory size such as '32 kb', '64mb' or '1 g' (a bare number is bytes)"
+
+    def parse(self, raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise ValueError
+        if isinstance(raw, int):
+            if raw < 0:
+                raise ValueError
+            return raw
+        match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(raw))
+        if not match:
+            raise ValueError
+        unit = match.group(2).lower() or "b"
+        if unit not in _MEMORY_UNITS:
+            raise ValueError
+        return int(match.group(1)) * _MEMORY_UNITS[unit]
+
+    def format(self, value: Any) -> str:
+        for unit, size in (("g", 1 << 30), ("m", 1 << 20), ("kb", 1 << 10)):
+            if value and value % size == 0:
+                return f"{value // size} {'mb' if unit == 'm' else 'gb' if unit == 'g' else unit}"
+        return f"{value} b"
+
+
+# --------------------------------------------------------------------------- the schema
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configuration key: its type, its default (None = unset) and what it is for."""
+
+    key: str
+    type: ValueType
+    default: Any
+    description: str
+    optional: bool = False
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + re.sub(r"[.\-]", "_", self.key).upper()
+
+
+def _option(key: str, type_: ValueType, default: Any, description: str) -> Option:
+    return Option(key, type_, default, description, optional=default is None)
+
+
+SCHEMA: dict[str, Option] = {
+    o.key: o
+    for o in (
+        _option("parallelism.default", IntType(1), 1, "Parallelism of operators that do not set their own."),
+        _option("pipeline.max-parallelism", IntType(1), 128, "Number of key groups; the upper bound for rescaling keyed state."),
+        _option("pipeline.name", StringType(), None, "Name of the job, shown by 'flinkpy list'."),
+        _option("taskmanager.numberOfTaskSlots", IntType(1), 1, "Slots each TaskManager offers."),
+        _option("taskmanager.host", StringType(), "127.0.0.1", "Host TaskManagers bind their data channels to."),
+        _option("rest.port", IntType(0), 8081, "Port of the JobManager's REST API (0 = any free port)."),
+        _option("rest.address", StringType(), "127.0.0.1", "Address clients use to reach the REST API."),
+        _option("rest.bind-address", StringType(), "127.0.0.1", "Address the REST server binds to."),
+        _option("jobmanager.rpc.address", StringType(), "127.0.0.1", "Address TaskManagers use to reach the JobManager."),
+        _option("execution.buffer-timeout.interval", DurationType(), 100, "Longest time a record waits in an output buffer (0 = flush every record)."),
+        _option("execution.runtime-mode", EnumType("STREAMING", "BATCH", "AUTOMATIC"), "STREAMING", "Runtime execution mode of DataStream programs."),
+        _option("heartbeat.interval", DurationType(), 10_000, "Time between heartbeats from TaskManagers to the JobManager."),
+        _option("heartbeat.timeout", DurationType(), 50_000, "Silence after which a TaskManager is declared lost."),
+        _option("taskmanager.network.memory.buffers-per-channel", IntType(0), 2, "Exclusive network buffers (credit) per input channel."),
+        _option("taskmanager.network.memory.floating-buffers-per-gate", IntType(0), 8, "Floating network buffers shared by the channels of an input gate."),
+        _option("taskmanager.memory.segment-size", MemorySizeType(), 32 * 1024, "Size of one network buffer."),
+        _option("execution.checkpointing.interval", DurationType(), None, "Time between checkpoints; unset disables checkpointing."),
+        _option("execution.checkpointing.mode", EnumType("EXACTLY_ONCE", "AT_LEAST_ONCE"), "EXACTLY_ONCE", "Checkpointing guarantee: align barriers or not."),
+        _option("execution.checkpointing.timeout", DurationType(), 600_000, "Time after which an unfinished checkpoint is aborted."),
+        _option("execution.checkpointing.dir", StringType(), None, "fsspec URL under which checkpoints are stored."),
+        _option(
+            "restart-strategy.type",
+            EnumType("none", "disable", "off", "fixed-delay", "failure-rate", "exponential-delay"),
+            None,
+            "Restart strategy for failed jobs; unset means exponential-delay with checkpointing, none without.",
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------- the Config object
+
+
+@dataclass(frozen=True)
+class Config:
+    """Typed, validated configuration values, each remembering the source that set it."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, key: str) -> Any:
+        """The typed value of ``key`` (None for an unset optional key)."""
+        option = _lookup(key, source="Config.get")
+        return self.values.get(option.key, option.default)
+
+    def source(self, key: str) -> str:
+        """Where the value of ``key`` came from: 'default', a file path, an env var or '-D'."""
+        return self.sources.get(_lookup(key, source="Config.source").key, "default")
+
+    def to_dict(self) -> dict[str, str]:
+        """Every set value in string form; ``load_config(env={}, overrides=d)`` reads it back."""
+        out: dict[str, str] = {}
+        for key, option in SCHEMA.items():
+            value = self.values.get(key, option.default)
+            if value is not None:
+                out[key] = option.type.format(value)
+        return out
+
+    def with_overrides(self, overrides: Mapping[str, str], *, source: str = "-D") -> Config:
+        """A copy with ``overrides`` applied on top (validated like every other source)."""
+        values, sources = dict(self.values), dict(self.sources)
+        for key, raw in overrides.items():
+            _apply(values, sources, key, raw, f"{source} {key}={raw}")
+        return Config(values, sources)
+
+
+def _lookup(key: str, *, source: str) -> Option:
+    option = SCHEMA.get(key)
+    if option is not None:
+        return option
+    close = difflib.get_close_matches(key, list(SCHEMA), n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'?" if close else "see the CONFIGURATION section of flinkpy(1) for the known keys"
+    raise ConfigurationError(f"unknown configuration key '{key}' (from {source})", remedy=hint)
+
+
+def _apply(values: dict[str, Any], sources: dict[str, str], key: str, raw: Any, source: str) -> None:
+    option = _lookup(key, source=source)
+    if raw is None and option.optional:
+        values[option.key] = None
+    else:
+        try:
+            values[option.key] = option.type.parse(raw)
+        except ValueError:
+            raise ConfigurationError(
+                f"invalid value {raw!r} for configuration key '{key}' (from {source})",
+                remedy=f"use {option.type.allowed}",
+            ) from None
+    sources[option.key] = source
+
+
+def _flatten(data: Mapping[Any, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """Accept both ``a.b: 1`` and ``a: {b: 1}``: Flink's files use the first, people write both."""
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, Mapping) and full not in SCHEMA:
+            yield from _flatten(value, full + ".")
+        else:
+            yield full, value
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    import yaml  # imported here: `flinkpy --help` should not pay for it
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read configuration file {path}: {exc.strerror or exc}",
+            remedy="check the path and its permissions",
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        raise ConfigurationError(
+            f"configuration file {path} is not valid YAML{where}",
+            remedy="fix the syntax; keys look like 'parallelism.default: 2'",
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigurationError(
+            f"configuration file {path} must hold a mapping of keys to values, not a {type(data).__name__}",
+            remedy="write one 'key: value' per line",
+        )
+    return dict(_flatten(data))
+
+
+def load_config(
+    home: Path | None = None,
+    *,
+    file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the effective configuration from defaults, file, environment and overrides.
+
+    ``home`` is a cluster home whose ``flinkpy.yaml`` is read if present; ``file`` names a file
+    that must exist (it wins over ``home``). ``env`` defaults to ``os.environ``; pass ``{}`` to
+    ignore the environment (as processes that receive ``Config.to_dict()`` should).
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    path = Path(file) if file is not None else (Path(home) / CONFIG_FILE_NAME if home is not None else None)
+    if path is not None and (file is not None or path.exists()):
+        for key, raw in _read_file(path).items():
+            _apply(values, sources, key, raw, str(path))
+    environ = os.environ if env is None else env
+    for option in SCHEMA.values():
+        if option.env_var in environ:
+            _apply(values, sources, option.key, environ[option.env_var], f"environment variable {option.env_var}")
+    config = Config(values, sources)
+    return config.with_overrides(overrides) if overrides else config
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """Split one ``-D key=value`` argument; the CLI and job launchers share this rule."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigurationError(
+            f"malformed dynamic property '-D {text}'", remedy="write it as -D key=value, e.g. -D parallelism.default=2"
+        )
+    return key.strip(), value.strip()
+
+

@@ -1,0 +1,106 @@
+"""The runtime contract between the engine and its sources and sinks.
+
+A :class:`Source` is a description that the job graph carries to the task processes (it is
+pickled); each parallel subtask asks it for a :class:`SourceReader`. A reader hands out records in
+batches — the engine's hot path is batch-at-a-time — and reports its reading position as state, so
+that later (checkpoints) a restored reader resumes exactly where the snapshot was taken.
+
+A :class:`Sink` likewise creates one :class:`SinkWriter` per subtask. Writers receive batches and
+take part in checkpoints through ``snapshot_state`` / ``notify_checkpoint_complete``: the hooks a
+two-phase-commit sink needs.
+
+Example, a reader over a Python list split round-robin across subtasks::
+
+    class ListSource(Source):
+        def __init__(self, items):
+            self.items = list(items)
+
+        def create_reader(self, ctx):
+            return ListReader(self.items[ctx.subtask_index :: ctx.parallelism], ctx.restored_state)
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Boundedness(enum.Enum):
+    BOUNDED = "BOUNDED"
+    CONTINUOUS_UNBOUNDED = "CONTINUOUS_UNBOUNDED"
+
+
+@dataclass(frozen=True)
+class ReaderContext:
+    """What a subtask's reader or writer knows about where it runs."""
+
+    subtask_index: int
+    parallelism: int
+    job_id: str = ""
+    operator_name: str = ""
+    attempt: int = 0
+    #: the states this subtask restores from (``snapshot_state`` results of the previous run's
+    #: subtasks assigned to this one); empty on a fresh start.
+    restored_state: list[Any] = field(default_factory=list)
+
+
+class SourceReader(ABC):
+    """Reads one subtask's share of a source."""
+
+    @abstractmethod
+    def poll(self, max_records: int) -> list | None:
+        """Return up to ``max_records`` records; ``[]`` when none are available right now;
+        ``None`` once the input has ended (bounded sources only). Must not block for long:
+        the task checks for control messages (cancel, barriers) between polls."""
+
+    def snapshot_state(self) -> Any:
+        """The reading position (offsets): picklable, small. Taken between two polls."""
+        return None
+
+    def close(self) -> None:
+        """Release files, connections."""
+
+
+class Source(ABC):
+    """A parallel source (FLIP-27 style, as PyFlink's ``env.from_source`` takes)."""
+
+    boundedness: Boundedness = Boundedness.BOUNDED
+
+    @abstractmethod
+    def create_reader(self, ctx: ReaderContext) -> SourceReader:
+        """Create the reader of subtask ``ctx.subtask_index`` of ``ctx.parallelism``."""
+
+    def max_parallelism(self) -> int | None:
+        """An upper bound on useful parallelism, or None."""
+        return None
+
+
+class SinkWriter(ABC):
+    """Writes one subtask's records."""
+
+    @abstractmethod
+    def write(self, records: list) -> None:
+        """Write a batch of records (in order)."""
+
+    def flush(self, end_of_input: bool) -> None:
+        """Make everything written so far durable or pending (before a snapshot, at the end)."""
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """State to restore from (pending transactions, part files). Picklable."""
+        return None
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is complete: commit what was pending up to it."""
+
+    def close(self) -> None:
+        """Release resources; called after the last ``flush``."""
+
+
+class Sink(ABC):
+    """A parallel sink (as PyFlink's ``DataStream.sink_to`` takes)."""
+
+    @abstractmethod
+    def create_writer(self, ctx: ReaderContext) -> SinkWriter:
+        """Create the writer of subtask ``ctx.subtask_index``."""

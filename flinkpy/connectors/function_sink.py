@@ -1,0 +1,30 @@
+"""A SinkFunction (``invoke(value, context)``) or a plain callable, as a Sink (at-least-once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
+
+
+class FunctionSink(Sink):
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def create_writer(self, ctx: ReaderContext) -> SinkWriter:
+        return _FunctionWriter(self.fn)
+
+
+class _FunctionWriter(SinkWriter):
+    def __init__(self, fn: Any):
+        self.fn = fn
+        self._invoke = getattr(fn, "invoke", None)
+
+    def write(self, records: list) -> None:
+        if self._invoke is not None:
+            for r in records:
+                self._invoke(r, None)
+        else:
+            fn = self.fn
+            for r in records:
+                fn(r)

@@ -1,0 +1,55 @@
+"""The DataStream API, shaped like ``pyflink.datastream``: rename the imports and run."""
+
+from flinkpy.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
+from flinkpy.datastream.functions import (
+    AggregateFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    FilterFunction,
+    FlatMapFunction,
+    Function,
+    KeyedProcessFunction,
+    KeySelector,
+    MapFunction,
+    ProcessFunction,
+    ReduceFunction,
+    RuntimeContext,
+    SinkFunction,
+    SourceFunction,
+    TimerService,
+)
+from flinkpy.datastream.output_tag import OutputTag
+from flinkpy.datastream.stream_execution_environment import RuntimeExecutionMode, StreamExecutionEnvironment
+
+__all__ = [
+    "AggregateFunction",
+    "CheckpointingMode",
+    "CloseableIterator",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "DataStream",
+    "DataStreamSink",
+    "FilterFunction",
+    "FlatMapFunction",
+    "Function",
+    "KeySelector",
+    "KeyedProcessFunction",
+    "KeyedStream",
+    "MapFunction",
+    "OutputTag",
+    "ProcessFunction",
+    "ReduceFunction",
+    "RuntimeContext",
+    "RuntimeExecutionMode",
+    "SinkFunction",
+    "SourceFunction",
+    "StreamExecutionEnvironment",
+    "TimerService",
+]
+
+
+class CheckpointingMode:
+    """Barrier alignment mode of checkpoints (used from the checkpointing release on)."""
+
+    EXACTLY_ONCE = "EXACTLY_ONCE"
+    AT_LEAST_ONCE = "AT_LEAST_ONCE"

@@ -1,0 +1,234 @@
+"""StreamExecutionEnvironment: where a job's sources are created and from where it is executed.
+
+Shaped like PyFlink's. ``execute()`` builds the JobGraph and hands it to the client executor,
+which submits it to the cluster the CLI points at (``flinkpy run``) or, when there is none, to an
+embedded local cluster of real processes started for this job and stopped afterwards.
+
+>>> env = StreamExecutionEnvironment.get_execution_environment()
+>>> env.set_parallelism(2).get_parallelism()
+2
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from flinkpy.errors import InvalidProgramError
+from flinkpy.graph.job_graph import JobGraph, build_job_graph
+from flinkpy.graph.stream_graph import StreamGraph, StreamRef
+
+
+class RuntimeExecutionMode:
+    """STREAMING emits running results; BATCH (bounded inputs) emits each key's final result."""
+
+    STREAMING = "STREAMING"
+    BATCH = "BATCH"
+    AUTOMATIC = "AUTOMATIC"
+
+
+class StreamExecutionEnvironment:
+    def __init__(self, configuration: Any = None):
+        from flinkpy.client.context import current_context
+        from flinkpy.common.execution_config import ExecutionConfig
+
+        ctx = current_context()
+        self._settings: dict[str, str] = dict(ctx.config)
+        if configuration is not None:
+            self._settings.update({str(k): str(v) for k, v in configuration.to_dict().items()})
+        self._graph = StreamGraph()
+        self._config = ExecutionConfig()
+        self._parallelism: int = ctx.parallelism or int(self._settings.get("parallelism.default", 1))
+        self._max_parallelism: int = int(self._settings.get("pipeline.max-parallelism", 128))
+        self._runtime_mode: str = self._settings.get("execution.runtime-mode", RuntimeExecutionMode.STREAMING).upper()
+        self._chaining = True
+        self._buffer_timeout: int | None = None
+        self._checkpoint_config: Any = None
+
+    @staticmethod
+    def get_execution_environment(configuration: Any = None) -> "StreamExecutionEnvironment":
+        return StreamExecutionEnvironment(configuration)
+
+    # -- settings ----------------------------------------------------------------------------
+
+    def get_config(self) -> Any:
+        return self._config
+
+    def configure(self, configuration: Any) -> "StreamExecutionEnvironment":
+        self._settings.update({str(k): str(v) for k, v in configuration.to_dict().items()})
+        if "parallelism.default" in self._settings:
+            self._parallelism = int(self._settings["parallelism.default"])
+        if "pipeline.max-parallelism" in self._settings:
+            self._max_parallelism = int(self._settings["pipeline.max-parallelism"])
+        if "execution.runtime-mode" in self._settings:
+            self._runtime_mode = self._settings["execution.runtime-mode"].upper()
+        return self
+
+    def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
+        self._parallelism = parallelism
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._parallelism
+
+    def set_max_parallelism(self, max_parallelism: int) -> "StreamExecutionEnvironment":
+        if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= 32768:
+            raise InvalidProgramError(f"max parallelism must be between 1 and 32768, got {max_parallelism!r}")
+        self._max_parallelism = max_parallelism
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self._max_parallelism
+
+    def set_runtime_mode(self, execution_mode: Any) -> "StreamExecutionEnvironment":
+        mode = getattr(execution_mode, "name", None) or str(execution_mode)
+        mode = mode.split(".")[-1].upper()
+        if mode not in (RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH, RuntimeExecutionMode.AUTOMATIC):
+            raise InvalidProgramError(f"unknown runtime mode {execution_mode!r}", remedy="use STREAMING, BATCH or AUTOMATIC")
+        self._runtime_mode = mode
+        return self
+
+    def set_buffer_timeout(self, timeout_millis: int) -> "StreamExecutionEnvironment":
+        self._buffer_timeout = int(timeout_millis)
+        return self
+
+    def get_buffer_timeout(self) -> int:
+        if self._buffer_timeout is not None:
+            return self._buffer_timeout
+        from flinkpy.config import parse_duration_ms
+
+        return parse_duration_ms(self._settings.get("execution.buffer-timeout.interval", "100 ms"))
+
+    def disable_operator_chaining(self) -> "StreamExecutionEnvironment":
+        self._chaining = False
+        return self
+
+    def is_chaining_enabled(self) -> bool:
+        return self._chaining
+
+    def enable_checkpointing(self, interval: int, mode: Any = None) -> "StreamExecutionEnvironment":
+        self._settings["execution.checkpointing.interval"] = f"{int(interval)} ms"
+        if mode is not None:
+            self._settings["execution.checkpointing.mode"] = getattr(mode, "name", str(mode)).split(".")[-1]
+        return self
+
+    def set_restart_strategy(self, restart_strategy_configuration: Any) -> "StreamExecutionEnvironment":
+        self._settings.update(restart_strategy_configuration.to_config())
+        return self
+
+    def add_python_file(self, file_path: str) -> None:
+        import sys
+
+        sys.path.insert(0, file_path)
+
+    def add_jars(self, *jars_path: str) -> None:
+        """Accepted for PyFlink compatibility; flinkpy runs no JVM, so jars have no effect."""
+
+    def add_classpaths(self, *classpaths: str) -> None:
+        """Accepted for PyFlink compatibility; no effect."""
+
+    # -- sources -----------------------------------------------------------------------------
+
+    def _source(self, name: str, source: Any, type_info: Any = None, non_parallel: bool = False) -> Any:
+        from flinkpy.datastream.data_stream import DataStream
+
+        node = self._graph.add_node("source", name, source)
+        if type_info is not None:
+            node.params["output_type"] = type_info
+        if non_parallel:
+            node.max_allowed_parallelism = 1
+            node.parallelism = 1
+        return DataStream(self, (StreamRef(node.id),), node)
+
+    def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> Any:
+        from flinkpy.connectors.collection import CollectionSource
+
+        return self._source("Collection Source", CollectionSource(list(collection)), type_info, non_parallel=True)
+
+    def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> Any:
+        from flinkpy.datastream.connectors.file_system import FileSource, StreamFormat
+
+        source = FileSource.for_record_stream_format(StreamFormat.text_line_format(charset_name), file_path).build()
+        return self._source(f"Read Text File: {file_path}", source)
+
+    def from_source(self, source: Any, watermark_strategy: Any = None, source_name: str = "Source", type_info: Any = None) -> Any:
+        from flinkpy.connectors.base import Source
+
+        if not isinstance(source, Source):
+            raise InvalidProgramError(
+                f"from_source() needs a Source (FileSource, NumberSequenceSource, ...), got {type(source).__name__}"
+            )
+        stream = self._source(source_name, source, type_info)
+        if watermark_strategy is not None:
+            stream._node.params["watermark_strategy"] = watermark_strategy
+        return stream
+
+    def add_source(self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None) -> Any:
+        from flinkpy.connectors.base import Source
+
+        if isinstance(source_func, Source):
+            return self._source(source_name, source_func, type_info)
+        if not callable(getattr(source_func, "run", None)):
+            raise InvalidProgramError(
+                f"add_source() needs a Source or a SourceFunction with run(ctx), got {type(source_func).__name__}"
+            )
+        from flinkpy.connectors.function_source import FunctionSource
+
+        return self._source(source_name, FunctionSource(source_func), type_info, non_parallel=True)
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def _job_graph(self, job_name: str | None) -> JobGraph:
+        settings = dict(self._settings)
+        if self._buffer_timeout is not None:
+            settings["execution.buffer-timeout.interval"] = f"{self._buffer_timeout} ms"
+        mode = self._runtime_mode
+        if mode == RuntimeExecutionMode.AUTOMATIC:
+            mode = RuntimeExecutionMode.BATCH if self._all_sources_bounded() else RuntimeExecutionMode.STREAMING
+        if mode == RuntimeExecutionMode.BATCH and not self._all_sources_bounded():
+            raise InvalidProgramError(
+                "BATCH execution mode needs bounded sources, but this job has an unbounded one",
+                remedy="use STREAMING mode, or make the sources bounded",
+            )
+        params = self._config.get_global_job_parameters() if hasattr(self._config, "get_global_job_parameters") else {}
+        if params:
+            settings.update({f"$job.{k}": str(v) for k, v in dict(params).items()})
+        return build_job_graph(
+            self._graph,
+            job_name=job_name or self._settings.get("pipeline.name") or "Flink Streaming Job",
+            default_parallelism=self._parallelism,
+            max_parallelism=self._max_parallelism,
+            chaining_enabled=self._chaining,
+            config=settings,
+            runtime_mode=mode,
+        )
+
+    def _all_sources_bounded(self) -> bool:
+        from flinkpy.connectors.base import Boundedness
+
+        return all(
+            getattr(n.fn, "boundedness", Boundedness.BOUNDED) == Boundedness.BOUNDED
+            for n in self._graph.nodes.values()
+            if n.is_source
+        )
+
+    def get_execution_plan(self) -> str:
+        import json
+
+        return json.dumps(self._job_graph(None).plan(), indent=2)
+
+    def execute(self, job_name: str | None = None) -> Any:
+        """Run the job; returns a JobExecutionResult when it finished (raises if it failed)."""
+        from flinkpy.client.executor import execute_job_graph
+
+        return execute_job_graph(self._job_graph(job_name), detached=False)
+
+    def execute_async(self, job_name: str = "Flink Streaming Job") -> Any:
+        """Submit the job and return a JobClient at once."""
+        from flinkpy.client.executor import execute_job_graph
+
+        return execute_job_graph(self._job_graph(job_name), detached=True)
+
+    def close(self) -> None:
+        """Nothing to release: embedded clusters live only as long as one execute()."""

@@ -1,0 +1,311 @@
+"""The JobGraph: StreamGraph nodes chained into job vertices (one task per parallel subtask).
+
+Chaining rule (as Flink's): an edge u -> v is chained when it is a forward edge, u and v have the
+same parallelism, v has no other input, neither side opted out (``disable_chaining``,
+``start_new_chain`` on v) and chaining is enabled for the job. Everything else is a network edge.
+
+The JobGraph splits in two for submission: ``meta`` — plain JSON the JobManager schedules with and
+never executes — and one opaque payload per vertex (the cloudpickled operators) that only task
+processes unpickle.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from flinkpy.errors import InvalidProgramError
+from flinkpy.graph.stream_graph import FORWARD, HASH, REBALANCE, RESCALE, StreamGraph, StreamNode
+
+PACT = {"source": "Data Source", "sink": "Data Sink"}
+
+
+@dataclass
+class ChainedOperator:
+    """One operator inside a task's chain, as the task process rebuilds it."""
+
+    node_id: int
+    kind: str
+    name: str
+    uid: str | None
+    fn: Any
+    key_selector: Any
+    params: dict[str, Any]
+    #: node ids of chained successors (called directly, same process)
+    chained_outputs: list[int] = field(default_factory=list)
+    #: job edge ids this operator writes to (network channels)
+    network_outputs: list[int] = field(default_factory=list)
+
+
+@dataclass
+class VertexPayload:
+    operators: list[ChainedOperator]  # in chain (topological) order; operators[0] is the head
+    #: key selectors of outgoing HASH edges, by job edge id
+    edge_key_selectors: dict[int, Any]
+
+
+@dataclass
+class JobVertex:
+    id: int
+    name: str
+    parallelism: int
+    max_parallelism: int
+    node_ids: list[int]
+    is_source: bool
+    uids: list[str | None]
+
+
+@dataclass
+class JobEdge:
+    id: int
+    source: int  # job vertex id
+    target: int
+    partitioner: str
+    source_node: int  # the stream node in the source vertex that writes this edge
+
+
+@dataclass
+class JobGraph:
+    job_name: str
+    vertices: dict[int, JobVertex]
+    edges: list[JobEdge]
+    payloads: dict[int, VertexPayload]
+    config: dict[str, str]
+    runtime_mode: str = "STREAMING"
+
+    def meta(self) -> dict[str, Any]:
+        """The JSON the JobManager schedules with."""
+        return {
+            "name": self.job_name,
+            "runtime_mode": self.runtime_mode,
+            "config": dict(self.config),
+            "vertices": [
+                {
+                    "id": v.id,
+                    "name": v.name,
+                    "parallelism": v.parallelism,
+                    "max_parallelism": v.max_parallelism,
+                    "is_source": v.is_source,
+                    "operators": v.node_ids,
+                    "uids": v.uids,
+                }
+                for v in self.vertices.values()
+            ],
+            "edges": [
+                {"id": e.id, "source": e.source, "target": e.target, "partitioner": e.partitioner}
+                for e in self.edges
+            ],
+        }
+
+    def serialize(self) -> dict[str, Any]:
+        """The submission document: ``meta`` plus base64 cloudpickled payloads."""
+        return {
+            "meta": self.meta(),
+            "payloads": {
+                str(vid): base64.b64encode(cloudpickle.dumps(p)).decode("ascii") for vid, p in self.payloads.items()
+            },
+        }
+
+    def plan(self) -> dict[str, Any]:
+        return execution_plan(self)
+
+
+def resolve_parallelism(node: StreamNode, default: int) -> int:
+    p = node.parallelism or default
+    if node.max_allowed_parallelism is not None:
+        if node.parallelism and node.parallelism > node.max_allowed_parallelism:
+            raise InvalidProgramError(
+                f"operator {node.name!r} is not parallel: parallelism {node.parallelism} is not allowed",
+                remedy=f"set at most {node.max_allowed_parallelism}",
+            )
+        p = min(p, node.max_allowed_parallelism)
+    if p < 1:
+        raise InvalidProgramError(f"operator {node.name!r} has parallelism {p}", remedy="use a parallelism >= 1")
+    return p
+
+
+def build_job_graph(
+    graph: StreamGraph,
+    *,
+    job_name: str,
+    default_parallelism: int,
+    max_parallelism: int,
+    chaining_enabled: bool = True,
+    config: dict[str, str] | None = None,
+    runtime_mode: str = "STREAMING",
+) -> JobGraph:
+    if not graph.nodes:
+        raise InvalidProgramError(
+            "the job has no operators", remedy="define a source and at least one sink before execute()"
+        )
+    order = graph.topological_order()
+    par = {n: resolve_parallelism(graph.nodes[n], default_parallelism) for n in order}
+    maxp = {n: graph.nodes[n].max_parallelism or max_parallelism for n in order}
+    for n in order:
+        if par[n] > maxp[n]:
+            raise InvalidProgramError(
+                f"operator {graph.nodes[n].name!r} has parallelism {par[n]} above its max parallelism {maxp[n]}",
+                remedy="raise pipeline.max-parallelism or lower the parallelism",
+            )
+    # resolve partitioners
+    resolved: dict[int, str] = {}
+    for i, e in enumerate(graph.edges):
+        p = e.partitioner
+        if p is None:
+            p = FORWARD if par[e.source] == par[e.target] else REBALANCE
+        if p == FORWARD and par[e.source] != par[e.target]:
+            raise InvalidProgramError(
+                f"forward partitioning from {graph.nodes[e.source].name!r} (parallelism {par[e.source]}) to "
+                f"{graph.nodes[e.target].name!r} (parallelism {par[e.target]}) would change parallelism",
+                remedy="use rebalance() or rescale(), or give both the same parallelism",
+            )
+        resolved[i] = p
+    for e in graph.edges:
+        if e.partitioner == HASH and maxp[e.target] != max_parallelism and graph.nodes[e.target].max_parallelism:
+            pass  # keyed operator with its own max parallelism: key groups follow the operator
+
+    def chainable(i: int) -> bool:
+        e = graph.edges[i]
+        up, down = graph.nodes[e.source], graph.nodes[e.target]
+        return (
+            chaining_enabled
+            and resolved[i] == FORWARD
+            and par[e.source] == par[e.target]
+            and len(graph.inputs_of(e.target)) == 1
+            and up.chaining != "never"
+            and down.chaining == "always"
+            and not down.is_source
+        )
+
+    # assign nodes to chains: a node joins its single chainable predecessor's chain
+    chain_of: dict[int, int] = {}
+    for n in order:
+        ins = [i for i, e in enumerate(graph.edges) if e.target == n]
+        if len(ins) == 1 and chainable(ins[0]):
+            chain_of[n] = chain_of[graph.edges[ins[0]].source]
+        else:
+            chain_of[n] = n
+    heads = [n for n in order if chain_of[n] == n]
+    vertex_id = {h: idx + 1 for idx, h in enumerate(heads)}
+
+    vertices: dict[int, JobVertex] = {}
+    members: dict[int, list[int]] = {h: [n for n in order if chain_of[n] == h] for h in heads}
+    for h in heads:
+        nodes = [graph.nodes[n] for n in members[h]]
+        vertices[vertex_id[h]] = JobVertex(
+            id=vertex_id[h],
+            name=" -> ".join(_display_name(x) for x in nodes),
+            parallelism=par[h],
+            max_parallelism=maxp[h],
+            node_ids=members[h],
+            is_source=graph.nodes[h].is_source,
+            uids=[x.uid for x in nodes],
+        )
+    edges: list[JobEdge] = []
+    ops: dict[int, ChainedOperator] = {
+        n: ChainedOperator(
+            node_id=n,
+            kind=graph.nodes[n].kind,
+            name=graph.nodes[n].name,
+            uid=graph.nodes[n].uid,
+            fn=graph.nodes[n].fn,
+            key_selector=graph.nodes[n].key_selector,
+            params=dict(graph.nodes[n].params),
+        )
+        for n in order
+    }
+    key_selectors: dict[int, dict[int, Any]] = {vertex_id[h]: {} for h in heads}
+    for i, e in enumerate(graph.edges):
+        if chain_of[e.target] == chain_of[e.source] and chain_of[e.target] != e.target:
+            ops[e.source].chained_outputs.append(e.target)
+            continue
+        edge = JobEdge(
+            id=len(edges) + 1,
+            source=vertex_id[chain_of[e.source]],
+            target=vertex_id[chain_of[e.target]],
+            partitioner=resolved[i],
+            source_node=e.source,
+        )
+        edges.append(edge)
+        ops[e.source].network_outputs.append(edge.id)
+        if resolved[i] == HASH:
+            key_selectors[edge.source][edge.id] = e.key_selector
+    payloads = {
+        vertex_id[h]: VertexPayload(operators=[ops[n] for n in members[h]], edge_key_selectors=key_selectors[vertex_id[h]])
+        for h in heads
+    }
+    return JobGraph(
+        job_name=job_name,
+        vertices=vertices,
+        edges=edges,
+        payloads=payloads,
+        config=dict(config or {}),
+        runtime_mode=runtime_mode,
+    )
+
+
+def _display_name(node: StreamNode) -> str:
+    if node.is_source and not node.name.startswith("Source"):
+        return f"Source: {node.name}"
+    if node.is_sink and not node.name.startswith("Sink"):
+        return f"Sink: {node.name}"
+    return node.name
+
+
+def execution_plan(job: JobGraph) -> dict[str, Any]:
+    """Flink-shaped plan JSON: one node per job vertex with its chained operators."""
+    nodes = []
+    for v in job.vertices.values():
+        payload = job.payloads.get(v.id)
+        kinds = [op.kind for op in payload.operators] if payload else []
+        pact = PACT.get(kinds[0], "Operator") if kinds else "Operator"
+        if kinds and kinds[-1] == "sink" and len(kinds) == 1:
+            pact = "Data Sink"
+        nodes.append(
+            {
+                "id": v.id,
+                "type": v.name,
+                "pact": pact,
+                "contents": v.name,
+                "parallelism": v.parallelism,
+                "max_parallelism": v.max_parallelism,
+                "operators": [op.name for op in payload.operators] if payload else [],
+                "uids": v.uids,
+                "predecessors": [
+                    {"id": e.source, "ship_strategy": e.partitioner, "side": "second"}
+                    for e in job.edges
+                    if e.target == v.id
+                ],
+            }
+        )
+    return {"name": job.job_name, "runtime_mode": job.runtime_mode, "nodes": nodes}
+
+
+# -- distribution of channels (pure; used by the JobManager and the tasks alike) -------------
+
+
+def producers_of(partitioner: str, up_parallelism: int, down_parallelism: int, consumer: int) -> list[int]:
+    """Upstream subtasks that send to downstream subtask ``consumer`` on an edge."""
+    if partitioner == FORWARD:
+        return [consumer]
+    if partitioner == RESCALE:
+        return [p for p in range(up_parallelism) if consumer in consumers_of(partitioner, up_parallelism, down_parallelism, p)]
+    return list(range(up_parallelism))
+
+
+def consumers_of(partitioner: str, up_parallelism: int, down_parallelism: int, producer: int) -> list[int]:
+    """Downstream subtasks that upstream subtask ``producer`` sends to on an edge, in channel order."""
+    if partitioner == FORWARD:
+        return [producer]
+    if partitioner == RESCALE:
+        if up_parallelism >= down_parallelism:
+            # each consumer reads a contiguous block of producers
+            return [producer * down_parallelism // up_parallelism]
+        # each producer feeds a contiguous block of consumers
+        start = producer * down_parallelism // up_parallelism
+        end = (producer + 1) * down_parallelism // up_parallelism
+        return list(range(start, end))
+    return list(range(down_parallelism))

@@ -1,0 +1,105 @@
+"""The StreamGraph: one node per operator the user's program created, edges with partitioners.
+
+The DataStream API appends to it; nothing here runs user code. Partitioning calls
+(``rebalance()``, ``key_by()``, ``union()``) do not create nodes: they change how the *next*
+operator's input edges are built, which is why a DataStream is a set of :class:`StreamRef`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from flinkpy.errors import InvalidProgramError
+
+#: partitioners, by Flink's names for ship strategies
+FORWARD = "FORWARD"
+REBALANCE = "REBALANCE"
+RESCALE = "RESCALE"
+SHUFFLE = "SHUFFLE"
+BROADCAST = "BROADCAST"
+HASH = "HASH"
+GLOBAL = "GLOBAL"
+PARTITIONERS = (FORWARD, REBALANCE, RESCALE, SHUFFLE, BROADCAST, HASH, GLOBAL)
+
+
+@dataclass
+class StreamNode:
+    id: int
+    kind: str  # source | map | flat_map | filter | process | keyed_* | sink
+    name: str
+    fn: Any = None
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    uid: str | None = None
+    key_selector: Callable | None = None
+    #: "always" (default), "never" (disable_chaining), "head" (start_new_chain)
+    chaining: str = "always"
+    params: dict[str, Any] = field(default_factory=dict)
+    #: parallelism fixed by the operator itself (a non-parallel source), not the user
+    max_allowed_parallelism: int | None = None
+
+    @property
+    def is_source(self) -> bool:
+        return self.kind == "source"
+
+    @property
+    def is_sink(self) -> bool:
+        return self.kind == "sink"
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """One input of a future operator: an upstream node and how its records are partitioned."""
+
+    node_id: int
+    partitioner: str | None = None  # None: forward when parallelism matches, else rebalance
+    key_selector: Callable | None = None
+
+
+@dataclass
+class StreamEdge:
+    source: int
+    target: int
+    partitioner: str | None
+    key_selector: Callable | None = None
+
+
+class StreamGraph:
+    def __init__(self) -> None:
+        self.nodes: dict[int, StreamNode] = {}
+        self.edges: list[StreamEdge] = []
+        self._next_id = 1
+
+    def add_node(self, kind: str, name: str, fn: Any = None, inputs: tuple[StreamRef, ...] = (), **kw: Any) -> StreamNode:
+        node = StreamNode(id=self._next_id, kind=kind, name=name, fn=fn, **kw)
+        self._next_id += 1
+        self.nodes[node.id] = node
+        for ref in inputs:
+            if ref.node_id not in self.nodes:
+                raise InvalidProgramError(f"operator {name!r} reads from an unknown stream")
+            self.edges.append(StreamEdge(ref.node_id, node.id, ref.partitioner, ref.key_selector))
+        return node
+
+    def inputs_of(self, node_id: int) -> list[StreamEdge]:
+        return [e for e in self.edges if e.target == node_id]
+
+    def outputs_of(self, node_id: int) -> list[StreamEdge]:
+        return [e for e in self.edges if e.source == node_id]
+
+    def topological_order(self) -> list[int]:
+        indegree = {n: 0 for n in self.nodes}
+        for e in self.edges:
+            indegree[e.target] += 1
+        ready = sorted(n for n, d in indegree.items() if d == 0)
+        order: list[int] = []
+        while ready:
+            n = ready.pop(0)
+            order.append(n)
+            for e in self.outputs_of(n):
+                indegree[e.target] -= 1
+                if indegree[e.target] == 0:
+                    ready.append(e.target)
+        if len(order) != len(self.nodes):
+            raise InvalidProgramError("the job graph has a cycle; iterations are not supported")
+        return order

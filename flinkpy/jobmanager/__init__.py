@@ -1,0 +1,1 @@
+"""The JobManager: dispatcher, per-job ExecutionGraphs, slot pool, REST API."""

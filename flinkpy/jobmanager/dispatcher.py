@@ -1,0 +1,241 @@
+"""Dispatcher: the JobManager's state and the I/O around the pure ExecutionGraphs.
+
+Accepts submissions (from REST), keeps the registered TaskManagers and their slots, feeds task
+reports from TaskManagers into each job's ExecutionGraph, and carries out the actions it returns
+(deploy, connect, cancel). One lock guards it all; a condition variable wakes long-polling
+clients when a job changes state.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from flinkpy.errors import ConflictError, InvalidProgramError, NotFoundError
+from flinkpy.jobmanager.execution_graph import Cancel, Deploy, ExecutionGraph, JobTerminated, SendConnect
+from flinkpy.jobmanager.slot_pool import NotEnoughSlots, SlotPool
+from flinkpy.network.connection import Connection
+
+log = logging.getLogger("flinkpy.jobmanager")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class TaskManagerRecord:
+    tm_id: str
+    conn: Connection
+    pid: int
+    host: str
+    slots: int
+    log_path: str
+    stdout_path: str
+    last_heartbeat: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class JobRecord:
+    graph: ExecutionGraph
+    payloads: dict[int, bytes]
+    python_path: list[str]
+    config: dict[str, str]
+
+
+class Dispatcher:
+    def __init__(self, heartbeat_timeout_s: float = 50.0):
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.taskmanagers: dict[str, TaskManagerRecord] = {}
+        self.slots = SlotPool()
+        self.jobs: dict[str, JobRecord] = {}
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.started_ms = now_ms()
+
+    # -- TaskManagers ------------------------------------------------------------------------
+
+    def register_taskmanager(self, conn: Connection, info: dict[str, Any]) -> None:
+        rec = TaskManagerRecord(
+            tm_id=info["tm_id"],
+            conn=conn,
+            pid=info["pid"],
+            host=info["host"],
+            slots=int(info["slots"]),
+            log_path=info.get("log_path", ""),
+            stdout_path=info.get("stdout_path", ""),
+        )
+        with self.lock:
+            self.taskmanagers[rec.tm_id] = rec
+            self.slots.add_taskmanager(rec.tm_id, rec.slots)
+            self.changed.notify_all()
+        conn.send("registered", {"tm_id": rec.tm_id})
+        log.info("TaskManager %s registered (pid %d, %d slots)", rec.tm_id, rec.pid, rec.slots)
+
+    def heartbeat(self, tm_id: str) -> None:
+        with self.lock:
+            rec = self.taskmanagers.get(tm_id)
+            if rec is not None:
+                rec.last_heartbeat = time.monotonic()
+
+    def taskmanager_lost(self, tm_id: str, reason: str) -> None:
+        with self.lock:
+            if self.taskmanagers.pop(tm_id, None) is None:
+                return
+            self.slots.remove_taskmanager(tm_id)
+            log.warning("TaskManager %s lost: %s", tm_id, reason)
+            for job_id, job in self.jobs.items():
+                self._perform(job_id, job.graph.on_taskmanager_lost(tm_id, reason, now_ms()))
+            self.changed.notify_all()
+
+    def check_heartbeats(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            late = [tm for tm, rec in self.taskmanagers.items() if now - rec.last_heartbeat > self.heartbeat_timeout_s]
+        for tm in late:
+            self.taskmanager_lost(tm, f"no heartbeat from TaskManager {tm} for {self.heartbeat_timeout_s:.0f}s (heartbeat.timeout)")
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def submit(self, document: dict[str, Any]) -> str:
+        try:
+            meta = document["meta"]
+            payloads = {int(k): base64.b64decode(v) for k, v in document["payloads"].items()}
+            python_path = [str(p) for p in document.get("python_path", [])]
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidProgramError(f"malformed job submission: {e}") from e
+        job_id = uuid.uuid4().hex
+        graph = ExecutionGraph(job_id, meta, now_ms())
+        with self.lock:
+            self.jobs[job_id] = JobRecord(graph, payloads, python_path, dict(meta.get("config", {})))
+            log.info("job %s (%s) submitted: %d vertices", job_id, graph.name, len(graph.vertices))
+            try:
+                assignment = self.slots.allocate(job_id, graph.required_slots)
+            except NotEnoughSlots as e:
+                message = f"could not schedule job {job_id} ({graph.name}): {e}"
+                log.error(message)
+                self._perform(job_id, graph.fail_before_running(message + "; start more TaskManagers or lower the parallelism", now_ms()))
+                return job_id
+            self._perform(job_id, graph.schedule(assignment, now_ms()))
+            self.changed.notify_all()
+        return job_id
+
+    def job(self, job_id: str) -> JobRecord:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            raise NotFoundError(f"job {job_id} not found on this cluster", remedy="list jobs with 'flinkpy list -a'")
+        return rec
+
+    def cancel(self, job_id: str) -> None:
+        with self.lock:
+            rec = self.job(job_id)
+            if rec.graph.is_terminal():
+                raise ConflictError(
+                    f"job {job_id} is already {rec.graph.state} and cannot be canceled",
+                    remedy="only running jobs can be canceled",
+                )
+            log.info("canceling job %s", job_id)
+            self._perform(job_id, rec.graph.cancel(now_ms()))
+            self.changed.notify_all()
+
+    def on_listening(self, job_id: str, exec_id: str, host: str, port: int | None) -> None:
+        with self.lock:
+            rec = self.jobs.get(job_id)
+            if rec is not None:
+                self._perform(job_id, rec.graph.on_listening(exec_id, host, port, now_ms()))
+
+    def on_task_state(self, job_id: str, exec_id: str, state: str, info: Any, tm_id: str | None) -> None:
+        with self.lock:
+            rec = self.jobs.get(job_id)
+            if rec is None:
+                return
+            if state == "FAILED":
+                log.warning("task %s of job %s failed: %s", exec_id, job_id, (info or {}).get("message"))
+            self._perform(job_id, rec.graph.on_task_state(exec_id, state, info, now_ms(), tm_id))
+            self.changed.notify_all()
+
+    def wait_for_terminal(self, job_id: str, timeout_s: float) -> ExecutionGraph:
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            rec = self.job(job_id)
+            while not rec.graph.is_terminal():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.changed.wait(remaining)
+            return rec.graph
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def _send(self, tm_id: str | None, op: str, body: Any) -> None:
+        rec = self.taskmanagers.get(tm_id) if tm_id else None
+        if rec is None:
+            return
+        try:
+            rec.conn.send(op, body)
+        except OSError as e:
+            log.warning("sending %s to TaskManager %s failed: %s", op, tm_id, e)
+
+    def _perform(self, job_id: str, actions: list[Any]) -> None:
+        rec = self.jobs[job_id]
+        g = rec.graph
+        for a in actions:
+            if isinstance(a, Deploy):
+                ex = a.execution
+                v = g.vertices[ex.vertex_id]
+                self._send(
+                    ex.tm_id,
+                    "deploy",
+                    {
+                        "job_id": job_id,
+                        "exec_id": ex.exec_id,
+                        "vertex_id": ex.vertex_id,
+                        "vertex_name": v["name"],
+                        "subtask": ex.subtask,
+                        "parallelism": v["parallelism"],
+                        "max_parallelism": v["max_parallelism"],
+                        "attempt": ex.attempt,
+                        "payload": rec.payloads[ex.vertex_id],
+                        "inputs": g.inputs_of(ex),
+                        "outputs": g.outputs_of(ex),
+                        "python_path": rec.python_path,
+                        "runtime_mode": g.meta.get("runtime_mode", "STREAMING"),
+                        "config": _task_config(rec.config),
+                        "job_parameters": {k[5:]: v for k, v in rec.config.items() if k.startswith("$job.")},
+                    },
+                )
+            elif isinstance(a, SendConnect):
+                self._send(a.execution.tm_id, "connect", {"job_id": job_id, "exec_id": a.execution.exec_id, "peers": a.peers})
+            elif isinstance(a, Cancel):
+                self._send(a.execution.tm_id, "cancel", {"job_id": job_id, "exec_id": a.execution.exec_id})
+            elif isinstance(a, JobTerminated):
+                self.slots.release(job_id)
+                log.info("job %s (%s) switched to %s", job_id, g.name, a.state)
+
+
+def _task_config(config: dict[str, str]) -> dict[str, Any]:
+    """The few settings a task process needs, already parsed."""
+    from flinkpy.config import parse_duration_ms
+
+    def get(key: str, default: str) -> str:
+        return config.get(key, default)
+
+    return {
+        "buffer_timeout_ms": parse_duration_ms(get("execution.buffer-timeout.interval", "100 ms")),
+        "segment_size": _parse_bytes(get("taskmanager.memory.segment-size", "32 kb")),
+        "credit": int(get("taskmanager.network.memory.buffers-per-channel", "2"))
+        + max(0, int(get("taskmanager.network.memory.floating-buffers-per-gate", "8")) // 4),
+    }
+
+
+def _parse_bytes(text: str) -> int:
+    t = str(text).strip().lower().replace(" ", "")
+    for suffix, mult in (("kb", 1024), ("k", 1024), ("mb", 1 << 20), ("m", 1 << 20), ("b", 1)):
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * mult)
+    return int(t)

@@ -1,0 +1,130 @@
+"""The JobManager process: ``python -m flinkpy.jobmanager.process --home DIR``.
+
+Listens for TaskManagers on an authenticated RPC port and for clients on the REST port, then
+publishes both in ``<home>/jobmanager.json`` (written atomically): the readiness signal that
+``flinkpy cluster start``, the embedded cluster and TaskManagers wait for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from flinkpy.jobmanager.dispatcher import Dispatcher
+from flinkpy.jobmanager.rest import RestServer
+from flinkpy.network import auth
+from flinkpy.network.connection import Connection, accept, listen
+
+log = logging.getLogger("flinkpy.jobmanager")
+
+
+def _serve_taskmanager(dispatcher: Dispatcher, conn: Connection) -> None:
+    tm_id: str | None = None
+    try:
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                break
+            op, body = msg
+            if op == "register":
+                tm_id = body["tm_id"]
+                dispatcher.register_taskmanager(conn, body)
+            elif op == "heartbeat":
+                dispatcher.heartbeat(body["tm_id"])
+            elif op == "task_listening":
+                dispatcher.on_listening(body["job_id"], body["exec_id"], body["host"], body["port"])
+            elif op == "task_state":
+                dispatcher.on_task_state(body["job_id"], body["exec_id"], body["state"], body.get("info"), body.get("tm_id"))
+    except OSError as e:
+        log.warning("connection to TaskManager %s broke: %s", tm_id, e)
+    finally:
+        conn.close()
+        if tm_id is not None:
+            dispatcher.taskmanager_lost(tm_id, f"TaskManager {tm_id} disconnected (process ended or connection lost)")
+
+
+def _accept_loop(listener: Any, secret: bytes, dispatcher: Dispatcher) -> None:
+    while True:
+        try:
+            conn = accept(listener, secret)
+        except auth.AuthenticationFailed as e:
+            log.warning("refused an RPC connection: %s", e)
+            continue
+        except OSError:
+            return
+        threading.Thread(target=_serve_taskmanager, args=(dispatcher, conn), name="tm-conn", daemon=True).start()
+
+
+def _heartbeat_monitor(dispatcher: Dispatcher, interval_s: float) -> None:
+    while True:
+        time.sleep(interval_s)
+        dispatcher.check_heartbeats()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="flinkpy-jobmanager")
+    ap.add_argument("--home", required=True)
+    ap.add_argument("--rest-address", default="127.0.0.1")
+    ap.add_argument("--rest-port", type=int, default=8081)
+    ap.add_argument("--rpc-address", default="127.0.0.1")
+    ap.add_argument("--heartbeat-timeout-ms", type=int, default=50000)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
+    home = Path(args.home)
+    secret_text = (home / "secret").read_text().strip()
+    dispatcher = Dispatcher(heartbeat_timeout_s=args.heartbeat_timeout_ms / 1000.0)
+    try:
+        rest = RestServer(dispatcher, secret_text, args.rest_address, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""))
+    except OSError as e:
+        print(f"flinkpy-jobmanager: cannot bind the REST endpoint {args.rest_address}:{args.rest_port}: {e.strerror}", file=sys.stderr)
+        sys.exit(3)
+    rpc = listen(args.rpc_address, 0)
+    threading.Thread(target=_accept_loop, args=(rpc, secret_text.encode(), dispatcher), name="rpc-accept", daemon=True).start()
+    threading.Thread(target=_heartbeat_monitor, args=(dispatcher, min(5.0, args.heartbeat_timeout_ms / 4000.0)), name="heartbeat-monitor", daemon=True).start()
+    rest.serve_in_background()
+    rest_host, rest_port = rest.address[:2]
+    info = {
+        "pid": os.getpid(),
+        "rest_address": f"http://{rest_host}:{rest_port}",
+        "rest_port": rest_port,
+        "rpc_host": args.rpc_address,
+        "rpc_port": rpc.getsockname()[1],
+    }
+    tmp = home / f".jobmanager.json.{os.getpid()}"
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, home / "jobmanager.json")
+    log.info("JobManager ready: REST %s, RPC %s:%d", info["rest_address"], info["rpc_host"], info["rpc_port"])
+    print(f"JobManager ready. REST address: {info['rest_address']}", file=sys.stderr, flush=True)
+
+    stop = threading.Event()
+
+    def on_term(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    stop.wait()
+    log.info("JobManager stopping")
+    with dispatcher.lock:
+        for tm in list(dispatcher.taskmanagers.values()):
+            try:
+                tm.conn.send("shutdown", None)
+            except OSError:
+                pass
+    try:
+        (home / "jobmanager.json").unlink()
+    except FileNotFoundError:
+        pass
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,335 @@
+"""The JobManager's REST API: JSON over HTTP, the CLI's only door into a cluster.
+
+Every request carries the cluster's token (``Authorization: Bearer ...``): submitting a job means
+running its code, and reading logs means reading its output. Paths and JSON field names follow
+Flink's REST API where Flink has one.
+
+    GET   /overview                       cluster overview
+    GET   /taskmanagers                   registered TaskManagers
+    GET   /taskmanagers/<id>/log|stdout   a TaskManager's log or printed output (?lines=N)
+    GET   /jobmanager/log                 the JobManager's log (?lines=N)
+    GET   /jobs/overview                  all jobs
+    POST  /jobs                           submit (JSON: meta + payloads) -> {"jobid"}
+    GET   /jobs/<id>                      job details with vertices
+    GET   /jobs/<id>/plan                 the job's plan
+    GET   /jobs/<id>/exceptions           root exception and history
+    GET   /jobs/<id>/execution-result     long poll (?timeout=seconds) until the job is terminal
+    PATCH /jobs/<id>?mode=cancel          cancel
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlparse
+
+from flinkpy import __version__
+from flinkpy.errors import ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
+from flinkpy.jobmanager.dispatcher import Dispatcher, now_ms
+
+log = logging.getLogger("flinkpy.rest")
+MAX_BODY = 512 * 1024 * 1024
+
+
+def _tail(path: str, lines: int) -> str:
+    if not path:
+        return ""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:]) + ("\n" if text else "")
+
+
+class RestServer:
+    def __init__(self, dispatcher: Dispatcher, token: str, host: str, port: int, jobmanager_log: str = ""):
+        self.dispatcher = dispatcher
+        self.token = token
+        self.jobmanager_log = jobmanager_log
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, fmt: str, *args: Any) -> None:
+                log.debug("%s %s", self.address_string(), fmt % args)
+
+            def do_GET(self) -> None:
+                server._handle(self, "GET")
+
+            def do_POST(self) -> None:
+                server._handle(self, "POST")
+
+            def do_PATCH(self) -> None:
+                server._handle(self, "PATCH")
+
+            def do_DELETE(self) -> None:
+                server._handle(self, "DELETE")
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.address = self.httpd.server_address
+
+    def serve_in_background(self) -> None:
+        threading.Thread(target=self.httpd.serve_forever, name="rest", daemon=True).start()
+
+    def shutdown(self) -> None:
+        self.httpd.shutdown()
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def _routes(self) -> list[tuple[str, str, Callable[..., Any]]]:
+        return [
+            ("GET", r"/overview", self.overview),
+            ("GET", r"/config", self.config),
+            ("GET", r"/taskmanagers", self.taskmanagers),
+            ("GET", r"/taskmanagers/(?P<tm>[^/]+)/(?P<kind>log|stdout)", self.tm_log),
+            ("GET", r"/jobmanager/log", self.jm_log),
+            ("GET", r"/jobs/overview", self.jobs_overview),
+            ("GET", r"/jobs", self.jobs_overview),
+            ("POST", r"/jobs", self.submit),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})", self.job),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/plan", self.plan),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/exceptions", self.exceptions),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/execution-result", self.execution_result),
+            ("PATCH", r"/jobs/(?P<jid>[0-9a-f]{32})", self.patch_job),
+        ]
+
+    def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        url = urlparse(h.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        try:
+            body = b""
+            length = int(h.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise InvalidProgramError(f"request body of {length} bytes is too large")
+            if length:
+                body = h.rfile.read(length)
+            auth = h.headers.get("Authorization", "")
+            if not hmac.compare_digest(auth.encode(), f"Bearer {self.token}".encode()):
+                self._send(h, 401, {"errors": ["missing or wrong cluster token"], "kind": "Authentication",
+                                    "remedy": "use the token in the cluster's home (FLINKPY_HOME)"})
+                return
+            path = url.path.rstrip("/") or "/"
+            for m, pattern, fn in self._routes():
+                match = re.fullmatch(pattern, path)
+                if match and m == method:
+                    result = fn(query=query, body=body, **match.groupdict())
+                    if isinstance(result, tuple):
+                        status, payload = result
+                    else:
+                        status, payload = 200, result
+                    self._send(h, status, payload)
+                    return
+            if any(re.fullmatch(p, path) for _, p, _ in self._routes()):
+                self._send(h, 405, {"errors": [f"{method} is not allowed on {path}"], "kind": "MethodNotAllowed"})
+            elif re.fullmatch(r"/jobs/[^/]+(/.*)?", path):
+                self._send(h, 404, {"errors": [f"job {path.split('/')[2]} not found"], "kind": "NotFound",
+                                    "remedy": "list jobs with 'flinkpy list -a'"})
+            else:
+                self._send(h, 404, {"errors": [f"no such endpoint: {path}"], "kind": "NotFound"})
+        except FlinkpyError as e:
+            status = 404 if isinstance(e, NotFoundError) else 409 if isinstance(e, ConflictError) else 400
+            self._send(h, status, {"errors": [e.message], "remedy": e.remedy, "kind": type(e).__name__})
+        except Exception as e:  # noqa: BLE001
+            log.exception("REST %s %s failed", method, h.path)
+            self._send(h, 500, {"errors": [f"internal error: {e}"], "kind": "Internal"})
+
+    @staticmethod
+    def _send(h: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+        if isinstance(payload, str):
+            data, ctype = payload.encode(), "text/plain; charset=utf-8"
+        else:
+            data, ctype = json.dumps(payload).encode(), "application/json"
+        try:
+            h.send_response(status)
+            h.send_header("Content-Type", ctype)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def overview(self, **_: Any) -> dict[str, Any]:
+        d = self.dispatcher
+        with d.lock:
+            states = [j.graph.state for j in d.jobs.values()]
+            return {
+                "flinkpy-version": __version__,
+                "taskmanagers": len(d.taskmanagers),
+                "slots-total": d.slots.total,
+                "slots-available": d.slots.available,
+                "jobs-running": sum(s not in ("FINISHED", "FAILED", "CANCELED") for s in states),
+                "jobs-finished": states.count("FINISHED"),
+                "jobs-cancelled": states.count("CANCELED"),
+                "jobs-failed": states.count("FAILED"),
+            }
+
+    def config(self, **_: Any) -> dict[str, Any]:
+        return {"flinkpy-version": __version__, "timezone-name": "UTC"}
+
+    def taskmanagers(self, **_: Any) -> dict[str, Any]:
+        import time
+
+        d = self.dispatcher
+        with d.lock:
+            return {
+                "taskmanagers": [
+                    {
+                        "id": tm.tm_id,
+                        "pid": tm.pid,
+                        "host": tm.host,
+                        "slotsNumber": tm.slots,
+                        "freeSlots": d.slots.free(tm.tm_id),
+                        "timeSinceLastHeartbeat": int((time.monotonic() - tm.last_heartbeat) * 1000),
+                        "logPath": tm.log_path,
+                        "stdoutPath": tm.stdout_path,
+                    }
+                    for tm in d.taskmanagers.values()
+                ]
+            }
+
+    def tm_log(self, query: dict[str, str], tm: str, kind: str, **_: Any) -> str:
+        d = self.dispatcher
+        with d.lock:
+            rec = d.taskmanagers.get(tm)
+        if rec is None:
+            raise NotFoundError(f"TaskManager {tm} is not registered", remedy="see 'flinkpy cluster status' for the ids")
+        return _tail(rec.stdout_path if kind == "stdout" else rec.log_path, int(query.get("lines", 100)))
+
+    def jm_log(self, query: dict[str, str], **_: Any) -> str:
+        return _tail(self.jobmanager_log, int(query.get("lines", 100)))
+
+    def jobs_overview(self, **_: Any) -> dict[str, Any]:
+        d = self.dispatcher
+        with d.lock:
+            return {"jobs": [self._job_summary(jid, rec.graph) for jid, rec in d.jobs.items()]}
+
+    @staticmethod
+    def _job_summary(jid: str, g: Any) -> dict[str, Any]:
+        start = g.timestamps.get("CREATED", 0)
+        end = g.timestamps.get(g.state, -1) if g.is_terminal() else -1
+        return {
+            "jid": jid,
+            "name": g.name,
+            "state": g.state,
+            "start-time": start,
+            "end-time": end,
+            "duration": (end if end > 0 else now_ms()) - start,
+            "last-modification": max(g.timestamps.values()),
+            "tasks": {k.lower(): v for k, v in g.task_counts().items()} | {"total": len(g.executions)},
+        }
+
+    def submit(self, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
+        try:
+            document = json.loads(body)
+        except ValueError as e:
+            raise InvalidProgramError(f"the submitted job graph is not valid JSON: {e}") from e
+        jid = self.dispatcher.submit(document)
+        return 202, {"jobid": jid}
+
+    def job(self, jid: str, **_: Any) -> dict[str, Any]:
+        d = self.dispatcher
+        with d.lock:
+            g = d.job(jid).graph
+            summary = self._job_summary(jid, g)
+            summary.update(
+                {
+                    "now": now_ms(),
+                    "timestamps": dict(g.timestamps),
+                    "vertices": [
+                        {
+                            "id": vid,
+                            "name": v["name"],
+                            "parallelism": v["parallelism"],
+                            "maxParallelism": v["max_parallelism"],
+                            "status": g.vertex_status(vid),
+                            "tasks": g.task_counts(vid),
+                            "metrics": {
+                                "read-records": sum(e.records_in for e in g.executions.values() if e.vertex_id == vid),
+                                "write-records": sum(e.records_out for e in g.executions.values() if e.vertex_id == vid),
+                            },
+                            "subtasks": [
+                                {"subtask": e.subtask, "status": e.state, "attempt": e.attempt, "taskmanager-id": e.tm_id}
+                                for e in g.executions.values()
+                                if e.vertex_id == vid
+                            ],
+                        }
+                        for vid, v in g.vertices.items()
+                    ],
+                    "plan": _plan(g),
+                }
+            )
+            return summary
+
+    def plan(self, jid: str, **_: Any) -> dict[str, Any]:
+        with self.dispatcher.lock:
+            return {"plan": _plan(self.dispatcher.job(jid).graph)}
+
+    def exceptions(self, jid: str, **_: Any) -> dict[str, Any]:
+        with self.dispatcher.lock:
+            g = self.dispatcher.job(jid).graph
+            root = g.root_exception
+            return {
+                "root-exception": root["stacktrace"] if root else None,
+                "timestamp": root["timestamp"] if root else None,
+                "exceptionHistory": {"entries": list(reversed(g.exceptions)), "truncated": False},
+            }
+
+    def execution_result(self, jid: str, query: dict[str, str], **_: Any) -> dict[str, Any]:
+        timeout = min(float(query.get("timeout", 0) or 0), 60.0)
+        g = self.dispatcher.wait_for_terminal(jid, timeout)
+        with self.dispatcher.lock:
+            if not g.is_terminal():
+                return {"status": {"id": "IN_PROGRESS"}}
+            status = {"FINISHED": "SUCCEEDED", "FAILED": "FAILED", "CANCELED": "CANCELED"}[g.state]
+            result: dict[str, Any] = {
+                "id": jid,
+                "application-status": status,
+                "net-runtime": g.timestamps[g.state] - g.timestamps.get("RUNNING", g.timestamps["CREATED"]),
+                "accumulator-results": {},
+            }
+            if g.root_exception:
+                result["failure-cause"] = {
+                    "class": g.root_exception["exceptionName"],
+                    "message": g.root_exception["message"],
+                    "stack-trace": g.root_exception["stacktrace"],
+                    "task": g.root_exception["taskName"],
+                }
+            return {"status": {"id": "COMPLETED"}, "job-execution-result": result}
+
+    def patch_job(self, jid: str, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
+        mode = query.get("mode", "cancel")
+        if mode != "cancel":
+            raise InvalidProgramError(f"unsupported mode {mode!r}", remedy="use mode=cancel")
+        self.dispatcher.cancel(jid)
+        return 202, {}
+
+
+def _plan(g: Any) -> dict[str, Any]:
+    return {
+        "jid": g.job_id,
+        "name": g.name,
+        "nodes": [
+            {
+                "id": vid,
+                "description": v["name"],
+                "parallelism": v["parallelism"],
+                "inputs": [
+                    {"id": e["source"], "ship_strategy": e["partitioner"], "exchange": "pipelined_bounded"}
+                    for e in g.edges
+                    if e["target"] == vid
+                ],
+            }
+            for vid, v in g.vertices.items()
+        ],
+    }

@@ -1,0 +1,226 @@
+"""Data channels between tasks: one TCP connection per (producer subtask, consumer subtask, edge).
+
+The consumer connects to the producer's listener, proves it knows the cluster secret, says which
+edge and subtask it is (HELLO) and announces its initial credit. From then on the producer sends
+DATA frames (a pickled batch of records) only against credit, and control frames (END_OF_PARTITION,
+later barriers and watermarks) regardless of credit. The consumer returns one credit per DATA frame
+it has processed, so the bytes in flight per channel stay bounded.
+
+Closing is a handshake: after END_OF_PARTITION the producer half-closes and waits until the
+consumer closes, so no frame is ever lost to a reset of a connection with unread credit frames.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+import threading
+from typing import Any, Callable
+
+from flinkpy.network import auth
+from flinkpy.network.credit import ReceiverCredit, SenderCredit
+from flinkpy.network.framing import FrameReader, encode, send_frame
+
+HELLO = 1
+DATA = 2
+CREDIT = 3
+END_OF_PARTITION = 4
+BARRIER = 5
+WATERMARK = 6
+
+_U32 = struct.Struct(">I")
+CREDIT_ONE = encode(CREDIT, _U32.pack(1))
+PICKLE_PROTOCOL = 5
+
+
+class ChannelBroken(ConnectionError):
+    """The other side of a data channel went away before the end of the partition."""
+
+
+class OutputChannel:
+    """The producer's end of one channel."""
+
+    def __init__(self, sock: socket.socket, edge_id: int, consumer: int, describe: str):
+        self.sock = sock
+        self.edge_id = edge_id
+        self.consumer = consumer
+        self.describe = describe
+        self.credit = SenderCredit()
+        self.reader = FrameReader(sock, chunk=4096)
+        self.bytes_sent = 0
+        self.buffers_sent = 0
+        #: seconds spent waiting for credit: the backpressure this channel exerted on us
+        self.backpressured_s = 0.0
+
+    def _absorb(self, frames: list[tuple[int, bytes]] | None) -> None:
+        if frames is None:
+            raise ChannelBroken(f"consumer of {self.describe} closed the channel")
+        for kind, payload in frames:
+            if kind == CREDIT:
+                self.credit.grant(_U32.unpack(payload)[0])
+            else:
+                raise ChannelBroken(f"unexpected frame kind {kind} from the consumer of {self.describe}")
+
+    def send_data(self, payload: bytes) -> None:
+        """Send one buffer; blocks (backpressure) until the consumer has credit for it."""
+        if not self.credit.spend():
+            import time
+
+            started = time.monotonic()
+            while not self.credit.spend():
+                self._absorb(self.reader.feed())
+            self.backpressured_s += time.monotonic() - started
+        send_frame(self.sock, DATA, payload)
+        self.bytes_sent += len(payload)
+        self.buffers_sent += 1
+
+    def send_event(self, kind: int, payload: bytes = b"") -> None:
+        """Control frames bypass credit."""
+        send_frame(self.sock, kind, payload)
+
+    def finish(self) -> None:
+        """Send END_OF_PARTITION, then wait for the consumer to close its end."""
+        send_frame(self.sock, END_OF_PARTITION)
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            while self.reader.feed() is not None:
+                pass
+        except (OSError, ChannelBroken):
+            pass
+        finally:
+            self.sock.close()
+
+
+class InputChannel:
+    """The consumer's end of one channel."""
+
+    def __init__(self, sock: socket.socket, edge_id: int, producer: int, initial_credit: int, describe: str):
+        self.sock = sock
+        self.edge_id = edge_id
+        self.producer = producer
+        self.describe = describe
+        self.reader = FrameReader(sock)
+        self.credit = ReceiverCredit(initial_credit)
+        self.finished = False
+        self.bytes_received = 0
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def return_credit(self) -> None:
+        self.credit.on_buffer_processed()
+        self.sock.sendall(CREDIT_ONE)
+
+    def close(self) -> None:
+        self.finished = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def open_input_channel(
+    host: str,
+    port: int,
+    secret: bytes,
+    *,
+    job_id: str,
+    edge_id: int,
+    producer: int,
+    consumer: int,
+    initial_credit: int,
+    describe: str,
+    timeout: float = 10.0,
+) -> InputChannel:
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    auth.connect_handshake(sock, secret, timeout)
+    hello = pickle.dumps({"job_id": job_id, "edge_id": edge_id, "consumer": consumer, "producer": producer})
+    send_frame(sock, HELLO, hello)
+    send_frame(sock, CREDIT, _U32.pack(initial_credit))
+    sock.settimeout(None)
+    return InputChannel(sock, edge_id, producer, initial_credit, describe)
+
+
+class ChannelAcceptor:
+    """Accepts consumers on a task's listener, in a thread, for as long as the task lives.
+
+    Connections that fail the handshake, or that name a channel nobody expects, are closed
+    without a byte of payload read: a stranger cannot disturb the task.
+    """
+
+    def __init__(self, listener: socket.socket, secret: bytes, job_id: str, producer: int, expected: set[tuple[int, int]]):
+        self.listener = listener
+        self.secret = secret
+        self.job_id = job_id
+        self.producer = producer
+        self.expected = set(expected)
+        self.accepted: dict[tuple[int, int], socket.socket] = {}
+        self.rejected = 0
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="channel-acceptor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+            auth.accept_handshake(sock, self.secret)
+            sock.settimeout(10.0)
+            reader = FrameReader(sock, chunk=4096)
+            frame = reader.read_one()
+            if frame is None or frame[0] != HELLO:
+                raise ChannelBroken("no HELLO")
+            hello = pickle.loads(frame[1])  # safe: the peer proved it holds the secret
+            key = (int(hello["edge_id"]), int(hello["consumer"]))
+            if hello.get("job_id") != self.job_id or hello.get("producer") != self.producer:
+                raise ChannelBroken("HELLO for another task")
+            sock.settimeout(None)
+            with self._cv:
+                if key not in self.expected or key in self.accepted:
+                    raise ChannelBroken("unexpected channel")
+                self.accepted[key] = sock
+                self._pending_readers = getattr(self, "_pending_readers", {})
+                self._pending_readers[key] = reader
+                self._cv.notify_all()
+        except (OSError, ChannelBroken, auth.AuthenticationFailed, pickle.UnpicklingError, KeyError, TypeError, ValueError):
+            self.rejected += 1
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def wait_all(self, timeout: float) -> dict[tuple[int, int], tuple[socket.socket, FrameReader]]:
+        with self._cv:
+            if not self._cv.wait_for(lambda: set(self.accepted) >= self.expected, timeout=timeout):
+                missing = sorted(self.expected - set(self.accepted))
+                raise ChannelBroken(f"consumers did not connect in {timeout:.0f}s: missing (edge, subtask) {missing}")
+            readers = getattr(self, "_pending_readers", {})
+            return {k: (s, readers[k]) for k, s in self.accepted.items()}
+
+    def close(self) -> None:
+        try:
+            self.listener.close()
+        except OSError:
+            pass
+
+
+def make_output_channel(sock: socket.socket, reader: FrameReader, edge_id: int, consumer: int, describe: str) -> OutputChannel:
+    ch = OutputChannel(sock, edge_id, consumer, describe)
+    ch.reader = reader  # keeps bytes (the initial credit) read after HELLO
+    ch._absorb(reader.drain_buffered())
+    return ch
+
+
+def dumps_batch(records: list[Any], dumps: Callable[..., bytes] = pickle.dumps) -> bytes:
+    return dumps(records, PICKLE_PROTOCOL)

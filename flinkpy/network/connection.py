@@ -1,0 +1,87 @@
+"""Control connections: authenticated sockets that carry pickled messages.
+
+Used between JobManager and TaskManagers and between a TaskManager and its task processes.
+Messages are tuples ``(op, payload)``; pickling is safe here only because both ends proved they
+hold the cluster secret (``auth``) before the first message. Sending is thread-safe.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+from typing import Any
+
+from flinkpy.network import auth
+from flinkpy.network.framing import FrameReader, send_frame
+
+MESSAGE = 1
+
+
+class Connection:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._reader = FrameReader(sock)
+        self._send_lock = threading.Lock()
+        self.closed = False
+
+    def send(self, op: str, payload: Any = None) -> None:
+        data = pickle.dumps((op, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        with self._send_lock:
+            send_frame(self.sock, MESSAGE, data)
+
+    def recv(self) -> tuple[str, Any] | None:
+        """Block for the next message; ``None`` when the peer closed the connection."""
+        frame = self._reader.read_one()
+        if frame is None:
+            return None
+        return pickle.loads(frame[1])
+
+    @property
+    def buffered(self) -> bool:
+        return self._reader.buffered
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def connect(host: str, port: int, secret: bytes, timeout: float = 5.0) -> Connection:
+    """Open and authenticate a control connection."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        auth.connect_handshake(sock, secret, timeout)
+    except BaseException:
+        sock.close()
+        raise
+    sock.settimeout(None)
+    return Connection(sock)
+
+
+def listen(host: str, port: int = 0, backlog: int = 128) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(backlog)
+    return sock
+
+
+def accept(listener: socket.socket, secret: bytes, timeout: float = 5.0) -> Connection:
+    """Accept one connection and authenticate it; raises AuthenticationFailed (socket closed)."""
+    sock, _ = listener.accept()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        auth.accept_handshake(sock, secret, timeout)
+    except BaseException:
+        sock.close()
+        raise
+    sock.settimeout(None)
+    return Connection(sock)

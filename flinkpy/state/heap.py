@@ -1,0 +1,449 @@
+"""The heap keyed state backend: keyed state in Python dicts, organised by key group.
+
+For each state name the backend keeps a *table* ``{key_group: {key: value}}``. Grouping by key
+group is what makes rescaling possible: a snapshot lists its key groups, and a backend restored
+at another parallelism keeps exactly the groups of its own range.
+
+The engine sets the current key before calling the user function; state objects then read and
+write the entry of that key. Setting the key points every registered state at its table's dict
+for the key's group, so ``ValueState.value()`` is one dict lookup.
+
+>>> from flinkpy.datastream.state import ValueStateDescriptor
+>>> backend = HeapKeyedStateBackend(128, range(0, 128))
+>>> count = backend.get_partitioned_state(ValueStateDescriptor("count"))
+>>> backend.set_current_key("a")
+>>> count.update((count.value() or 0) + 1)
+>>> count.value(), backend.num_keys()
+(1, 1)
+>>> restored = HeapKeyedStateBackend(128, range(0, 128))
+>>> restored.restore([backend.snapshot()])
+>>> restored.set_current_key("a")
+>>> restored.get_partitioned_state(ValueStateDescriptor("count")).value()
+1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from flinkpy.datastream.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
+    ListState,
+    MapState,
+    ReducingState,
+    ReducingStateDescriptor,
+    State,
+    StateDescriptor,
+    ValueState,
+)
+from flinkpy.errors import FlinkpyError, InvalidProgramError
+from flinkpy.state.key_groups import KeyGroupAssigner, check_max_parallelism
+
+SNAPSHOT_VERSION = 1
+KINDS = ("value", "list", "map", "reducing", "aggregating")
+
+#: A table of one state: key group -> {key: value}.
+Table = dict[int, dict[Any, Any]]
+
+
+class _NoCurrentKey(dict):
+    """Stands in for the current key group's dict before a key is set.
+
+    Every access raises, so the hot path needs no "is a key set?" check.
+    """
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise FlinkpyError(
+            "keyed state was accessed without a current key",
+            remedy="use keyed state only in functions applied after key_by(), while "
+            "processing a record or a timer",
+        )
+
+    get = __getitem__ = __setitem__ = __delitem__ = __contains__ = pop = setdefault = _fail
+
+
+_NO_KEY_MAP = _NoCurrentKey()
+_NO_KEY: Any = object()
+
+
+class _HeapState:
+    """Shared plumbing of the heap state objects: the table and the current key's dict."""
+
+    __slots__ = ("name", "table", "_map", "_key")
+
+    def __init__(self, name: str, table: Table) -> None:
+        self.name = name
+        self.table = table
+        self._map: dict[Any, Any] = _NO_KEY_MAP
+        self._key: Any = _NO_KEY
+
+    def _bind(self, key: Any, key_group: int) -> None:
+        m = self.table.get(key_group)
+        if m is None:
+            m = self.table[key_group] = {}
+        self._map = m
+        self._key = key
+
+    def _unbind(self) -> None:
+        self._map = _NO_KEY_MAP
+        self._key = _NO_KEY
+
+    def clear(self) -> None:
+        self._map.pop(self._key, None)
+
+
+class HeapValueState(_HeapState, ValueState):
+    __slots__ = ()
+
+    def value(self) -> Any:
+        return self._map.get(self._key)
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self._map.pop(self._key, None)
+        else:
+            self._map[self._key] = value
+
+
+class HeapListState(_HeapState, ListState):
+    __slots__ = ()
+
+    def get(self) -> list[Any]:
+        # A copy: the caller may iterate while adding, and snapshots must not see later adds.
+        stored = self._map.get(self._key)
+        return list(stored) if stored else []
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"cannot add None to list state {self.name!r}")
+        stored = self._map.get(self._key)
+        if stored is None:
+            self._map[self._key] = [value]
+        else:
+            stored.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if not values:
+            return
+        if any(v is None for v in values):
+            raise ValueError(f"cannot add None to list state {self.name!r}")
+        stored = self._map.get(self._key)
+        if stored is None:
+            self._map[self._key] = values
+        else:
+            stored.extend(values)
+
+    def update(self, values: Iterable[Any]) -> None:
+        values = list(values) if values is not None else []
+        if not values:
+            self._map.pop(self._key, None)
+            return
+        if any(v is None for v in values):
+            raise ValueError(f"cannot add None to list state {self.name!r}")
+        self._map[self._key] = values
+
+
+class HeapMapState(_HeapState, MapState):
+    __slots__ = ()
+
+    def _user_map(self) -> dict[Any, Any]:
+        return self._map.get(self._key) or {}
+
+    def get(self, key: Any) -> Any:
+        stored = self._map.get(self._key)
+        return None if stored is None else stored.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        stored = self._map.get(self._key)
+        if stored is None:
+            self._map[self._key] = {key: value}
+        else:
+            stored[key] = value
+
+    def put_all(self, dict_value: Mapping[Any, Any]) -> None:
+        if not dict_value:
+            return
+        stored = self._map.get(self._key)
+        if stored is None:
+            self._map[self._key] = dict(dict_value)
+        else:
+            stored.update(dict_value)
+
+    def remove(self, key: Any) -> None:
+        stored = self._map.get(self._key)
+        if stored is not None:
+            stored.pop(key, None)
+            if not stored:  # an empty map is no state: the key disappears
+                del self._map[self._key]
+
+    def contains(self, key: Any) -> bool:
+        stored = self._map.get(self._key)
+        return stored is not None and key in stored
+
+    def keys(self) -> Iterable[Any]:
+        return list(self._user_map().keys())
+
+    def values(self) -> Iterable[Any]:
+        return list(self._user_map().values())
+
+    def items(self) -> Iterable[tuple[Any, Any]]:
+        return list(self._user_map().items())
+
+    def is_empty(self) -> bool:
+        return not self._map.get(self._key)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._user_map()))
+
+
+class HeapReducingState(_HeapState, ReducingState):
+    __slots__ = ("_reduce",)
+
+    def __init__(self, name: str, table: Table, descriptor: ReducingStateDescriptor) -> None:
+        super().__init__(name, table)
+        self._reduce = descriptor.reduce
+
+    def get(self) -> Any:
+        return self._map.get(self._key)
+
+    def add(self, value: Any) -> None:
+        m, k = self._map, self._key
+        current = m.get(k)
+        m[k] = value if current is None else self._reduce(current, value)
+
+
+class HeapAggregatingState(_HeapState, AggregatingState):
+    __slots__ = ("_agg",)
+
+    def __init__(self, name: str, table: Table, descriptor: AggregatingStateDescriptor) -> None:
+        super().__init__(name, table)
+        self._agg = descriptor.agg_function
+
+    def get(self) -> Any:
+        m = self._map
+        if self._key not in m:
+            return None
+        return self._agg.get_result(m[self._key])
+
+    def add(self, value: Any) -> None:
+        m, k = self._map, self._key
+        acc = m[k] if k in m else self._agg.create_accumulator()
+        m[k] = self._agg.add(value, acc)
+
+
+_STATE_CLASSES: dict[str, type[_HeapState]] = {
+    "value": HeapValueState,
+    "list": HeapListState,
+    "map": HeapMapState,
+    "reducing": HeapReducingState,
+    "aggregating": HeapAggregatingState,
+}
+
+
+class HeapKeyedStateBackend:
+    """Keyed state of one subtask: the key groups in ``key_group_range`` of ``max_parallelism``.
+
+    Not thread-safe: the task's processing thread owns it. ``snapshot()`` copies the tables'
+    containers (and the lists and maps of list and map state), so records may be processed
+    while the copy is written out; values of value, reducing and aggregating state are shared,
+    so user code must not mutate a value in place after ``update()`` if it relies on
+    asynchronous snapshots — pickle the snapshot before processing the next record to be safe.
+    """
+
+    def __init__(self, max_parallelism: int, key_group_range: range) -> None:
+        check_max_parallelism(max_parallelism)
+        if key_group_range.step != 1 or not (
+            0 <= key_group_range.start <= key_group_range.stop <= max_parallelism
+        ):
+            raise FlinkpyError(
+                f"key group range {key_group_range} is not a contiguous range inside "
+                f"0..{max_parallelism - 1}"
+            )
+        self.max_parallelism = max_parallelism
+        self.key_group_range = key_group_range
+        self._assign = KeyGroupAssigner(max_parallelism)
+        self._tables: dict[str, Table] = {}
+        self._kinds: dict[str, str] = {}
+        self._states: dict[str, _HeapState] = {}
+        self._bound: list[_HeapState] = []
+        self._current_key: Any = _NO_KEY
+        self._current_group: int | None = None
+
+    # -- current key --------------------------------------------------------------------
+    def set_current_key(self, key: Any) -> None:
+        """Make ``key`` the key that state reads and writes refer to.
+
+        Raises if the key's group does not belong to this backend: the record was routed to
+        the wrong subtask, which means the key's hash is not stable across processes.
+        """
+        key_group = self._assign(key)
+        if key_group not in self.key_group_range:
+            raise FlinkpyError(
+                f"key {key!r} belongs to key group {key_group}, which is outside this "
+                f"subtask's key group range {self.key_group_range.start}.."
+                f"{self.key_group_range.stop - 1} (max parallelism {self.max_parallelism})",
+                remedy="the key must hash identically in every process: use str, bytes, int, "
+                "tuples or Rows of them, or objects that pickle deterministically",
+            )
+        self.set_current_key_and_group(key, key_group)
+
+    def set_current_key_and_group(self, key: Any, key_group: int) -> None:
+        """Fast path for callers that already know the key group (it is not checked)."""
+        self._current_key = key
+        self._current_group = key_group
+        for state in self._bound:
+            state._bind(key, key_group)
+
+    def clear_current_key(self) -> None:
+        """Forget the current key: further state access raises until a key is set."""
+        self._current_key = _NO_KEY
+        self._current_group = None
+        for state in self._bound:
+            state._unbind()
+
+    @property
+    def current_key(self) -> Any:
+        if self._current_key is _NO_KEY:
+            raise FlinkpyError(
+                "there is no current key",
+                remedy="keyed state and get_current_key() are only available while a "
+                "keyed function processes a record or timer",
+            )
+        return self._current_key
+
+    @property
+    def current_key_group(self) -> int | None:
+        return self._current_group
+
+    # -- states -------------------------------------------------------------------------
+    def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
+        """The state object for ``descriptor``: the same object for the same name."""
+        name = descriptor.name
+        kind = descriptor.kind
+        if kind not in _STATE_CLASSES:
+            raise InvalidProgramError(
+                f"{type(descriptor).__name__} {name!r} is not a keyed state descriptor "
+                f"this backend supports (kinds: {', '.join(KINDS)})"
+            )
+        known = self._kinds.get(name)
+        if known is not None and known != kind:
+            raise InvalidProgramError(
+                f"state {name!r} is already registered as {known} state and cannot be "
+                f"registered again as {kind} state",
+                remedy="give each state of an operator its own name; to change a state's kind "
+                "in a savepoint-restored job, use a new name",
+            )
+        state = self._states.get(name)
+        if state is not None:
+            return state  # type: ignore[return-value]
+        table = self.table(name)
+        self._kinds[name] = kind
+        cls = _STATE_CLASSES[kind]
+        if kind in ("reducing", "aggregating"):
+            state = cls(name, table, descriptor)  # type: ignore[call-arg]
+        else:
+            state = cls(name, table)
+        if self._current_key is not _NO_KEY:
+            state._bind(self._current_key, self._current_group)  # type: ignore[arg-type]
+        self._states[name] = state
+        self._bound.append(state)
+        return state  # type: ignore[return-value]
+
+    def table(self, state_name: str) -> Table:
+        """The raw table of ``state_name`` (key group -> {key: value}), for engine fast paths."""
+        t = self._tables.get(state_name)
+        if t is None:
+            t = self._tables[state_name] = {}
+        return t
+
+    def state_names(self) -> list[str]:
+        return list(self._tables)
+
+    def num_keys(self) -> int:
+        """The number of distinct keys that have any state."""
+        keys: set[Any] = set()
+        for t in self._tables.values():
+            for m in t.values():
+                keys.update(m)
+        return len(keys)
+
+    def num_entries(self) -> int:
+        """The number of (state, key) entries, a cheap size measure."""
+        return sum(len(m) for t in self._tables.values() for m in t.values())
+
+    # -- snapshots ----------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """A picklable copy of all state, by key group; empty key groups are left out.
+
+        ``{"version": 1, "states": {name: {"kind": ..., "key_groups": {kg: {key: value}}}}}``
+        """
+        states: dict[str, Any] = {}
+        for name, t in self._tables.items():
+            kind = self._kinds.get(name, "value")
+            copy_value = _COPY_VALUE.get(kind)
+            groups: dict[int, dict[Any, Any]] = {}
+            for kg, m in t.items():
+                if not m:
+                    continue
+                if copy_value is None:
+                    groups[kg] = dict(m)
+                else:
+                    groups[kg] = {k: copy_value(v) for k, v in m.items()}
+            states[name] = {"kind": kind, "key_groups": groups}
+        return {"version": SNAPSHOT_VERSION, "states": states}
+
+    def restore(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
+        """Load snapshots, keeping only key groups in this backend's range.
+
+        Several snapshots are merged: restoring at a new parallelism passes the snapshots of
+        every old subtask whose range overlaps this one.
+        """
+        for snap in snapshots:
+            version = snap.get("version")
+            if version != SNAPSHOT_VERSION:
+                raise FlinkpyError(
+                    f"keyed state snapshot has version {version!r}; this flinkpy reads "
+                    f"version {SNAPSHOT_VERSION}",
+                    remedy="restore with the flinkpy version that wrote the snapshot",
+                )
+            for name, entry in snap["states"].items():
+                kind = entry["kind"]
+                if kind not in _STATE_CLASSES:
+                    raise FlinkpyError(f"keyed state {name!r} in snapshot has unknown kind {kind!r}")
+                known = self._kinds.get(name)
+                if known is not None and known != kind:
+                    raise InvalidProgramError(
+                        f"state {name!r} is {kind} state in the snapshot but {known} state "
+                        f"in this job",
+                        remedy="keep the state's kind, or give the new state another name",
+                    )
+                self._kinds[name] = kind
+                t = self.table(name)
+                copy_value = _COPY_VALUE.get(kind)
+                for kg, m in entry["key_groups"].items():
+                    kg = int(kg)
+                    if kg not in self.key_group_range or not m:
+                        continue
+                    target = t.get(kg)
+                    if target is None:
+                        target = t[kg] = {}
+                    if copy_value is None:
+                        target.update(m)
+                    else:
+                        target.update({k: copy_value(v) for k, v in m.items()})
+        # Re-point bound states at their (possibly new) key group dicts.
+        if self._current_key is not _NO_KEY:
+            self.set_current_key_and_group(self._current_key, self._current_group)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        r = self.key_group_range
+        return (
+            f"HeapKeyedStateBackend(max_parallelism={self.max_parallelism}, "
+            f"key_groups={r.start}..{r.stop - 1}, states={sorted(self._tables)})"
+        )
+
+
+_COPY_VALUE = {"list": list, "map": dict}

@@ -1,0 +1,1 @@
+"""The task process: input channels, the operator chain, record writers."""

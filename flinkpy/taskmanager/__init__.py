@@ -1,0 +1,1 @@
+"""The TaskManager: slots, and one supervised subprocess per task."""

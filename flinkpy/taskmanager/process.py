@@ -1,0 +1,276 @@
+"""The TaskManager process: offers slots to the JobManager and runs each task in a subprocess.
+
+It registers with the JobManager over an authenticated control connection, heartbeats, and for
+every deployed task starts ``python -m flinkpy.task.process`` with a socketpair as the task's
+control channel. It forwards the task's reports (listening, running, finished, failed) and
+reports the final state only once the task process has exited, so a FINISHED task has released
+everything. A task process that dies without a report — SIGKILL, segfault, out of memory — is
+reported FAILED with its exit status, at once (its control socket closes).
+
+When the JobManager connection closes the TaskManager kills its tasks and exits: no orphans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flinkpy.network.connection import Connection, connect
+
+log = logging.getLogger("flinkpy.taskmanager")
+
+
+@dataclass
+class TaskHandle:
+    job_id: str
+    exec_id: str
+    proc: subprocess.Popen
+    ctrl: Connection
+    final: tuple[str, Any] | None = None
+    cancel_requested: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class TaskManager:
+    def __init__(self, tm_id: str, slots: int, home: Path, jm_host: str, jm_port: int, secret: bytes, host: str, heartbeat_s: float):
+        self.tm_id = tm_id
+        self.slots = slots
+        self.home = home
+        self.secret = secret
+        self.host = host
+        self.heartbeat_s = heartbeat_s
+        self.jm = connect(jm_host, jm_port, secret, timeout=10.0)
+        self.tasks: dict[str, TaskHandle] = {}
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def register(self, log_path: str, stdout_path: str) -> None:
+        self.jm.send(
+            "register",
+            {
+                "tm_id": self.tm_id,
+                "pid": os.getpid(),
+                "host": self.host,
+                "slots": self.slots,
+                "log_path": log_path,
+                "stdout_path": stdout_path,
+            },
+        )
+
+    def serve(self) -> None:
+        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+        while True:
+            try:
+                msg = self.jm.recv()
+            except OSError:
+                msg = None
+            if msg is None:
+                log.info("JobManager connection closed; stopping TaskManager %s", self.tm_id)
+                self.shutdown()
+                return
+            op, body = msg
+            try:
+                if op == "deploy":
+                    self.deploy(body)
+                elif op == "connect":
+                    self._to_task(body["exec_id"], "connect", body)
+                elif op == "cancel":
+                    self.cancel(body["exec_id"])
+                elif op == "registered":
+                    log.info("registered at the JobManager as %s with %d slots", self.tm_id, self.slots)
+                    print(f"TaskManager {self.tm_id} registered", file=sys.stderr, flush=True)
+                elif op == "shutdown":
+                    self.shutdown()
+                    return
+            except Exception:  # noqa: BLE001 - one bad message must not kill the TaskManager
+                log.exception("handling %s failed", op)
+
+    def _heartbeat(self) -> None:
+        while not self.stopping:
+            try:
+                with self.lock:
+                    running = len(self.tasks)
+                self.jm.send("heartbeat", {"tm_id": self.tm_id, "tasks": running})
+            except OSError:
+                return
+            time.sleep(self.heartbeat_s)
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def deploy(self, tdd: dict[str, Any]) -> None:
+        exec_id = tdd["exec_id"]
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        env.pop("PYTHONSTARTUP", None)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flinkpy.task.process", str(child.fileno()), str(os.getpid())],
+            pass_fds=(child.fileno(),),
+            env=env,
+            close_fds=True,
+        )
+        child.close()
+        ctrl = Connection(parent)
+        handle = TaskHandle(tdd["job_id"], exec_id, proc, ctrl)
+        with self.lock:
+            self.tasks[exec_id] = handle
+        tdd = dict(tdd, secret=self.secret, host=self.host)
+        ctrl.send("deploy", tdd)
+        threading.Thread(target=self._supervise, args=(handle,), name=f"task-{exec_id}", daemon=True).start()
+        log.info("deployed %s (pid %d)", exec_id, proc.pid)
+
+    def _report(self, handle: TaskHandle, state: str, info: Any = None) -> None:
+        try:
+            self.jm.send("task_state", {"job_id": handle.job_id, "exec_id": handle.exec_id, "state": state, "info": info, "tm_id": self.tm_id})
+        except OSError:
+            pass
+
+    def _supervise(self, handle: TaskHandle) -> None:
+        while True:
+            try:
+                msg = handle.ctrl.recv()
+            except OSError:
+                msg = None
+            if msg is None:
+                break
+            op, body = msg
+            if op == "listening":
+                self.jm.send("task_listening", {"job_id": handle.job_id, "exec_id": handle.exec_id, **body})
+            elif op == "running":
+                self._report(handle, "RUNNING")
+            elif op == "finished":
+                handle.final = ("FINISHED", body)
+            elif op == "failed":
+                handle.final = ("FAILED", body)
+        code = handle.proc.wait()
+        handle.ctrl.close()
+        with self.lock:
+            self.tasks.pop(handle.exec_id, None)
+        if handle.final is not None and handle.final[0] == "FINISHED" and code == 0:
+            self._report(handle, "FINISHED", handle.final[1])
+        elif handle.final is not None and handle.final[0] == "FAILED":
+            self._report(handle, "FAILED", handle.final[1])
+        elif handle.cancel_requested:
+            self._report(handle, "CANCELED")
+        else:
+            how = f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+            self._report(
+                handle,
+                "FAILED",
+                {
+                    "exception": "flinkpy.TaskProcessExited",
+                    "message": f"the task process (pid {handle.proc.pid}) {how} on TaskManager {self.tm_id}",
+                    "stacktrace": f"TaskProcessExited: the task process (pid {handle.proc.pid}) {how}\n",
+                },
+            )
+
+    def _to_task(self, exec_id: str, op: str, body: Any) -> None:
+        with self.lock:
+            handle = self.tasks.get(exec_id)
+        if handle is not None:
+            try:
+                handle.ctrl.send(op, body)
+            except OSError:
+                pass
+
+    def cancel(self, exec_id: str) -> None:
+        with self.lock:
+            handle = self.tasks.get(exec_id)
+        if handle is None:
+            return
+        handle.cancel_requested = True
+        _terminate(handle.proc)
+
+    def shutdown(self) -> None:
+        self.stopping = True
+        with self.lock:
+            handles = list(self.tasks.values())
+        for h in handles:
+            h.cancel_requested = True
+            _terminate(h.proc)
+
+
+def _terminate(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
+    """SIGTERM, then SIGKILL after a grace period, without blocking the caller."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+    except ProcessLookupError:
+        return
+
+    def reaper() -> None:
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    threading.Thread(target=reaper, daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="flinkpy-taskmanager")
+    ap.add_argument("--home", required=True)
+    ap.add_argument("--id", required=True)
+    ap.add_argument("--slots", type=int, default=1)
+    ap.add_argument("--jobmanager", help="HOST:PORT of the JobManager's RPC endpoint (default: read from the home)")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--heartbeat-interval-ms", type=int, default=10000)
+    args = ap.parse_args(argv)
+    home = Path(args.home)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
+    secret = (home / "secret").read_text().strip().encode()
+    if args.jobmanager:
+        jm_host, jm_port = args.jobmanager.rsplit(":", 1)
+    else:
+        info = _wait_for_jobmanager(home)
+        jm_host, jm_port = info["rpc_host"], info["rpc_port"]
+    tm = TaskManager(args.id, args.slots, home, jm_host, int(jm_port), secret, args.host, args.heartbeat_interval_ms / 1000.0)
+
+    def on_term(signum: int, frame: Any) -> None:
+        tm.shutdown()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with tm.lock:
+                if not tm.tasks:
+                    break
+            time.sleep(0.02)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tm.register(os.environ.get("FLINKPY_LOG_FILE", ""), os.environ.get("FLINKPY_STDOUT_FILE", ""))
+    tm.serve()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with tm.lock:
+            if not tm.tasks:
+                break
+        time.sleep(0.02)
+    os._exit(0)
+
+
+def _wait_for_jobmanager(home: Path, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The JobManager publishes its endpoints in the home once it is listening."""
+    path = home / "jobmanager.json"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            time.sleep(0.01)
+    raise SystemExit(f"no JobManager published its address in {path} within {timeout_s:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

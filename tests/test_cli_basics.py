@@ -1,0 +1,113 @@
+"""The CLI's contract with scripts: exit codes, one-line errors, JSON on stdout, no tracebacks.
+
+Every test runs the real console entry point in a subprocess with an empty FLINKPY_HOME; no
+cluster is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flinkpy.errors import ExitCode
+
+
+def flinkpy(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLINKPY_")}
+    environ.update({"FLINKPY_HOME": str(home), "NO_COLOR": "1"}, **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "commands.main", *args],
+        capture_output=True, text=True, env=environ, stdin=subprocess.DEVNULL, timeout=60,
+    )
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flinkpy: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_help(home: Path) -> None:
+    result = flinkpy(home, "--help")
+    assert result.returncode == 0
+    for verb in ("run", "info", "list", "cancel", "job", "cluster"):
+        assert verb in result.stdout
+
+
+def test_list_without_cluster_exits_3(home: Path) -> None:
+    line = assert_one_line_error(flinkpy(home, "list"), ExitCode.UNREACHABLE)
+    assert "no cluster is running" in line and "flinkpy cluster start" in line
+
+
+def test_list_json_error_document(home: Path) -> None:
+    result = flinkpy(home, "list", "--json")
+    assert result.returncode == ExitCode.UNREACHABLE
+    doc = json.loads(result.stdout)
+    assert doc["error"]["exit_code"] == ExitCode.UNREACHABLE
+    assert doc["error"]["message"] and doc["error"]["remedy"] and doc["error"]["kind"]
+
+
+def test_refused_address_exits_3(home: Path) -> None:
+    line = assert_one_line_error(flinkpy(home, "list", "-m", "127.0.0.1:1"), ExitCode.UNREACHABLE)
+    assert "127.0.0.1:1" in line
+
+
+def test_bad_flag_value_exits_2(home: Path) -> None:
+    line = assert_one_line_error(flinkpy(home, "cluster", "start", "--slots", "zero"), ExitCode.USAGE)
+    assert "--slots" in line
+
+
+def test_unknown_flag_exits_2(home: Path) -> None:
+    assert_one_line_error(flinkpy(home, "list", "--bogus"), ExitCode.USAGE)
+
+
+def test_run_missing_file_exits_4(home: Path) -> None:
+    line = assert_one_line_error(flinkpy(home, "run", str(home / "missing.py")), ExitCode.NOT_FOUND)
+    assert "missing.py" in line
+
+
+def test_run_syntax_error_exits_7_naming_file_and_line(home: Path) -> None:
+    job = home / "broken.py"
+    job.write_text("from flinkpy.datastream import StreamExecutionEnvironment\n\ndef oops(:\n    pass\n")
+    line = assert_one_line_error(flinkpy(home, "run", str(job)), ExitCode.INVALID_PROGRAM)
+    assert "broken.py" in line and "3" in line
+
+
+def test_debug_shows_traceback(home: Path) -> None:
+    result = flinkpy(home, "--debug", "run", str(home / "missing.py"))
+    assert result.returncode == ExitCode.NOT_FOUND
+    assert "Traceback" in result.stderr
+
+
+def test_bad_dynamic_property_exits_8(home: Path) -> None:
+    job = home / "job.py"
+    job.write_text("raise SystemExit('must not run')\n")
+    line = assert_one_line_error(flinkpy(home, "run", "-D", "parallelism.defualt=2", str(job)), ExitCode.CONFIGURATION)
+    assert "parallelism.default" in line
+
+
+def test_bad_config_file_exits_8_with_json(home: Path) -> None:
+    (home / "flinkpy.yaml").write_text("rest.port: lots\n")
+    result = flinkpy(home, "cluster", "start", "--json")
+    assert result.returncode == ExitCode.CONFIGURATION
+    assert json.loads(result.stdout)["error"]["kind"] == "Configuration"
+    assert "rest.port" in result.stderr and str(home / "flinkpy.yaml") in result.stderr
+
+
+def test_bad_env_config_exits_8(home: Path) -> None:
+    result = flinkpy(home, "cluster", "start", env={"FLINKPY_TASKMANAGER_NUMBEROFTASKSLOTS": "-1"})
+    assert_one_line_error(result, ExitCode.CONFIGURATION)
