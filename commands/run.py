@@ -73,9 +73,10 @@ def run(
         parallelism=parallelism,
         detached=detached,
         overrides=overrides,
+        job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
+        on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
     )
     for sub in submitted:
-        status(f"Job has been submitted with JobID {sub.job_id}")
         if not detached and sub.state == "FINISHED":
             status(f"Job with JobID {sub.job_id} has finished.")
             if sub.net_runtime_ms is not None:

@@ -218,7 +218,7 @@ def _launch(
     try:
         # TaskManagers start while the JobManager boots; they wait for jobmanager.json themselves
         for i in range(taskmanagers):
-            tm_id = f"tm-{i + 1}" if not detach else f"tm-{i + 1}-{secrets.token_hex(2)}"
+            tm_id = f"tm-{i + 1}"
             log_path = home.log_dir / f"taskmanager-{tm_id}.log"
             out_path = home.log_dir / f"taskmanager-{tm_id}.out"
             out_file: Any = tm_stdout

@@ -30,6 +30,7 @@ class Execution:
     timestamps: dict[str, int] = field(default_factory=dict)
     records_in: int = 0
     records_out: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exec_id(self) -> str:
@@ -177,6 +178,7 @@ class ExecutionGraph:
         if isinstance(info, dict):
             ex.records_in = int(info.get("records_in", ex.records_in) or 0)
             ex.records_out = int(info.get("records_out", ex.records_out) or 0)
+            ex.metrics.update({k: v for k, v in info.items() if k.endswith("_ms")})
         actions: list[Action] = []
         if state == "FAILED":
             entry = {

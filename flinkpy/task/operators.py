@@ -211,24 +211,38 @@ class KeyedReduceOperator(KeyedOperator):
         super().open(runtime_context)
         self._f = _method(self.fn, "reduce")
         self._table = self.backend.table(self.STATE)
+        self._group_of_key: dict[Any, dict] = {}
 
     def process(self, batch: list) -> None:
-        f, key, assign, table = self._f, self.key, self.assign, self._table
+        f, key, table = self._f, self.key, self._table
+        groups = self._group_of_key
         out: list | None = None if self.batch_mode else []
+        append = out.append if out is not None else None
         missing = _MISSING
         for r in batch:
             k = key(r)
-            kg = assign(k)
-            d = table.get(kg)
+            d = groups.get(k)
             if d is None:
-                d = table[kg] = {}
+                d = self._group_dict(k)
             old = d.get(k, missing)
             new = r if old is missing else f(old, r)
             d[k] = new
-            if out is not None:
-                out.append(new)
+            if append is not None:
+                append(new)
         if out:
             self.output(out)
+
+    def _group_dict(self, key: Any) -> dict:
+        """The state dict of ``key``'s key group, memoised per key: the hot loop then costs one
+        dict lookup to find a key's state instead of hashing the key into its group again."""
+        kg = self.assign(key)
+        d = self._table.get(kg)
+        if d is None:
+            d = self._table[kg] = {}
+        if len(self._group_of_key) >= 1_000_000:
+            self._group_of_key.clear()
+        self._group_of_key[key] = d
+        return d
 
     def end_input(self) -> None:
         if self.batch_mode:

@@ -56,6 +56,8 @@ class Task:
         self.writers: dict[int, Any] = {}
         self.acceptor: net.ChannelAcceptor | None = None
         self.records_in = 0
+        self.idle_s = 0.0
+        self.started = time.monotonic()
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -156,6 +158,7 @@ class Task:
             emitters = {edge: w.emit for edge, w in self.writers.items()}
             chain = OperatorChain(payload, emitters, tdd=t, backend_factory=backend)
             chain.open()
+            self.started = time.monotonic()
             self.ctrl.send("running", None)
             if chain.source is not None:
                 self._run_source(chain)
@@ -166,7 +169,7 @@ class Task:
                 w.finish()
             chain.close()
             sys.stdout.flush()
-            self.ctrl.send("finished", {"records_in": self.records_in, "records_out": self._records_out()})
+            self.ctrl.send("finished", self._metrics())
             return 0
         except BaseException as e:  # noqa: BLE001 - everything is reported, then the process ends
             self._report_failure(e)
@@ -174,6 +177,23 @@ class Task:
 
     def _records_out(self) -> int:
         return sum(w.records_out for w in self.writers.values())
+
+    def _metrics(self) -> dict[str, Any]:
+        """Flink's task metrics, totals over the task's life (ms): busy, idle, back-pressured."""
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        wall_ms = (time.monotonic() - self.started) * 1000
+        backpressured_ms = sum(ch.backpressured_s for w in self.writers.values() for ch in w.channels) * 1000
+        return {
+            "records_in": self.records_in,
+            "records_out": self._records_out(),
+            "wall_ms": round(wall_ms, 1),
+            "cpu_ms": round((ru.ru_utime + ru.ru_stime) * 1000, 1),
+            "idle_ms": round(self.idle_s * 1000, 1),
+            "backpressured_ms": round(backpressured_ms, 1),
+            "busy_ms": round(max(0.0, wall_ms - self.idle_s * 1000 - backpressured_ms), 1),
+        }
 
     def _flush_due(self, now: float) -> None:
         for w in self.writers.values():
@@ -215,7 +235,9 @@ class Task:
         writers = list(self.writers.values())
         while open_channels:
             pending = any(w.oldest is not None for w in writers)
+            waited = monotonic()
             events = sel.select(timeout_s if pending else None)
+            self.idle_s += monotonic() - waited
             for key, _ in events:
                 ch: net.InputChannel = key.data
                 frames = ch.reader.feed()

@@ -1,0 +1,227 @@
+"""The project's benchmark: ``python -m flinkpy.benchmark [--quick] [--json] [--runs N]``.
+
+Workloads (as in ../shared/PEERS.md):
+
+- W1: word count over 2,000,000 words (200,000 lines of 10 words, Zipf vocabulary of 10,000
+  words, seed 42): lines -> flat_map split -> map (word, 1) -> key_by word -> reduce -> sink.
+- W2: even/odd running sums over 1..5,000,000: numbers -> key_by parity -> reduce -> sink.
+
+Each runs on flinkpy at parallelism 1 and 2 on one embedded cluster (real JobManager,
+TaskManager and task processes), and, in the same run, as a plain single-process Python loop
+that calls the same user functions (flat_map, map, key selector, reduce) with no engine in
+between. It prints records/s and the ratio flinkpy / loop: ratios, because absolute times on a
+shared machine are not stable. The engine's time is the job's net runtime as the JobManager
+measures it (RUNNING to FINISHED: task start-up included, cluster start-up not). It also
+measures the wall time from ``flinkpy run examples/word_count.py`` to the job's first output.
+This is a measurement tool, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from itertools import accumulate
+from pathlib import Path
+from typing import Any, Callable
+
+SEED = 42
+
+
+# -- the user functions, shared by the job and the loop ----------------------------------------
+
+
+def split(line: str) -> list[str]:
+    return line.split()
+
+
+def to_pair(word: str) -> tuple[str, int]:
+    return (word, 1)
+
+
+def word_key(pair: tuple[str, int]) -> str:
+    return pair[0]
+
+
+def add_counts(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
+    return (a[0], a[1] + b[1])
+
+
+def parity(n: int) -> int:
+    return n % 2
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+# -- data ------------------------------------------------------------------------------------
+
+
+def make_lines(n_lines: int, words_per_line: int = 10, vocabulary: int = 10_000, seed: int = SEED) -> list[str]:
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(vocabulary)]
+    cum = list(accumulate(1.0 / (k + 1) for k in range(vocabulary)))
+    words = rng.choices(vocab, cum_weights=cum, k=n_lines * words_per_line)
+    return [" ".join(words[i : i + words_per_line]) for i in range(0, len(words), words_per_line)]
+
+
+# -- the loops -------------------------------------------------------------------------------
+
+
+def loop_w1(lines: list[str]) -> tuple[int, float]:
+    started = time.perf_counter()
+    counts: dict[str, Any] = {}
+    n = 0
+    for line in lines:
+        for w in split(line):
+            rec = to_pair(w)
+            k = word_key(rec)
+            old = counts.get(k)
+            counts[k] = rec if old is None else add_counts(old, rec)
+            n += 1
+    return n, time.perf_counter() - started
+
+
+def loop_w2(count: int) -> tuple[int, float]:
+    started = time.perf_counter()
+    sums: dict[int, int] = {}
+    for x in range(1, count + 1):
+        k = parity(x)
+        old = sums.get(k)
+        sums[k] = x if old is None else add(old, x)
+    return count, time.perf_counter() - started
+
+
+# -- the jobs --------------------------------------------------------------------------------
+
+
+def job_w1(env: Any, paths: list[str]) -> None:
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.connectors.print_sink import DiscardingSink
+    from flinkpy.datastream.connectors.file_system import FileSource, StreamFormat
+
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), *paths).build()
+    (
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
+        .flat_map(split)
+        .map(to_pair)
+        .key_by(word_key)
+        .reduce(add_counts)
+        .sink_to(DiscardingSink())
+    )
+
+
+def job_w2(env: Any, count: int) -> None:
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.connectors.print_sink import DiscardingSink
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    (
+        env.from_source(NumberSequenceSource(1, count), WatermarkStrategy.no_watermarks(), "numbers")
+        .key_by(parity)
+        .reduce(add)
+        .sink_to(DiscardingSink())
+    )
+
+
+def run_job(address: str, token: str, build: Callable[[Any], None], parallelism: int, name: str) -> float:
+    """Submit one job to the cluster and return its net runtime in seconds."""
+    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)])) as ctx:
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(parallelism)
+        build(env)
+        result = env.execute(name)
+    return result.get_net_runtime() / 1000.0
+
+
+def first_output_latency() -> float:
+    """Wall time from starting `flinkpy run examples/word_count.py` to its first printed line."""
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ)
+    env.pop("FLINKPY_JOBMANAGER", None)
+    with tempfile.TemporaryDirectory() as home:
+        env["FLINKPY_HOME"] = home
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "commands.main", "run", str(root / "examples" / "word_count.py")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=str(root),
+        )
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        latency = time.perf_counter() - started
+        proc.stdout.read()
+        proc.wait()
+    return latency
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flinkpy.benchmark", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    ap.add_argument("--only", choices=["w1", "w2"], help="run one workload only")
+    args = ap.parse_args(argv)
+
+    scale = 10 if args.quick else 1
+    n_lines, w2_count = 200_000 // scale, 5_000_000 // scale
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    from flinkpy.cluster import EmbeddedCluster
+
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "runs": args.runs, "quick": args.quick, "workloads": {}}
+    log(f"generating W1 data ({n_lines} lines, seed {SEED}) ...")
+    lines = make_lines(n_lines)
+    n_words = sum(len(line.split()) for line in lines)
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster(slots=2, job_stdout=subprocess.DEVNULL) as cluster:
+        paths = []
+        for part in range(2):
+            p = Path(tmp) / f"words-{part}.txt"
+            p.write_text("\n".join(lines[part::2]) + "\n")
+            paths.append(str(p))
+        address, token = cluster.rest_address, cluster.token()
+        workloads = {
+            "w1": (n_words, lambda: loop_w1(lines)[1], lambda env: job_w1(env, paths), "words/s"),
+            "w2": (w2_count, lambda: loop_w2(w2_count)[1], lambda env: job_w2(env, w2_count), "ints/s"),
+        }
+        for name, (n, loop, build, unit) in workloads.items():
+            if args.only and args.only != name:
+                continue
+            log(f"{name}: loop ...")
+            loop_s = statistics.median(loop() for _ in range(args.runs))
+            entry: dict[str, Any] = {"records": n, "unit": unit, "loop_rate": n / loop_s}
+            for p in (1, 2):
+                log(f"{name}: flinkpy p={p} ...")
+                secs = statistics.median(run_job(address, token, build, p, f"bench-{name}-p{p}") for _ in range(args.runs))
+                entry[f"p{p}_rate"] = n / secs
+                entry[f"p{p}_ratio"] = (n / secs) / entry["loop_rate"]
+            results["workloads"][name] = entry
+    log("first output of `flinkpy run examples/word_count.py` ...")
+    results["first_output_s"] = statistics.median(first_output_latency() for _ in range(args.runs))
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"flinkpy benchmark, {results['date']}, median of {args.runs} run(s){' (quick)' if args.quick else ''}")
+    print(f"{'workload':10} {'loop':>12} {'flinkpy p1':>12} {'ratio':>6} {'flinkpy p2':>12} {'ratio':>6}")
+    for name, e in results["workloads"].items():
+        print(
+            f"{name:10} {e['loop_rate'] / 1e3:>10.0f} k {e['p1_rate'] / 1e3:>10.0f} k {e['p1_ratio']:>6.2f} "
+            f"{e['p2_rate'] / 1e3:>10.0f} k {e['p2_ratio']:>6.2f}   ({e['unit']})"
+        )
+    print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

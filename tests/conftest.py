@@ -1,0 +1,138 @@
+"""Shared test kit: real processes on loopback port 0, polls with deadlines, leak checks.
+
+- ``wait_for(predicate, timeout)``: the one place tests poll; it fails with a message when the
+  deadline passes (never a bare sleep to "let things settle").
+- ``flinkpy_home``: a fresh cluster home per test, exported as FLINKPY_HOME.
+- ``cluster``: a background cluster (2 TaskManagers x 2 slots) started through the CLI's own
+  ``start_cluster`` and stopped afterwards, with a check that no process of it is left behind.
+- ``cli(*args)``: runs the ``flinkpy`` command as a subprocess (the way operators run it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, message: str = "") -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {message or predicate!r} (last value: {last!r})")
+
+
+def flinkpy_processes() -> list[psutil.Process]:
+    """Every flinkpy JobManager/TaskManager/task process on this machine."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info.get("cmdline") or [])
+        if "flinkpy.jobmanager.process" in cmd or "flinkpy.taskmanager.process" in cmd or "flinkpy.task.process" in cmd:
+            found.append(p)
+    return found
+
+
+def descendants_of_home(home: Path) -> list[psutil.Process]:
+    out = []
+    for p in flinkpy_processes():
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if str(home) in cmd:
+            out.append(p)
+            try:
+                out += p.children(recursive=True)
+            except psutil.Error:
+                pass
+    return out
+
+
+@pytest.fixture
+def flinkpy_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("FLINKPY_HOME", str(home))
+    monkeypatch.delenv("FLINKPY_JOBMANAGER", raising=False)
+    return home
+
+
+@pytest.fixture
+def cluster(flinkpy_home: Path):
+    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
+
+    home = ClusterHome(flinkpy_home)
+    info = start_cluster(home, taskmanagers=2, slots=2, rest_port=0)
+    pids = [info.jobmanager_pid] + [tm.pid for tm in info.taskmanagers]
+    try:
+        yield info
+    finally:
+        tree = []
+        for pid in pids:
+            try:
+                root = psutil.Process(pid)
+                tree += [root, *root.children(recursive=True)]
+            except psutil.Error:
+                pass
+        stop_cluster(home, timeout_s=10)
+        gone, alive = psutil.wait_procs(tree, timeout=10)
+        assert not alive, f"processes left behind after cluster stop: {alive}"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "commands.main", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL if input is None else None,
+        input=input,
+    )
+
+
+@pytest.fixture
+def cli() -> Callable[..., subprocess.CompletedProcess]:
+    return run_cli
+
+
+def cli_json(*args: str, **kw: Any) -> Any:
+    res = run_cli(*args, "--json", **kw) if "--" not in args else run_cli(*args, **kw)
+    assert res.returncode == 0, f"flinkpy {' '.join(args)} exited {res.returncode}: {res.stderr}"
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_processes():
+    """Every test must leave no engine process behind (embedded clusters included)."""
+    before = {p.pid for p in flinkpy_processes()}
+    yield
+    def leaked() -> list[psutil.Process]:
+        return [p for p in flinkpy_processes() if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    poll = 0.05
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and leaked():
+        time.sleep(poll)
+    left = leaked()
+    for p in left:
+        p.kill()
+    assert not left, f"test leaked engine processes: {[(p.pid, p.cmdline()) for p in left]}"
