@@ -93,10 +93,16 @@ def run(
     if not detached:
         for sub in submitted:
             if sub.state == "FAILED":
+                cause = sub.failure or {}
+                where = f" in {cause['task']}" if cause.get("task") else ""
+                why = f": {cause.get('class', 'Exception')}: {cause.get('message', '')}".rstrip(": ") if cause else ""
                 raise JobExecutionError(
-                    f"job {sub.job_id} ({sub.name}) failed",
+                    f"job {sub.job_id} ({sub.name}) failed{where}{why}",
+                    details=cause.get("stack-trace"),
                     job_id=sub.job_id,
-                    remedy=f"see why with 'flinkpy job exceptions {sub.job_id}'",
+                    remedy="the task's traceback is printed above"
+                    if sub.embedded
+                    else f"see the traceback with 'flinkpy job exceptions {sub.job_id}'",
                 )
             if sub.state == "CANCELED":
                 raise JobCanceledError(f"job {sub.job_id} ({sub.name}) was cancelled", remedy="run it again if that was not intended")

@@ -145,6 +145,31 @@ def _spawn(cmd: list[str], log_path: Path, stdout: "IO[Any] | int | None", *, de
         log.close()
 
 
+def _wait_gone(procs: "list[Any]", timeout_s: float) -> "list[Any]":
+    """Wait until each process has ended; returns those still alive at the deadline.
+
+    A zombie counts as ended: once its parent is gone it waits for init to reap it, which can
+    take seconds in a container, and it holds nothing but its pid.
+    """
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    pending = list(procs)
+    while pending:
+        still = []
+        for p in pending:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    still.append(p)
+            except psutil.Error:
+                pass
+        pending = still
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    return pending
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -341,13 +366,13 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
             os.kill(p.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    _, alive = psutil.wait_procs(tree, timeout=timeout_s)
+    alive = _wait_gone(tree, timeout_s)
     for p in alive:
         try:
             p.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=5)
+    _wait_gone(alive, 5)
     for name in ("cluster.json", "jobmanager.json"):
         try:
             (home.path / name).unlink()
@@ -416,7 +441,7 @@ class EmbeddedCluster:
         for p in reversed(self._procs):  # TaskManagers first, then the JobManager
             if p.poll() is None:
                 p.terminate()
-        _, alive = psutil.wait_procs(tree, timeout=10)
+        alive = _wait_gone(tree, 10)
         for p in alive:
             try:
                 p.kill()

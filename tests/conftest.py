@@ -38,11 +38,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
 
 
 def flinkpy_processes() -> list[psutil.Process]:
-    """Every flinkpy JobManager/TaskManager/task process on this machine."""
+    """Every flinkpy JobManager/TaskManager/launcher/task process on this machine."""
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info.get("cmdline") or [])
-        if "flinkpy.jobmanager.process" in cmd or "flinkpy.taskmanager.process" in cmd or "flinkpy.task.process" in cmd:
+        # task processes are forked by the zygote and carry its command line
+        if any(m in cmd for m in ("flinkpy.jobmanager.process", "flinkpy.taskmanager.process", "flinkpy.task.process", "flinkpy.taskmanager.zygote")):
             found.append(p)
     return found
 

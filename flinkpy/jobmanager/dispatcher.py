@@ -143,11 +143,11 @@ class Dispatcher:
             self._perform(job_id, rec.graph.cancel(now_ms()))
             self.changed.notify_all()
 
-    def on_listening(self, job_id: str, exec_id: str, host: str, port: int | None) -> None:
+    def on_listening(self, job_id: str, exec_id: str, host: str, port: int | None, pid: int | None = None) -> None:
         with self.lock:
             rec = self.jobs.get(job_id)
             if rec is not None:
-                self._perform(job_id, rec.graph.on_listening(exec_id, host, port, now_ms()))
+                self._perform(job_id, rec.graph.on_listening(exec_id, host, port, now_ms(), pid))
 
     def on_task_state(self, job_id: str, exec_id: str, state: str, info: Any, tm_id: str | None) -> None:
         with self.lock:

@@ -31,6 +31,8 @@ class Execution:
     records_in: int = 0
     records_out: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: the task process's pid, as its TaskManager reported it (for operators and fault injection)
+    pid: int | None = None
 
     @property
     def exec_id(self) -> str:
@@ -157,11 +159,12 @@ class ExecutionGraph:
             actions.append(Deploy(ex))
         return actions
 
-    def on_listening(self, exec_id: str, host: str, port: int | None, now_ms: int) -> list[Action]:
+    def on_listening(self, exec_id: str, host: str, port: int | None, now_ms: int, pid: int | None = None) -> list[Action]:
         ex = self.by_exec_id(exec_id)
         if ex is None or ex.state != "DEPLOYING":
             return []
         ex.address = (host, port)
+        ex.pid = pid
         ex.state = "INITIALIZING"
         ex.timestamps["INITIALIZING"] = now_ms
         if self.state != "RUNNING" or any(e.address is None for e in self.executions.values()):

@@ -40,7 +40,7 @@ def _serve_taskmanager(dispatcher: Dispatcher, conn: Connection) -> None:
             elif op == "heartbeat":
                 dispatcher.heartbeat(body["tm_id"])
             elif op == "task_listening":
-                dispatcher.on_listening(body["job_id"], body["exec_id"], body["host"], body["port"])
+                dispatcher.on_listening(body["job_id"], body["exec_id"], body["host"], body["port"], body.get("pid"))
             elif op == "task_state":
                 dispatcher.on_task_state(body["job_id"], body["exec_id"], body["state"], body.get("info"), body.get("tm_id"))
     except OSError as e:

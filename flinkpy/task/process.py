@@ -1,7 +1,8 @@
 """The task process: one parallel subtask of one operator chain, in its own OS process.
 
-Started by its TaskManager as ``python -m flinkpy.task.process FD PARENT_PID`` with one end of a
-socketpair as its control connection. The life of a task:
+Forked by its TaskManager's launcher (flinkpy.taskmanager.zygote), or started as
+``python -m flinkpy.task.process FD PARENT_PID``, with one end of a socketpair as its control
+connection. The life of a task:
 
 1. receive the deployment descriptor; unpickle the chain (the only place user code is loaded);
 2. open a listener for the consumers of its outputs and report the port (``listening``);
@@ -35,7 +36,8 @@ from flinkpy.network.connection import Connection, listen
 SOURCE_BATCH = 1024
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL us when our parent dies; exit now if it already has."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         PR_SET_PDEATHSIG = 1
@@ -76,7 +78,7 @@ class Task:
             listener = listen(self.tdd["host"], 0)
             port = listener.getsockname()[1]
             self.acceptor = net.ChannelAcceptor(listener, self.secret, self.tdd["job_id"], self.tdd["subtask"], expected)
-        self.ctrl.send("listening", {"host": self.tdd["host"], "port": port})
+        self.ctrl.send("listening", {"host": self.tdd["host"], "port": port, "pid": os.getpid()})
 
     def _connect_inputs(self, peers: dict[str, Any]) -> None:
         credit = int(self.tdd["config"].get("credit", 4))
@@ -283,15 +285,21 @@ class Task:
             pass
 
 
-def main() -> None:
-    fd, parent = int(sys.argv[1]), int(sys.argv[2])
-    _die_with_parent(parent)
+def run_task(fd: int) -> int:
+    """Run the task whose control socket is ``fd``; returns the process exit code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the client; the TaskManager cancels us
     ctrl = Connection(socket.socket(fileno=fd))
     msg = ctrl.recv()
     if msg is None or msg[0] != "deploy":
-        os._exit(2)
-    code = Task(msg[1], ctrl).run()
+        return 2
+    return Task(msg[1], ctrl).run()
+
+
+def main() -> None:
+    """Entry point when started as its own interpreter (the zygote forks tasks instead)."""
+    fd, parent = int(sys.argv[1]), int(sys.argv[2])
+    die_with_parent(parent)
+    code = run_task(fd)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,0 +1,133 @@
+"""The task launcher: a single-threaded process that forks task processes on request.
+
+Starting a task with ``python -m ...`` costs ~100 ms of interpreter start and imports, per task,
+and on a restart (recovery) every task pays it again. The zygote pays it once: it imports the
+engine's modules (never user code) and then forks one child per task, which starts in a few
+milliseconds with everything loaded. It is single-threaded, so forking it is safe (forking the
+multi-threaded TaskManager would not be).
+
+Protocol on a SOCK_SEQPACKET socketpair with the TaskManager (one message per packet, JSON):
+- TaskManager -> zygote: ``{"spawn": token}`` carrying the task's control socket as SCM_RIGHTS;
+- zygote -> TaskManager: ``{"spawned": token, "pid": pid}`` and ``{"exited": pid, "code": code}``
+  (a negative code is the signal that ended it, as subprocess reports it).
+
+The zygote dies with the TaskManager (parent-death signal), and each task with the zygote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+PRELOAD = (
+    "cloudpickle",
+    "flinkpy.task.process",
+    "flinkpy.task.chain",
+    "flinkpy.task.record_writer",
+    "flinkpy.state.heap",
+    "flinkpy.datastream",
+    "flinkpy.common",
+    "flinkpy.connectors.file_source",
+    "flinkpy.connectors.file_sink",
+    "flinkpy.connectors.number_sequence",
+    "flinkpy.connectors.collection",
+    "flinkpy.connectors.print_sink",
+)
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a connector's optional dependency: the task imports it if it needs it
+            pass
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        os._exit(0)  # the TaskManager is gone
+
+
+def serve(sock: socket.socket) -> None:
+    from flinkpy.task.process import die_with_parent, run_task
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    me = os.getpid()
+    while True:
+        try:
+            readable, _, _ = select.select([sock, wake_r], [], [])
+        except InterruptedError:
+            readable = [wake_r]
+        if wake_r in readable:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+        while True:  # reap every child that ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            _send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        if sock not in readable:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 65536, 1)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            os._exit(0)
+        request = json.loads(data)
+        if not fds:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            # the child: forget the zygote's plumbing, become the task
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.close(wake_r)
+            os.close(wake_w)
+            sock.close()
+            code = 1
+            try:
+                die_with_parent(me)
+                code = run_task(fds[0])
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        os.close(fds[0])
+        _send(sock, {"spawned": request["spawn"], "pid": pid})
+
+
+def main() -> None:
+    fd, parent = int(sys.argv[1]), int(sys.argv[2])
+    from flinkpy.task.process import die_with_parent
+
+    die_with_parent(parent)
+    sock = socket.socket(fileno=fd)
+    _preload()
+    _send(sock, {"ready": os.getpid()})
+    serve(sock)
+
+
+if __name__ == "__main__":
+    main()
