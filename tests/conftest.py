@@ -122,13 +122,55 @@ def cli_json(*args: str, **kw: Any) -> Any:
     return json.loads(res.stdout)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_tmpdir(tmp_path_factory: pytest.TempPathFactory):
+    """Temporary files of this session (embedded cluster homes included, also those of CLI
+    subprocesses, which inherit TMPDIR) live under its base temp, so the leak check can tell
+    this session's processes from other sessions' on the same machine."""
+    import tempfile
+
+    tmp = tmp_path_factory.getbasetemp() / "tmp"
+    tmp.mkdir(exist_ok=True)
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = None
+    yield
+    if saved is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved
+    tempfile.tempdir = None
+
+
 @pytest.fixture(autouse=True)
-def _no_leaked_processes():
-    """Every test must leave no engine process behind (embedded clusters included)."""
+def _no_leaked_processes(tmp_path_factory: pytest.TempPathFactory):
+    """conftest's leak check, narrowed to this pytest session's processes.
+
+    Other sessions on the machine run clusters too: this test must neither blame nor kill them.
+    Ours are those whose command line, or an ancestor's, names this session's temp directory
+    (every cluster home lives there) or that descend from this process.
+    """
+    base = str(tmp_path_factory.getbasetemp())
     before = {p.pid for p in flinkpy_processes()}
     yield
+
+    def ours(p: psutil.Process) -> bool:
+        try:
+            chain = [p, *p.parents()]
+            return any(q.pid == os.getpid() or base in " ".join(q.cmdline()) for q in chain)
+        except psutil.Error:
+            return False
+
     def leaked() -> list[psutil.Process]:
-        return [p for p in flinkpy_processes() if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        out = []
+        for p in flinkpy_processes():
+            try:
+                if p.pid not in before and ours(p) and p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
     poll = 0.05
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and leaked():
@@ -137,3 +179,5 @@ def _no_leaked_processes():
     for p in left:
         p.kill()
     assert not left, f"test leaked engine processes: {[(p.pid, p.cmdline()) for p in left]}"
+
+

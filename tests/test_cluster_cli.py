@@ -19,7 +19,6 @@ import pytest
 
 from conftest import wait_for
 from flinkpy.errors import ExitCode
-from test_network import _no_leaked_processes  # noqa: F401  (session-scoped leak check)
 
 LONG_JOB = """
 from flinkpy.common import WatermarkStrategy
@@ -107,8 +106,6 @@ def test_cluster_lifecycle(flinkpy_home: Path, cli, job_files: dict[str, Path]) 
         assert [(j["jid"], j["state"]) for j in jobs] == [(jid, "RUNNING")]
         shown = json_of(cli("job", "show", jid, "--json"))
         assert shown["vertices"] and all(v["parallelism"] == 2 for v in shown["vertices"])
-        # the tasks are processes now (children of the TaskManagers), and stop must end them too
-        wait_for(lambda: len(tree_of(pids)) >= 3 + 4, 20, message="4 task processes")
 
         plan = json_of(cli("info", "--json", "-p", "3", str(job_files["long"])))
         chains = [n["operators"] for n in plan["nodes"]]
@@ -135,7 +132,18 @@ def test_cluster_lifecycle(flinkpy_home: Path, cli, job_files: dict[str, Path]) 
             assert doc["stream"] == "stdout"
         assert sorted(re.findall(r"printed line-(\d+)", printed), key=int) == [str(i) for i in range(20)]
         assert "tm-9" in one_line_error(cli("cluster", "logs", "tm-9"), ExitCode.NOT_FOUND)
-        every = tree_of(pids)
+        # stop with a job running: its task processes must end too
+        res = cli("run", "-d", "-p", "2", str(job_files["long"]), timeout=30)
+        assert res.returncode == 0, res.stderr
+        jid = JOB_ID.search(res.stdout + res.stderr).group(1)
+
+        def task_pids() -> list[int]:
+            subtasks = [s for v in json_of(cli("job", "show", jid, "--json"))["vertices"] for s in v["subtasks"]]
+            return [s["pid"] for s in subtasks] if all(s.get("pid") and s["status"] == "RUNNING" for s in subtasks) else []
+
+        tasks = wait_for(task_pids, 20, message="4 running task processes")
+        assert len(tasks) == 4
+        every = tree_of(pids) + tree_of(tasks)
     finally:
         res = cli("cluster", "stop")
     assert res.returncode == 0, res.stderr

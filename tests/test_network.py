@@ -31,44 +31,6 @@ SEED = int(os.environ.get("FLINKPY_TEST_SEED", "0")) or random.randrange(1, 2**3
 print(f"test_network seed: {SEED} (rerun with FLINKPY_TEST_SEED={SEED})")
 
 
-@pytest.fixture(autouse=True)
-def _no_leaked_processes(tmp_path_factory: pytest.TempPathFactory):
-    """conftest's leak check, narrowed to this pytest session's processes.
-
-    Other sessions on the machine run clusters too: this test must neither blame nor kill them.
-    Ours are those whose command line, or an ancestor's, names this session's temp directory
-    (every cluster home lives there) or that descend from this process.
-    """
-    base = str(tmp_path_factory.getbasetemp())
-    before = {p.pid for p in flinkpy_processes()}
-    yield
-
-    def ours(p: psutil.Process) -> bool:
-        try:
-            chain = [p, *p.parents()]
-            return any(q.pid == os.getpid() or base in " ".join(q.cmdline()) for q in chain)
-        except psutil.Error:
-            return False
-
-    def leaked() -> list[psutil.Process]:
-        out = []
-        for p in flinkpy_processes():
-            try:
-                if p.pid not in before and ours(p) and p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except psutil.Error:
-                pass
-        return out
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and leaked():
-        time.sleep(0.05)
-    left = leaked()
-    for p in left:
-        p.kill()
-    assert not left, f"test leaked engine processes: {[(p.pid, p.cmdline()) for p in left]}"
-
-
 @pytest.fixture
 def pair():
     a, b = socket.socketpair()
@@ -390,17 +352,16 @@ def assert_refused(port: int, marker: Path) -> None:
     assert not marker.exists(), "a stranger's pickle was loaded before authentication"
 
 
-def task_listener_ports(jm_pid: int, home: Path) -> list[int]:
+def task_listener_ports(job: dict) -> list[int]:
+    """The TCP ports the job's task processes listen on (the REST API names their pids)."""
     ports = []
-    for p in flinkpy_processes():
-        try:
-            if "flinkpy.task.process" not in " ".join(p.cmdline()):
+    for v in job["vertices"]:
+        for sub in v["subtasks"]:
+            try:
+                conns = psutil.Process(sub["pid"]).net_connections(kind="tcp")
+            except (psutil.Error, TypeError, ValueError):
                 continue
-            if jm_pid not in [q.pid for q in p.parents()] and not any(str(home) in " ".join(q.cmdline()) for q in p.parents()):
-                continue
-            ports += [c.laddr.port for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
-        except psutil.Error:
-            continue
+            ports += [c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN]
     return ports
 
 
@@ -433,7 +394,7 @@ def test_strangers_cannot_make_the_cluster_unpickle(cluster, flinkpy_home: Path,
     assert res.returncode == 0, res.stderr
     long_id = wait_for(lambda: next((j["jid"] for j in rest.jobs_overview() if j["state"] == "RUNNING"), None), 30, message="the long job running")
     wait_for(lambda: rest.job(long_id)["tasks"]["running"] == 4, 30, message="all tasks of the long job running")
-    ports = wait_for(lambda: task_listener_ports(cluster.jobmanager_pid, flinkpy_home), 10, message="a task listener")
+    ports = wait_for(lambda: task_listener_ports(rest.job(long_id)), 10, message="a task listener")
     for port in ports:
         assert_refused(port, marker)
 

@@ -21,7 +21,7 @@ from typing import Any
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.jobmanager.rest import RestServer
 from flinkpy.network import auth
-from flinkpy.network.connection import Connection, accept, listen
+from flinkpy.network.connection import Connection, handshake, listen
 
 log = logging.getLogger("flinkpy.jobmanager")
 
@@ -52,15 +52,23 @@ def _serve_taskmanager(dispatcher: Dispatcher, conn: Connection) -> None:
 
 
 def _accept_loop(listener: Any, secret: bytes, dispatcher: Dispatcher) -> None:
+    """Accept TaskManagers; each handshake runs in its own thread, so a silent or hostile
+    client cannot hold up the registration of real TaskManagers."""
     while True:
         try:
-            conn = accept(listener, secret)
-        except auth.AuthenticationFailed as e:
-            log.warning("refused an RPC connection: %s", e)
-            continue
+            sock, _ = listener.accept()
         except OSError:
             return
-        threading.Thread(target=_serve_taskmanager, args=(dispatcher, conn), name="tm-conn", daemon=True).start()
+        threading.Thread(target=_authenticate_and_serve, args=(sock, secret, dispatcher), name="tm-conn", daemon=True).start()
+
+
+def _authenticate_and_serve(sock: Any, secret: bytes, dispatcher: Dispatcher) -> None:
+    try:
+        conn = handshake(sock, secret)
+    except auth.AuthenticationFailed as e:
+        log.warning("refused an RPC connection: %s", e)
+        return
+    _serve_taskmanager(dispatcher, conn)
 
 
 def _heartbeat_monitor(dispatcher: Dispatcher, interval_s: float) -> None:

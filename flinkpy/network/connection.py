@@ -77,6 +77,11 @@ def listen(host: str, port: int = 0, backlog: int = 128) -> socket.socket:
 def accept(listener: socket.socket, secret: bytes, timeout: float = 5.0) -> Connection:
     """Accept one connection and authenticate it; raises AuthenticationFailed (socket closed)."""
     sock, _ = listener.accept()
+    return handshake(sock, secret, timeout)
+
+
+def handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0) -> Connection:
+    """Authenticate an accepted socket; raises AuthenticationFailed (socket closed)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         auth.accept_handshake(sock, secret, timeout)

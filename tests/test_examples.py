@@ -1,0 +1,132 @@
+"""Every program in examples/ runs, the way its docstring says to run it, and prints the right thing.
+
+Expected outputs are computed here from the examples' inputs (their TEXT, a generated file, the
+closed formula of a sum), never copied from a previous run.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import random
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, ROOT
+
+PREFIX = re.compile(r"^(?:\d+> )?(.*)$")
+
+
+def run_example(name: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def printed_records(stdout: str) -> list:
+    """The records a job printed, without the print sink's ``N> `` subtask prefixes."""
+    return [ast.literal_eval(PREFIX.match(line).group(1)) for line in stdout.splitlines() if line.strip()]
+
+
+def last_per_key(records: list[tuple]) -> dict:
+    final: dict = {}
+    for key, value in records:
+        final[key] = value
+    return final
+
+
+def example_text() -> list[str]:
+    spec = importlib.util.spec_from_file_location("word_count_example", EXAMPLES / "word_count.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines TEXT; runs nothing (the job is behind __main__)
+    return module.TEXT
+
+
+def expected_running_counts(words: list[str]) -> Counter:
+    """Every (word, running count) that a running count over ``words`` emits."""
+    seen: Counter = Counter()
+    out: Counter = Counter()
+    for w in words:
+        seen[w] += 1
+        out[(w, seen[w])] += 1
+    return out
+
+
+def test_every_example_has_a_test():
+    tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py"}
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
+
+
+@pytest.mark.timeout(60)
+def test_word_count_with_python_prints_running_counts(flinkpy_home):
+    res = run_example("word_count.py")
+    assert res.returncode == 0, res.stderr
+    words = [w for line in example_text() for w in line.split()]
+    records = printed_records(res.stdout)
+    assert Counter(records) == expected_running_counts(words)
+    assert last_per_key(records) == dict(Counter(words))
+
+
+@pytest.mark.timeout(60)
+def test_word_count_with_flinkpy_run_announces_the_embedded_cluster(flinkpy_home, cli):
+    res = cli("run", "examples/word_count.py")
+    assert res.returncode == 0, res.stderr
+    assert "starting an embedded local cluster" in res.stderr
+    assert re.search(r"Job has been submitted with JobID [0-9a-f]{32}", res.stderr)
+    assert re.search(r"Job with JobID [0-9a-f]{32} has finished", res.stderr)
+    words = [w for line in example_text() for w in line.split()]
+    # stdout carries the job's prints and nothing else
+    records = printed_records(res.stdout)
+    assert Counter(records) == expected_running_counts(words)
+
+
+@pytest.mark.timeout(60)
+def test_word_count_from_a_file_into_part_files(flinkpy_home, tmp_path: Path):
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    vocabulary = [f"word{i}" for i in range(40)] + ["Ünïcode", "a-b", "x'y"]
+    lines = [" ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 12))) for _ in range(400)]
+    source = tmp_path / "words.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    res = run_example("word_count.py", "--input", str(source), "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert files and all(p.name.startswith("prefix-") and p.name.endswith(".ext") for p in files), files
+    records = [ast.literal_eval(line) for p in files for line in p.read_text(encoding="utf-8").splitlines()]
+    # BATCH mode: one final count per word, nothing else
+    assert sorted(records) == sorted(Counter(w for line in lines for w in line.split()).items())
+
+
+@pytest.mark.timeout(60)
+def test_even_odd_sum_final_sums_match_the_closed_formula(flinkpy_home):
+    n = 2001
+    res = run_example("even_odd_sum.py", "--count", str(n))
+    assert res.returncode == 0, res.stderr
+    records = printed_records(res.stdout)
+    evens, odds = n // 2, (n + 1) // 2
+    assert last_per_key(records) == {"even": evens * (evens + 1), "odd": odds * odds}
+    assert len(records) == n  # STREAMING: one running sum per input number
+
+
+@pytest.mark.timeout(60)
+def test_max_two_sources_prints_the_maxima(flinkpy_home):
+    res = run_example("max_two_sources.py")
+    assert res.returncode == 0, res.stderr
+    records = printed_records(res.stdout)
+    assert last_per_key(records) == {"even": 98, "odd": 99}
+    for parity in ("even", "odd"):
+        values = [v for k, v in records if k == parity]
+        assert values == sorted(set(values)), "a maximum is printed only when it grows"
+        assert all((v % 2 == 0) == (parity == "even") for v in values)
