@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -82,6 +84,49 @@ def test_user_exception_fails_execute_with_the_users_traceback():
     assert "Traceback (most recent call last)" in err.details
     assert "in explode_on_77" in err.details and 'raise ValueError(f"record {n} is cursed")' in err.details
     assert err.details.rstrip().endswith("ValueError: record 77 is cursed")
+
+
+CONSUMED_FAILING_JOB = '''
+import json
+from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.errors import JobExecutionError
+
+
+def explode_on_7(n):
+    if n == 7:
+        raise ValueError(f"record {n} is cursed")
+    return n
+
+
+for attempt in range(RUNS):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(4)
+    exploding = env.from_collection(list(range(10))).map(explode_on_7).name("exploding map")
+    for _ in range(3):  # 12 consumers that see the failing producer go away
+        exploding.broadcast().add_sink(lambda x: None)
+    try:
+        env.execute("cursed with consumers")
+    except JobExecutionError as e:
+        print(json.dumps({"message": e.message, "details": e.details or ""}), flush=True)
+'''
+
+
+@pytest.mark.timeout(60)
+def test_root_cause_is_the_users_exception_not_its_consumers_broken_channels(tmp_path: Path):
+    """When the failing task has network consumers, they fail too (their producer's channel
+    closes). The job's cause must still be the user's exception, the first failure, not one of
+    its consequences. Which report reaches the JobManager first is a race, so the job runs a
+    few times; each run must name the user's exception. The job runs as a user runs it, as a
+    script (its functions travel by value)."""
+    runs = 4
+    job = tmp_path / "consumed.py"
+    job.write_text(CONSUMED_FAILING_JOB.replace("RUNS", str(runs)))
+    res = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    causes = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(causes) == runs, res.stdout
+    wrong = [c["message"] for c in causes if "record 7 is cursed" not in c["message"] or "in explode_on_7" not in c["details"]]
+    assert not wrong, f"{len(wrong)} of {runs} runs blamed a consequence instead of the user's exception: {wrong}"
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -42,7 +42,9 @@ def collect_into(stream):
 
 
 def key_of(n: int):
-    """A mix of int and str keys."""
+    """A mix of int, str and tuple keys."""
+    if n % 3 == 0:
+        return (n % 5, f"t{n % 2}")
     return n % 23 if n % 2 else f"key-{n % 31}"
 
 

@@ -39,6 +39,14 @@ class Execution:
         return f"{self.vertex_id}_{self.subtask}_{self.attempt}"
 
 
+#: failures that are the consequence of another task's failure, never its cause
+CONSEQUENCES = ("ChannelBroken", "ConnectionResetError", "BrokenPipeError", "FrameError")
+
+
+def _is_consequence(entry: dict[str, Any] | None) -> bool:
+    return entry is not None and str(entry.get("exceptionName", "")).rsplit(".", 1)[-1] in CONSEQUENCES
+
+
 @dataclass(frozen=True)
 class Deploy:
     execution: Execution
@@ -198,6 +206,9 @@ class ExecutionGraph:
                 self.root_exception = entry
                 self._transition("FAILING", now_ms)
                 actions += self._cancel_others()
+            elif self.state == "FAILING" and _is_consequence(self.root_exception) and not _is_consequence(entry):
+                # a consumer noticed its producer die before the producer's own report arrived
+                self.root_exception = entry
         actions += self._check_terminal(now_ms)
         return actions
 

@@ -242,7 +242,10 @@ class Task:
             self.idle_s += monotonic() - waited
             for key, _ in events:
                 ch: net.InputChannel = key.data
-                frames = ch.reader.feed()
+                try:
+                    frames = ch.reader.feed()
+                except OSError as e:
+                    raise net.ChannelBroken(f"{ch.describe} broke ({e}): the producer failed") from e
                 if frames is None:
                     raise net.ChannelBroken(f"{ch.describe} closed before the end of its partition: the producer failed")
                 for kind, data in frames:

@@ -153,7 +153,10 @@ class TaskManager:
             elif op == "finished":
                 handle.final = ("FINISHED", body)
             elif op == "failed":
+                # report at once: the process's exit closes its channels, and the consumers'
+                # "producer failed" errors must not reach the JobManager before the real cause
                 handle.final = ("FAILED", body)
+                self._report(handle, "FAILED", body)
         code = handle.proc.wait()
         handle.ctrl.close()
         with self.lock:
@@ -161,7 +164,7 @@ class TaskManager:
         if handle.final is not None and handle.final[0] == "FINISHED" and code == 0:
             self._report(handle, "FINISHED", handle.final[1])
         elif handle.final is not None and handle.final[0] == "FAILED":
-            self._report(handle, "FAILED", handle.final[1])
+            pass  # reported when the task said so
         elif handle.cancel_requested:
             self._report(handle, "CANCELED")
         else:
