@@ -295,7 +295,19 @@ def run_task(fd: int) -> int:
     msg = ctrl.recv()
     if msg is None or msg[0] != "deploy":
         return 2
-    return Task(msg[1], ctrl).run()
+    task = Task(msg[1], ctrl)
+    profile_dir = os.environ.get("FLINKPY_TASK_PROFILE_DIR")
+    if not profile_dir:
+        return task.run()
+    # a developer's aid: one cProfile dump per task, named after the task
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(task.run)
+    finally:
+        name = f"{task.tdd['vertex_id']}-{task.tdd['subtask']}-{task.tdd['attempt']}.prof"
+        profiler.dump_stats(os.path.join(profile_dir, name))
 
 
 def main() -> None:

@@ -8,16 +8,13 @@ amortize per-frame costs, small enough that credit bounds the bytes in flight.
 
 from __future__ import annotations
 
-import pickle
 import random
 import time
 from typing import Any, Callable
 
 from flinkpy.graph.stream_graph import BROADCAST, FORWARD, GLOBAL, HASH, REBALANCE, RESCALE, SHUFFLE
-from flinkpy.network.channels import PICKLE_PROTOCOL, OutputChannel
+from flinkpy.network.channels import OutputChannel, dumps_batch
 from flinkpy.state.key_groups import KeyGroupAssigner, compute_operator_index_for_key_group
-
-_dumps = pickle.dumps
 
 
 class RecordWriter:
@@ -145,7 +142,7 @@ class RecordWriter:
     # -- flushing ----------------------------------------------------------------------------
 
     def _send(self, i: int, batch: list) -> None:
-        payload = _dumps(batch, PICKLE_PROTOCOL)
+        payload = dumps_batch(batch)
         self.channels[i].send_data(payload)
         if not self.flush_every_record:
             size = len(payload)
