@@ -12,7 +12,7 @@ from typing import Annotated, Optional, Sequence
 
 import typer
 
-from commands import cluster, job, jobs, run
+from commands import checkpoint, cluster, job, jobs, run
 from commands._click import click
 from commands.errors import PROG, handle
 from commands.session import session, set_debug
@@ -64,6 +64,7 @@ app.add_typer(run.app)
 app.add_typer(jobs.app)
 app.add_typer(job.app, name="job")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(checkpoint.app, name="checkpoint")
 
 
 def command() -> click.Command:

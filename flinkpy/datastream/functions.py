@@ -394,3 +394,64 @@ class SourceFunction(Function):
     @abc.abstractmethod
     def cancel(self) -> None:
         ...
+
+
+class FunctionSnapshotContext:
+    """What ``CheckpointedFunction.snapshot_state`` receives."""
+
+    def __init__(self, checkpoint_id: int, checkpoint_timestamp: int):
+        self._id = checkpoint_id
+        self._ts = checkpoint_timestamp
+
+    def get_checkpoint_id(self) -> int:
+        return self._id
+
+    def get_checkpoint_timestamp(self) -> int:
+        return self._ts
+
+
+class FunctionInitializationContext:
+    """What ``CheckpointedFunction.initialize_state`` receives: the operator state store."""
+
+    def __init__(self, operator_state_store: Any, restored: bool):
+        self._store = operator_state_store
+        self._restored = restored
+
+    def get_operator_state_store(self) -> Any:
+        return self._store
+
+    def is_restored(self) -> bool:
+        return self._restored
+
+
+class CheckpointedFunction(abc.ABC):  # noqa: B024
+    """Mix into a function to keep operator state (lists redistributed on rescale), as Flink's
+    CheckpointedFunction. ``initialize_state`` runs before ``open``; ``snapshot_state`` runs in
+    every checkpoint, before the state is copied out.
+
+    >>> class Buffering(MapFunction, CheckpointedFunction):
+    ...     def initialize_state(self, context):
+    ...         store = context.get_operator_state_store()
+    ...         self.seen = store.get_list_state(ListStateDescriptor("seen", None))
+    ...     def snapshot_state(self, context):
+    ...         pass
+    ...     def map(self, value):
+    ...         self.seen.add(value)
+    ...         return value
+    """
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        pass
+
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        pass
+
+
+class CheckpointListener(abc.ABC):  # noqa: B024
+    """Mix in to learn when a checkpoint completed (to commit side effects) or was aborted."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        pass
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        pass

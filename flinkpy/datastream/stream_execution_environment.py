@@ -113,6 +113,17 @@ class StreamExecutionEnvironment:
             self._settings["execution.checkpointing.mode"] = getattr(mode, "name", str(mode)).split(".")[-1]
         return self
 
+    def get_checkpoint_config(self) -> Any:
+        from flinkpy.datastream.checkpoint_config import CheckpointConfig
+
+        return CheckpointConfig(self._settings)
+
+    def get_checkpoint_interval(self) -> int:
+        return self.get_checkpoint_config().get_checkpoint_interval()
+
+    def get_checkpointing_mode(self) -> str:
+        return self.get_checkpoint_config().get_checkpointing_mode()
+
     def set_restart_strategy(self, restart_strategy_configuration: Any) -> "StreamExecutionEnvironment":
         self._settings.update(restart_strategy_configuration.to_config())
         return self

@@ -38,6 +38,8 @@ class ChainedOperator:
     chained_outputs: list[int] = field(default_factory=list)
     #: job edge ids this operator writes to (network channels)
     network_outputs: list[int] = field(default_factory=list)
+    #: what state is matched by across runs: the uid, or a hash of the operator's place in the graph
+    operator_id: str = ""
 
 
 @dataclass
@@ -56,6 +58,8 @@ class JobVertex:
     node_ids: list[int]
     is_source: bool
     uids: list[str | None]
+    operator_ids: list[str] = field(default_factory=list)
+    operator_names: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -91,6 +95,8 @@ class JobGraph:
                     "is_source": v.is_source,
                     "operators": v.node_ids,
                     "uids": v.uids,
+                    "operator_ids": v.operator_ids,
+                    "operator_names": v.operator_names,
                 }
                 for v in self.vertices.values()
             ],
@@ -191,6 +197,7 @@ def build_job_graph(
     heads = [n for n in order if chain_of[n] == n]
     vertex_id = {h: idx + 1 for idx, h in enumerate(heads)}
 
+    operator_ids = _operator_ids(graph, order)
     vertices: dict[int, JobVertex] = {}
     members: dict[int, list[int]] = {h: [n for n in order if chain_of[n] == h] for h in heads}
     for h in heads:
@@ -203,6 +210,8 @@ def build_job_graph(
             node_ids=members[h],
             is_source=graph.nodes[h].is_source,
             uids=[x.uid for x in nodes],
+            operator_ids=[operator_ids[x.id] for x in nodes],
+            operator_names=[x.name for x in nodes],
         )
     edges: list[JobEdge] = []
     ops: dict[int, ChainedOperator] = {
@@ -214,6 +223,7 @@ def build_job_graph(
             fn=graph.nodes[n].fn,
             key_selector=graph.nodes[n].key_selector,
             params=dict(graph.nodes[n].params),
+            operator_id=operator_ids[n],
         )
         for n in order
     }
@@ -245,6 +255,23 @@ def build_job_graph(
         config=dict(config or {}),
         runtime_mode=runtime_mode,
     )
+
+
+def _operator_ids(graph: StreamGraph, order: list[int]) -> dict[int, str]:
+    """The uid where the user set one; otherwise a hash of the operator's kind, name, position
+    and inputs — stable for the same program, but changed by edits upstream (hence: set uids)."""
+    import hashlib
+
+    ids: dict[int, str] = {}
+    for position, n in enumerate(order):
+        node = graph.nodes[n]
+        if node.uid:
+            ids[n] = node.uid
+            continue
+        inputs = ",".join(sorted(ids[e.source] for e in graph.inputs_of(n)))
+        digest = hashlib.sha1(f"{position}|{node.kind}|{node.name}|{inputs}".encode()).hexdigest()
+        ids[n] = digest[:32]
+    return ids
 
 
 def _display_name(node: StreamNode) -> str:

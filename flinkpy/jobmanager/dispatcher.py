@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flinkpy.errors import ConflictError, InvalidProgramError, NotFoundError
-from flinkpy.jobmanager.execution_graph import Cancel, Deploy, ExecutionGraph, JobTerminated, SendConnect
+from flinkpy.jobmanager.checkpointing import JobCheckpointing
+from flinkpy.jobmanager.execution_graph import Cancel, Deploy, Execution, ExecutionGraph, JobTerminated, SendConnect
 from flinkpy.jobmanager.slot_pool import NotEnoughSlots, SlotPool
 from flinkpy.network.connection import Connection
 
@@ -46,10 +47,12 @@ class JobRecord:
     payloads: dict[int, bytes]
     python_path: list[str]
     config: dict[str, str]
+    checkpointing: JobCheckpointing
 
 
 class Dispatcher:
-    def __init__(self, heartbeat_timeout_s: float = 50.0):
+    def __init__(self, heartbeat_timeout_s: float = 50.0, checkpoint_dir: str = "checkpoints"):
+        self.default_checkpoint_dir = checkpoint_dir
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.taskmanagers: dict[str, TaskManagerRecord] = {}
@@ -111,8 +114,10 @@ class Dispatcher:
             raise InvalidProgramError(f"malformed job submission: {e}") from e
         job_id = uuid.uuid4().hex
         graph = ExecutionGraph(job_id, meta, now_ms())
+        config = dict(meta.get("config", {}))
+        checkpointing = JobCheckpointing(graph, config, config.get("execution.checkpointing.dir") or self.default_checkpoint_dir)
         with self.lock:
-            self.jobs[job_id] = JobRecord(graph, payloads, python_path, dict(meta.get("config", {})))
+            self.jobs[job_id] = JobRecord(graph, payloads, python_path, config, checkpointing)
             log.info("job %s (%s) submitted: %d vertices", job_id, graph.name, len(graph.vertices))
             try:
                 assignment = self.slots.allocate(job_id, graph.required_slots)
@@ -156,8 +161,65 @@ class Dispatcher:
                 return
             if state == "FAILED":
                 log.warning("task %s of job %s failed: %s", exec_id, job_id, (info or {}).get("message"))
+            ex = rec.graph.by_exec_id(exec_id)
             self._perform(job_id, rec.graph.on_task_state(exec_id, state, info, now_ms(), tm_id))
+            if state == "FINISHED" and ex is not None:
+                self._checkpoint_actions(job_id, rec.checkpointing.coordinator.task_finished((ex.vertex_id, ex.subtask), now_ms()))
             self.changed.notify_all()
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def tick_checkpoints(self) -> None:
+        with self.lock:
+            for job_id, rec in self.jobs.items():
+                if rec.checkpointing.periodic and rec.graph.all_running():
+                    self._checkpoint_actions(job_id, rec.checkpointing.coordinator.tick(now_ms()))
+
+    def trigger_checkpoint(self, job_id: str, kind: str = "checkpoint") -> int:
+        with self.lock:
+            rec = self.job(job_id)
+            if not rec.graph.all_running():
+                raise ConflictError(
+                    f"job {job_id} is {rec.graph.state} and not all of its tasks are running: no checkpoint can be taken",
+                    remedy="trigger checkpoints of running jobs only",
+                )
+            cid, actions = rec.checkpointing.coordinator.trigger(now_ms(), kind=kind)
+            self._checkpoint_actions(job_id, actions)
+            return cid
+
+    def on_task_event(self, job_id: str, exec_id: str, op: str, body: dict[str, Any]) -> None:
+        with self.lock:
+            rec = self.jobs.get(job_id)
+            ex = rec.graph.by_exec_id(exec_id) if rec else None
+            if rec is None or ex is None:
+                return
+            coord = rec.checkpointing.coordinator
+            key = (ex.vertex_id, ex.subtask)
+            if op == "checkpoint_ack":
+                actions = coord.acknowledge(key, body["checkpoint_id"], {"state": body["state"]}, body.get("metrics", {}), now_ms())
+            elif op == "checkpoint_decline":
+                actions = coord.decline(key, body["checkpoint_id"], body.get("reason", "declined"), now_ms())
+            else:
+                return
+            self._checkpoint_actions(job_id, actions)
+            self.changed.notify_all()
+
+    def _checkpoint_actions(self, job_id: str, actions: list[Any]) -> None:
+        rec = self.jobs[job_id]
+
+        def send(ex: Execution, op: str, body: dict[str, Any]) -> None:
+            self._send(ex.tm_id, "to_task", {"exec_id": ex.exec_id, "op": op, "body": body})
+
+        def later(fn: Any) -> None:
+            with self.lock:
+                self._checkpoint_actions(job_id, fn())
+                self.changed.notify_all()
+
+        def fail_job(reason: str) -> None:
+            log.error("job %s fails: %s", job_id, reason)
+            self._perform(job_id, rec.graph.fail_global("flinkpy.CheckpointException", reason, now_ms()))
+
+        rec.checkpointing.perform(actions, send, later, fail_job)
 
     def wait_for_terminal(self, job_id: str, timeout_s: float) -> ExecutionGraph:
         deadline = time.monotonic() + timeout_s
@@ -205,7 +267,8 @@ class Dispatcher:
                         "outputs": g.outputs_of(ex),
                         "python_path": rec.python_path,
                         "runtime_mode": g.meta.get("runtime_mode", "STREAMING"),
-                        "config": _task_config(rec.config),
+                        "config": dict(_task_config(rec.config), checkpoint_dir=rec.checkpointing.checkpoint_dir,
+                                       checkpointing_mode=rec.checkpointing.options.mode),
                         "job_parameters": {k[5:]: v for k, v in rec.config.items() if k.startswith("$job.")},
                     },
                 )
@@ -216,6 +279,7 @@ class Dispatcher:
             elif isinstance(a, JobTerminated):
                 self.slots.release(job_id)
                 log.info("job %s (%s) switched to %s", job_id, g.name, a.state)
+                self._checkpoint_actions(job_id, rec.checkpointing.coordinator.shutdown(now_ms(), job_state=a.state))
 
 
 def _task_config(config: dict[str, str]) -> dict[str, Any]:

@@ -252,6 +252,27 @@ class ExecutionGraph:
         self._transition(final, now_ms)
         return [JobTerminated(final)]
 
+    def fail_global(self, exception_name: str, message: str, now_ms: int) -> list[Action]:
+        """A failure of the job as a whole (e.g. too many failed checkpoints), not of one task."""
+        if self.is_terminal() or self.state in ("FAILING", "CANCELLING"):
+            return []
+        entry = {
+            "exceptionName": exception_name,
+            "message": message,
+            "stacktrace": f"{exception_name.rsplit('.', 1)[-1]}: {message}\n",
+            "timestamp": now_ms,
+            "taskName": None,
+            "location": None,
+            "taskManagerId": None,
+        }
+        self.exceptions.append(entry)
+        self.root_exception = entry
+        self._transition("FAILING", now_ms)
+        return self._cancel_others() + self._check_terminal(now_ms)
+
+    def all_running(self) -> bool:
+        return self.state == "RUNNING" and all(ex.state == "RUNNING" for ex in self.executions.values())
+
     def fail_before_running(self, message: str, now_ms: int) -> list[Action]:
         """The job cannot be scheduled (not enough slots)."""
         entry = {

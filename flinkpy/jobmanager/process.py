@@ -41,6 +41,8 @@ def _serve_taskmanager(dispatcher: Dispatcher, conn: Connection) -> None:
                 dispatcher.heartbeat(body["tm_id"])
             elif op == "task_listening":
                 dispatcher.on_listening(body["job_id"], body["exec_id"], body["host"], body["port"], body.get("pid"))
+            elif op == "task_event":
+                dispatcher.on_task_event(body["job_id"], body["exec_id"], body["op"], body["body"])
             elif op == "task_state":
                 dispatcher.on_task_state(body["job_id"], body["exec_id"], body["state"], body.get("info"), body.get("tm_id"))
     except OSError as e:
@@ -77,6 +79,16 @@ def _heartbeat_monitor(dispatcher: Dispatcher, interval_s: float) -> None:
         dispatcher.check_heartbeats()
 
 
+def _checkpoint_timer(dispatcher: Dispatcher, resolution_s: float = 0.01) -> None:
+    """Ticks every job's CheckpointCoordinator: periodic triggers and timeouts."""
+    while True:
+        time.sleep(resolution_s)
+        try:
+            dispatcher.tick_checkpoints()
+        except Exception:  # noqa: BLE001 - the timer must survive a bad job
+            log.exception("checkpoint timer")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="flinkpy-jobmanager")
     ap.add_argument("--home", required=True)
@@ -88,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
     home = Path(args.home)
     secret_text = (home / "secret").read_text().strip()
-    dispatcher = Dispatcher(heartbeat_timeout_s=args.heartbeat_timeout_ms / 1000.0)
+    dispatcher = Dispatcher(heartbeat_timeout_s=args.heartbeat_timeout_ms / 1000.0, checkpoint_dir=str(home / "checkpoints"))
     try:
         rest = RestServer(dispatcher, secret_text, args.rest_address, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""))
     except OSError as e:
@@ -97,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     rpc = listen(args.rpc_address, 0)
     threading.Thread(target=_accept_loop, args=(rpc, secret_text.encode(), dispatcher), name="rpc-accept", daemon=True).start()
     threading.Thread(target=_heartbeat_monitor, args=(dispatcher, min(5.0, args.heartbeat_timeout_ms / 4000.0)), name="heartbeat-monitor", daemon=True).start()
+    threading.Thread(target=_checkpoint_timer, args=(dispatcher,), name="checkpoint-timer", daemon=True).start()
     rest.serve_in_background()
     rest_host, rest_port = rest.address[:2]
     info = {

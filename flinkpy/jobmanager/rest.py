@@ -100,6 +100,10 @@ class RestServer:
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/exceptions", self.exceptions),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/execution-result", self.execution_result),
             ("PATCH", r"/jobs/(?P<jid>[0-9a-f]{32})", self.patch_job),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints", self.checkpoints),
+            ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints", self.trigger_checkpoint),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints/details/(?P<cid>[0-9]+)", self.checkpoint_details),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints/config", self.checkpoint_config),
         ]
 
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
@@ -308,12 +312,53 @@ class RestServer:
                 }
             return {"status": {"id": "COMPLETED"}, "job-execution-result": result}
 
+    def checkpoints(self, jid: str, query: dict[str, str], **_: Any) -> dict[str, Any]:
+        from flinkpy.jobmanager.checkpoint_stats import checkpoint_stats
+
+        with self.dispatcher.lock:
+            cp = _checkpointing(self, jid)
+            return checkpoint_stats(cp.coordinator, now_ms(), history_size=int(query.get("history", 10)))
+
+    def checkpoint_details(self, jid: str, cid: str, **_: Any) -> dict[str, Any]:
+        from flinkpy.jobmanager.checkpoint_stats import checkpoint_detail
+
+        with self.dispatcher.lock:
+            coord = _checkpointing(self, jid).coordinator
+            for record in [*coord.pending.values(), *coord.history]:
+                if record.checkpoint_id == int(cid):
+                    return checkpoint_detail(record, now_ms())
+        raise NotFoundError(f"checkpoint {cid} of job {jid} is not known", remedy="see 'flinkpy checkpoint list JOB_ID'")
+
+    def checkpoint_config(self, jid: str, **_: Any) -> dict[str, Any]:
+        with self.dispatcher.lock:
+            cp = _checkpointing(self, jid)
+            o = cp.options
+            return {
+                "mode": o.mode.lower(),
+                "interval": o.interval_ms if o.interval_ms is not None else 0x7FFFFFFFFFFFFFFF,
+                "timeout": o.timeout_ms,
+                "min_pause": o.min_pause_ms,
+                "max_concurrent": o.max_concurrent,
+                "tolerable_failed_checkpoints": o.tolerable_failures,
+                "num_retained": o.retained,
+                "externalization": {"enabled": True, "delete_on_cancellation": not o.retain_on_cancellation},
+                "checkpoint_storage": cp.checkpoint_dir,
+            }
+
+    def trigger_checkpoint(self, jid: str, **_: Any) -> tuple[int, dict[str, Any]]:
+        cid = self.dispatcher.trigger_checkpoint(jid)
+        return 202, {"checkpoint_id": cid, "request-id": str(cid)}
+
     def patch_job(self, jid: str, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
         mode = query.get("mode", "cancel")
         if mode != "cancel":
             raise InvalidProgramError(f"unsupported mode {mode!r}", remedy="use mode=cancel")
         self.dispatcher.cancel(jid)
         return 202, {}
+
+
+def _checkpointing(server: RestServer, jid: str) -> Any:
+    return server.dispatcher.job(jid).checkpointing
 
 
 def _plan(g: Any) -> dict[str, Any]:

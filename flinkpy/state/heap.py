@@ -24,6 +24,7 @@ for the key's group, so ``ValueState.value()`` is one dict lookup.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -71,18 +72,23 @@ _NO_KEY: Any = object()
 class _HeapState:
     """Shared plumbing of the heap state objects: the table and the current key's dict."""
 
-    __slots__ = ("name", "table", "_map", "_key")
+    __slots__ = ("name", "table", "_map", "_key", "_frozen", "_thaw")
 
     def __init__(self, name: str, table: Table) -> None:
         self.name = name
         self.table = table
         self._map: dict[Any, Any] = _NO_KEY_MAP
         self._key: Any = _NO_KEY
+        #: key groups shared with a snapshot being written (copy before touching them)
+        self._frozen: set[int] = set()
+        self._thaw: Any = None
 
     def _bind(self, key: Any, key_group: int) -> None:
         m = self.table.get(key_group)
         if m is None:
             m = self.table[key_group] = {}
+        elif self._frozen and key_group in self._frozen:
+            m = self._thaw(self.name, key_group)
         self._map = m
         self._key = key
 
@@ -266,6 +272,7 @@ class HeapKeyedStateBackend:
         self.key_group_range = key_group_range
         self._assign = KeyGroupAssigner(max_parallelism)
         self._tables: dict[str, Table] = {}
+        self._frozen: dict[str, set[int]] = {}
         self._kinds: dict[str, str] = {}
         self._states: dict[str, _HeapState] = {}
         self._bound: list[_HeapState] = []
@@ -346,6 +353,8 @@ class HeapKeyedStateBackend:
             state = cls(name, table, descriptor)  # type: ignore[call-arg]
         else:
             state = cls(name, table)
+        state._frozen = self.frozen(name)
+        state._thaw = self.thaw
         if self._current_key is not _NO_KEY:
             state._bind(self._current_key, self._current_group)  # type: ignore[arg-type]
         self._states[name] = state
@@ -358,6 +367,51 @@ class HeapKeyedStateBackend:
         if t is None:
             t = self._tables[state_name] = {}
         return t
+
+    def frozen(self, state_name: str) -> set[int]:
+        """The key groups of ``state_name`` that an in-flight snapshot still reads.
+
+        Writers (state objects, the engine's fast paths) must call :meth:`thaw` before they
+        modify the dict of a key group in this set.
+        """
+        f = self._frozen.get(state_name)
+        if f is None:
+            f = self._frozen[state_name] = set()
+        return f
+
+    def thaw(self, state_name: str, key_group: int) -> dict[Any, Any]:
+        """Copy-on-write: give ``key_group`` of ``state_name`` a private copy of its dict.
+
+        The snapshot keeps the old dict. Containers of list and map state are copied, and values
+        that are not known to be immutable are deep-copied, so that no later write — not even
+        the mutation in place of a value object — can reach what the snapshot is writing out.
+        """
+        t = self.table(state_name)
+        old = t[key_group]
+        kind = self._kinds.get(state_name, "value")
+        copy_value = _COPY_VALUE.get(kind)
+        if copy_value is not None:
+            new = {k: copy_value(v) for k, v in old.items()}
+        elif all(_immutable(v) for v in old.values()):
+            new = dict(old)
+        else:
+            new = {k: v if _immutable(v) else copy.deepcopy(v) for k, v in old.items()}
+        t[key_group] = new
+        self.frozen(state_name).discard(key_group)
+        return new
+
+    def snapshot_sync(self) -> "FrozenSnapshot":
+        """The synchronous part of an asynchronous snapshot: O(number of key groups).
+
+        It copies only the tables' outer maps and marks every key group as shared; writes that
+        follow copy a key group's dict first (:meth:`thaw`). The returned object is then
+        serialized by :meth:`FrozenSnapshot.serialize`, on another thread, while records flow.
+        """
+        frozen: dict[str, tuple[str, dict[int, dict[Any, Any]]]] = {}
+        for name, t in self._tables.items():
+            frozen[name] = (self._kinds.get(name, "value"), dict(t))
+            self.frozen(name).update(t)
+        return FrozenSnapshot(frozen, self.key_group_range)
 
     def state_names(self) -> list[str]:
         return list(self._tables)
@@ -447,3 +501,42 @@ class HeapKeyedStateBackend:
 
 
 _COPY_VALUE = {"list": list, "map": dict}
+#: value types whose objects cannot change after they are stored
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
+
+
+def _immutable(value: Any) -> bool:
+    t = type(value)
+    if t in _IMMUTABLE:
+        return True
+    return t is tuple and all(type(x) in _IMMUTABLE for x in value)
+
+
+class FrozenSnapshot:
+    """What :meth:`HeapKeyedStateBackend.snapshot_sync` hands to the asynchronous part."""
+
+    def __init__(self, states: dict[str, tuple[str, dict[int, dict[Any, Any]]]], key_group_range: range):
+        self.states = states
+        self.key_group_range = key_group_range
+
+    def to_dict(self) -> dict[str, Any]:
+        """The same document :meth:`HeapKeyedStateBackend.snapshot` returns (empty groups left out)."""
+        return {
+            "version": SNAPSHOT_VERSION,
+            "states": {
+                name: {"kind": kind, "key_groups": {kg: m for kg, m in groups.items() if m}}
+                for name, (kind, groups) in self.states.items()
+            },
+        }
+
+    def serialize(self) -> bytes:
+        import pickle
+
+        return pickle.dumps(self.to_dict(), protocol=5)
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        return {name: {"kind": kind, "entries": sum(len(m) for m in groups.values())} for name, (kind, groups) in self.states.items()}
+
+    @property
+    def empty(self) -> bool:
+        return not any(m for _, groups in self.states.values() for m in groups.values())

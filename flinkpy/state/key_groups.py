@@ -221,6 +221,12 @@ class KeyGroupAssigner:
         memo[key] = key_group
         return key_group
 
+    @property
+    def memo(self) -> dict[Hashable, int]:
+        """The memo itself, for hot loops that look a key up inline and call the assigner only
+        on a miss (the dict may be cleared when full, never changed otherwise)."""
+        return self._memo
+
     def __len__(self) -> int:
         return len(self._memo)
 

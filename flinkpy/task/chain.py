@@ -49,6 +49,9 @@ class OperatorChain:
         head = payload.operators[0]
         self.head = self.by_id[head.node_id]
         self.operators = [self.by_id[s.node_id] for s in payload.operators]
+        #: operator state of CheckpointedFunctions, by node id
+        self.operator_backends: dict[int, Any] = {}
+        self.restore = RestoredState(tdd.get("restore"))
 
     def _context(self, spec: ChainedOperator, backend: Any) -> TaskRuntimeContext:
         t = self.tdd
@@ -94,7 +97,35 @@ class OperatorChain:
         op.node_id = spec.node_id  # type: ignore[attr-defined]
         return op
 
+    def restored_source_state(self) -> list[Any]:
+        spec = self.payload.operators[0]
+        return self.restore.source_offsets(spec.operator_id)
+
+    def initialize_state(self) -> None:
+        """Restore keyed state and operator state, and call initialize_state() (before open)."""
+        from flinkpy.datastream.functions import CheckpointedFunction, FunctionInitializationContext
+        from flinkpy.state.operator import OperatorStateBackend
+
+        t = self.tdd
+        for spec, op in zip(self.payload.operators, self.operators):
+            if isinstance(op, ops.KeyedOperator) and op.backend is self.backend:
+                snapshots = self.restore.keyed(spec.operator_id)
+                if snapshots:
+                    self.backend.restore(snapshots)
+            operator_states = self.restore.operator(spec.operator_id)
+            if isinstance(op.fn, CheckpointedFunction):
+                backend = OperatorStateBackend()
+                functions = [s["functions"] for s in operator_states if s and "functions" in s]
+                backend.restore(functions, subtask_index=t["subtask"], parallelism=t["parallelism"])
+                self.operator_backends[spec.node_id] = backend
+                op.fn.initialize_state(FunctionInitializationContext(backend, bool(operator_states)))
+            if isinstance(op, ops.SinkOperator):
+                old_p = len(operator_states)
+                mine = [s.get("sink") for i, s in enumerate(operator_states) if s and i % t["parallelism"] == t["subtask"] and s.get("sink") is not None]
+                op.set_restored_state(mine if old_p else [])
+
     def open(self) -> None:
+        self.initialize_state()
         # open tail first, as Flink does: an operator may emit in open() only to opened successors
         for op in reversed(self.operators):
             op.open(self._contexts[op.node_id])  # type: ignore[attr-defined]
@@ -119,3 +150,40 @@ class _SourceHead(ops.Operator):
 
     def close(self) -> None:
         pass
+
+
+class RestoredState:
+    """The state a task restores from, as its deployment descriptor lists it.
+
+    ``spec`` (made by the JobManager from a checkpoint's ``_metadata``) is
+    ``{"checkpoint_id", "dir", "operators": {operator_id: {"keyed": [handle], "operator":
+    [handle | None per old subtask], "source_offsets": [offsets per old subtask]}}}``; keyed
+    handles are those whose key groups overlap this subtask's range. Files are read and checked
+    (size, checksum) on first use.
+    """
+
+    def __init__(self, spec: dict[str, Any] | None):
+        self.spec = spec or {}
+        self._storage: Any = None
+
+    def _op(self, operator_id: str) -> dict[str, Any]:
+        return self.spec.get("operators", {}).get(operator_id, {})
+
+    def _read(self, handle: dict[str, Any]) -> Any:
+        import pickle
+
+        if self._storage is None:
+            from flinkpy.checkpoint.storage import CheckpointStorage
+
+            self._storage = CheckpointStorage(self.spec["dir"])
+        data = self._storage.read_state(self.spec["dir"], handle)
+        return pickle.loads(data)
+
+    def keyed(self, operator_id: str) -> list[Any]:
+        return [self._read(h) for h in self._op(operator_id).get("keyed", []) if h]
+
+    def operator(self, operator_id: str) -> list[Any]:
+        return [self._read(h) if h else None for h in self._op(operator_id).get("operator", [])]
+
+    def source_offsets(self, operator_id: str) -> list[Any]:
+        return [o for o in self._op(operator_id).get("source_offsets", []) if o is not None]

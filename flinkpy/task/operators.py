@@ -170,6 +170,11 @@ class SinkOperator(Operator):
         super().__init__(name, fn, output)
         self._writer_context = writer_context
 
+    def set_restored_state(self, states: list[Any]) -> None:
+        from dataclasses import replace
+
+        self._writer_context = replace(self._writer_context, restored_state=states)
+
     def open(self, runtime_context: Any) -> None:
         self.writer = self.fn.create_writer(self._writer_context)
         self._write = self.writer.write
@@ -211,19 +216,24 @@ class KeyedReduceOperator(KeyedOperator):
         super().open(runtime_context)
         self._f = _method(self.fn, "reduce")
         self._table = self.backend.table(self.STATE)
-        self._group_of_key: dict[Any, dict] = {}
+        self._frozen = self.backend.frozen(self.STATE)
 
     def process(self, batch: list) -> None:
-        f, key, table = self._f, self.key, self._table
-        groups = self._group_of_key
+        f, key, table, frozen = self._f, self.key, self._table, self._frozen
+        group_of = self.assign.memo  # key -> key group, filled by the assigner on a miss
         out: list | None = None if self.batch_mode else []
         append = out.append if out is not None else None
         missing = _MISSING
         for r in batch:
             k = key(r)
-            d = groups.get(k)
+            kg = group_of.get(k)
+            if kg is None:
+                kg = self.assign(k)
+            d = table.get(kg)
             if d is None:
-                d = self._group_dict(k)
+                d = table[kg] = {}
+            elif frozen and kg in frozen:
+                d = self.backend.thaw(self.STATE, kg)  # copy-on-write after a snapshot
             old = d.get(k, missing)
             new = r if old is missing else f(old, r)
             d[k] = new
@@ -231,18 +241,6 @@ class KeyedReduceOperator(KeyedOperator):
                 append(new)
         if out:
             self.output(out)
-
-    def _group_dict(self, key: Any) -> dict:
-        """The state dict of ``key``'s key group, memoised per key: the hot loop then costs one
-        dict lookup to find a key's state instead of hashing the key into its group again."""
-        kg = self.assign(key)
-        d = self._table.get(kg)
-        if d is None:
-            d = self._table[kg] = {}
-        if len(self._group_of_key) >= 1_000_000:
-            self._group_of_key.clear()
-        self._group_of_key[key] = d
-        return d
 
     def end_input(self) -> None:
         if self.batch_mode:

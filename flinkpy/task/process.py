@@ -21,11 +21,11 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import select
 import selectors
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 from typing import Any
@@ -34,6 +34,10 @@ from flinkpy.network import channels as net
 from flinkpy.network.connection import Connection, listen
 
 SOURCE_BATCH = 1024
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -58,6 +62,9 @@ class Task:
         self.writers: dict[int, Any] = {}
         self.acceptor: net.ChannelAcceptor | None = None
         self.records_in = 0
+        self.alignment_bytes = 0
+        self.aligner: Any = None
+        self._pending_triggers: list[dict[str, Any]] = []
         self.idle_s = 0.0
         self.started = time.monotonic()
 
@@ -123,17 +130,41 @@ class Task:
                 seed=self.tdd["subtask"],
             )
 
-    def _watch_control(self) -> None:
-        """After setup, the control connection only matters when it closes: the TaskManager is gone."""
-        while True:
-            try:
-                msg = self.ctrl.recv()
-            except OSError:
-                msg = None
-            if msg is None:
-                os._exit(3)
-            if msg[0] == "cancel":
-                os._exit(4)
+    # -- control messages (checkpoint triggers and notifications) ---------------------------
+
+    def _control_pending(self) -> bool:
+        if self.ctrl.buffered:
+            return True
+        readable, _, _ = select.select([self.ctrl.sock], [], [], 0)
+        return bool(readable)
+
+    def _handle_control(self) -> None:
+        """Handle one control message; the TaskManager closing the connection ends the task."""
+        msg = self.ctrl.recv()
+        if msg is None:
+            os._exit(3)
+        op, body = msg
+        if op == "trigger_checkpoint":
+            self._pending_triggers.append(body)
+        elif op == "notify_checkpoint_complete":
+            self.checkpointer.notify_complete(body["checkpoint_id"])
+        elif op == "notify_checkpoint_aborted":
+            cid = body["checkpoint_id"]
+            if self.aligner is not None and self.aligner.abort(cid):
+                self._release_held()
+            self.checkpointer.notify_aborted(cid)
+        elif op == "cancel":
+            os._exit(4)
+
+    def _barrier(self, checkpoint_id: int, timestamp: int, mode: str) -> bytes:
+        return pickle.dumps({"checkpoint_id": checkpoint_id, "timestamp": timestamp, "mode": mode})
+
+    def _checkpoint(self, checkpoint_id: int, timestamp: int, mode: str, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
+        """Forward the barrier (after the records before it), then snapshot."""
+        barrier = self._barrier(checkpoint_id, timestamp, mode)
+        for w in self.writers.values():
+            w.broadcast_event(net.BARRIER, barrier)
+        self.checkpointer.snapshot(checkpoint_id, timestamp, source_offsets=source_offsets, alignment_ms=alignment_ms, alignment_bytes=alignment_bytes)
 
     # -- run ---------------------------------------------------------------------------------
 
@@ -141,6 +172,7 @@ class Task:
         from flinkpy.state.heap import HeapKeyedStateBackend
         from flinkpy.state.key_groups import key_group_range_for_operator
         from flinkpy.task.chain import OperatorChain
+        from flinkpy.task.checkpointing import TaskCheckpointer
 
         t = self.tdd
         try:
@@ -151,7 +183,6 @@ class Task:
                 return 3
             self._connect_inputs(msg[1]["peers"])
             self._build_writers(payload)
-            threading.Thread(target=self._watch_control, name="control", daemon=True).start()
 
             def backend() -> Any:
                 maxp = t["max_parallelism"]
@@ -159,6 +190,8 @@ class Task:
 
             emitters = {edge: w.emit for edge, w in self.writers.items()}
             chain = OperatorChain(payload, emitters, tdd=t, backend_factory=backend)
+            self.chain = chain
+            self.checkpointer = TaskCheckpointer(t, chain, self.ctrl.send)
             chain.open()
             self.started = time.monotonic()
             self.ctrl.send("running", None)
@@ -169,6 +202,7 @@ class Task:
             chain.end_input()
             for w in self.writers.values():
                 w.finish()
+            self.checkpointer.close()
             chain.close()
             sys.stdout.flush()
             self.ctrl.send("finished", self._metrics())
@@ -197,22 +231,34 @@ class Task:
             "busy_ms": round(max(0.0, wall_ms - self.idle_s * 1000 - backpressured_ms), 1),
         }
 
-    def _flush_due(self, now: float) -> None:
-        for w in self.writers.values():
-            w.flush_if_due(now)
-
     def _run_source(self, chain: Any) -> None:
         from flinkpy.connectors.base import ReaderContext
 
         t = self.tdd
+        restored = chain.restored_source_state()
         reader = chain.source.create_reader(
-            ReaderContext(subtask_index=t["subtask"], parallelism=t["parallelism"], job_id=t["job_id"], operator_name=t["vertex_name"], attempt=t["attempt"])
+            ReaderContext(
+                subtask_index=t["subtask"],
+                parallelism=t["parallelism"],
+                job_id=t["job_id"],
+                operator_name=t["vertex_name"],
+                attempt=t["attempt"],
+                restored_state=restored,
+            )
         )
         head = chain.head.process
-        flush_due = self._flush_due
+        writers = list(self.writers.values())
         monotonic = time.monotonic
+        control_pending = self._control_pending
+        triggers = self._pending_triggers
         try:
             while True:
+                if control_pending():
+                    self._handle_control()
+                    while triggers:
+                        trig = triggers.pop(0)
+                        # the reader's position now is exactly "everything before the barrier"
+                        self._checkpoint(trig["checkpoint_id"], trig["timestamp"], trig["mode"], source_offsets=reader.snapshot_state())
                 batch = reader.poll(SOURCE_BATCH)
                 if batch is None:
                     break
@@ -220,52 +266,111 @@ class Task:
                     self.records_in += len(batch)
                     head(batch)
                 else:
-                    time.sleep(0.001)  # an idle unbounded source: do not spin
-                flush_due(monotonic())
+                    select.select([self.ctrl.sock], [], [], 0.001)  # idle unbounded source: wait for control
+                if writers:
+                    now = monotonic()
+                    for w in writers:
+                        w.flush_if_due(now)
         finally:
             reader.close()
 
     def _run_inputs(self, chain: Any) -> None:
-        head = chain.head.process
+        from flinkpy.task.barriers import BarrierAligner, BarrierTracker, Canceled, Snapshot
+
+        self._head = chain.head.process
+        mode = self.tdd["config"].get("checkpointing_mode", "EXACTLY_ONCE")
+        n = len(self.inputs)
+        self.aligner = BarrierAligner(n) if mode == "EXACTLY_ONCE" else BarrierTracker(n)
+        self._Snapshot, self._Canceled = Snapshot, Canceled
+        self._held: list[list[tuple[int, bytes]]] = [[] for _ in self.inputs]
         sel = selectors.DefaultSelector()
-        for ch in self.inputs:
-            sel.register(ch.sock, selectors.EVENT_READ, ch)
-        open_channels = len(self.inputs)
-        loads = pickle.loads
+        for i, ch in enumerate(self.inputs):
+            sel.register(ch.sock, selectors.EVENT_READ, i)
+        sel.register(self.ctrl.sock, selectors.EVENT_READ, -1)
+        self._selector = sel
+        self._open_channels = n
         timeout_s = int(self.tdd["config"].get("buffer_timeout_ms", 100)) / 1000.0
         monotonic = time.monotonic
         writers = list(self.writers.values())
-        while open_channels:
+        aligner = self.aligner
+        while self._open_channels:
+            if self.ctrl.buffered:
+                self._handle_control()
+                continue
             pending = any(w.oldest is not None for w in writers)
             waited = monotonic()
             events = sel.select(timeout_s if pending else None)
             self.idle_s += monotonic() - waited
             for key, _ in events:
-                ch: net.InputChannel = key.data
+                i = key.data
+                if i == -1:
+                    self._handle_control()
+                    continue
+                ch: net.InputChannel = self.inputs[i]
                 try:
                     frames = ch.reader.feed()
                 except OSError as e:
                     raise net.ChannelBroken(f"{ch.describe} broke ({e}): the producer failed") from e
                 if frames is None:
                     raise net.ChannelBroken(f"{ch.describe} closed before the end of its partition: the producer failed")
-                for kind, data in frames:
-                    if kind == net.DATA:
-                        ch.credit.on_buffer_received()
-                        batch = loads(data)
-                        self.records_in += len(batch)
-                        head(batch)
-                        ch.return_credit()
-                    elif kind == net.END_OF_PARTITION:
-                        sel.unregister(ch.sock)
-                        ch.close()
-                        open_channels -= 1
+                held = self._held[i]
+                for frame in frames:
+                    if held or aligner.is_blocked(i):
+                        held.append(frame)  # behind a barrier: wait for the alignment
                     else:
-                        raise net.ChannelBroken(f"unexpected frame kind {kind} on {ch.describe}")
+                        self._handle_frame(i, frame)
             if writers:
                 now = monotonic()
                 for w in writers:
                     w.flush_if_due(now)
         sel.close()
+
+    def _handle_frame(self, i: int, frame: tuple[int, bytes]) -> None:
+        kind, data = frame
+        ch = self.inputs[i]
+        if kind == net.DATA:
+            ch.credit.on_buffer_received()
+            batch = pickle.loads(data)
+            self.records_in += len(batch)
+            if self.aligner.aligning:
+                self.alignment_bytes += len(data)
+            self._head(batch)
+            ch.return_credit()
+        elif kind == net.BARRIER:
+            b = pickle.loads(data)
+            self._on_decision(self.aligner.on_barrier(i, b["checkpoint_id"], _now_ms()), b)
+        elif kind == net.END_OF_PARTITION:
+            self._selector.unregister(ch.sock)
+            ch.close()
+            self._open_channels -= 1
+            self._on_decision(self.aligner.on_end_of_partition(i, _now_ms()), None)
+        else:
+            raise net.ChannelBroken(f"unexpected frame kind {kind} on {ch.describe}")
+
+    def _on_decision(self, decision: Any, barrier: dict[str, Any] | None) -> None:
+        if decision is None:
+            return
+        if isinstance(decision, self._Canceled):
+            self.checkpointer.decline(decision.checkpoint_id, f"a newer checkpoint's barrier reached {self.describe} during its alignment")
+            self._release_held()
+            return
+        if decision.canceled is not None:
+            self.checkpointer.decline(decision.canceled, f"a newer checkpoint's barrier reached {self.describe} during its alignment")
+        ts = barrier["timestamp"] if barrier else _now_ms()
+        mode = barrier["mode"] if barrier else "EXACTLY_ONCE"
+        self._checkpoint(decision.checkpoint_id, ts, mode, alignment_ms=decision.alignment_ms, alignment_bytes=self.alignment_bytes)
+        self.alignment_bytes = 0
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """Process, in order, the frames held back behind barriers of channels now unblocked."""
+        progress = True
+        while progress:
+            progress = False
+            for i, held in enumerate(self._held):
+                while held and not self.aligner.is_blocked(i):
+                    self._handle_frame(i, held.pop(0))
+                    progress = True
 
     def _report_failure(self, e: BaseException) -> None:
         t = self.tdd

@@ -54,8 +54,6 @@ class RecordWriter:
                 position[compute_operator_index_for_key_group(max_parallelism, consumer_parallelism, kg)]
                 for kg in range(max_parallelism)
             ]
-        #: key -> channel index, so the hot loop hashes each distinct key once
-        self._channel_of_key: dict[Any, int] = {}
         self.emit = self._choose_emit()
 
     def _choose_emit(self) -> Callable[[list], None]:
@@ -90,16 +88,15 @@ class RecordWriter:
 
     def _emit_hash(self, records: list) -> None:
         key = self._key
-        memo = self._channel_of_key
-        if len(memo) >= 1_000_000:
-            memo.clear()
+        memo = self._assign.memo
+        table = self._kg_to_channel
         pending = self.pending
         for r in records:
             k = key(r)
-            i = memo.get(k)
-            if i is None:
-                i = memo[k] = self._kg_to_channel[self._assign(k)]
-            pending[i].append(r)
+            kg = memo.get(k)
+            if kg is None:
+                kg = self._assign(k)
+            pending[table[kg]].append(r)
         self.records_out += len(records)
         self._after_fanout()
 

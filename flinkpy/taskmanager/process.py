@@ -90,6 +90,8 @@ class TaskManager:
                     self._to_task(body["exec_id"], "connect", body)
                 elif op == "cancel":
                     self.cancel(body["exec_id"])
+                elif op == "to_task":
+                    self._to_task(body["exec_id"], body["op"], body["body"])
                 elif op == "registered":
                     log.info("registered at the JobManager as %s with %d slots", self.tm_id, self.slots)
                     print(f"TaskManager {self.tm_id} registered", file=sys.stderr, flush=True)
@@ -150,6 +152,11 @@ class TaskManager:
                 self.jm.send("task_listening", {"job_id": handle.job_id, "exec_id": handle.exec_id, **body})
             elif op == "running":
                 self._report(handle, "RUNNING")
+            elif op in ("checkpoint_ack", "checkpoint_decline"):
+                try:
+                    self.jm.send("task_event", {"job_id": handle.job_id, "exec_id": handle.exec_id, "op": op, "body": body})
+                except OSError:
+                    pass
             elif op == "finished":
                 handle.final = ("FINISHED", body)
             elif op == "failed":

@@ -1,0 +1,369 @@
+"""Where checkpoints live: state files and `_metadata` on any fsspec file system.
+
+Layout under the base URL (``execution.checkpointing.dir``)::
+
+    <base>/<job_id>/chk-<n>/_metadata        the commit point, written last
+    <base>/<job_id>/chk-<n>/<state files>    referred to by relative path from _metadata
+    <dir>/savepoint-<jobid6>-<random>/       a savepoint (see ``savepoint_dir``)
+
+A checkpoint is complete exactly when its `_metadata` exists, so every write is whole or
+absent: on a local file system a file is written under a temporary name and renamed into
+place (rename is atomic there); on object stores (``s3://``) and ``memory://`` one put is
+already atomic — the object appears whole or not at all — while a rename would be a copy
+and a delete, so it is never used as a commit there. Discarding deletes `_metadata` first,
+so a half-deleted checkpoint is never mistaken for a complete one.
+
+S3 options come from the environment: ``FLINKPY_S3_ENDPOINT_URL`` (e.g. a local MinIO or
+moto server) plus the usual ``AWS_*`` credential variables that botocore reads itself.
+
+>>> import tempfile
+>>> storage = CheckpointStorage(tempfile.mkdtemp())
+>>> h = storage.write_state("job1", 1, "op-0.keyed", b"abc")
+>>> h["size"], h["checksum"][:7]
+(3, 'sha256:')
+>>> from flinkpy.checkpoint.metadata import new_metadata
+>>> url = storage.write_metadata("job1", 1, new_metadata(job_id="job1", job_name="demo",
+...     checkpoint_id=1, trigger_timestamp=1, completion_timestamp=2, operators=[]))
+>>> storage.list_checkpoints("job1")
+[1]
+>>> storage.read_state(storage.checkpoint_dir("job1", 1), h)
+b'abc'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.utils import get_protocol
+
+from flinkpy.checkpoint.metadata import METADATA_FILE, CorruptCheckpointError, handles, validate
+from flinkpy.errors import NotFoundError, UsageError
+
+_CHK = re.compile(r"^chk-(\d+)$")
+_CHUNK = 1 << 20
+
+
+def storage_options(url: str) -> dict[str, Any]:
+    """fsspec storage options for ``url`` taken from the environment (empty for most schemes)."""
+    if get_protocol(url) in ("s3", "s3a"):
+        endpoint = os.environ.get("FLINKPY_S3_ENDPOINT_URL")
+        if endpoint:
+            return {"client_kwargs": {"endpoint_url": endpoint}}
+    return {}
+
+
+def savepoint_dir(target_dir: str, job_id: str, *, token: str | None = None) -> str:
+    """The URL of a new savepoint directory under ``target_dir``: ``savepoint-<jobid6>-<random>``.
+
+    ``token`` replaces the random part (tests pass one to get a known name).
+
+    >>> savepoint_dir("s3://bkt/savepoints/", "3f2a9c0e11", token="abc123def456")
+    's3://bkt/savepoints/savepoint-3f2a9c-abc123def456'
+    """
+    return f"{target_dir.rstrip('/')}/savepoint-{job_id[:6]}-{token or secrets.token_hex(6)}"
+
+
+def checksum_of(data: bytes) -> str:
+    """The checksum recorded in a state handle: ``sha256:<hex>``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a checkpoint cannot be restored: the file at fault and what is wrong with it."""
+
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "problem": self.problem}
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What ``CheckpointStorage.verify`` found. ``restorable`` is true exactly when there are no problems."""
+
+    path: str  #: the checkpoint directory URL
+    metadata_path: str  #: its `_metadata` URL
+    metadata: dict[str, Any] | None  #: the parsed document, None when it is unreadable
+    files_checked: int
+    bytes_checked: int
+    problems: list[Problem]
+
+    @property
+    def restorable(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "metadata_path": self.metadata_path,
+            "restorable": self.restorable,
+            "job_id": self.metadata["job_id"] if self.metadata else None,
+            "checkpoint_id": self.metadata["checkpoint_id"] if self.metadata else None,
+            "files_checked": self.files_checked,
+            "bytes_checked": self.bytes_checked,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def _parent(url: str) -> str:
+    head, _, _ = url.rpartition("/")
+    if not head:
+        return "." if "/" not in url else "/"
+    return head + "/" if head.endswith(":/") or head.endswith("://") else head
+
+
+class CheckpointStorage:
+    """Checkpoint and savepoint files under one base URL (any fsspec URL or a plain path).
+
+    The methods that take a ``path`` or a directory URL (``read_metadata``, ``read_state``,
+    ``verify``, ``discard_path``, ``write_state_in``, ``write_metadata_in``) accept any URL,
+    not only ones under the base: that is how a savepoint elsewhere is read or written.
+
+    The object is cheap and picklable (it holds URLs; file systems are opened on use), so the
+    JobManager can ship it to task processes.
+    """
+
+    def __init__(self, base_url: str, *, storage_options: Mapping[str, Any] | None = None):
+        if not base_url:
+            raise UsageError("empty checkpoint storage URL", remedy="set execution.checkpointing.dir to a path or fsspec URL")
+        self.base_url = base_url if base_url.endswith("://") else base_url.rstrip("/") or "/"
+        self._options = dict(storage_options) if storage_options is not None else None
+
+    def __repr__(self) -> str:
+        return f"CheckpointStorage({self.base_url!r})"
+
+    # ----------------------------------------------------------------- URLs and file systems
+
+    def _fs(self, url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+        options = self._options if self._options is not None else storage_options(url)
+        fs, path = fsspec.core.url_to_fs(url, **options)
+        return fs, path
+
+    @staticmethod
+    def _fresh(fs: fsspec.AbstractFileSystem) -> fsspec.AbstractFileSystem:
+        # s3fs caches listings; another process may have written or deleted since.
+        fs.invalidate_cache()
+        return fs
+
+    def job_dir(self, job_id: str) -> str:
+        """URL of the directory holding a job's checkpoints."""
+        return f"{self.base_url.rstrip('/')}/{job_id}"
+
+    def checkpoint_dir(self, job_id: str, checkpoint_id: int) -> str:
+        """URL of checkpoint ``checkpoint_id`` of ``job_id``: ``<base>/<job_id>/chk-<n>``."""
+        return f"{self.job_dir(job_id)}/chk-{int(checkpoint_id)}"
+
+    # ----------------------------------------------------------------- writing
+
+    def write_state(self, job_id: str, checkpoint_id: int, name: str, data: bytes) -> dict[str, Any]:
+        """Write one state file of a checkpoint atomically; return its handle for `_metadata`."""
+        return self.write_state_in(self.checkpoint_dir(job_id, checkpoint_id), name, data)
+
+    def write_metadata(self, job_id: str, checkpoint_id: int, doc: dict[str, Any]) -> str:
+        """Commit a checkpoint: validate ``doc`` and write its `_metadata`, last and atomically."""
+        return self.write_metadata_in(self.checkpoint_dir(job_id, checkpoint_id), doc)
+
+    def write_state_in(self, directory: str, name: str, data: bytes) -> dict[str, Any]:
+        """Write ``<directory>/<name>`` atomically; return ``{"path", "size", "checksum"}``.
+
+        ``name`` may contain '/' (a sub-directory) but stays inside ``directory``.
+        """
+        if not name or name.startswith("/") or ".." in name.split("/") or name == METADATA_FILE:
+            raise UsageError(f"invalid state file name {name!r}", remedy="use a relative name inside the checkpoint directory, not _metadata")
+        self._put(f"{directory.rstrip('/')}/{name}", bytes(data))
+        return {"path": name, "size": len(data), "checksum": checksum_of(data)}
+
+    def write_metadata_in(self, directory: str, doc: dict[str, Any]) -> str:
+        """Validate ``doc`` and write ``<directory>/_metadata`` atomically; return its URL."""
+        url = f"{directory.rstrip('/')}/{METADATA_FILE}"
+        validate(doc, url)
+        self._put(url, (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
+        return url
+
+    def _put(self, url: str, data: bytes) -> None:
+        fs, path = self._fs(url)
+        if isinstance(fs, LocalFileSystem):
+            # Write aside, fsync, rename into place: readers see no file or the whole file.
+            directory = posixpath.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the rename itself survives a crash
+            finally:
+                os.close(dir_fd)
+        else:
+            # One PUT: object stores (and memory://) make an object visible whole or not at all.
+            fs.pipe_file(path, data)
+
+    # ----------------------------------------------------------------- reading
+
+    def locate(self, path: str) -> tuple[str, str]:
+        """(checkpoint directory URL, `_metadata` URL) for a checkpoint's directory or `_metadata` path."""
+        url = path if path.endswith("://") else path.rstrip("/") or "/"
+        if posixpath.basename(url) == METADATA_FILE:
+            return _parent(url), url
+        fs, fs_path = self._fs(url)
+        if self._fresh(fs).isfile(fs_path):
+            return _parent(url), url
+        return url, f"{url}/{METADATA_FILE}"
+
+    def read_metadata(self, path: str) -> dict[str, Any]:
+        """The validated `_metadata` of the checkpoint at ``path`` (its directory or `_metadata`).
+
+        Raises ``NotFoundError`` (exit 4) when there is no complete checkpoint there — nothing
+        at all, or a directory without `_metadata` — and ``CorruptCheckpointError`` (exit 9)
+        when `_metadata` is truncated, not JSON, of another format or version, or lacks fields.
+        """
+        return self._read_metadata(*self.locate(path))
+
+    def _read_metadata(self, dir_url: str, meta_url: str) -> dict[str, Any]:
+        fs, meta_path = self._fs(meta_url)
+        self._fresh(fs)
+        try:
+            raw = fs.cat_file(meta_path)
+        except (FileNotFoundError, IsADirectoryError):
+            _, dir_path = self._fs(dir_url)
+            if fs.isdir(dir_path):
+                raise NotFoundError(
+                    f"{dir_url} is not a complete checkpoint: it has no {METADATA_FILE}",
+                    remedy="the checkpoint was aborted or is still being written; use a completed one",
+                ) from None
+            raise NotFoundError(f"no checkpoint at {dir_url}", remedy="check the path; a checkpoint directory holds a _metadata file") from None
+        if not raw.strip():
+            raise CorruptCheckpointError(meta_url, f"empty file ({len(raw)} bytes): truncated")
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptCheckpointError(meta_url, f"truncated or not JSON ({len(raw)} bytes): {exc}") from None
+        return validate(doc, meta_url)
+
+    def read_state(self, checkpoint_dir_url: str, handle: Mapping[str, Any]) -> bytes:
+        """The bytes of one state file, checked against the size and checksum in its handle.
+
+        Raises ``CorruptCheckpointError`` naming the file, the recorded and the actual value.
+        """
+        url = f"{checkpoint_dir_url.rstrip('/')}/{handle['path']}"
+        fs, path = self._fs(url)
+        try:
+            data = self._fresh(fs).cat_file(path)
+        except (FileNotFoundError, IsADirectoryError):
+            raise CorruptCheckpointError(url, "state file is missing") from None
+        problem = _mismatch(handle, len(data), checksum_of(data))
+        if problem:
+            raise CorruptCheckpointError(url, problem)
+        return data
+
+    # ----------------------------------------------------------------- listing and deleting
+
+    def list_checkpoints(self, job_id: str) -> list[int]:
+        """Ids of the job's complete checkpoints (those with `_metadata`), ascending."""
+        fs, job_path = self._fs(self.job_dir(job_id))
+        self._fresh(fs)
+        try:
+            entries = fs.ls(job_path, detail=False)
+        except FileNotFoundError:
+            return []
+        ids = []
+        for entry in entries:
+            match = _CHK.match(posixpath.basename(entry.rstrip("/")))
+            if match and fs.isfile(f"{entry.rstrip('/')}/{METADATA_FILE}"):
+                ids.append(int(match.group(1)))
+        return sorted(ids)
+
+    def discard(self, job_id: str, checkpoint_id: int) -> None:
+        """Delete a checkpoint's directory; discarding one that is gone is not an error."""
+        self.discard_path(self.checkpoint_dir(job_id, checkpoint_id))
+
+    def discard_path(self, url: str) -> None:
+        """Delete the checkpoint or savepoint directory at ``url`` (idempotent), `_metadata` first."""
+        fs, path = self._fs(url)
+        self._fresh(fs)
+        try:
+            fs.rm_file(f"{path.rstrip('/')}/{METADATA_FILE}")
+        except FileNotFoundError:
+            pass
+        try:
+            fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        self._fresh(fs)
+
+    # ----------------------------------------------------------------- verification
+
+    def verify(self, path: str) -> VerifyReport:
+        """Check that the checkpoint at ``path`` is restorable, reading every file it references.
+
+        Problems (bad `_metadata`, a missing file, a wrong size or checksum) are collected, not
+        raised; ``NotFoundError`` is raised only when there is no checkpoint at ``path``.
+        """
+        dir_url, meta_url = self.locate(path)
+        try:
+            doc = self._read_metadata(dir_url, meta_url)
+        except CorruptCheckpointError as exc:
+            return VerifyReport(dir_url, meta_url, None, 0, 0, [Problem(exc.path, exc.problem)])
+        problems: list[Problem] = []
+        files = bytes_read = 0
+        seen: set[str] = set()
+        for _op, _sub, _kind, handle in handles(doc):
+            if handle["path"] in seen:
+                continue
+            seen.add(handle["path"])
+            url = f"{dir_url}/{handle['path']}"
+            fs, file_path = self._fs(url)
+            try:
+                size, checksum = _hash_file(self._fresh(fs), file_path)
+            except (FileNotFoundError, IsADirectoryError):
+                problems.append(Problem(url, "state file is missing"))
+                continue
+            files += 1
+            bytes_read += size
+            problem = _mismatch(handle, size, checksum)
+            if problem:
+                problems.append(Problem(url, problem))
+        return VerifyReport(dir_url, meta_url, doc, files, bytes_read, problems)
+
+
+def _hash_file(fs: fsspec.AbstractFileSystem, path: str) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with fs.open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, "sha256:" + digest.hexdigest()
+
+
+def _mismatch(handle: Mapping[str, Any], size: int, checksum: str) -> str | None:
+    if size != handle["size"]:
+        return f"size mismatch: _metadata records {handle['size']} bytes, the file has {size}"
+    if checksum != handle["checksum"]:
+        return f"checksum mismatch: _metadata records {handle['checksum']}, the file has {checksum}"
+    return None

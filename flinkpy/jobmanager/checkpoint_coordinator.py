@@ -1,0 +1,632 @@
+"""CheckpointCoordinator: when to checkpoint, when a checkpoint is done, when to give up.
+
+A pure state machine, like the ExecutionGraph: events go in (a clock tick, an acknowledgement, a
+decline, a task finished, the metadata was written), actions come out (trigger checkpoint N at
+the sources, write the metadata of N, notify completion, abort, discard files, fail the job). It
+reads no clock and touches no file: ``now_ms`` is passed to every event, so timeouts, the minimum
+pause and failure counting are tested with a manual clock.
+
+The life of a checkpoint::
+
+    trigger -> PendingCheckpoint --every task acked--> Finalize --finalized()--> CompletedCheckpoint
+                      |                                    |
+                      +-- decline / timeout / finalize_failed / subsumed / task finished --> aborted
+
+Declines, timeouts and failed metadata writes of *checkpoints* count as failures: more than
+``tolerable_failures`` of them in a row fail the job, and any completed checkpoint resets the
+count. Savepoints are the operator's business: their failures are reported but never fail the
+job, and they are neither subsumed nor discarded by retention.
+
+>>> opts = CheckpointingOptions(interval_ms=1000)
+>>> cc = CheckpointCoordinator(opts, tasks=[(1, 0), (2, 0)], sources=[(1, 0)])
+>>> [type(a).__name__ for a in cc.tick(0)]
+['TriggerCheckpoint']
+>>> cc.acknowledge((1, 0), 1, {"offset": 5}, {"state_size": 10}, 40)
+[]
+>>> [type(a).__name__ for a in cc.acknowledge((2, 0), 1, {}, {"state_size": 2}, 50)]
+['Finalize']
+>>> cc.finalized(1, "memory://ck/job/chk-1", 60)
+[NotifyComplete(checkpoint_id=1)]
+>>> cc.latest_completed.state_size
+12
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from flinkpy.config import parse_duration_ms
+from flinkpy.errors import ConfigurationError, ConflictError
+
+TaskKey = tuple[int, int]  # (vertex id, subtask index)
+
+MODES = ("EXACTLY_ONCE", "AT_LEAST_ONCE")
+KINDS = ("checkpoint", "savepoint")
+RETENTIONS = ("RETAIN_ON_CANCELLATION", "DELETE_ON_CANCELLATION", "NO_EXTERNALIZED_CHECKPOINTS")
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointingOptions:
+    """Flink's checkpointing options with Flink's defaults.
+
+    >>> CheckpointingOptions.from_config({"execution.checkpointing.interval": "10 s"}).interval_ms
+    10000
+    """
+
+    #: None turns periodic checkpoints off; manual triggers still work
+    interval_ms: int | None = None
+    mode: str = "EXACTLY_ONCE"
+    timeout_ms: int = 600_000
+    min_pause_ms: int = 0
+    max_concurrent: int = 1
+    #: consecutive checkpoint failures that are tolerated; one more fails the job
+    tolerable_failures: int = 0
+    #: completed checkpoints (not savepoints) kept; older ones are discarded
+    retained: int = 1
+    retain_on_cancellation: bool = False
+
+    def __post_init__(self) -> None:
+        if self.interval_ms is not None and self.interval_ms <= 0:
+            raise ValueError(f"interval_ms must be positive or None, not {self.interval_ms}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
+        if self.timeout_ms <= 0 or self.min_pause_ms < 0 or self.max_concurrent < 1:
+            raise ValueError("timeout_ms must be > 0, min_pause_ms >= 0 and max_concurrent >= 1")
+        if self.tolerable_failures < 0 or self.retained < 1:
+            raise ValueError("tolerable_failures must be >= 0 and retained >= 1")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> CheckpointingOptions:
+        """Read Flink's ``execution.checkpointing.*`` keys (values are strings); others are ignored."""
+        kw: dict[str, Any] = {}
+        prefix = "execution.checkpointing."
+
+        def raw(name: str) -> Any:
+            return config.get(prefix + name)
+
+        def bad(name: str, value: Any, allowed: str) -> ConfigurationError:
+            return ConfigurationError(f"invalid value {value!r} for configuration key '{prefix}{name}'", remedy=f"use {allowed}")
+
+        def duration(name: str, minimum: int) -> int | None:
+            value = raw(name)
+            if value is None:
+                return None
+            allowed = "a duration such as '500 ms', '10 s' or '5 min' (a bare number means milliseconds)"
+            if minimum > 0:
+                allowed = "a positive " + allowed[2:]
+            try:
+                ms = parse_duration_ms(value.strip() if isinstance(value, str) else value)
+            except ValueError:
+                raise bad(name, value, allowed) from None
+            if ms < minimum:
+                raise bad(name, value, allowed)
+            return ms
+
+        def integer(name: str, minimum: int) -> int | None:
+            value = raw(name)
+            if value is None:
+                return None
+            try:
+                if isinstance(value, bool):
+                    raise ValueError
+                number = int(str(value).strip())
+            except ValueError:
+                raise bad(name, value, f"a whole number >= {minimum}") from None
+            if number < minimum:
+                raise bad(name, value, f"a whole number >= {minimum}")
+            return number
+
+        def choice(name: str, allowed: tuple[str, ...]) -> str | None:
+            value = raw(name)
+            if value is None:
+                return None
+            normalized = str(value).strip().upper().replace("-", "_")
+            if normalized not in allowed:
+                raise bad(name, value, "one of " + ", ".join(allowed))
+            return normalized
+
+        interval = raw("interval")
+        if interval is not None:
+            allowed = "a positive duration such as '500 ms', '10 s' or '5 min'; leave the key unset to turn periodic checkpoints off"
+            try:
+                ms = parse_duration_ms(interval.strip() if isinstance(interval, str) else interval)
+            except ValueError:
+                raise bad("interval", interval, allowed) from None
+            if ms <= 0:
+                raise bad("interval", interval, allowed)
+            kw["interval_ms"] = ms
+        for key, name, value in (
+            ("mode", "mode", choice("mode", MODES)),
+            ("timeout_ms", "timeout", duration("timeout", 1)),
+            ("min_pause_ms", "min-pause", duration("min-pause", 0)),
+            ("max_concurrent", "max-concurrent-checkpoints", integer("max-concurrent-checkpoints", 1)),
+            ("tolerable_failures", "tolerable-failed-checkpoints", integer("tolerable-failed-checkpoints", 0)),
+            ("retained", "num-retained", integer("num-retained", 1)),
+        ):
+            if value is not None:
+                kw[key] = value
+        retention = choice("externalized-checkpoint-retention", RETENTIONS)
+        if retention is not None:
+            kw["retain_on_cancellation"] = retention == "RETAIN_ON_CANCELLATION"
+        return cls(**kw)
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+
+def _sum(metrics: Mapping[TaskKey, Mapping[str, Any]], name: str) -> int:
+    return sum(int(m.get(name, 0) or 0) for m in metrics.values())
+
+
+@dataclass
+class PendingCheckpoint:
+    """A triggered checkpoint that waits for acknowledgements (or for its metadata write)."""
+
+    checkpoint_id: int
+    kind: str
+    trigger_ms: int
+    #: every task that must acknowledge
+    tasks: frozenset[TaskKey]
+    #: the ack payloads (state handles), opaque to the coordinator
+    states: dict[TaskKey, dict[str, Any]] = field(default_factory=dict)
+    metrics: dict[TaskKey, dict[str, Any]] = field(default_factory=dict)
+    ack_ms: dict[TaskKey, int] = field(default_factory=dict)
+    #: Finalize was emitted; the I/O layer is writing _metadata
+    finalizing: bool = False
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.kind == "savepoint"
+
+    @property
+    def acknowledged(self) -> frozenset[TaskKey]:
+        return frozenset(self.states)
+
+    @property
+    def waiting_for(self) -> frozenset[TaskKey]:
+        return self.tasks - self.acknowledged
+
+    @property
+    def latest_ack_ms(self) -> int | None:
+        return max(self.ack_ms.values(), default=None)
+
+    @property
+    def state_size(self) -> int:
+        return _sum(self.metrics, "state_size")
+
+
+@dataclass(frozen=True)
+class CompletedCheckpoint:
+    checkpoint_id: int
+    kind: str
+    trigger_ms: int
+    completion_ms: int
+    external_path: str
+    tasks: frozenset[TaskKey]
+    states: dict[TaskKey, dict[str, Any]]
+    metrics: dict[TaskKey, dict[str, Any]]
+    ack_ms: dict[TaskKey, int]
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.kind == "savepoint"
+
+    @property
+    def latest_ack_ms(self) -> int | None:
+        return max(self.ack_ms.values(), default=None)
+
+    @property
+    def state_size(self) -> int:
+        return _sum(self.metrics, "state_size")
+
+
+@dataclass(frozen=True)
+class FailedCheckpoint:
+    """An aborted checkpoint, kept (bounded) for statistics: why and when it ended."""
+
+    checkpoint_id: int
+    kind: str
+    trigger_ms: int
+    failure_ms: int
+    reason: str
+    tasks: frozenset[TaskKey]
+    metrics: dict[TaskKey, dict[str, Any]]
+    ack_ms: dict[TaskKey, int]
+    #: declines, timeouts and failed metadata writes count; subsumption, finished tasks, shutdown do not
+    counted: bool
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.kind == "savepoint"
+
+    @property
+    def latest_ack_ms(self) -> int | None:
+        return max(self.ack_ms.values(), default=None)
+
+    @property
+    def state_size(self) -> int:
+        return _sum(self.metrics, "state_size")
+
+
+CheckpointRecord = PendingCheckpoint | CompletedCheckpoint | FailedCheckpoint
+
+
+@dataclass(frozen=True)
+class RestoredCheckpoint:
+    checkpoint_id: int
+    restore_ms: int
+    external_path: str
+    is_savepoint: bool
+
+
+@dataclass
+class RunningSummary:
+    """min / max / sum / count of one number over every completed checkpoint since the start."""
+
+    count: int = 0
+    total: int = 0
+    min: int | None = None
+    max: int | None = None
+
+    def add(self, value: int) -> None:
+        self.count += 1
+        self.total += value
+        self.min = value if self.min is None else min(self.min, value)
+        self.max = value if self.max is None else max(self.max, value)
+
+    @property
+    def avg(self) -> int:
+        return self.total // self.count if self.count else 0
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    """Send 'start checkpoint N' to these source subtasks (they inject barrier N)."""
+
+    checkpoint_id: int
+    timestamp: int
+    kind: str
+    mode: str
+    sources: list[TaskKey]
+
+
+@dataclass(frozen=True)
+class Finalize:
+    """Every task acknowledged: write ``_metadata``, then call ``finalized`` or ``finalize_failed``."""
+
+    checkpoint: PendingCheckpoint
+
+
+@dataclass(frozen=True)
+class NotifyComplete:
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Tell the tasks to drop checkpoint N (release alignment, delete their partial uploads)."""
+
+    checkpoint_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Discard:
+    """Delete the files of checkpoint N: its directory, or only partial files when path is None."""
+
+    checkpoint_id: int
+    external_path: str | None
+
+
+@dataclass(frozen=True)
+class FailJob:
+    reason: str
+
+
+Action = TriggerCheckpoint | Finalize | NotifyComplete | Abort | Discard | FailJob
+
+
+class CheckpointTriggerRefused(ConflictError):
+    """A manual trigger cannot start now; ``reason`` says why (and the message what to do)."""
+
+    def __init__(self, reason: str, *, remedy: str | None = None):
+        super().__init__(f"cannot trigger a checkpoint: {reason}", remedy=remedy)
+        self.reason = reason
+
+
+# -- the coordinator -------------------------------------------------------------------------
+
+
+class CheckpointCoordinator:
+    """Decides when checkpoints start, complete, fail, and which files go.
+
+    ``tasks`` are all subtasks that must acknowledge, ``sources`` those that receive the trigger.
+    Periodic checkpoints start at the first ``tick`` (the I/O layer ticks only while the job
+    runs) and then every ``interval_ms``. ``history_limit`` bounds the remembered records.
+    """
+
+    def __init__(
+        self,
+        options: CheckpointingOptions,
+        tasks: Iterable[TaskKey],
+        sources: Iterable[TaskKey],
+        *,
+        next_id: int = 1,
+        history_limit: int = 100,
+    ):
+        self.options = options
+        self.tasks: frozenset[TaskKey] = frozenset(tuple(t) for t in tasks)  # type: ignore[misc]
+        self.sources: list[TaskKey] = sorted(tuple(s) for s in sources)  # type: ignore[misc]
+        if not self.tasks:
+            raise ValueError("a checkpoint coordinator needs at least one task")
+        if not set(self.sources) <= self.tasks:
+            raise ValueError(f"sources {sorted(set(self.sources) - self.tasks)} are not among the tasks")
+        self.next_id = next_id
+        self.history_limit = history_limit
+        self.pending: dict[int, PendingCheckpoint] = {}
+        #: retained checkpoints and every savepoint, oldest first
+        self.completed: list[CompletedCheckpoint] = []
+        self.consecutive_failures = 0
+        self.finished_tasks: set[TaskKey] = set()
+        self.is_shut_down = False
+        self.restored_from: RestoredCheckpoint | None = None
+        # statistics (read by checkpoint_stats)
+        self.num_restored = 0
+        self.num_completed = 0
+        self.num_failed = 0
+        self.num_late_messages = 0
+        self.latest_completed_checkpoint: CompletedCheckpoint | None = None
+        self.latest_savepoint: CompletedCheckpoint | None = None
+        self.latest_failed: FailedCheckpoint | None = None
+        self.summary: dict[str, RunningSummary] = {
+            "state_size": RunningSummary(),
+            "end_to_end_duration": RunningSummary(),
+            "alignment_buffered": RunningSummary(),
+        }
+        self._records: OrderedDict[int, CheckpointRecord] = OrderedDict()
+        self._last_trigger_ms: int | None = None
+        #: end of the last checkpoint (completed or failed): the minimum pause counts from here
+        self._last_end_ms: int | None = None
+
+    # -- queries -----------------------------------------------------------------------------
+
+    @property
+    def latest_completed(self) -> CompletedCheckpoint | None:
+        """The newest completed checkpoint or savepoint: what a restart restores from."""
+        return self.completed[-1] if self.completed else None
+
+    @property
+    def history(self) -> list[CheckpointRecord]:
+        """Remembered checkpoints (pending, completed, failed), newest first, at most history_limit."""
+        return sorted(self._records.values(), key=lambda r: r.checkpoint_id, reverse=True)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> list[Action]:
+        """Time passed: abort expired checkpoints, then start a periodic one if it is due."""
+        actions: list[Action] = []
+        for cp in [cp for cp in self.pending.values() if now_ms - cp.trigger_ms >= self.options.timeout_ms]:
+            reason = (
+                f"expired after {self.options.timeout_ms} ms (execution.checkpointing.timeout) with "
+                f"{len(cp.acknowledged)}/{len(cp.tasks)} tasks acknowledged"
+            )
+            actions += self._fail(cp, reason, now_ms)
+        if self._periodic_due(now_ms):
+            actions += self._trigger(now_ms, "checkpoint")
+        return actions
+
+    def trigger(self, now_ms: int, *, kind: str = "checkpoint", reason: str = "manual") -> tuple[int, list[Action]]:
+        """Start a checkpoint or savepoint now, regardless of the interval and the minimum pause.
+
+        Returns the new id and the actions. Raises CheckpointTriggerRefused (a ConflictError)
+        when it cannot start; ``reason`` is informational (for logs).
+        """
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+        if self.is_shut_down:
+            raise CheckpointTriggerRefused("the job is no longer running", remedy="trigger checkpoints of running jobs only")
+        if self.finished_tasks:
+            some = ", ".join(f"{v}:{s}" for v, s in sorted(self.finished_tasks)[:3])
+            raise CheckpointTriggerRefused(f"some tasks have finished ({some})", remedy="bounded jobs cannot checkpoint once a task has finished")
+        if len(self.pending) >= self.options.max_concurrent:
+            ids = ", ".join(str(i) for i in sorted(self.pending))
+            raise CheckpointTriggerRefused(
+                f"{len(self.pending)} checkpoint(s) already in progress ({ids}), the maximum is {self.options.max_concurrent}",
+                remedy="wait for them to complete or raise execution.checkpointing.max-concurrent-checkpoints",
+            )
+        actions = self._trigger(now_ms, kind)
+        return actions[0].checkpoint_id, actions  # type: ignore[union-attr]
+
+    def acknowledge(self, task: TaskKey, checkpoint_id: int, state: dict[str, Any], metrics: dict[str, Any], now_ms: int) -> list[Action]:
+        """A task snapshotted its state for this checkpoint; the last ack asks for Finalize."""
+        task = tuple(task)  # type: ignore[assignment]
+        cp = self.pending.get(checkpoint_id)
+        if cp is None:
+            self.num_late_messages += 1
+            return []
+        if task not in cp.tasks or task in cp.states:
+            return []
+        cp.states[task] = state
+        cp.metrics[task] = dict(metrics)
+        cp.ack_ms[task] = now_ms
+        if cp.waiting_for or cp.finalizing:
+            return []
+        cp.finalizing = True
+        return [Finalize(cp)]
+
+    def finalized(self, checkpoint_id: int, external_path: str, now_ms: int) -> list[Action]:
+        """The metadata of this checkpoint is written: it is complete."""
+        cp = self.pending.get(checkpoint_id)
+        if cp is None or not cp.finalizing:
+            if any(c.checkpoint_id == checkpoint_id for c in self.completed):
+                return []
+            # aborted while its metadata was being written (timeout, shutdown): the files are orphans
+            return [Discard(checkpoint_id, external_path)]
+        del self.pending[checkpoint_id]
+        done = CompletedCheckpoint(
+            checkpoint_id=cp.checkpoint_id,
+            kind=cp.kind,
+            trigger_ms=cp.trigger_ms,
+            completion_ms=now_ms,
+            external_path=external_path,
+            tasks=cp.tasks,
+            states=cp.states,
+            metrics=cp.metrics,
+            ack_ms=cp.ack_ms,
+        )
+        self.completed.append(done)
+        self._remember(done)
+        self.num_completed += 1
+        self._last_end_ms = now_ms
+        self.summary["state_size"].add(done.state_size)
+        self.summary["end_to_end_duration"].add(max(0, (done.latest_ack_ms or now_ms) - done.trigger_ms))
+        self.summary["alignment_buffered"].add(_sum(done.metrics, "alignment_bytes"))
+        if done.is_savepoint:
+            self.latest_savepoint = done
+        else:
+            self.latest_completed_checkpoint = done
+            self.consecutive_failures = 0
+        actions: list[Action] = [NotifyComplete(checkpoint_id)]
+        for older in sorted(i for i, p in self.pending.items() if i < checkpoint_id and not p.is_savepoint):
+            actions += self._end(self.pending[older], "subsumed", now_ms, counted=False)
+        checkpoints = [c for c in self.completed if not c.is_savepoint]
+        for old in checkpoints[: max(0, len(checkpoints) - self.options.retained)]:
+            self.completed.remove(old)
+            actions.append(Discard(old.checkpoint_id, old.external_path))
+        return actions
+
+    def finalize_failed(self, checkpoint_id: int, reason: str, now_ms: int) -> list[Action]:
+        """Writing the metadata failed: the checkpoint failed."""
+        cp = self.pending.get(checkpoint_id)
+        if cp is None:
+            return []
+        return self._fail(cp, f"writing its metadata failed: {reason}", now_ms)
+
+    def decline(self, task: TaskKey, checkpoint_id: int, reason: str, now_ms: int) -> list[Action]:
+        """A task could not take its snapshot: the checkpoint failed."""
+        task = tuple(task)  # type: ignore[assignment]
+        cp = self.pending.get(checkpoint_id)
+        if cp is None:
+            self.num_late_messages += 1
+            return []
+        if task not in cp.tasks:
+            return []
+        return self._fail(cp, f"declined by task {task[0]}:{task[1]}: {reason}", now_ms)
+
+    def task_finished(self, task: TaskKey, now_ms: int) -> list[Action]:
+        """A (bounded) task ended: stop triggering; drop the checkpoints that still wait for it."""
+        task = tuple(task)  # type: ignore[assignment]
+        self.finished_tasks.add(task)
+        actions: list[Action] = []
+        for cp in [cp for cp in self.pending.values() if task in cp.waiting_for]:
+            actions += self._end(cp, "task finished", now_ms, counted=False)
+        return actions
+
+    def shutdown(self, now_ms: int, *, job_state: str) -> list[Action]:
+        """The job reached ``job_state``: abort pending checkpoints and apply the retention rules.
+
+        CANCELED discards every retained checkpoint unless retain_on_cancellation; FINISHED and
+        FAILED keep the latest checkpoint (to restart or inspect from) and discard the others.
+        Savepoints are never discarded here.
+        """
+        if self.is_shut_down:
+            return []
+        self.is_shut_down = True
+        actions: list[Action] = []
+        for cp in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            actions += self._end(cp, f"job {job_state.lower()}", now_ms, counted=False)
+        checkpoints = [c for c in self.completed if not c.is_savepoint]
+        if job_state == "CANCELED":
+            doomed = [] if self.options.retain_on_cancellation else checkpoints
+        elif job_state in ("FINISHED", "FAILED"):
+            doomed = checkpoints[:-1]
+        else:  # e.g. SUSPENDED: another JobManager may take over and needs them all
+            doomed = []
+        for old in doomed:
+            self.completed.remove(old)
+            actions.append(Discard(old.checkpoint_id, old.external_path))
+        return actions
+
+    def restored(self, checkpoint_id: int, external_path: str, now_ms: int, *, is_savepoint: bool = False) -> list[Action]:
+        """The job (re)started from this checkpoint; new ids continue after it."""
+        self.restored_from = RestoredCheckpoint(checkpoint_id, now_ms, external_path, is_savepoint)
+        self.num_restored += 1
+        self.next_id = max(self.next_id, checkpoint_id + 1)
+        return []
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _periodic_due(self, now_ms: int) -> bool:
+        opts = self.options
+        if opts.interval_ms is None or self.is_shut_down or self.finished_tasks:
+            return False
+        if len(self.pending) >= opts.max_concurrent:
+            return False
+        if self._last_trigger_ms is not None and now_ms - self._last_trigger_ms < opts.interval_ms:
+            return False
+        if self._last_end_ms is not None and now_ms - self._last_end_ms < opts.min_pause_ms:
+            return False
+        # Flink's min pause also means "no overlap": a pending checkpoint blocks the next one
+        if opts.min_pause_ms > 0 and self.pending:
+            return False
+        return True
+
+    def _trigger(self, now_ms: int, kind: str) -> list[Action]:
+        cid = self.next_id
+        self.next_id += 1
+        self._last_trigger_ms = now_ms
+        cp = PendingCheckpoint(cid, kind, now_ms, self.tasks)
+        self.pending[cid] = cp
+        self._remember(cp)
+        return [TriggerCheckpoint(cid, now_ms, kind, self.options.mode, list(self.sources))]
+
+    def _fail(self, cp: PendingCheckpoint, reason: str, now_ms: int) -> list[Action]:
+        counted = not cp.is_savepoint
+        actions = self._end(cp, reason, now_ms, counted=counted)
+        self._last_end_ms = now_ms
+        if counted:
+            self.consecutive_failures += 1
+            tolerable = self.options.tolerable_failures
+            if self.consecutive_failures > tolerable:
+                actions.append(
+                    FailJob(
+                        f"checkpoint {cp.checkpoint_id} failed: {reason}; {self.consecutive_failures} consecutive "
+                        f"checkpoint failure(s) exceed the tolerable failed checkpoints ({tolerable}, "
+                        "execution.checkpointing.tolerable-failed-checkpoints)"
+                    )
+                )
+        return actions
+
+    def _end(self, cp: PendingCheckpoint, reason: str, now_ms: int, *, counted: bool) -> list[Action]:
+        del self.pending[cp.checkpoint_id]
+        failed = FailedCheckpoint(
+            checkpoint_id=cp.checkpoint_id,
+            kind=cp.kind,
+            trigger_ms=cp.trigger_ms,
+            failure_ms=now_ms,
+            reason=reason,
+            tasks=cp.tasks,
+            metrics=cp.metrics,
+            ack_ms=cp.ack_ms,
+            counted=counted,
+        )
+        self._remember(failed)
+        self.num_failed += 1
+        self.latest_failed = failed
+        return [Abort(cp.checkpoint_id, reason), Discard(cp.checkpoint_id, None)]
+
+    def _remember(self, record: CheckpointRecord) -> None:
+        self._records[record.checkpoint_id] = record
+        excess = len(self._records) - self.history_limit
+        if excess > 0:
+            # the oldest finished records go first; pending ones stay while they are in flight
+            for cid in [c for c, r in self._records.items() if not isinstance(r, PendingCheckpoint)][:excess]:
+                del self._records[cid]

@@ -1,0 +1,162 @@
+"""A job's checkpointing on the JobManager: the pure CheckpointCoordinator plus its I/O.
+
+The coordinator decides (trigger, finalize, notify, discard, fail); this module carries the
+decisions out: it sends triggers and notifications to tasks through the dispatcher, writes
+``_metadata`` — the commit point — and deletes discarded checkpoints on a small thread pool so
+that storage latency never blocks the JobManager's lock, and feeds the results back as events.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable
+
+from flinkpy.jobmanager.checkpoint_coordinator import (
+    Abort,
+    CheckpointCoordinator,
+    CheckpointingOptions,
+    Discard,
+    FailJob,
+    Finalize,
+    NotifyComplete,
+    PendingCheckpoint,
+    TriggerCheckpoint,
+)
+
+if TYPE_CHECKING:
+    from flinkpy.jobmanager.execution_graph import ExecutionGraph
+
+log = logging.getLogger("flinkpy.checkpoints")
+_io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="checkpoint-io")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class JobCheckpointing:
+    def __init__(self, graph: "ExecutionGraph", config: dict[str, str], checkpoint_dir: str):
+        self.graph = graph
+        self.options = CheckpointingOptions.from_config(config)
+        self.checkpoint_dir = checkpoint_dir
+        tasks = list(graph.executions)
+        sources = [k for k in tasks if graph.vertices[k[0]]["is_source"]]
+        self.coordinator = CheckpointCoordinator(self.options, tasks, sources)
+        self._storage: Any = None
+        #: waiters for a triggered checkpoint's outcome (REST long polls)
+        self.outcomes: dict[int, dict[str, Any]] = {}
+
+    @property
+    def storage(self) -> Any:
+        if self._storage is None:
+            from flinkpy.checkpoint.storage import CheckpointStorage
+
+            self._storage = CheckpointStorage(self.checkpoint_dir)
+        return self._storage
+
+    @property
+    def periodic(self) -> bool:
+        return self.options.interval_ms is not None
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def metadata(self, pending: PendingCheckpoint, completion_ms: int) -> dict[str, Any]:
+        g = self.graph
+        operators = []
+        for vid, v in g.vertices.items():
+            for position, operator_id in enumerate(v.get("operator_ids") or []):
+                subtasks = []
+                for sub in range(v["parallelism"]):
+                    state = pending.states.get((vid, sub), {})
+                    entry = next((p for p in state.get("state", []) if p.get("operator_id") == operator_id), {})
+                    subtasks.append(
+                        {
+                            "subtask": sub,
+                            "keyed_state": entry.get("keyed_state"),
+                            "operator_state": entry.get("operator_state"),
+                            "source_offsets": entry.get("source_offsets"),
+                        }
+                    )
+                operators.append(
+                    {
+                        "operator_id": operator_id,
+                        "uid": (v.get("uids") or [None] * (position + 1))[position],
+                        "name": (v.get("operator_names") or [""] * (position + 1))[position],
+                        "vertex_id": vid,
+                        "parallelism": v["parallelism"],
+                        "max_parallelism": v["max_parallelism"],
+                        "subtasks": subtasks,
+                    }
+                )
+        return {
+            "format": "flinkpy-checkpoint",
+            "version": 1,
+            "job_id": g.job_id,
+            "job_name": g.name,
+            "checkpoint_id": pending.checkpoint_id,
+            "kind": pending.kind,
+            "savepoint_format": "canonical" if pending.kind == "savepoint" else None,
+            "trigger_timestamp": pending.trigger_ms,
+            "completion_timestamp": completion_ms,
+            "mode": self.options.mode,
+            "max_parallelism": max((v["max_parallelism"] for v in g.vertices.values()), default=128),
+            "operators": operators,
+        }
+
+    # -- carrying out actions ----------------------------------------------------------------
+
+    def perform(self, actions: list[Any], send: Callable[[Any, str, dict[str, Any]], None], events: Callable[[Callable[[], list[Any]]], None], fail_job: Callable[[str], None]) -> None:
+        """``send(execution, op, body)`` reaches a task; ``events(fn)`` later runs ``fn`` under the
+        dispatcher's lock and performs the actions it returns; ``fail_job(reason)`` fails the job."""
+        g = self.graph
+        for a in actions:
+            if isinstance(a, TriggerCheckpoint):
+                log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
+                for key in a.sources:
+                    send(g.executions[key], "trigger_checkpoint", {"checkpoint_id": a.checkpoint_id, "timestamp": a.timestamp, "mode": a.mode, "kind": a.kind})
+            elif isinstance(a, Finalize):
+                self._finalize(a.checkpoint, events)
+            elif isinstance(a, NotifyComplete):
+                for ex in g.executions.values():
+                    if ex.state == "RUNNING":
+                        send(ex, "notify_checkpoint_complete", {"checkpoint_id": a.checkpoint_id})
+            elif isinstance(a, Abort):
+                log.info("Checkpoint %d of job %s aborted: %s", a.checkpoint_id, g.job_id, a.reason)
+                self.outcomes[a.checkpoint_id] = {"status": "FAILED", "reason": a.reason}
+                for ex in g.executions.values():
+                    if ex.state == "RUNNING":
+                        send(ex, "notify_checkpoint_aborted", {"checkpoint_id": a.checkpoint_id})
+            elif isinstance(a, Discard):
+                _io.submit(self._discard, a.checkpoint_id, a.external_path)
+            elif isinstance(a, FailJob):
+                fail_job(a.reason)
+
+    def _finalize(self, pending: PendingCheckpoint, events: Callable[[Callable[[], list[Any]]], None]) -> None:
+        cid = pending.checkpoint_id
+
+        def write() -> None:
+            completion = now_ms()
+            try:
+                path = self.storage.write_metadata(self.graph.job_id, cid, self.metadata(pending, completion))
+            except Exception as e:  # noqa: BLE001 - storage errors fail the checkpoint, not the JobManager
+                reason = f"writing the metadata of checkpoint {cid} failed: {type(e).__name__}: {e}"
+                log.warning(reason)
+                events(lambda: self.coordinator.finalize_failed(cid, reason, now_ms()))
+                return
+            size = sum(m.get("state_size", 0) for m in pending.metrics.values())
+            log.info(
+                "Completed checkpoint %d for job %s (%d bytes, checkpointDuration=%d ms, finalizationTime=%d ms).",
+                cid, self.graph.job_id, size, completion - pending.trigger_ms, now_ms() - completion,
+            )
+            self.outcomes[cid] = {"status": "COMPLETED", "external_path": path}
+            events(lambda: self.coordinator.finalized(cid, path, now_ms()))
+
+        _io.submit(write)
+
+    def _discard(self, checkpoint_id: int, external_path: str | None) -> None:
+        try:
+            self.storage.discard(self.graph.job_id, checkpoint_id)
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not delete checkpoint %d of job %s: %s", checkpoint_id, self.graph.job_id, e)

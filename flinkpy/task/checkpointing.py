@@ -1,0 +1,172 @@
+"""A task's part in a checkpoint: the synchronous snapshot, the asynchronous upload, the ack.
+
+When barrier N has been aligned (or triggered, at a source), the task thread calls
+:meth:`TaskCheckpointer.snapshot`. Its synchronous part is short and does not grow with the
+state: the source's offsets (small), ``snapshot_state`` of CheckpointedFunctions and sinks
+(their own small state: pending files, transactions), and the keyed state backend's
+copy-on-write freeze (O(key groups)). Serialization and the writes to checkpoint storage run on
+the uploader thread while the task goes on processing records; when every file is written the
+acknowledgement — with the state handles (paths, sizes, checksums, key-group ranges) — goes to
+the JobManager. A failure anywhere declines the checkpoint instead.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from flinkpy.datastream.functions import CheckpointedFunction, CheckpointListener, FunctionSnapshotContext
+from flinkpy.task import operators as ops
+
+
+@dataclass
+class _Upload:
+    checkpoint_id: int
+    timestamp: int
+    parts: list[dict[str, Any]]
+    metrics: dict[str, Any]
+    started: float = field(default_factory=time.monotonic)
+
+
+class TaskCheckpointer:
+    def __init__(self, tdd: dict[str, Any], chain: Any, send: Callable[[str, Any], None]):
+        self.tdd = tdd
+        self.chain = chain
+        self.send = send
+        self.job_id: str = tdd["job_id"]
+        self.subtask: int = tdd["subtask"]
+        self._storage: Any = None
+        self._queue: "queue.Queue[_Upload | None]" = queue.Queue()
+        self._thread = threading.Thread(target=self._upload_loop, name="checkpoint-uploader", daemon=True)
+        self._thread.start()
+        self.last_sync_ms = 0.0
+
+    @property
+    def storage(self) -> Any:
+        if self._storage is None:
+            from flinkpy.checkpoint.storage import CheckpointStorage
+
+            self._storage = CheckpointStorage(self.tdd["config"]["checkpoint_dir"])
+        return self._storage
+
+    # -- the synchronous part (task thread) --------------------------------------------------
+
+    def snapshot(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
+        started = time.perf_counter()
+        try:
+            parts = self._take(checkpoint_id, timestamp, source_offsets)
+        except Exception as e:  # noqa: BLE001 - a failed snapshot declines, it does not crash the task
+            self.decline(checkpoint_id, f"snapshot of {self.tdd['vertex_name']} failed: {type(e).__name__}: {e}", traceback.format_exc())
+            return
+        sync_ms = (time.perf_counter() - started) * 1000
+        self.last_sync_ms = sync_ms
+        metrics = {"sync_ms": round(sync_ms, 3), "alignment_ms": alignment_ms, "alignment_bytes": alignment_bytes}
+        self._queue.put(_Upload(checkpoint_id, timestamp, parts, metrics))
+
+    def _take(self, checkpoint_id: int, timestamp: int, source_offsets: Any) -> list[dict[str, Any]]:
+        ctx = FunctionSnapshotContext(checkpoint_id, timestamp)
+        parts: list[dict[str, Any]] = []
+        keyed_owner = None
+        for spec, op in zip(self.chain.payload.operators, self.chain.operators):
+            part: dict[str, Any] = {"operator_id": spec.operator_id, "keyed": None, "operator": None, "source_offsets": None}
+            if spec.kind == "source":
+                part["source_offsets"] = source_offsets
+            if isinstance(op, ops.KeyedOperator) and keyed_owner is None:
+                keyed_owner = part
+            operator_state: dict[str, Any] = {}
+            fn = op.fn
+            if isinstance(fn, CheckpointedFunction):
+                fn.snapshot_state(ctx)
+            backend = self.chain.operator_backends.get(spec.node_id)
+            if backend is not None and backend.states:
+                operator_state["functions"] = backend.snapshot()
+            if isinstance(op, ops.SinkOperator):
+                op.writer.flush(False)
+                sink_state = op.writer.snapshot_state(checkpoint_id)
+                if sink_state is not None:
+                    operator_state["sink"] = sink_state
+            if operator_state:
+                part["operator"] = operator_state
+            parts.append(part)
+        if keyed_owner is not None and self.chain.backend is not None:
+            frozen = self.chain.backend.snapshot_sync()
+            keyed_owner["keyed"] = frozen
+        return parts
+
+    # -- the asynchronous part (uploader thread) ---------------------------------------------
+
+    def _upload_loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                state = self._upload(job)
+            except Exception as e:  # noqa: BLE001
+                self.decline(job.checkpoint_id, f"upload of {self.tdd['vertex_name']} ({self.subtask + 1}) failed: {type(e).__name__}: {e}", traceback.format_exc())
+                continue
+            job.metrics["async_ms"] = round((time.monotonic() - job.started) * 1000, 3)
+            job.metrics["state_size"] = sum(
+                (p["keyed_state"] or {}).get("size", 0) + (p["operator_state"] or {}).get("size", 0) for p in state
+            )
+            self.send("checkpoint_ack", {"checkpoint_id": job.checkpoint_id, "state": state, "metrics": job.metrics})
+
+    def _upload(self, job: _Upload) -> list[dict[str, Any]]:
+        out = []
+        for part in job.parts:
+            entry: dict[str, Any] = {
+                "operator_id": part["operator_id"],
+                "keyed_state": None,
+                "operator_state": None,
+                "source_offsets": part["source_offsets"],
+            }
+            frozen = part["keyed"]
+            if frozen is not None and not frozen.empty:
+                name = f"{part['operator_id']}-{self.subtask}-keyed"
+                handle = self.storage.write_state(self.job_id, job.checkpoint_id, name, frozen.serialize())
+                r = frozen.key_group_range
+                handle.update({"key_groups": [r.start, r.stop - 1], "states": frozen.summary()})
+                entry["keyed_state"] = handle
+            if part["operator"] is not None:
+                name = f"{part['operator_id']}-{self.subtask}-operator"
+                handle = self.storage.write_state(self.job_id, job.checkpoint_id, name, pickle.dumps(part["operator"], protocol=5))
+                handle["states"] = _operator_summary(part["operator"])
+                entry["operator_state"] = handle
+            out.append(entry)
+        return out
+
+    # -- notifications -----------------------------------------------------------------------
+
+    def decline(self, checkpoint_id: int, reason: str, details: str = "") -> None:
+        self.send("checkpoint_decline", {"checkpoint_id": checkpoint_id, "reason": reason, "details": details})
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        for op in self.chain.operators:
+            if isinstance(op, ops.SinkOperator):
+                op.writer.notify_checkpoint_complete(checkpoint_id)
+            if isinstance(op.fn, CheckpointListener):
+                op.fn.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_aborted(self, checkpoint_id: int) -> None:
+        for op in self.chain.operators:
+            if isinstance(op.fn, CheckpointListener):
+                op.fn.notify_checkpoint_aborted(checkpoint_id)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=60)
+
+
+def _operator_summary(state: dict[str, Any]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for name, s in state.get("functions", {}).get("states", {}).items():
+        summary[name] = {"kind": "union" if s["mode"] == "union" else "list", "entries": len(s["items"])}
+    if "sink" in state:
+        sink = state["sink"]
+        summary["sink"] = {"kind": "sink", "entries": len(sink) if hasattr(sink, "__len__") else 1}
+    return summary

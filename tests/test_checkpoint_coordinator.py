@@ -1,0 +1,409 @@
+"""The CheckpointCoordinator as a pure state machine: events with a manual clock in, actions out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flinkpy.errors import ConfigurationError
+from flinkpy.jobmanager.checkpoint_coordinator import (
+    Abort,
+    CheckpointCoordinator,
+    CheckpointingOptions,
+    CheckpointTriggerRefused,
+    CompletedCheckpoint,
+    Discard,
+    FailJob,
+    Finalize,
+    NotifyComplete,
+    TriggerCheckpoint,
+)
+from flinkpy.jobmanager.checkpoint_stats import checkpoint_stats
+
+SOURCE, MAP, SINK = (1, 0), (2, 0), (2, 1)
+TASKS = [SOURCE, MAP, SINK]
+
+
+def coordinator(**opts) -> CheckpointCoordinator:
+    return CheckpointCoordinator(CheckpointingOptions(**opts), TASKS, [SOURCE])
+
+
+def ack_all(cc: CheckpointCoordinator, cid: int, now_ms: int, size: int = 10) -> list:
+    actions: list = []
+    for i, task in enumerate(TASKS):
+        actions += cc.acknowledge(task, cid, {"task": task, "cid": cid}, {"state_size": size, "sync_ms": i, "async_ms": 2 * i}, now_ms)
+    return actions
+
+
+def complete(cc: CheckpointCoordinator, cid: int, now_ms: int) -> list:
+    actions = ack_all(cc, cid, now_ms)
+    assert [type(a) for a in actions] == [Finalize]
+    return cc.finalized(cid, f"memory://ck/job/chk-{cid}", now_ms)
+
+
+def triggered(actions: list) -> list[int]:
+    return [a.checkpoint_id for a in actions if isinstance(a, TriggerCheckpoint)]
+
+
+# -- periodic triggering -----------------------------------------------------------------------
+
+
+def test_periodic_trigger_follows_the_interval():
+    cc = coordinator(interval_ms=100)
+    actions = cc.tick(0)
+    assert actions == [TriggerCheckpoint(1, 0, "checkpoint", "EXACTLY_ONCE", [SOURCE])]
+    complete(cc, 1, 10)
+    assert cc.tick(99) == []
+    assert triggered(cc.tick(100)) == [2]
+    assert cc.tick(150) == []  # one in flight (max_concurrent 1)
+
+
+def test_periodic_trigger_off_without_interval():
+    cc = coordinator(interval_ms=None)
+    assert cc.tick(0) == [] and cc.tick(10**9) == []
+
+
+def test_min_pause_counts_from_the_last_completion():
+    cc = coordinator(interval_ms=100, min_pause_ms=80)
+    cc.tick(0)
+    complete(cc, 1, 90)
+    assert cc.tick(100) == []  # interval elapsed, but only 10 ms of pause
+    assert cc.tick(169) == []
+    assert triggered(cc.tick(170)) == [2]
+
+
+def test_max_concurrent_limits_periodic_triggers():
+    cc = coordinator(interval_ms=10, max_concurrent=2)
+    assert triggered(cc.tick(0)) == [1]
+    assert triggered(cc.tick(10)) == [2]
+    assert cc.tick(20) == []
+    assert sorted(cc.pending) == [1, 2]
+
+
+# -- acknowledgement, completion, retention -----------------------------------------------------
+
+
+def test_acks_finalize_and_complete():
+    cc = coordinator(interval_ms=100)
+    cc.tick(0)
+    assert cc.acknowledge(SOURCE, 1, {"offset": 3}, {"state_size": 5}, 10) == []
+    assert cc.acknowledge(MAP, 1, {}, {"state_size": 6}, 11) == []
+    [fin] = cc.acknowledge(SINK, 1, {}, {"state_size": 7}, 12)
+    assert isinstance(fin, Finalize) and fin.checkpoint.checkpoint_id == 1
+    assert fin.checkpoint.states[SOURCE] == {"offset": 3}
+    assert 1 in cc.pending  # still pending until the metadata is written
+    assert cc.finalized(1, "memory://ck/j/chk-1", 20) == [NotifyComplete(1)]
+    assert cc.pending == {}
+    done = cc.latest_completed
+    assert isinstance(done, CompletedCheckpoint)
+    assert (done.checkpoint_id, done.completion_ms, done.state_size, done.external_path) == (1, 20, 18, "memory://ck/j/chk-1")
+    assert done.states[SOURCE] == {"offset": 3}
+
+
+@pytest.mark.parametrize("retained", [1, 3])
+def test_retention_discards_oldest_first(retained):
+    cc = coordinator(interval_ms=10, retained=retained)
+    discarded: list[int] = []
+    for cid in range(1, 6):
+        assert triggered(cc.tick(cid * 10)) == [cid]
+        actions = complete(cc, cid, cid * 10 + 1)
+        assert actions[0] == NotifyComplete(cid)
+        discarded += [a.checkpoint_id for a in actions if isinstance(a, Discard)]
+        assert all(a.external_path == f"memory://ck/job/chk-{a.checkpoint_id}" for a in actions if isinstance(a, Discard))
+    assert discarded == list(range(1, 6 - retained))
+    assert [c.checkpoint_id for c in cc.completed] == list(range(6 - retained, 6))
+
+
+def test_savepoints_are_not_discarded_by_retention():
+    cc = coordinator(interval_ms=None, retained=1)
+    sp, _ = cc.trigger(0, kind="savepoint")
+    complete(cc, sp, 1)
+    for now in (10, 20):
+        cid, _ = cc.trigger(now)
+        complete(cc, cid, now + 1)
+    assert [(c.checkpoint_id, c.kind) for c in cc.completed] == [(1, "savepoint"), (3, "checkpoint")]
+
+
+def test_late_and_duplicate_acks_are_ignored():
+    cc = coordinator(interval_ms=100)
+    cc.tick(0)
+    assert cc.acknowledge(SOURCE, 1, {"v": 1}, {}, 1) == []
+    assert cc.acknowledge(SOURCE, 1, {"v": 2}, {}, 2) == []  # duplicate: first one wins
+    assert cc.pending[1].states[SOURCE] == {"v": 1}
+    assert cc.acknowledge((9, 9), 1, {}, {}, 2) == []  # not a task of this job
+    assert cc.acknowledge(MAP, 1, {}, {}, 3) == []
+    assert [type(a) for a in cc.acknowledge(SINK, 1, {}, {}, 4)] == [Finalize]
+    assert cc.acknowledge(SINK, 1, {}, {}, 5) == []  # duplicate after Finalize
+    cc.finalized(1, "p1", 6)
+    assert cc.acknowledge(SINK, 1, {}, {}, 7) == []  # completed
+    assert cc.acknowledge(SINK, 42, {}, {}, 7) == []  # unknown
+    assert cc.num_late_messages == 2
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+def test_timeout_aborts_and_counts():
+    cc = coordinator(interval_ms=1000, timeout_ms=500, tolerable_failures=1)
+    cc.tick(0)
+    cc.acknowledge(SOURCE, 1, {}, {}, 10)
+    assert cc.tick(499) == []
+    actions = cc.tick(500)
+    assert [type(a) for a in actions] == [Abort, Discard]
+    assert actions[0].checkpoint_id == 1 and "expired after 500 ms" in actions[0].reason and "1/3" in actions[0].reason
+    assert actions[1] == Discard(1, None)
+    assert cc.consecutive_failures == 1 and cc.pending == {}
+    cc.acknowledge(MAP, 1, {}, {}, 501)  # late
+    assert cc.num_late_messages == 1
+
+
+def test_decline_with_no_tolerance_fails_the_job():
+    cc = coordinator(interval_ms=100)
+    cc.tick(0)
+    actions = cc.decline(MAP, 1, "disk full", 5)
+    assert actions[:2] == [Abort(1, "declined by task 2:0: disk full"), Discard(1, None)]
+    [fail] = actions[2:]
+    assert isinstance(fail, FailJob)
+    assert "checkpoint 1 failed: declined by task 2:0: disk full" in fail.reason
+    assert "tolerable failed checkpoints (0" in fail.reason
+
+
+def test_tolerable_failures_and_reset_by_completion():
+    cc = coordinator(interval_ms=10, tolerable_failures=2)
+
+    def fail_next(now: int) -> list:
+        [cid] = triggered(cc.tick(now))
+        return cc.decline(SINK, cid, "boom", now + 1)
+
+    assert not any(isinstance(a, FailJob) for a in fail_next(0))
+    assert not any(isinstance(a, FailJob) for a in fail_next(10))
+    assert cc.consecutive_failures == 2
+    [cid] = triggered(cc.tick(20))
+    complete(cc, cid, 21)
+    assert cc.consecutive_failures == 0
+    assert not any(isinstance(a, FailJob) for a in fail_next(30))
+    assert not any(isinstance(a, FailJob) for a in fail_next(40))
+    fails = [a for a in fail_next(50) if isinstance(a, FailJob)]
+    assert len(fails) == 1 and "checkpoint 6 failed" in fails[0].reason and "(2," in fails[0].reason
+
+
+def test_finalize_failed_counts_as_failure():
+    cc = coordinator(interval_ms=10, tolerable_failures=5)
+    cc.tick(0)
+    ack_all(cc, 1, 1)
+    actions = cc.finalize_failed(1, "permission denied", 2)
+    assert actions == [Abort(1, "writing its metadata failed: permission denied"), Discard(1, None)]
+    assert cc.consecutive_failures == 1
+    # the metadata finally turns up after the abort: its files are orphans
+    assert cc.finalized(1, "memory://x/chk-1", 3) == [Discard(1, "memory://x/chk-1")]
+
+
+def test_savepoint_failures_do_not_fail_the_job():
+    cc = coordinator(interval_ms=None)
+    sp, _ = cc.trigger(0, kind="savepoint")
+    assert cc.decline(SOURCE, sp, "nope", 1) == [Abort(sp, "declined by task 1:0: nope"), Discard(sp, None)]
+    assert cc.consecutive_failures == 0
+
+
+def test_completion_subsumes_older_pending():
+    cc = coordinator(interval_ms=10, max_concurrent=3)
+    cc.tick(0)
+    cc.tick(10)
+    cc.tick(20)
+    ack_all(cc, 2, 25)
+    actions = cc.finalized(2, "p2", 26)
+    assert actions == [NotifyComplete(2), Abort(1, "subsumed"), Discard(1, None)]
+    assert sorted(cc.pending) == [3]
+    assert cc.consecutive_failures == 0
+    assert cc.latest_failed.reason == "subsumed" and not cc.latest_failed.counted
+
+
+# -- bounded jobs, manual triggers, shutdown, restore ------------------------------------------
+
+
+def test_task_finished_stops_triggering_and_aborts_waiting_pending():
+    cc = coordinator(interval_ms=10, max_concurrent=2)
+    cc.tick(0)
+    cc.tick(10)
+    cc.acknowledge(SINK, 1, {}, {}, 11)  # checkpoint 1 has the sink's ack, 2 does not
+    actions = cc.task_finished(SINK, 12)
+    assert actions == [Abort(2, "task finished"), Discard(2, None)]
+    assert sorted(cc.pending) == [1] and cc.consecutive_failures == 0
+    ack_all(cc, 1, 13)
+    cc.finalized(1, "p1", 14)
+    assert cc.tick(1000) == []
+    with pytest.raises(CheckpointTriggerRefused, match="finished"):
+        cc.trigger(1000)
+
+
+def test_manual_trigger_ignores_interval_but_respects_max_concurrent():
+    cc = coordinator(interval_ms=10_000)
+    cc.tick(0)
+    complete(cc, 1, 5)
+    cid, actions = cc.trigger(6, reason="cli")
+    assert cid == 2 and actions == [TriggerCheckpoint(2, 6, "checkpoint", "EXACTLY_ONCE", [SOURCE])]
+    with pytest.raises(CheckpointTriggerRefused) as err:
+        cc.trigger(7)
+    assert "already in progress (2)" in err.value.reason and "max-concurrent" in str(err.value)
+    assert cc.tick(10_000) == []  # periodic one too: one is in flight
+
+
+def test_shutdown_refuses_triggers_and_aborts_pending_without_counting():
+    cc = coordinator(interval_ms=10, max_concurrent=2)
+    cc.tick(0)
+    actions = cc.shutdown(5, job_state="CANCELED")
+    assert actions == [Abort(1, "job canceled"), Discard(1, None)]
+    assert cc.consecutive_failures == 0
+    assert cc.tick(100) == []
+    with pytest.raises(CheckpointTriggerRefused, match="no longer running"):
+        cc.trigger(100)
+
+
+def _with_three_completed(**opts) -> CheckpointCoordinator:
+    cc = coordinator(interval_ms=None, retained=3, **opts)
+    sp, _ = cc.trigger(0, kind="savepoint")
+    complete(cc, sp, 1)
+    for now in (10, 20, 30):
+        cid, _ = cc.trigger(now)
+        complete(cc, cid, now + 1)
+    return cc
+
+
+@pytest.mark.parametrize(
+    "job_state, retain, discarded",
+    [
+        ("CANCELED", False, [2, 3, 4]),
+        ("CANCELED", True, []),
+        ("FINISHED", False, [2, 3]),
+        ("FAILED", False, [2, 3]),
+        ("SUSPENDED", False, []),
+    ],
+)
+def test_shutdown_retention(job_state, retain, discarded):
+    cc = _with_three_completed(retain_on_cancellation=retain)
+    actions = cc.shutdown(100, job_state=job_state)
+    assert [a.checkpoint_id for a in actions if isinstance(a, Discard)] == discarded
+    assert all(a.external_path == f"memory://ck/job/chk-{a.checkpoint_id}" for a in actions)
+    assert 1 in [c.checkpoint_id for c in cc.completed]  # the savepoint stays
+
+
+def test_restored_sets_next_id():
+    cc = coordinator(interval_ms=10)
+    assert cc.restored(41, "memory://ck/j/chk-41", 5) == []
+    assert triggered(cc.tick(5)) == [42]
+    cc.restored(3, "memory://old", 6)  # never goes backwards
+    assert cc.next_id == 43
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def test_stats_json_shape_and_numbers():
+    cc = coordinator(interval_ms=100, max_concurrent=2, tolerable_failures=10)
+    cc.restored(0, "memory://ck/j/chk-0", 0, is_savepoint=True)
+    # checkpoint 1 completes: trigger 100, acks up to 130, sizes 10+20+30
+    cc.tick(100)
+    for i, task in enumerate(TASKS):
+        cc.acknowledge(task, 1, {}, {"state_size": 10 * (i + 1), "sync_ms": i, "async_ms": 5 * i, "alignment_ms": 7, "alignment_bytes": 100, "processed_data": 1}, 110 + 10 * i)
+    cc.finalized(1, "memory://ck/j/chk-1", 135)
+    # checkpoint 2 declined; checkpoint 3 in progress
+    cc.tick(200)
+    cc.acknowledge(SOURCE, 2, {}, {"state_size": 4}, 205)
+    cc.decline(MAP, 2, "snapshot failed", 210)
+    cc.tick(300)
+    stats = checkpoint_stats(cc, 340)
+    json.dumps(stats)  # it is JSON
+    assert stats["counts"] == {"restored": 1, "total": 3, "in_progress": 1, "completed": 1, "failed": 1}
+    assert stats["summary"]["state_size"] == {"min": 60, "max": 60, "avg": 60}
+    assert stats["summary"]["end_to_end_duration"] == {"min": 30, "max": 30, "avg": 30}
+    assert stats["summary"]["alignment_buffered"] == {"min": 300, "max": 300, "avg": 300}
+    latest = stats["latest"]
+    assert latest["restored"] == {"id": 0, "restore_timestamp": 0, "is_savepoint": True, "external_path": "memory://ck/j/chk-0"}
+    assert latest["savepoint"] is None
+    completed = latest["completed"]
+    assert completed["id"] == 1 and completed["status"] == "COMPLETED" and completed["external_path"] == "memory://ck/j/chk-1"
+    assert (completed["sync_duration_max"], completed["async_duration_max"], completed["alignment_duration_max"]) == (2, 10, 7)
+    assert (completed["num_subtasks"], completed["num_acknowledged_subtasks"], completed["processed_data"]) == (3, 3, 3)
+    failed = latest["failed"]
+    assert failed["id"] == 2 and failed["failure_message"] == "declined by task 2:0: snapshot failed"
+    assert failed["failure_timestamp"] == 210 and failed["num_acknowledged_subtasks"] == 1 and failed["state_size"] == 4
+    history = stats["history"]
+    assert [(h["id"], h["status"]) for h in history] == [(3, "IN_PROGRESS"), (2, "FAILED"), (1, "COMPLETED")]
+    assert history[0]["end_to_end_duration"] == 40 and history[0]["latest_ack_timestamp"] == -1
+    assert history[0]["checkpoint_type"] == "CHECKPOINT" and history[0]["failure_message"] is None
+    assert set(history[0]) == {
+        "id", "status", "is_savepoint", "checkpoint_type", "trigger_timestamp", "latest_ack_timestamp", "state_size",
+        "checkpointed_size", "end_to_end_duration", "alignment_buffered", "processed_data", "num_subtasks",
+        "num_acknowledged_subtasks", "external_path", "failure_message", "failure_timestamp", "sync_duration_max",
+        "async_duration_max", "alignment_duration_max",
+    }  # fmt: skip
+    assert len(checkpoint_stats(cc, 340, history_size=2)["history"]) == 2
+
+
+def test_stats_history_is_bounded_and_empty_stats_are_zero():
+    cc = CheckpointCoordinator(CheckpointingOptions(interval_ms=1), TASKS, [SOURCE], history_limit=5)
+    empty = checkpoint_stats(cc, 0)
+    assert empty["summary"]["state_size"] == {"min": 0, "max": 0, "avg": 0}
+    assert empty["latest"] == {"completed": None, "savepoint": None, "failed": None, "restored": None}
+    for now in range(20):
+        [cid] = triggered(cc.tick(now * 10))
+        complete(cc, cid, now * 10 + 1)
+    assert [r.checkpoint_id for r in cc.history] == [20, 19, 18, 17, 16]
+    assert checkpoint_stats(cc, 1000)["counts"]["completed"] == 20
+
+
+def test_savepoint_stats():
+    cc = coordinator(interval_ms=None)
+    sp, [trig] = cc.trigger(0, kind="savepoint")
+    assert trig.kind == "savepoint"
+    complete(cc, sp, 3)
+    stats = checkpoint_stats(cc, 5)
+    assert stats["latest"]["savepoint"]["id"] == sp and stats["latest"]["completed"] is None
+    assert stats["history"][0]["checkpoint_type"] == "SAVEPOINT" and stats["history"][0]["is_savepoint"] is True
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def test_from_config_defaults_and_keys():
+    assert CheckpointingOptions.from_config({}) == CheckpointingOptions()
+    opts = CheckpointingOptions.from_config(
+        {
+            "execution.checkpointing.interval": "1 s",
+            "execution.checkpointing.mode": "at_least_once",
+            "execution.checkpointing.timeout": "10 min",
+            "execution.checkpointing.min-pause": "100 ms",
+            "execution.checkpointing.max-concurrent-checkpoints": "2",
+            "execution.checkpointing.tolerable-failed-checkpoints": "3",
+            "execution.checkpointing.num-retained": "4",
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+            "parallelism.default": "2",
+        }
+    )
+    assert opts == CheckpointingOptions(1000, "AT_LEAST_ONCE", 600_000, 100, 2, 3, 4, True)
+    assert CheckpointingOptions.from_config({"execution.checkpointing.interval": "250"}).interval_ms == 250
+    for value in ("DELETE_ON_CANCELLATION", "NO_EXTERNALIZED_CHECKPOINTS"):
+        opts = CheckpointingOptions.from_config({"execution.checkpointing.externalized-checkpoint-retention": value})
+        assert opts.retain_on_cancellation is False
+
+
+@pytest.mark.parametrize(
+    "key, value, allowed",
+    [
+        ("interval", "soon", "positive duration"),
+        ("interval", "0", "unset"),
+        ("mode", "MAYBE_ONCE", "EXACTLY_ONCE, AT_LEAST_ONCE"),
+        ("timeout", "0 s", "positive duration"),
+        ("min-pause", "5 parsecs", "duration"),
+        ("max-concurrent-checkpoints", "0", ">= 1"),
+        ("tolerable-failed-checkpoints", "-1", ">= 0"),
+        ("num-retained", "two", ">= 1"),
+        ("externalized-checkpoint-retention", "KEEP", "RETAIN_ON_CANCELLATION"),
+    ],
+)
+def test_from_config_errors_name_key_value_and_allowed(key, value, allowed):
+    with pytest.raises(ConfigurationError) as err:
+        CheckpointingOptions.from_config({f"execution.checkpointing.{key}": value})
+    text = str(err.value)
+    assert f"execution.checkpointing.{key}" in text and repr(value) in text and allowed in text
