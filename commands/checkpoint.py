@@ -1,8 +1,7 @@
-"""`flinkpy checkpoint`: look at and check checkpoints.
+"""`flinkpy checkpoint`: a running job's checkpoints, and checkpoint files.
 
-``inspect`` and ``verify`` are offline: they read a checkpoint's files directly (any path or
-fsspec URL, s3:// included) and need no cluster. Commands that ask a running cluster about
-its checkpoints live in the second half of this module.
+``list`` and ``trigger`` ask a cluster (REST). ``inspect`` and ``verify`` are offline: they read
+a checkpoint's files directly (any path or fsspec URL, s3:// included) and need no cluster.
 """
 
 from __future__ import annotations
@@ -16,12 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 from commands.errors import PROG
-from commands.options import JsonFlag
-from commands.output import emit_json, fmt_time, out
+from commands.options import JobManager, JsonFlag
+from commands.output import emit_json, fmt_time, out, progress
 from commands.session import session
 from flinkpy.errors import ExitCode
 
-app = typer.Typer(help="Inspect and verify checkpoints and savepoints, reading their files directly (no cluster needed).", no_args_is_help=True)
+app = typer.Typer(
+    help="List and trigger a running job's checkpoints; inspect and verify checkpoint files (offline).",
+    no_args_is_help=True,
+)
 
 PathArg = Annotated[
     str,
@@ -180,3 +182,121 @@ def verify(path: PathArg, json_: JsonFlag = False) -> None:
 
 # --------------------------------------------------------------------------- cluster commands
 # Commands that talk to a running cluster through the REST client (list, trigger) go here.
+
+JobId = Annotated[str, typer.Argument(metavar="JOB_ID", help="ID of the job (see 'flinkpy list').", show_default=False)]
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{int(value)} ms"
+
+
+@app.command("list")
+def list_(
+    job_id: JobId,
+    history: Annotated[int, typer.Option("--history", min=1, metavar="N", help="How many of the newest checkpoints to show.")] = 10,
+    jobmanager: JobManager = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Show a job's checkpoint history and counts.
+
+    One row per checkpoint, newest first: id, status (IN_PROGRESS, COMPLETED, FAILED with its
+    reason), trigger time, end-to-end duration, checkpointed size, the longest barrier alignment
+    and the bytes processed during alignment, and how many subtasks acknowledged. Then the counts
+    and the latest completed, failed and restored checkpoints. The JSON document has the fields
+    of Flink's /jobs/:jobid/checkpoints REST response.
+
+    Examples:
+
+    \b
+        flinkpy checkpoint list 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
+        flinkpy checkpoint list --json JOB_ID | jq .latest.completed.external_path
+    """
+    from commands.context import rest_client
+
+    doc = rest_client(jobmanager).request("GET", f"/jobs/{job_id}/checkpoints", params={"history": history})
+    if session.json:
+        emit_json(doc)
+        return
+    table = Table(title=f"Checkpoints of job {job_id}", title_justify="left")
+    for column in ("ID", "Status", "Triggered", "Duration", "Size", "Alignment", "Aligned bytes", "Acks"):
+        table.add_column(column, justify="right" if column not in ("Status", "Triggered") else "left")
+    for h in doc.get("history", []):
+        status_text = h.get("status", "?")
+        if h.get("failure_message"):
+            status_text += f": {h['failure_message']}"
+        table.add_row(
+            str(h.get("id")),
+            status_text,
+            fmt_time(h.get("trigger_timestamp")),
+            _ms(h.get("end_to_end_duration")),
+            _size(h.get("state_size") or 0),
+            _ms(h.get("alignment_duration_max")),
+            _size(h.get("alignment_buffered") or 0),
+            f"{h.get('num_acknowledged_subtasks', 0)}/{h.get('num_subtasks', 0)}",
+        )
+    console = out()
+    console.print(table)
+    counts = doc.get("counts", {})
+    console.print(
+        f"Counts: {counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed, "
+        f"{counts.get('in_progress', 0)} in progress, {counts.get('restored', 0)} restored",
+        markup=False,
+    )
+    latest = doc.get("latest", {})
+    for what in ("completed", "failed", "restored"):
+        entry = latest.get(what)
+        if entry:
+            where = entry.get("external_path") or entry.get("failure_message") or ""
+            console.print(f"Latest {what}: {entry.get('id')} {where}".rstrip(), markup=False)
+
+
+@app.command("trigger")
+def trigger(
+    job_id: JobId,
+    timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION", help="How long to wait for the checkpoint to complete (Flink duration syntax).")] = "10min",
+    jobmanager: JobManager = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Trigger a checkpoint of a running job now and wait for it.
+
+    Prints the completed checkpoint's path (stdout), with progress on stderr while waiting.
+    Exit status: 0 completed, 9 failed or refused (the job is not running, or as many
+    checkpoints as allowed are already in progress), 6 not completed within --timeout.
+
+    Examples:
+
+    \b
+        flinkpy checkpoint trigger 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
+        path=$(flinkpy checkpoint trigger --json JOB_ID | jq -r .external_path)
+    """
+    import time
+
+    from commands.context import rest_client
+    from flinkpy.config import parse_duration_ms
+    from flinkpy.errors import ConflictError, OperationTimeoutError, UsageError
+
+    try:
+        timeout_ms = parse_duration_ms(timeout)
+    except Exception as e:  # noqa: BLE001
+        raise UsageError(f"--timeout {timeout!r} is not a duration", remedy="use e.g. 30s, 10min") from e
+    client = rest_client(jobmanager)
+    cid = client.request("POST", f"/jobs/{job_id}/checkpoints")["checkpoint_id"]
+    deadline = time.monotonic() + timeout_ms / 1000
+    detail: dict[str, Any] = {}
+    with progress(f"Waiting for checkpoint {cid} of job {job_id}..."):
+        poll = 0.05
+        while time.monotonic() < deadline:
+            detail = client.request("GET", f"/jobs/{job_id}/checkpoints/details/{cid}")
+            if detail.get("status") in ("COMPLETED", "FAILED"):
+                break
+            time.sleep(poll)
+            poll = min(poll * 2, 0.5)
+    status_ = detail.get("status")
+    if status_ == "FAILED":
+        raise ConflictError(f"checkpoint {cid} of job {job_id} failed: {detail.get('failure_message')}", remedy="see 'flinkpy checkpoint list JOB_ID'")
+    if status_ != "COMPLETED":
+        raise OperationTimeoutError(f"checkpoint {cid} of job {job_id} did not complete within {timeout}", remedy="see 'flinkpy checkpoint list JOB_ID'")
+    if session.json:
+        emit_json(detail)
+        return
+    out().print(f"Checkpoint {cid} completed. Path: {detail.get('external_path')}", markup=False)
