@@ -131,17 +131,93 @@ def job_w2(env: Any, count: int) -> None:
     )
 
 
-def run_job(address: str, token: str, build: Callable[[Any], None], parallelism: int, name: str) -> float:
+def run_job(address: str, token: str, build: Callable[[Any], None], parallelism: int, name: str, *, checkpoint_ms: int | None = None) -> float:
     """Submit one job to the cluster and return its net runtime in seconds."""
     from flinkpy.client.context import ExecutionContext, execution_context
     from flinkpy.datastream import StreamExecutionEnvironment
 
-    with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)])) as ctx:
+    with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)])):
         env = StreamExecutionEnvironment.get_execution_environment()
         env.set_parallelism(parallelism)
+        if checkpoint_ms is not None:
+            env.enable_checkpointing(checkpoint_ms)
         build(env)
         result = env.execute(name)
     return result.get_net_runtime() / 1000.0
+
+
+def job_keyed_state(env: Any, keys: int) -> None:
+    """An endless job whose keyed state holds ``keys`` keys once it has run a little."""
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.connectors.print_sink import DiscardingSink
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    (
+        env.from_source(NumberSequenceSource(0, 10**15), WatermarkStrategy.no_watermarks(), "numbers")
+        .key_by(lambda n, k=keys: n % k)
+        .reduce(add)
+        .sink_to(DiscardingSink())
+    )
+
+
+def snapshot_durations(address: str, token: str, keys: int, checkpoints: int) -> dict[str, Any]:
+    """Sync and async durations of checkpoints of a keyed state of ``keys`` keys (p=1)."""
+    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.client.rest import RestClient
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    rest = RestClient(address, token)
+    with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)])):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(1)
+        job_keyed_state(env, keys)
+        client = env.execute_async(f"bench-state-{keys}")
+    jid = client.get_job_id()
+    try:
+        # wait until the reducer has seen every key: records_in is reported at the end only, so
+        # wait until the source has certainly emitted `keys` numbers (a generous bound)
+        deadline = time.monotonic() + 120
+
+        def all_running() -> bool:
+            doc = rest.job(jid)
+            return doc["state"] == "RUNNING" and all(v["status"] == "RUNNING" for v in doc["vertices"])
+
+        while not all_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        def checkpoint() -> dict[str, Any]:
+            cid = rest.request("POST", f"/jobs/{jid}/checkpoints")["checkpoint_id"]
+            while True:
+                d = rest.request("GET", f"/jobs/{jid}/checkpoints/details/{cid}")
+                if d["status"] != "IN_PROGRESS":
+                    return d
+                time.sleep(0.02)
+
+        # warm up until every key is in the state: the checkpointed size stops growing
+        previous = -1
+        while time.monotonic() < deadline:
+            size = checkpoint().get("state_size") or 0
+            if size == previous:
+                break
+            previous = size
+        sync, asyncs, sizes = [], [], []
+        for _ in range(checkpoints):
+            d = checkpoint()
+            if d["status"] == "COMPLETED":
+                sync.append(d.get("sync_duration_max") or 0)
+                asyncs.append(d.get("async_duration_max") or 0)
+                sizes.append(d.get("state_size") or 0)
+        sync.sort()
+        return {
+            "keys": keys,
+            "checkpoints": len(sync),
+            "sync_ms_median": statistics.median(sync) if sync else None,
+            "sync_ms_max": max(sync) if sync else None,
+            "async_ms_median": statistics.median(asyncs) if asyncs else None,
+            "state_bytes": statistics.median(sizes) if sizes else None,
+        }
+    finally:
+        rest.cancel_job(jid)
 
 
 def first_output_latency() -> float:
@@ -172,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    ap.add_argument("--only", choices=["w1", "w2"], help="run one workload only")
+    ap.add_argument("--only", choices=["w1", "w2", "state"], help="run one part only")
     args = ap.parse_args(argv)
 
     scale = 10 if args.quick else 1
@@ -206,7 +282,19 @@ def main(argv: list[str] | None = None) -> int:
                 secs = statistics.median(run_job(address, token, build, p, f"bench-{name}-p{p}") for _ in range(args.runs))
                 entry[f"p{p}_rate"] = n / secs
                 entry[f"p{p}_ratio"] = (n / secs) / entry["loop_rate"]
+            log(f"{name}: flinkpy p=1 with exactly-once checkpoints every 1 s ...")
+            secs = statistics.median(
+                run_job(address, token, build, 1, f"bench-{name}-p1-cp", checkpoint_ms=1000) for _ in range(args.runs)
+            )
+            entry["p1_checkpointed_rate"] = n / secs
+            entry["p1_checkpointed_ratio"] = (n / secs) / entry["loop_rate"]
+            entry["checkpointed_vs_off"] = entry["p1_checkpointed_rate"] / entry["p1_rate"]
             results["workloads"][name] = entry
+        if not args.only or args.only == "state":
+            results["snapshots"] = []
+            for keys in (10_000, 100_000, 1_000_000):
+                log(f"snapshots of {keys} keys ...")
+                results["snapshots"].append(snapshot_durations(address, token, keys, 5 if args.quick else 10))
     log("first output of `flinkpy run examples/word_count.py` ...")
     results["first_output_s"] = statistics.median(first_output_latency() for _ in range(args.runs))
     if args.json:
@@ -218,6 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name:10} {e['loop_rate'] / 1e3:>10.0f} k {e['p1_rate'] / 1e3:>10.0f} k {e['p1_ratio']:>6.2f} "
             f"{e['p2_rate'] / 1e3:>10.0f} k {e['p2_ratio']:>6.2f}   ({e['unit']})"
+        )
+    for name, e in results["workloads"].items():
+        print(
+            f"{name} p1 with checkpoints every 1 s: {e['p1_checkpointed_rate'] / 1e3:.0f} k ({e['p1_checkpointed_ratio']:.2f} of the loop, "
+            f"{e['checkpointed_vs_off']:.2f} of checkpointing off)"
+        )
+    for snap in results.get("snapshots", []):
+        print(
+            f"snapshot of {snap['keys']:>9} keys ({snap['state_bytes'] or 0:>10.0f} bytes): sync median {snap['sync_ms_median']:.2f} ms, "
+            f"max {snap['sync_ms_max']:.2f} ms; async median {snap['async_ms_median']:.0f} ms  ({snap['checkpoints']} checkpoints)"
         )
     print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
     return 0

@@ -38,8 +38,11 @@ def _total(record: CheckpointRecord, name: str, fallback: str | None = None) -> 
     return total
 
 
-def _max(record: CheckpointRecord, name: str) -> int:
-    return max((int(m.get(name, 0) or 0) for m in record.metrics.values()), default=0)
+def _max(record: CheckpointRecord, name: str) -> float:
+    """The largest value over the subtasks; durations keep sub-millisecond precision (a
+    synchronous snapshot part typically takes a fraction of a millisecond)."""
+    value = max((float(m.get(name, 0) or 0) for m in record.metrics.values()), default=0.0)
+    return int(value) if value.is_integer() else round(value, 3)
 
 
 def checkpoint_detail(record: CheckpointRecord, now_ms: int) -> dict[str, Any]:

@@ -208,7 +208,7 @@ class Dispatcher:
         rec = self.jobs[job_id]
 
         def send(ex: Execution, op: str, body: dict[str, Any]) -> None:
-            self._send(ex.tm_id, "to_task", {"exec_id": ex.exec_id, "op": op, "body": body})
+            self._send(ex.tm_id, "to_task", {"job_id": job_id, "exec_id": ex.exec_id, "op": op, "body": body})
 
         def later(fn: Any) -> None:
             with self.lock:

@@ -43,6 +43,11 @@ class TaskHandle:
     cancel_requested: bool = False
     started: float = field(default_factory=time.monotonic)
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """Execution ids are unique within a job only: tasks are keyed by (job, execution)."""
+        return (self.job_id, self.exec_id)
+
 
 class TaskManager:
     def __init__(self, tm_id: str, slots: int, home: Path, jm_host: str, jm_port: int, secret: bytes, host: str, heartbeat_s: float):
@@ -54,7 +59,7 @@ class TaskManager:
         self.heartbeat_s = heartbeat_s
         self.launcher = TaskLauncher()
         self.jm = connect(jm_host, jm_port, secret, timeout=10.0)
-        self.tasks: dict[str, TaskHandle] = {}
+        self.tasks: dict[tuple[str, str], TaskHandle] = {}
         self.lock = threading.Lock()
         self.stopping = False
 
@@ -87,11 +92,11 @@ class TaskManager:
                 if op == "deploy":
                     self.deploy(body)
                 elif op == "connect":
-                    self._to_task(body["exec_id"], "connect", body)
+                    self._to_task((body["job_id"], body["exec_id"]), "connect", body)
                 elif op == "cancel":
-                    self.cancel(body["exec_id"])
+                    self.cancel((body["job_id"], body["exec_id"]))
                 elif op == "to_task":
-                    self._to_task(body["exec_id"], body["op"], body["body"])
+                    self._to_task((body["job_id"], body["exec_id"]), body["op"], body["body"])
                 elif op == "registered":
                     log.info("registered at the JobManager as %s with %d slots", self.tm_id, self.slots)
                     print(f"TaskManager {self.tm_id} registered", file=sys.stderr, flush=True)
@@ -127,7 +132,7 @@ class TaskManager:
         ctrl = Connection(parent)
         handle = TaskHandle(tdd["job_id"], exec_id, proc, ctrl)
         with self.lock:
-            self.tasks[exec_id] = handle
+            self.tasks[handle.key] = handle
         tdd = dict(tdd, secret=self.secret, host=self.host)
         ctrl.send("deploy", tdd)
         threading.Thread(target=self._supervise, args=(handle,), name=f"task-{exec_id}", daemon=True).start()
@@ -167,7 +172,7 @@ class TaskManager:
         code = handle.proc.wait()
         handle.ctrl.close()
         with self.lock:
-            self.tasks.pop(handle.exec_id, None)
+            self.tasks.pop(handle.key, None)
         if handle.final is not None and handle.final[0] == "FINISHED" and code == 0:
             self._report(handle, "FINISHED", handle.final[1])
         elif handle.final is not None and handle.final[0] == "FAILED":
@@ -186,18 +191,18 @@ class TaskManager:
                 },
             )
 
-    def _to_task(self, exec_id: str, op: str, body: Any) -> None:
+    def _to_task(self, key: tuple[str, str], op: str, body: Any) -> None:
         with self.lock:
-            handle = self.tasks.get(exec_id)
+            handle = self.tasks.get(key)
         if handle is not None:
             try:
                 handle.ctrl.send(op, body)
             except OSError:
                 pass
 
-    def cancel(self, exec_id: str) -> None:
+    def cancel(self, key: tuple[str, str]) -> None:
         with self.lock:
-            handle = self.tasks.get(exec_id)
+            handle = self.tasks.get(key)
         if handle is None:
             return
         handle.cancel_requested = True
