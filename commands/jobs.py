@@ -64,10 +64,12 @@ def list_jobs(
         out().print(f"No {what}.")
         return
     table = Table()
-    for column in ("Start time", "JobID", "Name", "State"):
-        table.add_column(column, no_wrap=column != "Name")
+    for column in ("Start time", "JobID", "Name", "State", "Restarts"):
+        table.add_column(column, no_wrap=column != "Name", justify="right" if column == "Restarts" else "left")
     for job in jobs:
-        table.add_row(fmt_time(job.get("start-time")), job.get("jid", "?"), job.get("name", ""), job.get("state", "?"))
+        table.add_row(
+            fmt_time(job.get("start-time")), job.get("jid", "?"), job.get("name", ""), job.get("state", "?"), str(job.get("restarts", 0))
+        )
     out().print(table)
 
 

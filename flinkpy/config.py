@@ -92,6 +92,37 @@ class StringType(ValueType):
         return str(raw)
 
 
+class FloatType(ValueType):
+    """A decimal number, optionally bounded (both bounds inclusive)."""
+
+    def __init__(self, minimum: float | None = None, maximum: float | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
+        if minimum is not None and maximum is not None:
+            self.allowed = f"a number from {minimum:g} to {maximum:g}"
+        elif minimum is not None:
+            self.allowed = f"a number >= {minimum:g}"
+        elif maximum is not None:
+            self.allowed = f"a number <= {maximum:g}"
+        else:
+            self.allowed = "a number"
+
+    def parse(self, raw: Any) -> float:
+        if isinstance(raw, bool):
+            raise ValueError
+        if isinstance(raw, (int, float)):
+            value = float(raw)
+        elif isinstance(raw, str) and re.fullmatch(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", raw):
+            value = float(raw)
+        else:
+            raise ValueError
+        if value != value or (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            raise ValueError
+        return value
+
+    def format(self, value: Any) -> str:
+        return repr(float(value))
+
+
 class EnumType(ValueType):
     """Matched case-insensitively (as Flink does), stored in the schema's spelling."""
 
@@ -255,12 +286,27 @@ SCHEMA: dict[str, Option] = {
             "Whether a canceled job's checkpoints are kept.",
         ),
         _option("execution.checkpointing.savepoint-dir", StringType(), None, "Default directory of savepoints."),
+        _option("jobmanager.execution.failover-strategy", EnumType("full", "region"), "region", "Restart all tasks after a failure, or only the failed task's pipelined region."),
         _option(
             "restart-strategy.type",
-            EnumType("none", "disable", "off", "fixed-delay", "failure-rate", "exponential-delay"),
+            EnumType(
+                "none", "disable", "off", "fixed-delay", "fixeddelay", "failure-rate", "failurerate",
+                "exponential-delay", "exponentialdelay",
+            ),
             None,
             "Restart strategy for failed jobs; unset means exponential-delay with checkpointing, none without.",
         ),
+        _option("restart-strategy.fixed-delay.attempts", IntType(0), 1, "fixed-delay: restarts allowed before the job fails."),
+        _option("restart-strategy.fixed-delay.delay", DurationType(), 1000, "fixed-delay: time between a failure and the restart."),
+        _option("restart-strategy.failure-rate.max-failures-per-interval", IntType(1), 1, "failure-rate: failures tolerated within one interval; one more fails the job."),
+        _option("restart-strategy.failure-rate.failure-rate-interval", DurationType(), 60_000, "failure-rate: length of the sliding window in which failures are counted."),
+        _option("restart-strategy.failure-rate.delay", DurationType(), 1000, "failure-rate: time between a failure and the restart."),
+        _option("restart-strategy.exponential-delay.initial-backoff", DurationType(), 1000, "exponential-delay: delay before the first restart, and after a reset."),
+        _option("restart-strategy.exponential-delay.max-backoff", DurationType(), 60_000, "exponential-delay: the longest delay between restarts."),
+        _option("restart-strategy.exponential-delay.backoff-multiplier", FloatType(1.0), 1.5, "exponential-delay: factor by which the delay grows after each failure."),
+        _option("restart-strategy.exponential-delay.reset-backoff-threshold", DurationType(), 3_600_000, "exponential-delay: time without failures after which the delay and the attempt count reset."),
+        _option("restart-strategy.exponential-delay.jitter-factor", FloatType(0.0, 1.0), 0.1, "exponential-delay: each delay is moved by a random amount of up to this fraction of it."),
+        _option("restart-strategy.exponential-delay.attempts-before-reset-backoff", IntType(1), 2147483647, "exponential-delay: restarts allowed without a reset before the job fails."),
     )
 }
 

@@ -275,8 +275,8 @@ def _with_three_completed(**opts) -> CheckpointCoordinator:
     [
         ("CANCELED", False, [2, 3, 4]),
         ("CANCELED", True, []),
-        ("FINISHED", False, [2, 3]),
-        ("FAILED", False, [2, 3]),
+        ("FINISHED", False, [2, 3, 4]),
+        ("FAILED", False, []),
         ("SUSPENDED", False, []),
     ],
 )

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from flinkpy.errors import (
     AuthenticationError,
     ClusterUnreachableError,
+    ConfigurationError,
     ConflictError,
     FlinkpyError,
     NotFoundError,
@@ -32,6 +33,7 @@ _STATUS_ERRORS: dict[int, type[FlinkpyError]] = {
     403: AuthenticationError,
     404: NotFoundError,
     409: ConflictError,
+    422: ConfigurationError,
 }
 
 _DEFAULT_REMEDIES: dict[type[FlinkpyError], str] = {

@@ -533,9 +533,9 @@ class CheckpointCoordinator:
     def shutdown(self, now_ms: int, *, job_state: str) -> list[Action]:
         """The job reached ``job_state``: abort pending checkpoints and apply the retention rules.
 
-        CANCELED discards every retained checkpoint unless retain_on_cancellation; FINISHED and
-        FAILED keep the latest checkpoint (to restart or inspect from) and discard the others.
-        Savepoints are never discarded here.
+        CANCELED discards every retained checkpoint unless retain_on_cancellation; FINISHED
+        discards them all; FAILED keeps them (to resume from by hand). Savepoints are never
+        discarded here.
         """
         if self.is_shut_down:
             return []
@@ -546,13 +546,23 @@ class CheckpointCoordinator:
         checkpoints = [c for c in self.completed if not c.is_savepoint]
         if job_state == "CANCELED":
             doomed = [] if self.options.retain_on_cancellation else checkpoints
-        elif job_state in ("FINISHED", "FAILED"):
-            doomed = checkpoints[:-1]
-        else:  # e.g. SUSPENDED: another JobManager may take over and needs them all
+        elif job_state == "FINISHED":
+            doomed = checkpoints  # as Flink: a finished job's checkpoints are of no further use
+        else:  # FAILED (restart by hand from them), SUSPENDED (another JobManager takes over)
             doomed = []
         for old in doomed:
             self.completed.remove(old)
             actions.append(Discard(old.checkpoint_id, old.external_path))
+        return actions
+
+    def failover(self, tasks: Iterable[TaskKey], now_ms: int) -> list[Action]:
+        """Tasks are being restarted: pending checkpoints cannot complete (not a checkpoint
+        failure), and restarted tasks count as running again."""
+        actions: list[Action] = []
+        for cp in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            actions += self._end(cp, "failover: tasks are restarting", now_ms, counted=False)
+        for task in tasks:
+            self.finished_tasks.discard(tuple(task))  # type: ignore[arg-type]
         return actions
 
     def restored(self, checkpoint_id: int, external_path: str, now_ms: int, *, is_savepoint: bool = False) -> list[Action]:

@@ -47,6 +47,10 @@ class JobCheckpointing:
         self._storage: Any = None
         #: waiters for a triggered checkpoint's outcome (REST long polls)
         self.outcomes: dict[int, dict[str, Any]] = {}
+        #: the metadata of completed checkpoints still retained, by id (what restarts restore)
+        self.metadata_docs: dict[int, tuple[str, dict[str, Any]]] = {}
+        #: a savepoint or retained checkpoint the job was submitted to start from: (dir, metadata)
+        self.initial_restore: tuple[str, dict[str, Any]] | None = None
 
     @property
     def storage(self) -> Any:
@@ -151,11 +155,41 @@ class JobCheckpointing:
                 cid, self.graph.job_id, size, completion - pending.trigger_ms, now_ms() - completion,
             )
             self.outcomes[cid] = {"status": "COMPLETED", "external_path": path}
+            doc = self.metadata(pending, completion)
+            self.metadata_docs[cid] = (self.storage.checkpoint_dir(self.graph.job_id, cid), doc)
             events(lambda: self.coordinator.finalized(cid, path, now_ms()))
 
         _io.submit(write)
 
+    # -- restoring ---------------------------------------------------------------------------
+
+    def latest_restore_point(self) -> tuple[int, str, str, dict[str, Any]] | None:
+        """(checkpoint id, external path, directory, metadata) of the newest completed
+        checkpoint or savepoint, else the one the job was started from."""
+        latest = self.coordinator.latest_completed
+        if latest is not None and latest.checkpoint_id in self.metadata_docs:
+            directory, doc = self.metadata_docs[latest.checkpoint_id]
+            return latest.checkpoint_id, latest.external_path, directory, doc
+        if self.initial_restore is not None:
+            directory, doc = self.initial_restore
+            return int(doc.get("checkpoint_id", 0)), directory, directory, doc
+        return None
+
+    def restore_spec(self, ex: Any) -> dict[str, Any] | None:
+        from flinkpy.checkpoint.restore import restore_spec
+
+        point = self.latest_restore_point()
+        if point is None:
+            return None
+        _, _, directory, doc = point
+        v = self.graph.vertices[ex.vertex_id]
+        return restore_spec(
+            doc, directory, list(v.get("operator_ids") or []),
+            subtask=ex.subtask, parallelism=v["parallelism"], max_parallelism=v["max_parallelism"],
+        )
+
     def _discard(self, checkpoint_id: int, external_path: str | None) -> None:
+        self.metadata_docs.pop(checkpoint_id, None)
         try:
             self.storage.discard(self.graph.job_id, checkpoint_id)
         except Exception as e:  # noqa: BLE001

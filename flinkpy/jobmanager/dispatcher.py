@@ -16,9 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from flinkpy.errors import ConflictError, InvalidProgramError, NotFoundError
+from flinkpy.errors import ConfigurationError, ConflictError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager.checkpointing import JobCheckpointing
-from flinkpy.jobmanager.execution_graph import Cancel, Deploy, Execution, ExecutionGraph, JobTerminated, SendConnect
+from flinkpy.jobmanager.execution_graph import Cancel, Deploy, Execution, ExecutionGraph, Failover, JobTerminated, Restart, SendConnect
 from flinkpy.jobmanager.slot_pool import NotEnoughSlots, SlotPool
 from flinkpy.network.connection import Connection
 
@@ -113,9 +113,20 @@ class Dispatcher:
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidProgramError(f"malformed job submission: {e}") from e
         job_id = uuid.uuid4().hex
-        graph = ExecutionGraph(job_id, meta, now_ms())
         config = dict(meta.get("config", {}))
+        from flinkpy.jobmanager.restart_strategies import strategy_from_config
+
+        failover = config.get("jobmanager.execution.failover-strategy", "region").lower()
+        if failover not in ("full", "region"):
+            raise ConfigurationError(
+                f"jobmanager.execution.failover-strategy: {failover!r} is not a failover strategy",
+                remedy="use full or region",
+            )
+        checkpointing_on = bool(config.get("execution.checkpointing.interval"))
+        strategy = strategy_from_config(config, checkpointing_enabled=checkpointing_on)
+        graph = ExecutionGraph(job_id, meta, now_ms(), strategy=strategy, failover=failover)
         checkpointing = JobCheckpointing(graph, config, config.get("execution.checkpointing.dir") or self.default_checkpoint_dir)
+        restore_from = document.get("restore")  # a savepoint or retained checkpoint to start from
         with self.lock:
             self.jobs[job_id] = JobRecord(graph, payloads, python_path, config, checkpointing)
             log.info("job %s (%s) submitted: %d vertices", job_id, graph.name, len(graph.vertices))
@@ -126,6 +137,8 @@ class Dispatcher:
                 log.error(message)
                 self._perform(job_id, graph.fail_before_running(message + "; start more TaskManagers or lower the parallelism", now_ms()))
                 return job_id
+            if restore_from:
+                checkpointing.initial_restore = restore_from
             self._perform(job_id, graph.schedule(assignment, now_ms()))
             self.changed.notify_all()
         return job_id
@@ -270,6 +283,7 @@ class Dispatcher:
                         "config": dict(_task_config(rec.config), checkpoint_dir=rec.checkpointing.checkpoint_dir,
                                        checkpointing_mode=rec.checkpointing.options.mode),
                         "job_parameters": {k[5:]: v for k, v in rec.config.items() if k.startswith("$job.")},
+                        "restore": rec.checkpointing.restore_spec(ex),
                     },
                 )
             elif isinstance(a, SendConnect):
@@ -280,6 +294,68 @@ class Dispatcher:
                 self.slots.release(job_id)
                 log.info("job %s (%s) switched to %s", job_id, g.name, a.state)
                 self._checkpoint_actions(job_id, rec.checkpointing.coordinator.shutdown(now_ms(), job_state=a.state))
+            elif isinstance(a, Failover):
+                log.info("job %s: restarting %d task(s) after a failure (%s failover)", job_id, len(a.keys), g.failover)
+                self._checkpoint_actions(job_id, rec.checkpointing.coordinator.failover(a.keys, now_ms()))
+            elif isinstance(a, Restart):
+                self._restart(job_id, a.keys)
+
+    def _restart(self, job_id: str, keys: frozenset[tuple[int, int]]) -> None:
+        """Find slots for the restarted subtasks (those whose TaskManager is gone need new ones),
+        then deploy them restored from the latest completed checkpoint."""
+        rec = self.jobs[job_id]
+        g = rec.graph
+        subtasks = sorted({k[1] for k in keys})
+        lost = [i for i in subtasks if g.slot_of_subtask.get(i) not in self.taskmanagers]
+        if len(lost) > self.slots.available:
+            message = (
+                f"job {job_id} waits for {len(lost)} slot(s) to restart ({self.slots.available} free): "
+                "start a TaskManager or wait for the lost one to come back"
+            )
+            log.warning(message)
+            g.waiting_for_slots(keys, message, now_ms())
+            return
+        new_slots = {i: self.slots.allocate_one(job_id) for i in lost}
+        latest = rec.checkpointing.latest_restore_point()
+        if latest is not None:
+            log.info("job %s: restoring %d task(s) from checkpoint %s at %s", job_id, len(keys), latest[0], latest[1])
+            self._checkpoint_actions(job_id, rec.checkpointing.coordinator.restored(latest[0], latest[1], now_ms()))
+        self._perform(job_id, g.restart(keys, new_slots, now_ms()))
+
+    def tick(self) -> None:
+        """Periodic work: due restarts and checkpoint triggers/timeouts."""
+        with self.lock:
+            for job_id, rec in self.jobs.items():
+                if rec.graph.pending_restarts:
+                    self._perform(job_id, rec.graph.due_restarts(now_ms()))
+                    self.changed.notify_all()
+        self.tick_checkpoints()
+
+    def restart_strategy(self, job_id: str) -> dict[str, Any]:
+        with self.lock:
+            g = self.job(job_id).graph
+            return {
+                "jid": job_id,
+                "restart-strategy": g.strategy.describe() if g.strategy is not None else {"type": "none"},
+                "failover-strategy": g.failover,
+                "restarts": g.restarts,
+                "counted-failures": g.strategy.counted_failures() if g.strategy is not None else 0,
+                "history": [e for e in g.events if e["type"] == "restart-strategy-changed"],
+            }
+
+    def set_restart_strategy(self, job_id: str, config: dict[str, str]) -> dict[str, Any]:
+        """Replace a running job's restart strategy; it applies from the next failure."""
+        from flinkpy.jobmanager.restart_strategies import strategy_from_config
+
+        with self.lock:
+            rec = self.job(job_id)
+            if rec.graph.is_terminal():
+                raise ConflictError(f"job {job_id} is {rec.graph.state}: its restart strategy no longer matters", remedy="set it on a running job")
+            strategy = strategy_from_config(config, checkpointing_enabled=rec.checkpointing.periodic)
+            previous = rec.graph.strategy.describe() if rec.graph.strategy is not None else {"type": "none"}
+            rec.graph.set_restart_strategy(strategy, strategy.describe(), previous, now_ms())
+            log.info("job %s: restart strategy changed from %s to %s", job_id, previous, strategy.describe())
+        return self.restart_strategy(job_id)
 
 
 def _task_config(config: dict[str, str]) -> dict[str, Any]:

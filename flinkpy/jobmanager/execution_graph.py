@@ -68,11 +68,30 @@ class JobTerminated:
     state: str
 
 
-Action = Deploy | SendConnect | Cancel | JobTerminated
+@dataclass(frozen=True)
+class Restart:
+    """The executions of a failover region are all stopped and their backoff has passed:
+    the I/O layer finds slots, restores them from the latest checkpoint and deploys them."""
+
+    keys: frozenset[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Failover:
+    """Executions are about to be restarted (the checkpoint coordinator aborts pending checkpoints)."""
+
+    keys: frozenset[tuple[int, int]]
+
+
+Action = Deploy | SendConnect | Cancel | JobTerminated | Restart | Failover
 
 
 class ExecutionGraph:
-    def __init__(self, job_id: str, meta: dict[str, Any], now_ms: int):
+    """``strategy`` is a pure restart backoff strategy (notify_failure / can_restart /
+    backoff_ms), ``failover`` is "full" (restart every task) or "region" (restart the failed
+    task's pipelined region: the connected part of the job graph it belongs to)."""
+
+    def __init__(self, job_id: str, meta: dict[str, Any], now_ms: int, *, strategy: Any = None, failover: str = "region"):
         self.job_id = job_id
         self.meta = meta
         self.name: str = meta["name"]
@@ -85,6 +104,34 @@ class ExecutionGraph:
         }
         self.exceptions: list[dict[str, Any]] = []
         self.root_exception: dict[str, Any] | None = None
+        self.strategy = strategy
+        self.failover = failover
+        self.restarts = 0
+        #: region index -> {"keys": frozenset, "at_ms": earliest restart time}
+        self.pending_restarts: dict[int, dict[str, Any]] = {}
+        #: what happened to the job besides task states (restarts, strategy changes), oldest first
+        self.events: list[dict[str, Any]] = []
+        self.regions = self._pipelined_regions()
+        self.region_of = {key: i for i, region in enumerate(self.regions) for key in region}
+        #: subtask index -> TaskManager of its slot (slot sharing: subtask i of every vertex)
+        self.slot_of_subtask: dict[int, str] = {}
+
+    def _pipelined_regions(self) -> list[frozenset[tuple[int, int]]]:
+        """Connected components of the job graph (every edge is pipelined in a streaming job)."""
+        parent = {vid: vid for vid in self.vertices}
+
+        def find(v: int) -> int:
+            while parent[v] != v:
+                parent[v] = parent[parent[v]]
+                v = parent[v]
+            return v
+
+        for e in self.edges:
+            parent[find(e["source"])] = find(e["target"])
+        groups: dict[int, set[tuple[int, int]]] = {}
+        for key in self.executions:
+            groups.setdefault(find(key[0]), set()).add(key)
+        return [frozenset(g) for _, g in sorted(groups.items())]
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -159,6 +206,7 @@ class ExecutionGraph:
         if self.state != "CREATED":
             return []
         self._transition("RUNNING", now_ms)
+        self.slot_of_subtask = dict(slot_of_subtask)
         actions: list[Action] = []
         for ex in self.executions.values():
             ex.tm_id = slot_of_subtask[ex.subtask]
@@ -175,10 +223,12 @@ class ExecutionGraph:
         ex.pid = pid
         ex.state = "INITIALIZING"
         ex.timestamps["INITIALIZING"] = now_ms
-        if self.state != "RUNNING" or any(e.address is None for e in self.executions.values()):
+        region = [self.executions[k] for k in self.regions[self.region_of[(ex.vertex_id, ex.subtask)]]]
+        if self.state != "RUNNING" or any(e.address is None or e.state != "INITIALIZING" for e in region):
             return []
-        peers = {f"{e.vertex_id}:{e.subtask}": e.address for e in self.executions.values() if e.address and e.address[1]}
-        return [SendConnect(e, peers) for e in self.executions.values()]  # type: ignore[arg-type]
+        # every task of the region listens: tell each where its producers are
+        peers = {f"{e.vertex_id}:{e.subtask}": e.address for e in region if e.address and e.address[1]}
+        return [SendConnect(e, peers) for e in region]  # type: ignore[arg-type]
 
     def on_task_state(self, exec_id: str, state: str, info: Any, now_ms: int, tm_id: str | None = None) -> list[Action]:
         ex = self.by_exec_id(exec_id)
@@ -198,23 +248,116 @@ class ExecutionGraph:
                 "stacktrace": (info or {}).get("stacktrace", ""),
                 "timestamp": now_ms,
                 "taskName": f"{self.vertices[ex.vertex_id]['name']} ({ex.subtask + 1}/{self.vertices[ex.vertex_id]['parallelism']})",
+                "subtask": ex.subtask,
+                "attempt": ex.attempt,
                 "location": tm_id or ex.tm_id,
                 "taskManagerId": tm_id or ex.tm_id,
+                "restarted": False,
             }
             self.exceptions.append(entry)
-            if self.state == "RUNNING":
-                self.root_exception = entry
-                self._transition("FAILING", now_ms)
-                actions += self._cancel_others()
+            region = self.region_of[(ex.vertex_id, ex.subtask)]
+            if region in self.pending_restarts:
+                # a consequence of the failure the region already restarts for
+                entry["restarted"] = True
+            elif self.state in ("RUNNING", "RESTARTING"):
+                actions += self._handle_failure(ex, entry, now_ms)
             elif self.state == "FAILING" and _is_consequence(self.root_exception) and not _is_consequence(entry):
                 # a consumer noticed its producer die before the producer's own report arrived
                 self.root_exception = entry
         actions += self._check_terminal(now_ms)
         return actions
 
+    def _handle_failure(self, ex: Execution, entry: dict[str, Any], now_ms: int) -> list[Action]:
+        """Ask the restart strategy; restart the failed task's region (or all) or fail the job."""
+        strategy = self.strategy
+        if strategy is not None:
+            strategy.notify_failure(now_ms)
+        if strategy is None or not strategy.can_restart():
+            self.root_exception = entry
+            self._transition("FAILING", now_ms)
+            self.events.append({"timestamp": now_ms, "type": "failed", "reason": "the restart strategy gave up" if strategy is not None else "no restart strategy"})
+            return self._cancel_others()
+        entry["restarted"] = True
+        self.root_exception = entry
+        if self.failover == "full":
+            regions = list(range(len(self.regions)))
+        else:
+            regions = [self.region_of[(ex.vertex_id, ex.subtask)]]
+        backoff = strategy.backoff_ms()
+        keys: set[tuple[int, int]] = set()
+        actions: list[Action] = []
+        for r in regions:
+            self.pending_restarts[r] = {"keys": self.regions[r], "at_ms": now_ms + backoff}
+            keys |= self.regions[r]
+            for key in self.regions[r]:
+                other = self.executions[key]
+                if other.state not in TERMINAL_TASK and other.state != "CANCELING":
+                    other.state = "CANCELING"
+                    actions.append(Cancel(other))
+        if len(keys) == len(self.executions):
+            self._transition("RESTARTING", now_ms)
+        self.events.append(
+            {
+                "timestamp": now_ms,
+                "type": "restarting",
+                "failover": self.failover,
+                "tasks": len(keys),
+                "backoff_ms": backoff,
+                "cause": f"{entry['exceptionName']}: {entry['message']}",
+            }
+        )
+        return [Failover(frozenset(keys)), *actions]
+
+    def due_restarts(self, now_ms: int) -> list[Action]:
+        """Regions whose tasks have all stopped and whose backoff has passed."""
+        actions: list[Action] = []
+        for r, pending in sorted(self.pending_restarts.items()):
+            if now_ms < pending["at_ms"] or pending.get("waiting"):
+                continue
+            if all(self.executions[k].state in TERMINAL_TASK for k in pending["keys"]):
+                pending["waiting"] = True
+                actions.append(Restart(pending["keys"]))
+        return actions
+
+    def restart(self, keys: frozenset[tuple[int, int]], slot_of_subtask: dict[int, str], now_ms: int) -> list[Action]:
+        """Deploy new attempts of ``keys`` (the I/O layer found their slots)."""
+        for r in [r for r, p in self.pending_restarts.items() if p["keys"] <= keys]:
+            del self.pending_restarts[r]
+        self.slot_of_subtask.update(slot_of_subtask)
+        actions: list[Action] = []
+        for key in sorted(keys):
+            ex = self.executions[key]
+            ex.attempt += 1
+            ex.state = "DEPLOYING"
+            ex.address = None
+            ex.pid = None
+            ex.tm_id = self.slot_of_subtask[ex.subtask]
+            ex.timestamps = {"DEPLOYING": now_ms}
+            actions.append(Deploy(ex))
+        self.restarts += 1
+        if self.state == "RESTARTING" and not self.pending_restarts:
+            self._transition("RUNNING", now_ms)
+        self.events.append({"timestamp": now_ms, "type": "restarted", "tasks": len(keys), "restarts": self.restarts})
+        return actions
+
+    def waiting_for_slots(self, keys: frozenset[tuple[int, int]], message: str, now_ms: int) -> None:
+        """No slots for a due restart yet: try again later (a TaskManager may come back)."""
+        for p in self.pending_restarts.values():
+            if p["keys"] == keys:
+                p["waiting"] = False
+                p["at_ms"] = now_ms + 200
+                if p.get("message") != message:
+                    p["message"] = message
+                    self.events.append({"timestamp": now_ms, "type": "waiting-for-resources", "message": message})
+
+    def set_restart_strategy(self, strategy: Any, description: dict[str, Any], previous: dict[str, Any], now_ms: int) -> None:
+        self.strategy = strategy
+        self.events.append({"timestamp": now_ms, "type": "restart-strategy-changed", "from": previous, "to": description})
+
     def cancel(self, now_ms: int) -> list[Action]:
         if self.is_terminal() or self.state in ("CANCELLING", "FAILING"):
             return []
+        self.pending_restarts.clear()
         self._transition("CANCELLING", now_ms)
         actions = self._cancel_others()
         return actions + self._check_terminal(now_ms)
@@ -241,7 +384,7 @@ class ExecutionGraph:
         return actions
 
     def _check_terminal(self, now_ms: int) -> list[Action]:
-        if self.is_terminal() or not all(ex.state in TERMINAL_TASK for ex in self.executions.values()):
+        if self.is_terminal() or self.pending_restarts or not all(ex.state in TERMINAL_TASK for ex in self.executions.values()):
             return []
         if self.state == "FAILING":
             final = "FAILED"
@@ -267,11 +410,12 @@ class ExecutionGraph:
         }
         self.exceptions.append(entry)
         self.root_exception = entry
+        self.pending_restarts.clear()
         self._transition("FAILING", now_ms)
         return self._cancel_others() + self._check_terminal(now_ms)
 
     def all_running(self) -> bool:
-        return self.state == "RUNNING" and all(ex.state == "RUNNING" for ex in self.executions.values())
+        return self.state == "RUNNING" and not self.pending_restarts and all(ex.state == "RUNNING" for ex in self.executions.values())
 
     def fail_before_running(self, message: str, now_ms: int) -> list[Action]:
         """The job cannot be scheduled (not enough slots)."""

@@ -80,11 +80,11 @@ def _heartbeat_monitor(dispatcher: Dispatcher, interval_s: float) -> None:
 
 
 def _checkpoint_timer(dispatcher: Dispatcher, resolution_s: float = 0.01) -> None:
-    """Ticks every job's CheckpointCoordinator: periodic triggers and timeouts."""
+    """Ticks the jobs: due restarts, periodic checkpoint triggers and checkpoint timeouts."""
     while True:
         time.sleep(resolution_s)
         try:
-            dispatcher.tick_checkpoints()
+            dispatcher.tick()
         except Exception:  # noqa: BLE001 - the timer must survive a bad job
             log.exception("checkpoint timer")
 

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 from flinkpy import __version__
-from flinkpy.errors import ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
+from flinkpy.errors import ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager.dispatcher import Dispatcher, now_ms
 
 log = logging.getLogger("flinkpy.rest")
@@ -73,6 +73,9 @@ class RestServer:
             def do_DELETE(self) -> None:
                 server._handle(self, "DELETE")
 
+            def do_PUT(self) -> None:
+                server._handle(self, "PUT")
+
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         self.address = self.httpd.server_address
@@ -104,6 +107,8 @@ class RestServer:
             ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints", self.trigger_checkpoint),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints/details/(?P<cid>[0-9]+)", self.checkpoint_details),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints/config", self.checkpoint_config),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/restart-strategy", self.get_restart_strategy),
+            ("PUT", r"/jobs/(?P<jid>[0-9a-f]{32})/restart-strategy", self.put_restart_strategy),
         ]
 
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
@@ -140,7 +145,7 @@ class RestServer:
             else:
                 self._send(h, 404, {"errors": [f"no such endpoint: {path}"], "kind": "NotFound"})
         except FlinkpyError as e:
-            status = 404 if isinstance(e, NotFoundError) else 409 if isinstance(e, ConflictError) else 400
+            status = 404 if isinstance(e, NotFoundError) else 409 if isinstance(e, ConflictError) else 422 if isinstance(e, ConfigurationError) else 400
             self._send(h, status, {"errors": [e.message], "remedy": e.remedy, "kind": type(e).__name__})
         except Exception as e:  # noqa: BLE001
             log.exception("REST %s %s failed", method, h.path)
@@ -231,6 +236,7 @@ class RestServer:
             "duration": (end if end > 0 else now_ms()) - start,
             "last-modification": max(g.timestamps.values()),
             "tasks": {k.lower(): v for k, v in g.task_counts().items()} | {"total": len(g.executions)},
+            "restarts": g.restarts,
         }
 
     def submit(self, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
@@ -272,6 +278,9 @@ class RestServer:
                         for vid, v in g.vertices.items()
                     ],
                     "plan": _plan(g),
+                    "failover-strategy": g.failover,
+                    "restart-strategy": g.strategy.describe() if g.strategy is not None else {"type": "none"},
+                    "events": list(g.events),
                 }
             )
             return summary
@@ -348,6 +357,17 @@ class RestServer:
     def trigger_checkpoint(self, jid: str, **_: Any) -> tuple[int, dict[str, Any]]:
         cid = self.dispatcher.trigger_checkpoint(jid)
         return 202, {"checkpoint_id": cid, "request-id": str(cid)}
+
+    def get_restart_strategy(self, jid: str, **_: Any) -> dict[str, Any]:
+        return self.dispatcher.restart_strategy(jid)
+
+    def put_restart_strategy(self, jid: str, body: bytes, **_: Any) -> dict[str, Any]:
+        try:
+            doc = json.loads(body or b"{}")
+            config = {str(k): str(v) for k, v in doc["config"].items()}
+        except (ValueError, KeyError, AttributeError) as e:
+            raise InvalidProgramError(f"the body must be JSON {{\"config\": {{key: value}}}}: {e}") from e
+        return self.dispatcher.set_restart_strategy(jid, config)
 
     def patch_job(self, jid: str, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
         mode = query.get("mode", "cancel")

@@ -55,6 +55,14 @@ class SlotPool:
             self.used[tm][job_id] = self.used[tm].get(job_id, 0) + 1
         return assignment
 
+    def allocate_one(self, job_id: str) -> str:
+        """One more slot for ``job_id`` (a restarted subtask whose TaskManager is gone)."""
+        if self.available < 1:
+            raise NotEnoughSlots("no free slot")
+        tm = max(sorted(self.capacity), key=self.free)
+        self.used[tm][job_id] = self.used[tm].get(job_id, 0) + 1
+        return tm
+
     def release(self, job_id: str) -> None:
         for jobs in self.used.values():
             jobs.pop(job_id, None)
