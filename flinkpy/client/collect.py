@@ -28,7 +28,7 @@ class CollectSink(Sink):
 
 class _CollectWriter(SinkWriter):
     def __init__(self, path: Path):
-        self.file = open(path, "wb")
+        self.file = open(path, "ab")  # a restarted attempt appends: output is at-least-once
 
     def write(self, records: list) -> None:
         pickle.dump(records, self.file, protocol=5)

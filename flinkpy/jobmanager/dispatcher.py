@@ -88,8 +88,12 @@ class Dispatcher:
 
     def taskmanager_lost(self, tm_id: str, reason: str) -> None:
         with self.lock:
-            if self.taskmanagers.pop(tm_id, None) is None:
+            rec = self.taskmanagers.pop(tm_id, None)
+            if rec is None:
                 return
+            # fencing: a TaskManager declared lost (e.g. frozen past the heartbeat timeout) finds
+            # its connection closed if it ever wakes up, and stops its stale tasks
+            rec.conn.close()
             self.slots.remove_taskmanager(tm_id)
             log.warning("TaskManager %s lost: %s", tm_id, reason)
             for job_id, job in self.jobs.items():

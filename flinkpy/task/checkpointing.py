@@ -45,6 +45,9 @@ class TaskCheckpointer:
         self._thread = threading.Thread(target=self._upload_loop, name="checkpoint-uploader", daemon=True)
         self._thread.start()
         self.last_sync_ms = 0.0
+        from flinkpy.task.fault_points import FaultPoints
+
+        self.faults = FaultPoints(tdd)
 
     @property
     def storage(self) -> Any:
@@ -117,6 +120,8 @@ class TaskCheckpointer:
             self.send("checkpoint_ack", {"checkpoint_id": job.checkpoint_id, "state": state, "metrics": job.metrics})
 
     def _upload(self, job: _Upload) -> list[dict[str, Any]]:
+        if self.faults:
+            self.faults.reach("upload", job.checkpoint_id)
         out = []
         for part in job.parts:
             entry: dict[str, Any] = {

@@ -61,6 +61,9 @@ class Task:
         self.inputs: list[net.InputChannel] = []
         self.writers: dict[int, Any] = {}
         self.acceptor: net.ChannelAcceptor | None = None
+        from flinkpy.task.fault_points import FaultPoints
+
+        self.faults = FaultPoints(tdd)
         self.records_in = 0
         self.alignment_bytes = 0
         self.aligner: Any = None
@@ -148,6 +151,7 @@ class Task:
             self._pending_triggers.append(body)
         elif op == "notify_checkpoint_complete":
             self.checkpointer.notify_complete(body["checkpoint_id"])
+            self.faults.reach("after-complete", body["checkpoint_id"])
         elif op == "notify_checkpoint_aborted":
             cid = body["checkpoint_id"]
             if self.aligner is not None and self.aligner.abort(cid):
@@ -195,6 +199,7 @@ class Task:
             chain.open()
             self.started = time.monotonic()
             self.ctrl.send("running", None)
+            self.faults.reach("running")
             if chain.source is not None:
                 self._run_source(chain)
             else:
@@ -338,7 +343,10 @@ class Task:
             ch.return_credit()
         elif kind == net.BARRIER:
             b = pickle.loads(data)
-            self._on_decision(self.aligner.on_barrier(i, b["checkpoint_id"], _now_ms()), b)
+            decision = self.aligner.on_barrier(i, b["checkpoint_id"], _now_ms())
+            if self.aligner.aligning and self.faults:
+                self.faults.reach("alignment", b["checkpoint_id"])
+            self._on_decision(decision, b)
         elif kind == net.END_OF_PARTITION:
             self._selector.unregister(ch.sock)
             ch.close()

@@ -1,0 +1,46 @@
+"""Named fault points in the task process, for tests that must crash at a precise moment.
+
+``FLINKPY_FAULT_POINTS`` (in the environment of the cluster's processes) is a JSON list of
+``{"point": NAME, "vertex": ID?, "subtask": I?, "checkpoint": N?, "attempt": A (default 0)}``.
+When a task reaches a named point that matches, it kills itself with SIGKILL — a real crash,
+with no chance to report or clean up. Points:
+
+- ``running``: the task has started processing (before its first checkpoint);
+- ``alignment``: a barrier arrived and the task is aligning (holding a channel back);
+- ``upload``: the asynchronous part of a snapshot is about to write its files;
+- ``after-complete``: the task was notified that a checkpoint completed.
+
+Matching on ``attempt`` (default 0) makes the restarted attempt run through. Nothing here runs
+unless the variable is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from typing import Any
+
+
+class FaultPoints:
+    def __init__(self, tdd: dict[str, Any]):
+        raw = os.environ.get("FLINKPY_FAULT_POINTS")
+        self.rules: list[dict[str, Any]] = []
+        if raw:
+            self.rules = [r for r in json.loads(raw) if self._mine(r, tdd)]
+
+    @staticmethod
+    def _mine(rule: dict[str, Any], tdd: dict[str, Any]) -> bool:
+        return (
+            rule.get("vertex", tdd["vertex_id"]) == tdd["vertex_id"]
+            and rule.get("subtask", tdd["subtask"]) == tdd["subtask"]
+            and rule.get("attempt", 0) == tdd["attempt"]
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def reach(self, point: str, checkpoint_id: int | None = None) -> None:
+        for rule in self.rules:
+            if rule["point"] == point and rule.get("checkpoint", checkpoint_id) == checkpoint_id:
+                os.kill(os.getpid(), signal.SIGKILL)
