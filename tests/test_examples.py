@@ -63,7 +63,7 @@ def expected_running_counts(words: list[str]) -> Counter:
 
 
 def test_every_example_has_a_test():
-    tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py"}
+    tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -130,3 +130,15 @@ def test_max_two_sources_prints_the_maxima(flinkpy_home):
         values = [v for k, v in records if k == parity]
         assert values == sorted(set(values)), "a maximum is printed only when it grows"
         assert all((v % 2 == 0) == (parity == "even") for v in values)
+
+
+@pytest.mark.timeout(90)
+def test_showcase_recovers_from_the_kill_with_exact_sums(flinkpy_home):
+    n = 1_000_000
+    res = run_example("showcase.py", "--count", str(n), timeout=80)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SIGKILL ->" in res.stdout and "restored from checkpoint" in res.stdout
+    half = n // 2
+    # the showcase checks itself; check its figures independently too
+    assert f"even: {sum(range(2, n + 1, 2))} (expected {half * (half + 1)}) exact" in res.stdout
+    assert f"odd: {sum(range(1, n + 1, 2))} (expected {(n - half) ** 2}) exact" in res.stdout

@@ -41,6 +41,8 @@ class TaskHandle:
     ctrl: Connection
     final: tuple[str, Any] | None = None
     cancel_requested: bool = False
+    #: we escalated a cancel to SIGKILL (so a SIGKILL exit is ours, not a crash)
+    killed_by_us: bool = False
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -177,9 +179,10 @@ class TaskManager:
             self._report(handle, "FINISHED", handle.final[1])
         elif handle.final is not None and handle.final[0] == "FAILED":
             pass  # reported when the task said so
-        elif handle.cancel_requested:
+        elif handle.cancel_requested and not (code == -signal.SIGKILL and not handle.killed_by_us):
             self._report(handle, "CANCELED")
         else:
+            # it died by itself — or was killed from outside while a cancel was on its way
             how = f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
             self._report(
                 handle,
@@ -206,7 +209,7 @@ class TaskManager:
         if handle is None:
             return
         handle.cancel_requested = True
-        _terminate(handle.proc)
+        _terminate(handle)
 
     def shutdown(self) -> None:
         self.stopping = True
@@ -214,11 +217,12 @@ class TaskManager:
             handles = list(self.tasks.values())
         for h in handles:
             h.cancel_requested = True
-            _terminate(h.proc)
+            _terminate(h)
 
 
-def _terminate(proc: Any, grace_s: float = 3.0) -> None:
+def _terminate(handle: TaskHandle, grace_s: float = 3.0) -> None:
     """SIGTERM, then SIGKILL after a grace period, without blocking the caller."""
+    proc = handle.proc
     if proc.poll() is not None:
         return
     try:
@@ -230,6 +234,7 @@ def _terminate(proc: Any, grace_s: float = 3.0) -> None:
         try:
             proc.wait(grace_s)
         except subprocess.TimeoutExpired:
+            handle.killed_by_us = True
             proc.kill()
 
     threading.Thread(target=reaper, daemon=True).start()
