@@ -143,7 +143,16 @@ def run_job(address: str, token: str, build: Callable[[Any], None], parallelism:
             env.enable_checkpointing(checkpoint_ms)
         build(env)
         result = env.execute(name)
+    if checkpoint_ms is not None:
+        from flinkpy.client.rest import RestClient
+
+        stats = RestClient(address, token).request("GET", f"/jobs/{result.get_job_id()}/checkpoints", params={"history": 100})
+        LAST_CHECKPOINT_STATS[name] = stats
     return result.get_net_runtime() / 1000.0
+
+
+#: checkpoint statistics of the last checkpointed run of each benchmark job, by job name
+LAST_CHECKPOINT_STATS: dict[str, Any] = {}
 
 
 def job_keyed_state(env: Any, keys: int) -> None:
@@ -243,12 +252,61 @@ def first_output_latency() -> float:
     return latency
 
 
+def recovery_time(address: str, token: str, keys: int) -> dict[str, Any]:
+    """Kill the keyed task of a job holding ``keys`` keys; time until its tasks run again restored."""
+    import os
+    import signal
+
+    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.client.rest import RestClient
+    from flinkpy.common import RestartStrategies
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    rest = RestClient(address, token)
+    with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)])):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(1)
+        env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
+        job_keyed_state(env, keys)
+        jid = env.execute_async(f"bench-recovery-{keys}").get_job_id()
+    try:
+        deadline = time.monotonic() + 120
+
+        def doc() -> dict[str, Any]:
+            return rest.job(jid)
+
+        while not all(v["status"] == "RUNNING" for v in doc()["vertices"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        previous, size = -1, 0
+        while time.monotonic() < deadline:  # fill the state, then checkpoint it
+            cid = rest.request("POST", f"/jobs/{jid}/checkpoints")["checkpoint_id"]
+            while (d := rest.request("GET", f"/jobs/{jid}/checkpoints/details/{cid}"))["status"] == "IN_PROGRESS":
+                time.sleep(0.01)
+            size = d.get("state_size") or 0
+            if size == previous:
+                break
+            previous = size
+        keyed = next(v for v in doc()["vertices"] if "Reduce" in v["name"])
+        killed_ms = time.time() * 1000
+        os.kill(keyed["subtasks"][0]["pid"], signal.SIGKILL)
+        while time.monotonic() < deadline:
+            d = doc()
+            subs = [s for v in d["vertices"] for s in v["subtasks"]]
+            if d["restarts"] >= 1 and all(s["status"] == "RUNNING" and s["attempt"] >= 1 for s in subs):
+                running_ms = max(s["timestamps"].get("RUNNING", 0) for s in subs)
+                return {"keys": keys, "state_bytes": size, "recovery_ms": round(running_ms - killed_ms)}
+            time.sleep(0.005)
+        return {"keys": keys, "state_bytes": size, "recovery_ms": None}
+    finally:
+        rest.cancel_job(jid)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flinkpy.benchmark", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    ap.add_argument("--only", choices=["w1", "w2", "state"], help="run one part only")
+    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery"], help="run one part only")
     args = ap.parse_args(argv)
 
     scale = 10 if args.quick else 1
@@ -289,12 +347,30 @@ def main(argv: list[str] | None = None) -> int:
             entry["p1_checkpointed_rate"] = n / secs
             entry["p1_checkpointed_ratio"] = (n / secs) / entry["loop_rate"]
             entry["checkpointed_vs_off"] = entry["p1_checkpointed_rate"] / entry["p1_rate"]
+            log(f"{name}: flinkpy p=2 with exactly-once checkpoints every 1 s ...")
+            secs = statistics.median(
+                run_job(address, token, build, 2, f"bench-{name}-p2-cp", checkpoint_ms=1000) for _ in range(args.runs)
+            )
+            entry["p2_checkpointed_rate"] = n / secs
+            entry["p2_checkpointed_vs_off"] = entry["p2_checkpointed_rate"] / entry["p2_rate"]
+            history = LAST_CHECKPOINT_STATS.get(f"bench-{name}-p2-cp", {}).get("history", [])
+            done = [h for h in history if h.get("status") == "COMPLETED"]
+            entry["p2_checkpoints"] = len(done)
+            entry["p2_alignment_ms_max"] = max((h.get("alignment_duration_max") or 0 for h in done), default=None)
+            entry["p2_alignment_bytes_max"] = max((h.get("alignment_buffered") or 0 for h in done), default=None)
             results["workloads"][name] = entry
         if not args.only or args.only == "state":
             results["snapshots"] = []
             for keys in (10_000, 100_000, 1_000_000):
                 log(f"snapshots of {keys} keys ...")
                 results["snapshots"].append(snapshot_durations(address, token, keys, 5 if args.quick else 10))
+        if not args.only or args.only == "recovery":
+            results["recovery"] = []
+            for keys in (1_000, 100_000, 1_000_000):
+                log(f"recovery with {keys} keys ...")
+                runs = [recovery_time(address, token, keys) for _ in range(args.runs)]
+                best = sorted(runs, key=lambda r: r["recovery_ms"] if r["recovery_ms"] is not None else 1e12)
+                results["recovery"].append(dict(best[len(best) // 2]))
     log("first output of `flinkpy run examples/word_count.py` ...")
     results["first_output_s"] = statistics.median(first_output_latency() for _ in range(args.runs))
     if args.json:
@@ -312,11 +388,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{name} p1 with checkpoints every 1 s: {e['p1_checkpointed_rate'] / 1e3:.0f} k ({e['p1_checkpointed_ratio']:.2f} of the loop, "
             f"{e['checkpointed_vs_off']:.2f} of checkpointing off)"
         )
+        print(
+            f"{name} p2 with checkpoints every 1 s: {e['p2_checkpointed_rate'] / 1e3:.0f} k ({e['p2_checkpointed_vs_off']:.2f} of checkpointing off); "
+            f"{e['p2_checkpoints']} checkpoints, alignment max {e['p2_alignment_ms_max']} ms, {e['p2_alignment_bytes_max']} bytes processed while aligning"
+        )
     for snap in results.get("snapshots", []):
         print(
             f"snapshot of {snap['keys']:>9} keys ({snap['state_bytes'] or 0:>10.0f} bytes): sync median {snap['sync_ms_median']:.2f} ms, "
             f"max {snap['sync_ms_max']:.2f} ms; async median {snap['async_ms_median']:.0f} ms  ({snap['checkpoints']} checkpoints)"
         )
+    for rec in results.get("recovery", []):
+        print(f"recovery with {rec['keys']:>9} keys ({rec['state_bytes']:>10} bytes): {rec['recovery_ms']} ms from SIGKILL to all tasks running, restored")
     print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
     return 0
 

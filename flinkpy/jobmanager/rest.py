@@ -269,7 +269,7 @@ class RestServer:
                                 "write-records": sum(e.records_out for e in g.executions.values() if e.vertex_id == vid),
                             },
                             "subtasks": [
-                                {"subtask": e.subtask, "status": e.state, "attempt": e.attempt, "taskmanager-id": e.tm_id, "pid": e.pid,
+                                {"subtask": e.subtask, "status": e.state, "attempt": e.attempt, "taskmanager-id": e.tm_id, "pid": e.pid, "timestamps": dict(e.timestamps),
                                  "read-records": e.records_in, "write-records": e.records_out, "metrics": dict(e.metrics)}
                                 for e in g.executions.values()
                                 if e.vertex_id == vid
