@@ -66,6 +66,35 @@ def start(
     out().print(f"Cluster started. REST address: {info.rest_address}", markup=False)
 
 
+@app.command("add-taskmanager")
+def add_taskmanager(
+    slots: Annotated[Optional[int], typer.Option("--slots", min=1, metavar="N", help="Slots of the new TaskManager; default: taskmanager.numberOfTaskSlots (1).", show_default=False)] = None,
+    dynamic: Dynamic = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Start one more TaskManager for the running cluster.
+
+    Adds capacity, or replaces a TaskManager that was lost: a job whose restart waits for
+    slots ('flinkpy job show' says so in its history) continues as soon as the new
+    TaskManager has registered. Prints the new TaskManager's id and pid.
+
+    Examples:
+
+    \b
+        flinkpy cluster add-taskmanager
+        flinkpy cluster add-taskmanager --slots 4 --json
+    """
+    config = load_cli_config(dynamic)
+    from flinkpy.cluster import add_taskmanager as start_one
+
+    with progress("Starting a TaskManager..."):
+        tm = start_one(cluster_home(), slots=slots if slots is not None else config.get("taskmanager.numberOfTaskSlots"), config=config)
+    if session.json:
+        emit_json(tm.to_dict())
+        return
+    out().print(f"TaskManager {tm.id} started (pid {tm.pid}) and registered.", markup=False)
+
+
 @app.command("stop")
 def stop(
     timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION", help="How long to wait for a graceful shutdown before killing the processes (Flink duration syntax).")] = "30s",

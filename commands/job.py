@@ -22,7 +22,9 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
     """Show a job's state, timing and vertices.
 
     Prints the job's name, state, start time and duration, then one row per vertex (a chain of
-    operators) with its parallelism and how many of its subtasks are in each state.
+    operators) with its parallelism and how many of its subtasks are in each state, then the
+    restart count, restart and failover strategies, and the job's history (restarts, restart
+    strategy changes, waits for resources).
 
     Examples:
 
@@ -50,6 +52,24 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
             str(vertex.get("id", "?")), vertex.get("name", ""), str(vertex.get("parallelism", "?")), vertex.get("status", "?"), tasks
         )
     console.print(table)
+    console.print(
+        f"Restarts: {doc.get('restarts', 0)}; restart strategy: {_describe(doc.get('restart-strategy'))}; "
+        f"failover: {doc.get('failover-strategy', 'region')}",
+        markup=False,
+    )
+    events = doc.get("events") or []
+    if events:
+        console.print("History:", markup=False)
+        for event in events:
+            details = ", ".join(f"{k}={v}" for k, v in event.items() if k not in ("timestamp", "type"))
+            console.print(f"  {fmt_time(event.get('timestamp'))}  {event.get('type')}  {details}", markup=False)
+
+
+def _describe(strategy: dict[str, Any] | None) -> str:
+    if not strategy:
+        return "none"
+    rest = ", ".join(f"{k}={v}" for k, v in strategy.items() if k != "type")
+    return f"{strategy.get('type')} ({rest})" if rest else str(strategy.get("type"))
 
 
 @app.command("exceptions")
@@ -58,7 +78,8 @@ def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = F
 
     The root exception is the failure that made the job fail (or last restart); the history
     lists every task failure the JobManager recorded, newest first, with the task, the
-    TaskManager it ran on and the stack trace from the task's process.
+    TaskManager it ran on, whether it led to a restart, and the stack trace from the task's
+    process.
 
     Examples:
 
@@ -82,6 +103,7 @@ def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = F
     for entry in entries:
         where = " on ".join(x for x in (entry.get("taskName"), entry.get("location") or entry.get("taskManagerId")) if x)
         console.print("", markup=False)
-        console.print(f"{fmt_time(entry.get('timestamp'))}  {entry.get('exceptionName', '?')}  {where}", markup=False)
+        outcome = "restarted" if entry.get("restarted") else "not restarted"
+        console.print(f"{fmt_time(entry.get('timestamp'))}  {entry.get('exceptionName', '?')}  {where}  ({outcome})", markup=False)
         if entry.get("stacktrace"):
             console.print(entry["stacktrace"].rstrip(), markup=False)

@@ -312,6 +312,49 @@ def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, sl
     return cluster
 
 
+def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
+    """Start one more TaskManager for the cluster running in ``home`` (to add capacity, or to
+    replace a lost one a job is waiting for); returns once it has registered."""
+    from flinkpy.client.rest import RestClient
+
+    home = _as_home(home)
+    info = find_cluster(home)
+    if info is None:
+        raise ClusterUnreachableError(
+            f"no cluster is running in {home.path}", remedy="start one with 'flinkpy cluster start'"
+        )
+    taken = {tm.id for tm in info.taskmanagers}
+    n = len(taken) + 1
+    while f"tm-{n}" in taken:
+        n += 1
+    tm_id = f"tm-{n}"
+    log_path = home.log_dir / f"taskmanager-{tm_id}.log"
+    out_path = home.log_dir / f"taskmanager-{tm_id}.out"
+    interval = int(config.get("heartbeat.interval")) if config is not None else 10000
+    rest = RestClient(info.rest_address, home.token(), timeout_s=5)
+    before = rest.overview()["taskmanagers"]
+    with open(out_path, "ab", buffering=0) as out_file:
+        proc = _spawn(
+            [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
+             "--slots", str(slots), "--heartbeat-interval-ms", str(interval)],
+            log_path, out_file, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"},
+        )
+    deadline = time.monotonic() + timeout_s
+    while not any(tm["id"] == tm_id for tm in rest.taskmanagers()):
+        if proc.poll() is not None:
+            raise FlinkpyError(f"TaskManager {tm_id} exited during start-up (code {proc.returncode}): {_tail(log_path, 3)}", remedy=f"see {log_path}")
+        if time.monotonic() > deadline:
+            raise OperationTimeoutError(f"TaskManager {tm_id} did not register within {timeout_s:.0f}s", remedy=f"see {log_path}")
+        time.sleep(0.01)
+    del before
+    tm = ProcessInfo(tm_id, proc.pid, _create_time(proc.pid), str(log_path), str(out_path))
+    info.taskmanagers.append(tm)
+    tmp = home.path / ".cluster.json.tmp"
+    tmp.write_text(json.dumps(_cluster_record(info)))
+    os.replace(tmp, home.path / "cluster.json")
+    return tm
+
+
 def _cluster_record(c: ClusterInfo) -> dict[str, Any]:
     return {
         "rest_address": c.rest_address,
