@@ -265,6 +265,7 @@ SCHEMA: dict[str, Option] = {
         _option("rest.bind-address", StringType(), "127.0.0.1", "Address the REST server binds to."),
         _option("jobmanager.rpc.address", StringType(), "127.0.0.1", "Address TaskManagers use to reach the JobManager."),
         _option("execution.buffer-timeout.interval", DurationType(), 100, "Longest time a record waits in an output buffer (0 = flush every record)."),
+        _option("pipeline.auto-watermark-interval", DurationType(), 200, "How often sources and timestamp assigners emit watermarks (0 = never)."),
         _option("execution.runtime-mode", EnumType("STREAMING", "BATCH", "AUTOMATIC"), "STREAMING", "Runtime execution mode of DataStream programs."),
         _option("heartbeat.interval", DurationType(), 10_000, "Time between heartbeats from TaskManagers to the JobManager."),
         _option("heartbeat.timeout", DurationType(), 50_000, "Silence after which a TaskManager is declared lost."),

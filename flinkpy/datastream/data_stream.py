@@ -155,7 +155,7 @@ class DataStream:
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
         _check_function(key_selector, "get_key", "key_by")
         selector = key_selector.get_key if hasattr(key_selector, "get_key") else key_selector
-        refs = tuple(StreamRef(r.node_id, HASH, selector) for r in self._refs)
+        refs = tuple(StreamRef(r.node_id, HASH, selector, r.side_tag) for r in self._refs)
         return KeyedStream(self._env, refs, selector, key_type, self)
 
     def union(self, *streams: "DataStream") -> "DataStream":
@@ -167,7 +167,34 @@ class DataStream:
         return DataStream(self._env, tuple(refs))
 
     def _partition(self, partitioner: str) -> "DataStream":
-        return DataStream(self._env, tuple(StreamRef(r.node_id, partitioner) for r in self._refs))
+        return DataStream(self._env, tuple(StreamRef(r.node_id, partitioner, None, r.side_tag) for r in self._refs))
+
+    def get_side_output(self, output_tag: Any) -> "DataStream":
+        """The records this operator emitted to ``output_tag`` (``ctx.output(tag, value)``, or
+        a window's late data)."""
+        node = self._require_node("get_side_output")
+        tag_id = getattr(output_tag, "tag_id", None)
+        if not tag_id:
+            raise InvalidProgramError(f"get_side_output() needs an OutputTag, got {type(output_tag).__name__}")
+        return DataStream(self._env, (StreamRef(node.id, None, None, tag_id),))
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> "DataStream":
+        """Stamp records with the strategy's timestamp assigner and generate its watermarks."""
+        if not hasattr(watermark_strategy, "extract_timestamp"):
+            raise InvalidProgramError(
+                f"assign_timestamps_and_watermarks() needs a WatermarkStrategy, got {type(watermark_strategy).__name__}"
+            )
+        return self._add("timestamps", "Timestamps/Watermarks", watermark_strategy, self.get_type())
+
+    def window_all(self, window_assigner: Any) -> Any:
+        from flinkpy.datastream.window_stream import AllWindowedStream
+
+        return AllWindowedStream(self, window_assigner)
+
+    def count_window_all(self, size: int, slide: int | None = None) -> Any:
+        from flinkpy.datastream import window_stream
+
+        return window_stream.count_window_all(self, size, slide)
 
     def forward(self) -> "DataStream":
         return self._partition(FORWARD)
@@ -347,6 +374,16 @@ class KeyedStream(DataStream):
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
         return self._origin.key_by(key_selector, key_type)
+
+    def window(self, window_assigner: Any) -> Any:
+        from flinkpy.datastream.window_stream import WindowedStream
+
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int, slide: int | None = None) -> Any:
+        from flinkpy.datastream import window_stream
+
+        return window_stream.count_window(self, size, slide)
 
     def _unsupported(self, what: str) -> Any:
         raise InvalidProgramError(f"{what}() cannot be applied to a KeyedStream", remedy="apply it before key_by()")

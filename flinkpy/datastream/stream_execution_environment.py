@@ -202,6 +202,9 @@ class StreamExecutionEnvironment:
                 "BATCH execution mode needs bounded sources, but this job has an unbounded one",
                 remedy="use STREAMING mode, or make the sources bounded",
             )
+        interval = self._config.get_auto_watermark_interval()
+        if interval != 200 or "pipeline.auto-watermark-interval" not in settings:
+            settings["pipeline.auto-watermark-interval"] = f"{interval} ms"
         params = self._config.get_global_job_parameters() if hasattr(self._config, "get_global_job_parameters") else {}
         if params:
             settings.update({f"$job.{k}": str(v) for k, v in dict(params).items()})

@@ -40,6 +40,9 @@ class ChainedOperator:
     network_outputs: list[int] = field(default_factory=list)
     #: what state is matched by across runs: the uid, or a hash of the operator's place in the graph
     operator_id: str = ""
+    #: side outputs by OutputTag id: chained successors and network edges
+    side_chained: dict[str, list[int]] = field(default_factory=dict)
+    side_network: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -230,7 +233,10 @@ def build_job_graph(
     key_selectors: dict[int, dict[int, Any]] = {vertex_id[h]: {} for h in heads}
     for i, e in enumerate(graph.edges):
         if chain_of[e.target] == chain_of[e.source] and chain_of[e.target] != e.target:
-            ops[e.source].chained_outputs.append(e.target)
+            if e.side_tag is not None:
+                ops[e.source].side_chained.setdefault(e.side_tag, []).append(e.target)
+            else:
+                ops[e.source].chained_outputs.append(e.target)
             continue
         edge = JobEdge(
             id=len(edges) + 1,
@@ -240,7 +246,10 @@ def build_job_graph(
             source_node=e.source,
         )
         edges.append(edge)
-        ops[e.source].network_outputs.append(edge.id)
+        if e.side_tag is not None:
+            ops[e.source].side_network.setdefault(e.side_tag, []).append(edge.id)
+        else:
+            ops[e.source].network_outputs.append(edge.id)
         if resolved[i] == HASH:
             key_selectors[edge.source][edge.id] = e.key_selector
     payloads = {

@@ -55,6 +55,8 @@ class StreamRef:
     node_id: int
     partitioner: str | None = None  # None: forward when parallelism matches, else rebalance
     key_selector: Callable | None = None
+    #: read the upstream operator's side output with this OutputTag id instead of its main output
+    side_tag: str | None = None
 
 
 @dataclass
@@ -63,6 +65,7 @@ class StreamEdge:
     target: int
     partitioner: str | None
     key_selector: Callable | None = None
+    side_tag: str | None = None
 
 
 class StreamGraph:
@@ -78,7 +81,7 @@ class StreamGraph:
         for ref in inputs:
             if ref.node_id not in self.nodes:
                 raise InvalidProgramError(f"operator {name!r} reads from an unknown stream")
-            self.edges.append(StreamEdge(ref.node_id, node.id, ref.partitioner, ref.key_selector))
+            self.edges.append(StreamEdge(ref.node_id, node.id, ref.partitioner, ref.key_selector, ref.side_tag))
         return node
 
     def inputs_of(self, node_id: int) -> list[StreamEdge]:

@@ -371,6 +371,7 @@ def _task_config(config: dict[str, str]) -> dict[str, Any]:
 
     return {
         "buffer_timeout_ms": parse_duration_ms(get("execution.buffer-timeout.interval", "100 ms")),
+        "auto_watermark_ms": parse_duration_ms(get("pipeline.auto-watermark-interval", "200 ms")),
         "segment_size": _parse_bytes(get("taskmanager.memory.segment-size", "32 kb")),
         "credit": int(get("taskmanager.network.memory.buffers-per-channel", "2"))
         + max(0, int(get("taskmanager.network.memory.floating-buffers-per-gate", "8")) // 4),

@@ -29,6 +29,8 @@ CREDIT = 3
 END_OF_PARTITION = 4
 BARRIER = 5
 WATERMARK = 6
+DATA_TS = 7  # a batch with event timestamps: pickled [records, timestamps]
+WATERMARK_STATUS = 8  # one byte: 1 = the producer is idle, 0 = active again
 
 _U32 = struct.Struct(">I")
 CREDIT_ONE = encode(CREDIT, _U32.pack(1))
@@ -63,7 +65,7 @@ class OutputChannel:
             else:
                 raise ChannelBroken(f"unexpected frame kind {kind} from the consumer of {self.describe}")
 
-    def send_data(self, payload: bytes) -> None:
+    def send_data(self, payload: bytes, kind: int = DATA) -> None:
         """Send one buffer; blocks (backpressure) until the consumer has credit for it."""
         if not self.credit.spend():
             import time
@@ -72,7 +74,7 @@ class OutputChannel:
             while not self.credit.spend():
                 self._absorb(self.reader.feed())
             self.backpressured_s += time.monotonic() - started
-        send_frame(self.sock, DATA, payload)
+        send_frame(self.sock, kind, payload)
         self.bytes_sent += len(payload)
         self.buffers_sent += 1
 

@@ -29,29 +29,42 @@ class OperatorChain:
     def __init__(
         self,
         payload: VertexPayload,
-        writers: dict[int, Callable[[list], None]],
+        writers: dict[int, ops.Output],
         *,
         tdd: dict[str, Any],
         backend_factory: Callable[[], Any],
     ):
         self.payload = payload
         self.tdd = tdd
-        self.by_id: dict[int, ops.Operator] = {}
+        self.by_id: dict[int, Any] = {}
         self.source: Any = None
         self.backend: Any = None
         self._contexts: dict[int, TaskRuntimeContext] = {}
         batch_mode = tdd.get("runtime_mode") == "BATCH"
         for spec in reversed(payload.operators):
-            outputs: list[Callable[[list], None]] = [self.by_id[n].process for n in spec.chained_outputs]
+            outputs: list[ops.Output] = [self.by_id[n] for n in spec.chained_outputs]
             outputs += [writers[e] for e in spec.network_outputs]
-            out = ops.fan_out(outputs)
-            self.by_id[spec.node_id] = self._build(spec, out, backend_factory, batch_mode)
+            op = self._build(spec, ops.fan_out(outputs), backend_factory, batch_mode)
+            side: dict[str, list[ops.Output]] = {}
+            for tag, nodes in spec.side_chained.items():
+                side.setdefault(tag, []).extend(self.by_id[n] for n in nodes)
+            for tag, edges in spec.side_network.items():
+                side.setdefault(tag, []).extend(writers[e] for e in edges)
+            op.side_outputs = {tag: ops.fan_out(outs) for tag, outs in side.items()}
+            self.by_id[spec.node_id] = op
         head = payload.operators[0]
         self.head = self.by_id[head.node_id]
         self.operators = [self.by_id[s.node_id] for s in payload.operators]
         #: operator state of CheckpointedFunctions, by node id
         self.operator_backends: dict[int, Any] = {}
         self.restore = RestoredState(tdd.get("restore"))
+        #: timer services of the keyed operators (the task loop fires processing-time timers)
+        self.timer_services: list[Any] = []
+        #: operators that emit periodic watermarks (assign_timestamps_and_watermarks)
+        self.watermark_emitters = [op for op in self.operators if isinstance(op, ops.TimestampsAndWatermarksOperator)]
+
+    def is_keyed(self, op: Any) -> bool:
+        return self.backend is not None and getattr(op, "backend", None) is self.backend
 
     def _context(self, spec: ChainedOperator, backend: Any) -> TaskRuntimeContext:
         t = self.tdd
@@ -66,11 +79,18 @@ class OperatorChain:
             operator_name=spec.name,
         )
 
-    def _build(self, spec: ChainedOperator, out: Callable[[list], None], backend_factory: Callable[[], Any], batch_mode: bool) -> ops.Operator:
+    def _build(self, spec: ChainedOperator, out: ops.Output, backend_factory: Callable[[], Any], batch_mode: bool) -> Any:
         t = self.tdd
         if spec.kind == "source":
-            op = _SourceHead(spec.name, spec.fn, out)
+            op = _SourceHead(spec.name, spec.fn, out, spec.params.get("watermark_strategy"))
             self.source = spec.fn
+        elif spec.kind == "timestamps":
+            op = ops.TimestampsAndWatermarksOperator(spec.name, spec.fn, out)
+        elif spec.kind == "window":
+            from flinkpy.task.window_operator import WindowOperator
+
+            self.backend = self.backend or backend_factory()
+            op = WindowOperator(spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode)
         elif spec.kind in SIMPLE:
             op = SIMPLE[spec.kind](spec.name, spec.fn, out)
         elif spec.kind == "sink":
@@ -92,9 +112,12 @@ class OperatorChain:
             )
         else:
             raise ValueError(f"unknown operator kind {spec.kind!r}")
-        keyed = isinstance(op, ops.KeyedOperator)
+        keyed = self.is_keyed(op)
         self._contexts[spec.node_id] = self._context(spec, self.backend if keyed else None)
         op.node_id = spec.node_id  # type: ignore[attr-defined]
+        op.name = spec.name
+        if keyed and not isinstance(op, ops.KeyedOperator):
+            op.process_watermark = _KeyedWatermark(op, out)  # operators that only know timers
         return op
 
     def restored_source_state(self) -> list[Any]:
@@ -107,11 +130,15 @@ class OperatorChain:
         from flinkpy.state.operator import OperatorStateBackend
 
         t = self.tdd
+        from flinkpy.task.timers import InternalTimerService
+
         for spec, op in zip(self.payload.operators, self.operators):
-            if isinstance(op, ops.KeyedOperator) and op.backend is self.backend:
+            if self.is_keyed(op):
                 snapshots = self.restore.keyed(spec.operator_id)
                 if snapshots:
                     self.backend.restore(snapshots)
+                op.timers = InternalTimerService(self.backend, op.on_event_time, op.on_processing_time)
+                self.timer_services.append(op.timers)
             operator_states = self.restore.operator(spec.operator_id)
             if isinstance(op.fn, CheckpointedFunction):
                 backend = OperatorStateBackend()
@@ -140,16 +167,60 @@ class OperatorChain:
 
 
 class _SourceHead(ops.Operator):
-    """The source's records enter the chain here; the reader lives in the task loop."""
+    """The source's records enter the chain here (the reader lives in the task loop). With a
+    WatermarkStrategy it stamps records with the strategy's timestamp assigner and generates
+    watermarks; ``emit_periodic_watermark`` is called every ``pipeline.auto-watermark-interval``."""
+
+    def __init__(self, name: str, fn: Any, output: ops.Output, strategy: Any = None):
+        super().__init__(name, fn, output)
+        from flinkpy.task.watermarks import WatermarkGenerator
+
+        self.strategy = strategy
+        self.assigns = strategy is not None and getattr(strategy, "timestamp_assigner", None) is not None
+        self.generator = WatermarkGenerator(strategy) if strategy is not None else None
+        self.idle = False
+        self.last_data = 0.0
 
     def open(self, runtime_context: Any) -> None:
         pass
 
-    def process(self, batch: list) -> None:
-        self.output(batch)
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        if self.assigns:
+            extract = self.strategy.extract_timestamp
+            floor = -(2**63)
+            timestamps = [int(extract(v, floor)) for v in values]
+            self.generator.on_timestamps(timestamps)
+        if self.idle:
+            self.idle = False
+            self.output.process_watermark_status(False)
+        self.output.process(values, timestamps)
+
+    def emit_periodic_watermark(self) -> None:
+        if self.generator is not None:
+            wm = self.generator.current()
+            if wm is not None:
+                self.output.process_watermark(wm)
+
+    def mark_idle(self) -> None:
+        if not self.idle:
+            self.idle = True
+            self.output.process_watermark_status(True)
 
     def close(self) -> None:
         pass
+
+
+class _KeyedWatermark:
+    """process_watermark for keyed operators that implement only the timer callbacks."""
+
+    def __init__(self, op: Any, output: ops.Output):
+        self.op = op
+        self.output = output
+
+    def __call__(self, watermark: int) -> None:
+        if self.op.timers is not None:
+            self.op.timers.advance_watermark(watermark)
+        self.output.process_watermark(watermark)
 
 
 class RestoredState:

@@ -79,7 +79,7 @@ class TaskCheckpointer:
             part: dict[str, Any] = {"operator_id": spec.operator_id, "keyed": None, "operator": None, "source_offsets": None}
             if spec.kind == "source":
                 part["source_offsets"] = source_offsets
-            if isinstance(op, ops.KeyedOperator) and keyed_owner is None:
+            if self.chain.is_keyed(op) and keyed_owner is None:
                 keyed_owner = part
             operator_state: dict[str, Any] = {}
             fn = op.fn

@@ -1,9 +1,13 @@
-"""Stream operators, batch at a time.
+"""Stream operators, batch at a time, with event time.
 
-Each operator takes a list of records and hands a list to its output (the next chained operator,
-or a RecordWriter, or several of them). Working on lists keeps the per-record cost of the engine
-to what the user's function costs: a list comprehension around a map, one dict lookup for keyed
-state. User functions may be plain callables or PyFlink-style function objects.
+Each operator takes a batch — a list of records and, when the stream has event timestamps, a
+parallel list of them (``None`` otherwise) — and hands batches to its output: the next chained
+operator, a RecordWriter, or several of them (:class:`Fanout`). Working on lists keeps the
+per-record cost of the engine to what the user's function costs: a list comprehension around a
+map, one dict lookup for keyed state. Watermarks travel the same way (``process_watermark``):
+a keyed operator first fires its event-time timers, then passes the watermark on.
+
+User functions may be plain callables or PyFlink-style function objects.
 """
 
 from __future__ import annotations
@@ -14,21 +18,54 @@ from typing import Any, Callable
 from flinkpy.errors import InvalidProgramError
 from flinkpy.state.key_groups import KeyGroupAssigner
 
-Output = Callable[[list], None]
 _MISSING = object()
+Timestamps = "list[int] | None"
+
+
+class Output:
+    """Where an operator's records and watermarks go."""
+
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        raise NotImplementedError
+
+    def process_watermark(self, watermark: int) -> None:
+        raise NotImplementedError
+
+    def process_watermark_status(self, idle: bool) -> None:
+        """A source went idle (or active again): its watermark must not hold others back."""
+
+
+class Discard(Output):
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        pass
+
+    def process_watermark(self, watermark: int) -> None:
+        pass
+
+
+class Fanout(Output):
+    def __init__(self, outputs: list[Output]):
+        self.outputs = outputs
+
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        for out in self.outputs:
+            out.process(values, timestamps)
+
+    def process_watermark(self, watermark: int) -> None:
+        for out in self.outputs:
+            out.process_watermark(watermark)
+
+    def process_watermark_status(self, idle: bool) -> None:
+        for out in self.outputs:
+            out.process_watermark_status(idle)
 
 
 def fan_out(outputs: list[Output]) -> Output:
     if not outputs:
-        return lambda batch: None
+        return Discard()
     if len(outputs) == 1:
         return outputs[0]
-
-    def emit(batch: list) -> None:
-        for out in outputs:
-            out(batch)
-
-    return emit
+    return Fanout(outputs)
 
 
 def _method(fn: Any, name: str) -> Callable:
@@ -46,24 +83,35 @@ def _iterate(result: Any) -> Any:
     return result
 
 
-class Operator:
-    """Base: ``process(batch)`` for records, ``end_input()`` once the input is exhausted."""
-
-    name = "Operator"
-    fn: Any = None
+class Operator(Output):
+    """Base: ``process(values, timestamps)`` for records, ``process_watermark`` for event time,
+    ``end_input()`` once the input is exhausted."""
 
     def __init__(self, name: str, fn: Any, output: Output):
         self.name = name
         self.fn = fn
         self.output = output
+        #: side outputs by OutputTag id
+        self.side_outputs: dict[str, Output] = {}
 
     def open(self, runtime_context: Any) -> None:
         opener = getattr(self.fn, "open", None)
         if callable(opener) and not isinstance(self.fn, types.FunctionType):
             opener(runtime_context)
 
-    def process(self, batch: list) -> None:
+    def process(self, values: list, timestamps: list[int] | None) -> None:
         raise NotImplementedError
+
+    def process_watermark(self, watermark: int) -> None:
+        self.output.process_watermark(watermark)
+
+    def process_watermark_status(self, idle: bool) -> None:
+        self.output.process_watermark_status(idle)
+
+    def side_output(self, tag_id: str, values: list, timestamps: list[int] | None) -> None:
+        out = self.side_outputs.get(tag_id)
+        if out is not None and values:
+            out.process(values, timestamps)
 
     def end_input(self) -> None:
         """Called once after the last record (bounded inputs)."""
@@ -79,9 +127,9 @@ class MapOperator(Operator):
         super().open(runtime_context)
         self._f = _method(self.fn, "map")
 
-    def process(self, batch: list) -> None:
+    def process(self, values: list, timestamps: list[int] | None) -> None:
         f = self._f
-        self.output([f(r) for r in batch])
+        self.output.process([f(r) for r in values], timestamps)
 
 
 class FlatMapOperator(Operator):
@@ -89,15 +137,25 @@ class FlatMapOperator(Operator):
         super().open(runtime_context)
         self._f = _method(self.fn, "flat_map")
 
-    def process(self, batch: list) -> None:
+    def process(self, values: list, timestamps: list[int] | None) -> None:
         f = self._f
         out: list = []
-        extend = out.extend
-        for r in batch:
+        if timestamps is None:
+            extend = out.extend
+            for r in values:
+                res = f(r)
+                if res is not None:
+                    extend(res)
+            self.output.process(out, None)
+            return
+        ts_out: list[int] = []
+        for r, t in zip(values, timestamps):
             res = f(r)
             if res is not None:
-                extend(res)
-        self.output(out)
+                before = len(out)
+                out.extend(res)
+                ts_out.extend([t] * (len(out) - before))
+        self.output.process(out, ts_out)
 
 
 class FilterOperator(Operator):
@@ -105,62 +163,163 @@ class FilterOperator(Operator):
         super().open(runtime_context)
         self._f = _method(self.fn, "filter")
 
-    def process(self, batch: list) -> None:
+    def process(self, values: list, timestamps: list[int] | None) -> None:
         f = self._f
-        self.output([r for r in batch if f(r)])
+        if timestamps is None:
+            self.output.process([r for r in values if f(r)], None)
+            return
+        kept = [(r, t) for r, t in zip(values, timestamps) if f(r)]
+        self.output.process([r for r, _ in kept], [t for _, t in kept])
+
+
+class TimestampsAndWatermarksOperator(Operator):
+    """``assign_timestamps_and_watermarks``: stamps records with the strategy's assigner and
+    emits the strategy's watermarks (upstream watermarks are dropped, except the final one)."""
+
+    def __init__(self, name: str, fn: Any, output: Output):
+        super().__init__(name, fn, output)
+        from flinkpy.task.watermarks import WatermarkGenerator
+
+        self.generator = WatermarkGenerator(fn)
+
+    def open(self, runtime_context: Any) -> None:
+        pass
+
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        extract = self.fn.extract_timestamp
+        previous = timestamps or [-(2**63)] * len(values)
+        ts = [int(extract(v, t)) for v, t in zip(values, previous)]
+        self.generator.on_timestamps(ts)
+        self.output.process(values, ts)
+
+    def emit_periodic_watermark(self) -> None:
+        wm = self.generator.current()
+        if wm is not None:
+            self.output.process_watermark(wm)
+
+    def process_watermark(self, watermark: int) -> None:
+        from flinkpy.task.watermarks import MAX_WATERMARK
+
+        if watermark == MAX_WATERMARK:
+            self.output.process_watermark(watermark)
+
+    def close(self) -> None:
+        pass
 
 
 class _ProcessContext:
-    """The ``ctx`` handed to process_element (timestamps and timers arrive with event time)."""
+    """The ``ctx`` handed to process functions: the record's timestamp, timers, side outputs."""
 
-    def __init__(self, operator: "Operator"):
+    def __init__(self, operator: "Operator", timers: Any = None):
         self._operator = operator
+        self._timers = timers
         self.current_key: Any = None
+        self.current_timestamp: int | None = None
+        self.emitted: list = []
+        self.emitted_ts: list = []
 
     def timestamp(self) -> int | None:
-        return None
+        return self.current_timestamp
 
     def get_current_key(self) -> Any:
         return self.current_key
 
     def timer_service(self) -> Any:
-        return _TimerService()
+        if self._timers is None:
+            return _NoTimers(self._operator)
+        return _UserTimerService(self._timers)
 
     def output(self, output_tag: Any, value: Any) -> None:
-        raise InvalidProgramError(
-            f"side output {getattr(output_tag, 'tag_id', output_tag)!r} from {self._operator.name!r}: "
-            "side outputs are not supported yet"
-        )
+        tag_id = getattr(output_tag, "tag_id", output_tag)
+        self._operator.side_output(tag_id, [value], None if self.current_timestamp is None else [self.current_timestamp])
 
 
-class _TimerService:
+class _OnTimerContext(_ProcessContext):
+    def __init__(self, operator: "Operator", timers: Any):
+        super().__init__(operator, timers)
+        self.domain: Any = None
+
+    def time_domain(self) -> Any:
+        return self.domain
+
+
+class _UserTimerService:
+    """``ctx.timer_service()`` for the user: timers of the current key, no namespace."""
+
+    def __init__(self, timers: Any):
+        self._t = timers
+
+    def current_processing_time(self) -> int:
+        return self._t.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._t.current_watermark()
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._t.register_event_time_timer(timestamp, None)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._t.register_processing_time_timer(timestamp, None)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._t.delete_event_time_timer(timestamp, None)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._t.delete_processing_time_timer(timestamp, None)
+
+
+class _NoTimers:
+    def __init__(self, operator: "Operator"):
+        self._operator = operator
+
     def current_processing_time(self) -> int:
         import time
 
         return int(time.time() * 1000)
 
     def current_watermark(self) -> int:
-        return -(2**63)
+        return getattr(self._operator, "watermark", -(2**63))
 
     def _unsupported(self, *args: Any) -> None:
-        raise InvalidProgramError("timers are not supported yet in this flinkpy release")
+        raise InvalidProgramError(
+            f"{self._operator.name!r} registers a timer, but timers exist only on a KeyedStream",
+            remedy="key the stream with key_by() and use a KeyedProcessFunction",
+        )
 
     register_event_time_timer = register_processing_time_timer = _unsupported
     delete_event_time_timer = delete_processing_time_timer = _unsupported
 
 
 class ProcessOperator(Operator):
+    """A ProcessFunction on a non-keyed stream."""
+
+    watermark = -(2**63)
+
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
         self._f = _method(self.fn, "process_element")
         self._ctx = _ProcessContext(self)
 
-    def process(self, batch: list) -> None:
+    def process(self, values: list, timestamps: list[int] | None) -> None:
         f, ctx = self._f, self._ctx
         out: list = []
-        for r in batch:
+        if timestamps is None:
+            for r in values:
+                out.extend(_iterate(f(r, ctx)))
+            self.output.process(out, None)
+            return
+        ts_out: list[int] = []
+        for r, t in zip(values, timestamps):
+            ctx.current_timestamp = t
+            before = len(out)
             out.extend(_iterate(f(r, ctx)))
-        self.output(out)
+            ts_out.extend([t] * (len(out) - before))
+        ctx.current_timestamp = None
+        self.output.process(out, ts_out)
+
+    def process_watermark(self, watermark: int) -> None:
+        self.watermark = watermark
+        self.output.process_watermark(watermark)
 
 
 class SinkOperator(Operator):
@@ -179,9 +338,12 @@ class SinkOperator(Operator):
         self.writer = self.fn.create_writer(self._writer_context)
         self._write = self.writer.write
 
-    def process(self, batch: list) -> None:
-        if batch:
-            self._write(batch)
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        if values:
+            self._write(values)
+
+    def process_watermark(self, watermark: int) -> None:
+        pass
 
     def end_input(self) -> None:
         self.writer.flush(True)
@@ -197,7 +359,10 @@ class SinkOperator(Operator):
 
 class KeyedOperator(Operator):
     """Base of operators on a KeyedStream: the key is recomputed from each record and the state
-    backend is pointed at it before the user's function runs."""
+    backend is pointed at it before the user's function runs. ``timers`` (an
+    InternalTimerService) is attached by the chain."""
+
+    timers: Any = None
 
     def __init__(self, name: str, fn: Any, output: Output, key_selector: Callable, backend: Any, batch_mode: bool):
         super().__init__(name, fn, output)
@@ -206,9 +371,21 @@ class KeyedOperator(Operator):
         self.batch_mode = batch_mode
         self.assign = KeyGroupAssigner(backend.max_parallelism)
 
+    def process_watermark(self, watermark: int) -> None:
+        if self.timers is not None:
+            self.timers.advance_watermark(watermark)
+        self.output.process_watermark(watermark)
+
+    def on_event_time(self, key: Any, namespace: Any, timestamp: int) -> None:
+        pass
+
+    def on_processing_time(self, key: Any, namespace: Any, timestamp: int) -> None:
+        pass
+
 
 class KeyedReduceOperator(KeyedOperator):
-    """Running reduce per key (STREAMING: every update is emitted; BATCH: the final value per key)."""
+    """Running reduce per key (STREAMING: every update is emitted; BATCH: the final value per key).
+    An update carries the timestamp of the record that caused it."""
 
     STATE = "_reduce"
 
@@ -218,13 +395,13 @@ class KeyedReduceOperator(KeyedOperator):
         self._table = self.backend.table(self.STATE)
         self._frozen = self.backend.frozen(self.STATE)
 
-    def process(self, batch: list) -> None:
+    def process(self, values: list, timestamps: list[int] | None) -> None:
         f, key, table, frozen = self._f, self.key, self._table, self._frozen
         group_of = self.assign.memo  # key -> key group, filled by the assigner on a miss
         out: list | None = None if self.batch_mode else []
         append = out.append if out is not None else None
         missing = _MISSING
-        for r in batch:
+        for r in values:
             k = key(r)
             kg = group_of.get(k)
             if kg is None:
@@ -240,17 +417,18 @@ class KeyedReduceOperator(KeyedOperator):
             if append is not None:
                 append(new)
         if out:
-            self.output(out)
+            self.output.process(out, timestamps)
 
     def end_input(self) -> None:
         if self.batch_mode:
             final = [v for kg in sorted(self._table) for v in self._table[kg].values()]
             if final:
-                self.output(final)
+                self.output.process(final, None)
 
 
 class KeyedProcessOperator(KeyedOperator):
-    """KeyedProcessFunction and keyed map/flat_map/filter: user code with keyed state."""
+    """KeyedProcessFunction and keyed map/flat_map/filter: user code with keyed state (and, for
+    process functions, timers and side outputs)."""
 
     def __init__(self, *args: Any, method: str, **kw: Any):
         super().__init__(*args, **kw)
@@ -259,18 +437,24 @@ class KeyedProcessOperator(KeyedOperator):
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
         self._f = _method(self.fn, self.method)
-        self._ctx = _ProcessContext(self)
+        self._ctx = _ProcessContext(self, self.timers)
+        self._timer_ctx = _OnTimerContext(self, self.timers)
+        self._on_timer = getattr(self.fn, "on_timer", None) if self.method == "process_element" else None
 
-    def process(self, batch: list) -> None:
+    def process(self, values: list, timestamps: list[int] | None) -> None:
         f, key, assign, backend, ctx = self._f, self.key, self.assign, self.backend, self._ctx
         set_key = backend.set_current_key_and_group
         out: list = []
+        ts_out: list[int] | None = None if timestamps is None else []
         method = self.method
-        for r in batch:
+        ts_iter = timestamps if timestamps is not None else [None] * len(values)
+        for r, t in zip(values, ts_iter):
             k = key(r)
             set_key(k, assign(k))
+            before = len(out)
             if method == "process_element":
                 ctx.current_key = k
+                ctx.current_timestamp = t
                 out.extend(_iterate(f(r, ctx)))
             elif method == "map":
                 out.append(f(r))
@@ -278,4 +462,28 @@ class KeyedProcessOperator(KeyedOperator):
                 out.extend(_iterate(f(r)))
             elif f(r):
                 out.append(r)
-        self.output(out)
+            if ts_out is not None:
+                ts_out.extend([t] * (len(out) - before))
+        ctx.current_timestamp = None
+        self.output.process(out, ts_out)
+
+    def _fire(self, key: Any, timestamp: int, domain: str) -> None:
+        if self._on_timer is None:
+            return
+        from flinkpy.datastream.functions import TimeDomain
+
+        ctx = self._timer_ctx
+        ctx.current_key = key
+        ctx.current_timestamp = timestamp
+        ctx.domain = TimeDomain.EVENT_TIME if domain == "event" else TimeDomain.PROCESSING_TIME
+        out = list(_iterate(self._on_timer(timestamp, ctx)))
+        ctx.current_timestamp = None
+        if out:
+            # timer output carries the timer's time in event time; none in processing time
+            self.output.process(out, [timestamp] * len(out) if domain == "event" else None)
+
+    def on_event_time(self, key: Any, namespace: Any, timestamp: int) -> None:
+        self._fire(key, timestamp, "event")
+
+    def on_processing_time(self, key: Any, namespace: Any, timestamp: int) -> None:
+        self._fire(key, timestamp, "processing")

@@ -25,6 +25,7 @@ import select
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -32,6 +33,7 @@ from typing import Any
 
 from flinkpy.network import channels as net
 from flinkpy.network.connection import Connection, listen
+from flinkpy.task.watermarks import MAX_WATERMARK
 
 SOURCE_BATCH = 1024
 
@@ -192,8 +194,7 @@ class Task:
                 maxp = t["max_parallelism"]
                 return HeapKeyedStateBackend(maxp, key_group_range_for_operator(maxp, t["parallelism"], t["subtask"]))
 
-            emitters = {edge: w.emit for edge, w in self.writers.items()}
-            chain = OperatorChain(payload, emitters, tdd=t, backend_factory=backend)
+            chain = OperatorChain(payload, dict(self.writers), tdd=t, backend_factory=backend)
             self.chain = chain
             self.checkpointer = TaskCheckpointer(t, chain, self.ctrl.send)
             chain.open()
@@ -202,6 +203,7 @@ class Task:
             self.faults.reach("running")
             if chain.source is not None:
                 self._run_source(chain)
+                chain.head.process_watermark(MAX_WATERMARK)  # the end of a bounded input: event time ends
             else:
                 self._run_inputs(chain)
             chain.end_input()
@@ -251,11 +253,18 @@ class Task:
                 restored_state=restored,
             )
         )
-        head = chain.head.process
+        source_head = chain.head
+        head = source_head.process
         writers = list(self.writers.values())
         monotonic = time.monotonic
         control_pending = self._control_pending
         triggers = self._pending_triggers
+        emitters = [source_head, *chain.watermark_emitters]
+        wm_interval = int(self.tdd["config"].get("auto_watermark_ms", 200)) / 1000.0
+        next_wm = monotonic() + wm_interval
+        strategy = getattr(source_head, "strategy", None)
+        idle_after = (strategy.idle_timeout_ms / 1000.0) if strategy is not None and strategy.idle_timeout_ms else None
+        last_data = monotonic()
         try:
             while True:
                 if control_pending():
@@ -267,13 +276,20 @@ class Task:
                 batch = reader.poll(SOURCE_BATCH)
                 if batch is None:
                     break
+                now = monotonic()
                 if batch:
                     self.records_in += len(batch)
-                    head(batch)
+                    head(batch, None)
+                    last_data = now
                 else:
+                    if idle_after is not None and now - last_data >= idle_after:
+                        source_head.mark_idle()
                     select.select([self.ctrl.sock], [], [], 0.001)  # idle unbounded source: wait for control
+                if now >= next_wm and wm_interval > 0:
+                    for e in emitters:
+                        e.emit_periodic_watermark()
+                    next_wm = now + wm_interval
                 if writers:
-                    now = monotonic()
                     for w in writers:
                         w.flush_if_due(now)
         finally:
@@ -282,7 +298,13 @@ class Task:
     def _run_inputs(self, chain: Any) -> None:
         from flinkpy.task.barriers import BarrierAligner, BarrierTracker, Canceled, Snapshot
 
+        from flinkpy.task.watermarks import StatusWatermarkValve
+
         self._head = chain.head.process
+        self._head_watermark = chain.head.process_watermark
+        self._head_status = chain.head.process_watermark_status
+        self.valve = StatusWatermarkValve(len(self.inputs))
+        self._idle_out = False
         mode = self.tdd["config"].get("checkpointing_mode", "EXACTLY_ONCE")
         n = len(self.inputs)
         self.aligner = BarrierAligner(n) if mode == "EXACTLY_ONCE" else BarrierTracker(n)
@@ -298,14 +320,33 @@ class Task:
         monotonic = time.monotonic
         writers = list(self.writers.values())
         aligner = self.aligner
+        timers = chain.timer_services
+        emitters = chain.watermark_emitters
+        wm_interval = int(self.tdd["config"].get("auto_watermark_ms", 200)) / 1000.0
+        next_wm = monotonic() + wm_interval
         while self._open_channels:
             if self.ctrl.buffered:
                 self._handle_control()
                 continue
             pending = any(w.oldest is not None for w in writers)
+            timeout = timeout_s if pending else None
+            next_timer = min((t for t in (ts.next_processing_time() for ts in timers) if t is not None), default=None)
+            if next_timer is not None:
+                until = max(0.0, next_timer / 1000.0 - time.time())
+                timeout = until if timeout is None else min(timeout, until)
+            if emitters:
+                until = max(0.0, next_wm - monotonic())
+                timeout = until if timeout is None else min(timeout, until)
             waited = monotonic()
-            events = sel.select(timeout_s if pending else None)
+            events = sel.select(timeout)
             self.idle_s += monotonic() - waited
+            if next_timer is not None:
+                for ts in timers:
+                    ts.fire_processing_timers()
+            if emitters and monotonic() >= next_wm:
+                for e in emitters:
+                    e.emit_periodic_watermark()
+                next_wm = monotonic() + wm_interval
             for key, _ in events:
                 i = key.data
                 if i == -1:
@@ -333,14 +374,23 @@ class Task:
     def _handle_frame(self, i: int, frame: tuple[int, bytes]) -> None:
         kind, data = frame
         ch = self.inputs[i]
-        if kind == net.DATA:
+        if kind == net.DATA or kind == net.DATA_TS:
             ch.credit.on_buffer_received()
-            batch = pickle.loads(data)
+            if kind == net.DATA:
+                batch, timestamps = pickle.loads(data), None
+            else:
+                batch, timestamps = pickle.loads(data)
             self.records_in += len(batch)
             if self.aligner.aligning:
                 self.alignment_bytes += len(data)
-            self._head(batch)
+            self._head(batch, timestamps)
             ch.return_credit()
+        elif kind == net.WATERMARK:
+            advanced = self.valve.on_watermark(i, struct.unpack(">q", data)[0])
+            self._after_valve(advanced)
+        elif kind == net.WATERMARK_STATUS:
+            advanced = self.valve.on_status(i, idle=data == b"\x01")
+            self._after_valve(advanced)
         elif kind == net.BARRIER:
             b = pickle.loads(data)
             decision = self.aligner.on_barrier(i, b["checkpoint_id"], _now_ms())
@@ -351,9 +401,18 @@ class Task:
             self._selector.unregister(ch.sock)
             ch.close()
             self._open_channels -= 1
+            self._after_valve(self.valve.on_end_of_partition(i))
             self._on_decision(self.aligner.on_end_of_partition(i, _now_ms()), None)
         else:
             raise net.ChannelBroken(f"unexpected frame kind {kind} on {ch.describe}")
+
+    def _after_valve(self, advanced: int | None) -> None:
+        """The task's event time advanced, or its inputs went idle / active."""
+        if advanced is not None:
+            self._head_watermark(advanced)
+        if self.valve.all_idle != self._idle_out:
+            self._idle_out = self.valve.all_idle
+            self._head_status(self._idle_out)
 
     def _on_decision(self, decision: Any, barrier: dict[str, Any] | None) -> None:
         if decision is None:

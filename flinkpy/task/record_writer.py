@@ -4,6 +4,10 @@ Records are collected per channel into buffers; a buffer is serialized and sent 
 its target number of records or when the buffer timeout expires (``flush_if_due``). The target
 adapts so that a serialized buffer lands near the configured segment size: large enough to
 amortize per-frame costs, small enough that credit bounds the bytes in flight.
+
+Records with event timestamps travel with a parallel list of them (a DATA_TS frame); a buffer
+holds timestamps only when some of its records have them. Watermarks flush every buffer first,
+then go to every channel, so no record overtakes the watermark that follows it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ import time
 from typing import Any, Callable
 
 from flinkpy.graph.stream_graph import BROADCAST, FORWARD, GLOBAL, HASH, REBALANCE, RESCALE, SHUFFLE
+import struct
+
+from flinkpy.network import channels as net
 from flinkpy.network.channels import OutputChannel, dumps_batch
 from flinkpy.state.key_groups import KeyGroupAssigner, compute_operator_index_for_key_group
 
@@ -34,6 +41,9 @@ class RecordWriter:
         self.partitioner = partitioner
         self.n = len(channels)
         self.pending: list[list[Any]] = [[] for _ in channels]
+        #: per channel: the timestamps of the pending records, or None while none has one
+        self.pending_ts: list[list[Any] | None] = [None for _ in channels]
+        self.timestamped = False
         self.timeout_s = buffer_timeout_ms / 1000.0
         self.flush_every_record = buffer_timeout_ms == 0
         self.segment_size = segment_size
@@ -55,6 +65,61 @@ class RecordWriter:
                 for kg in range(max_parallelism)
             ]
         self.emit = self._choose_emit()
+
+    # -- the Output interface (operators call these) -----------------------------------------
+
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        if timestamps is None and not self.timestamped:
+            self.emit(values)
+        else:
+            self._emit_with_timestamps(values, timestamps)
+
+    def process_watermark(self, watermark: int) -> None:
+        self.broadcast_event(net.WATERMARK, struct.pack(">q", watermark))
+
+    def process_watermark_status(self, idle: bool) -> None:
+        self.broadcast_event(net.WATERMARK_STATUS, b"\x01" if idle else b"\x00")
+
+    def _channel_indexes(self, values: list) -> list[int]:
+        """The channel of each record (every partitioner but broadcast)."""
+        n = self.n
+        if n == 1 or self.partitioner in (FORWARD, GLOBAL):
+            return [0] * len(values)
+        if self.partitioner == HASH:
+            key, table, assign = self._key, self._kg_to_channel, self._assign
+            return [table[assign(key(r))] for r in values]
+        if self.partitioner == SHUFFLE:
+            choice = self._rng.randrange
+            return [choice(n) for _ in values]
+        start = self._rr
+        self._rr = (start + len(values)) % n
+        return [(start + j) % n for j in range(len(values))]
+
+    def _emit_with_timestamps(self, values: list, timestamps: list[int] | None) -> None:
+        if not values:
+            return
+        self.timestamped = True
+        ts = timestamps if timestamps is not None else [None] * len(values)
+        if self.partitioner == BROADCAST and self.n > 1:
+            targets = [(i, values, ts) for i in range(self.n)]
+        else:
+            idx = self._channel_indexes(values)
+            per: dict[int, tuple[list, list]] = {}
+            for i, v, t in zip(idx, values, ts):
+                bucket = per.get(i)
+                if bucket is None:
+                    bucket = per[i] = ([], [])
+                bucket[0].append(v)
+                bucket[1].append(t)
+            targets = [(i, vs, tss) for i, (vs, tss) in per.items()]
+        for i, vs, tss in targets:
+            pts = self.pending_ts[i]
+            if pts is None:
+                pts = self.pending_ts[i] = [None] * len(self.pending[i])
+            self.pending[i].extend(vs)
+            pts.extend(tss)
+        self.records_out += len(values)
+        self._after_fanout()
 
     def _choose_emit(self) -> Callable[[list], None]:
         if self.n == 1 or self.partitioner in (FORWARD, GLOBAL):
@@ -138,9 +203,13 @@ class RecordWriter:
 
     # -- flushing ----------------------------------------------------------------------------
 
-    def _send(self, i: int, batch: list) -> None:
-        payload = dumps_batch(batch)
-        self.channels[i].send_data(payload)
+    def _send(self, i: int, batch: list, timestamps: list | None = None) -> None:
+        if timestamps is not None and any(t is not None for t in timestamps):
+            payload = dumps_batch([batch, timestamps])
+            self.channels[i].send_data(payload, net.DATA_TS)
+        else:
+            payload = dumps_batch(batch)
+            self.channels[i].send_data(payload)
         if not self.flush_every_record:
             size = len(payload)
             target = self.targets[i]
@@ -151,20 +220,26 @@ class RecordWriter:
 
     def _flush_full(self, i: int) -> None:
         buf = self.pending[i]
+        ts = self.pending_ts[i]
         target = self.targets[i]
         start = 0
         while len(buf) - start >= target:
-            self._send(i, buf[start : start + target])
+            self._send(i, buf[start : start + target], None if ts is None else ts[start : start + target])
             start += target
             target = self.targets[i]
         self.pending[i] = buf[start:] if start < len(buf) else []
+        if ts is not None:
+            self.pending_ts[i] = ts[start:] if start < len(ts) else []
 
     def flush(self) -> None:
         """Send every non-empty buffer now."""
         for i, buf in enumerate(self.pending):
             if buf:
+                ts = self.pending_ts[i]
                 self.pending[i] = []
-                self._send(i, buf)
+                if ts is not None:
+                    self.pending_ts[i] = []
+                self._send(i, buf, ts)
         self.oldest = None
 
     def flush_if_due(self, now: float) -> None:

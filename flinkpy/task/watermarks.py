@@ -1,0 +1,98 @@
+"""Watermarks: generating them at sources, combining them at inputs (pure, no clock).
+
+A watermark W says "no record with a timestamp <= W is still to come". Sources (or an
+``assign_timestamps_and_watermarks`` operator) generate them from the timestamps they have seen:
+monotonous timestamps give ``max_ts - 1``, bounded out-of-orderness ``max_ts - bound - 1`` (as
+Flink). A task with several input channels follows the *minimum* of its channels' watermarks,
+never going backwards; a channel whose source is idle (no data for ``with_idleness``) is left
+out of the minimum, so one quiet partition does not stall event time for all.
+
+>>> v = StatusWatermarkValve(2)
+>>> v.on_watermark(0, 10), v.on_watermark(1, 5), v.on_watermark(1, 20)
+(None, 5, 10)
+>>> v.on_status(0, idle=True)      # channel 0 goes quiet: channel 1 alone decides
+20
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIN_WATERMARK = -(2**63)
+MAX_WATERMARK = 2**63 - 1
+
+
+class StatusWatermarkValve:
+    """Combines the watermarks and idleness of a task's input channels."""
+
+    def __init__(self, channels: int):
+        self.watermarks = [MIN_WATERMARK] * channels
+        self.idle = [False] * channels
+        self.finished = [False] * channels
+        self.current = MIN_WATERMARK
+        self.all_idle = False
+
+    def _recompute(self) -> int | None:
+        active = [w for w, idle, fin in zip(self.watermarks, self.idle, self.finished) if not idle and not fin]
+        if not active:
+            # every input idle or finished: finished ones carry MAX already (end of input)
+            done = [w for w, fin in zip(self.watermarks, self.finished) if fin]
+            if done and all(self.finished):
+                candidate = min(done)
+            else:
+                return None
+        else:
+            candidate = min(active)
+        if candidate > self.current:
+            self.current = candidate
+            return candidate
+        return None
+
+    def on_watermark(self, channel: int, watermark: int) -> int | None:
+        """A channel's watermark arrived; returns the task's new watermark if it advanced."""
+        if watermark > self.watermarks[channel]:
+            self.watermarks[channel] = watermark
+        self.idle[channel] = False
+        self.all_idle = False
+        return self._recompute()
+
+    def on_status(self, channel: int, *, idle: bool) -> int | None:
+        self.idle[channel] = idle
+        self.all_idle = all(i or f for i, f in zip(self.idle, self.finished))
+        return self._recompute()
+
+    def on_end_of_partition(self, channel: int) -> int | None:
+        self.finished[channel] = True
+        self.watermarks[channel] = MAX_WATERMARK
+        return self._recompute()
+
+
+class WatermarkGenerator:
+    """Tracks the highest timestamp seen and proposes watermarks (periodic emission)."""
+
+    def __init__(self, strategy: Any):
+        self.kind = getattr(strategy, "kind", "no-watermarks")
+        self.bound = int(getattr(strategy, "max_out_of_orderness_ms", 0) or 0)
+        self.idle_timeout_ms = getattr(strategy, "idle_timeout_ms", None)
+        self.max_ts = MIN_WATERMARK + self.bound + 1
+        self.emitted = MIN_WATERMARK
+
+    @property
+    def emits(self) -> bool:
+        return self.kind != "no-watermarks"
+
+    def on_timestamps(self, timestamps: list[int]) -> None:
+        if timestamps:
+            m = max(timestamps)
+            if m > self.max_ts:
+                self.max_ts = m
+
+    def current(self) -> int | None:
+        """The watermark to emit now, if it advanced."""
+        if not self.emits:
+            return None
+        wm = self.max_ts - self.bound - 1
+        if wm > self.emitted:
+            self.emitted = wm
+            return wm
+        return None
