@@ -28,10 +28,12 @@ class CollectSink(Sink):
 
 class _CollectWriter(SinkWriter):
     def __init__(self, path: Path):
-        self.file = open(path, "ab")  # a restarted attempt appends: output is at-least-once
+        # unbuffered, one write per batch: a task killed (or os._exit on cancel) mid-batch must not
+        # leave half a pickle in the file that its restarted attempt then appends to
+        self.file = open(path, "ab", buffering=0)  # a restarted attempt appends: output is at-least-once
 
     def write(self, records: list) -> None:
-        pickle.dump(records, self.file, protocol=5)
+        self.file.write(pickle.dumps(records, protocol=5))
 
     def flush(self, end_of_input: bool) -> None:
         self.file.flush()

@@ -192,10 +192,13 @@ class AllWindowedStream(WindowedStream):
     _keyed = False
 
     def __init__(self, data_stream: DataStream, window_assigner: WindowAssigner) -> None:
-        from flinkpy.datastream.data_stream import KeyedStream
-        from flinkpy.graph.stream_graph import HASH, StreamRef
+        from dataclasses import replace
 
-        refs = tuple(StreamRef(r.node_id, HASH, _constant_key) for r in data_stream._refs)
+        from flinkpy.datastream.data_stream import KeyedStream
+        from flinkpy.graph.stream_graph import HASH
+
+        # replace() keeps the other fields of each input (e.g. which side output it reads)
+        refs = tuple(replace(r, partitioner=HASH, key_selector=_constant_key) for r in data_stream._refs)
         keyed = KeyedStream(data_stream._env, refs, _constant_key, None, data_stream)
         super().__init__(keyed, window_assigner)
 

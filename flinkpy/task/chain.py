@@ -168,38 +168,32 @@ class OperatorChain:
 
 class _SourceHead(ops.Operator):
     """The source's records enter the chain here (the reader lives in the task loop). With a
-    WatermarkStrategy it stamps records with the strategy's timestamp assigner and generates
-    watermarks; ``emit_periodic_watermark`` is called every ``pipeline.auto-watermark-interval``."""
+    WatermarkStrategy it stamps records and generates watermarks (``Stamper``);
+    ``emit_periodic_watermark`` is called every ``pipeline.auto-watermark-interval``."""
 
     def __init__(self, name: str, fn: Any, output: ops.Output, strategy: Any = None):
         super().__init__(name, fn, output)
-        from flinkpy.task.watermarks import WatermarkGenerator
+        from flinkpy.task.watermarks import Stamper
 
         self.strategy = strategy
-        self.assigns = strategy is not None and getattr(strategy, "timestamp_assigner", None) is not None
-        self.generator = WatermarkGenerator(strategy) if strategy is not None else None
+        self.stamper = Stamper(strategy, output) if strategy is not None else None
         self.idle = False
-        self.last_data = 0.0
 
     def open(self, runtime_context: Any) -> None:
         pass
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
-        if self.assigns:
-            extract = self.strategy.extract_timestamp
-            floor = -(2**63)
-            timestamps = [int(extract(v, floor)) for v in values]
-            self.generator.on_timestamps(timestamps)
         if self.idle:
             self.idle = False
             self.output.process_watermark_status(False)
-        self.output.process(values, timestamps)
+        if self.stamper is None:
+            self.output.process(values, timestamps)
+        else:
+            self.stamper.process(values, timestamps)
 
     def emit_periodic_watermark(self) -> None:
-        if self.generator is not None:
-            wm = self.generator.current()
-            if wm is not None:
-                self.output.process_watermark(wm)
+        if self.stamper is not None:
+            self.stamper.emit_periodic()
 
     def mark_idle(self) -> None:
         if not self.idle:

@@ -173,29 +173,24 @@ class FilterOperator(Operator):
 
 
 class TimestampsAndWatermarksOperator(Operator):
-    """``assign_timestamps_and_watermarks``: stamps records with the strategy's assigner and
-    emits the strategy's watermarks (upstream watermarks are dropped, except the final one)."""
+    """``assign_timestamps_and_watermarks``: stamps records with the strategy's timestamp
+    assigner and emits the strategy's watermarks (upstream watermarks are dropped, except the
+    final one that ends event time)."""
 
     def __init__(self, name: str, fn: Any, output: Output):
         super().__init__(name, fn, output)
-        from flinkpy.task.watermarks import WatermarkGenerator
+        from flinkpy.task.watermarks import Stamper
 
-        self.generator = WatermarkGenerator(fn)
+        self.stamper = Stamper(fn, output)
 
     def open(self, runtime_context: Any) -> None:
         pass
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
-        extract = self.fn.extract_timestamp
-        previous = timestamps or [-(2**63)] * len(values)
-        ts = [int(extract(v, t)) for v, t in zip(values, previous)]
-        self.generator.on_timestamps(ts)
-        self.output.process(values, ts)
+        self.stamper.process(values, timestamps)
 
     def emit_periodic_watermark(self) -> None:
-        wm = self.generator.current()
-        if wm is not None:
-            self.output.process_watermark(wm)
+        self.stamper.emit_periodic()
 
     def process_watermark(self, watermark: int) -> None:
         from flinkpy.task.watermarks import MAX_WATERMARK

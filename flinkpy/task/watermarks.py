@@ -96,3 +96,87 @@ class WatermarkGenerator:
             self.emitted = wm
             return wm
         return None
+
+
+class WatermarkOutput:
+    """What a user's WatermarkGenerator emits into (Flink's WatermarkOutput)."""
+
+    def __init__(self) -> None:
+        self.watermark: int | None = None
+        self.idle: bool | None = None
+
+    def emit_watermark(self, watermark: Any) -> None:
+        value = int(getattr(watermark, "timestamp", watermark))
+        if self.watermark is None or value > self.watermark:
+            self.watermark = value
+
+    def mark_idle(self) -> None:
+        self.idle = True
+
+    def mark_active(self) -> None:
+        self.idle = False
+
+
+class Stamper:
+    """Timestamps and watermarks at the head of a stream (a source, or assign_timestamps_and_watermarks).
+
+    With a built-in strategy, watermarks are periodic (``emit_periodic``). With a user
+    generator (``WatermarkStrategy.for_generator``: objects with ``on_event(event, timestamp,
+    output)`` and ``on_periodic_emit(output)``, as Flink's WatermarkGenerator), a watermark the
+    generator emits *on an event* cuts the batch right after that event — punctuated watermarks
+    are placed exactly, so results do not depend on batching or timing.
+    """
+
+    def __init__(self, strategy: Any, output: Any):
+        self.strategy = strategy
+        self.output = output
+        self.assigns = getattr(strategy, "timestamp_assigner", None) is not None
+        supplier = getattr(strategy, "generator_supplier", None)
+        self.user = supplier() if getattr(strategy, "kind", None) == "generator" and supplier else None
+        self.builtin = WatermarkGenerator(strategy) if self.user is None else None
+        self.emitted = MIN_WATERMARK
+
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        if self.assigns:
+            extract = self.strategy.extract_timestamp
+            previous = timestamps if timestamps is not None else [MIN_WATERMARK] * len(values)
+            timestamps = [int(extract(v, t)) for v, t in zip(values, previous)]
+        if self.user is None:
+            if self.builtin is not None and timestamps is not None:
+                self.builtin.on_timestamps(timestamps)
+            self.output.process(values, timestamps)
+            return
+        out = WatermarkOutput()
+        ts = timestamps if timestamps is not None else [MIN_WATERMARK] * len(values)
+        start = 0
+        for i, (v, t) in enumerate(zip(values, ts)):
+            self.user.on_event(v, t, out)
+            if out.watermark is not None:
+                self.output.process(values[start : i + 1], None if timestamps is None else ts[start : i + 1])
+                start = i + 1
+                self._emit(out)
+        if start < len(values):
+            self.output.process(values[start:], None if timestamps is None else ts[start:])
+
+    def _emit(self, out: WatermarkOutput) -> None:
+        if out.watermark is not None and out.watermark > self.emitted:
+            self.emitted = out.watermark
+            self.output.process_watermark(out.watermark)
+        out.watermark = None
+        if out.idle is not None:
+            self.output.process_watermark_status(out.idle)
+            out.idle = None
+
+    def emit_periodic(self) -> None:
+        if self.user is not None:
+            out = WatermarkOutput()
+            periodic = getattr(self.user, "on_periodic_emit", None)
+            if periodic is not None:
+                periodic(out)
+            self._emit(out)
+            return
+        if self.builtin is not None:
+            wm = self.builtin.current()
+            if wm is not None and wm > self.emitted:
+                self.emitted = wm
+                self.output.process_watermark(wm)
