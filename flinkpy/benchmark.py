@@ -301,12 +301,143 @@ def recovery_time(address: str, token: str, keys: int) -> dict[str, Any]:
         rest.cancel_job(jid)
 
 
+# -- event time: sliding windows, and latency -------------------------------------------------
+
+
+def job_w1_windowed(env: Any, paths: list[str], windowed: bool) -> None:
+    """W1 with event time: line i of a file is stamped i x 10 ms; sliding 5 s / 1 s windows
+    (or, for comparison, the plain rolling reduce on the same stamped stream)."""
+    from flinkpy.common import Time, WatermarkStrategy
+    from flinkpy.connectors.print_sink import DiscardingSink
+    from flinkpy.datastream.connectors.file_system import FileSource, StreamFormat
+    from flinkpy.datastream.window import SlidingEventTimeWindows
+
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), *paths).build()
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(_line_timestamp)
+    pairs = (
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
+        .map(_stamp_line)
+        .assign_timestamps_and_watermarks(strategy)
+        .flat_map(_split_stamped)
+        .map(to_pair)
+        .key_by(word_key)
+    )
+    if windowed:
+        pairs.window(SlidingEventTimeWindows.of(Time.seconds(5), Time.seconds(1))).reduce(add_counts).sink_to(DiscardingSink())
+    else:
+        pairs.reduce(add_counts).sink_to(DiscardingSink())
+
+
+class _Stamp:
+    counter = 0
+
+
+def _stamp_line(line: str) -> tuple[int, str]:
+    _Stamp.counter += 1
+    return (_Stamp.counter * 10, line)
+
+
+def _line_timestamp(event: tuple[int, str], _: int) -> int:
+    return event[0]
+
+
+def _split_stamped(event: tuple[int, str]) -> list[str]:
+    return event[1].split()
+
+
+class PacedSource:
+    """A source of (sequence, emit time) records at a fixed rate, for latency measurements."""
+
+    def __new__(cls, rate: float, total: int) -> Any:
+        from flinkpy.connectors.base import Boundedness, Source, SourceReader
+
+        class Reader(SourceReader):
+            def __init__(self) -> None:
+                self.sent = 0
+                self.start = time.time()
+
+            def poll(self, max_records: int) -> list | None:
+                if self.sent >= total:
+                    return None
+                due = min(total, int((time.time() - self.start) * rate))
+                n = min(max_records, due - self.sent)
+                if n <= 0:
+                    return []
+                now = time.time()
+                batch = [(self.sent + i, now) for i in range(n)]
+                self.sent += n
+                return batch
+
+        class Paced(Source):
+            boundedness = Boundedness.BOUNDED
+
+            def create_reader(self, ctx: Any) -> SourceReader:
+                return Reader()
+
+        return Paced()
+
+
+def latency_run(address: str, token: str, rate: float | None, total: int, buffer_timeout_ms: int) -> dict[str, Any]:
+    """map -> key_by -> reduce -> sink, p=1; the sink records now - emit time per record."""
+    import tempfile as _tempfile
+
+    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.connectors.number_sequence import NumberSequenceSource
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    out_dir = _tempfile.mkdtemp(prefix="flinkpy-latency-")
+    with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)])):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(1)
+        env.set_buffer_timeout(buffer_timeout_ms)
+        if rate is None:
+            src = env.from_source(NumberSequenceSource(1, total), WatermarkStrategy.no_watermarks(), "numbers").map(lambda n: (n, 0.0))
+        else:
+            src = env.from_source(PacedSource(rate, total), WatermarkStrategy.no_watermarks(), "paced")
+        (
+            src.key_by(lambda r: r[0] % 100)
+            .reduce(lambda a, b: b)
+            .add_sink(_LatencySink(out_dir))
+        )
+        started = time.perf_counter()
+        result = env.execute(f"bench-latency-{rate}-{buffer_timeout_ms}")
+    wall = time.perf_counter() - started
+    samples = []
+    for f in Path(out_dir).glob("*"):
+        samples += [float(x) for x in f.read_text().split()]
+    samples.sort()
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))] * 1000 if samples else None  # noqa: E731
+    return {"rate": rate, "buffer_timeout_ms": buffer_timeout_ms, "throughput": total / (result.get_net_runtime() / 1000.0),
+            "p50_ms": pick(0.5), "p99_ms": pick(0.99), "wall_s": wall}
+
+
+class _LatencySink:
+    """Keeps every 10th record's latency and writes them at the end (SinkFunction with close)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def open(self, runtime_context: Any) -> None:
+        self.samples: list[float] = []
+
+    def invoke(self, value: Any, context: Any) -> None:
+        if value[0] % 10 == 0 and value[1]:
+            self.samples.append(time.time() - value[1])
+
+    def close(self) -> None:
+        import os as _os
+
+        with open(_os.path.join(self.directory, f"{_os.getpid()}.txt"), "w") as f:
+            f.write(" ".join(f"{x:.6f}" for x in self.samples))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flinkpy.benchmark", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery"], help="run one part only")
+    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency"], help="run one part only")
     args = ap.parse_args(argv)
 
     scale = 10 if args.quick else 1
@@ -364,6 +495,19 @@ def main(argv: list[str] | None = None) -> int:
             for keys in (10_000, 100_000, 1_000_000):
                 log(f"snapshots of {keys} keys ...")
                 results["snapshots"].append(snapshot_durations(address, token, keys, 5 if args.quick else 10))
+        if not args.only or args.only == "windows":
+            log("sliding windows (5 s / 1 s) vs a rolling reduce on the event-time W1 ...")
+            rolling = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, False), 1, "bench-w1-rolling") for _ in range(args.runs))
+            windowed = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, True), 1, "bench-w1-sliding") for _ in range(args.runs))
+            results["windows"] = {"rolling_rate": n_words / rolling, "sliding_rate": n_words / windowed, "sliding_vs_rolling": rolling / windowed}
+        if not args.only or args.only == "latency":
+            total = 200_000 // scale
+            log("latency: peak throughput ...")
+            peak = latency_run(address, token, None, total, 100)["throughput"]
+            results["latency"] = {"peak_rate": peak, "runs": []}
+            for timeout in (0, 100):
+                log(f"latency at half of peak, buffer timeout {timeout} ms ...")
+                results["latency"]["runs"].append(latency_run(address, token, peak / 2, total // 2, timeout))
         if not args.only or args.only == "recovery":
             results["recovery"] = []
             for keys in (1_000, 100_000, 1_000_000):
@@ -397,6 +541,13 @@ def main(argv: list[str] | None = None) -> int:
             f"snapshot of {snap['keys']:>9} keys ({snap['state_bytes'] or 0:>10.0f} bytes): sync median {snap['sync_ms_median']:.2f} ms, "
             f"max {snap['sync_ms_max']:.2f} ms; async median {snap['async_ms_median']:.0f} ms  ({snap['checkpoints']} checkpoints)"
         )
+    if "windows" in results:
+        w = results["windows"]
+        print(f"sliding windows 5 s / 1 s on W1: {w['sliding_rate'] / 1e3:.0f} k words/s; a rolling reduce: {w['rolling_rate'] / 1e3:.0f} k ({w['sliding_vs_rolling']:.2f} of it)")
+    if "latency" in results:
+        lat = results["latency"]
+        for r in lat["runs"]:
+            print(f"latency at {r['rate'] / 1e3:.0f} k rec/s (half of peak {lat['peak_rate'] / 1e3:.0f} k), buffer timeout {r['buffer_timeout_ms']} ms: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
     for rec in results.get("recovery", []):
         print(f"recovery with {rec['keys']:>9} keys ({rec['state_bytes']:>10} bytes): {rec['recovery_ms']} ms from SIGKILL to all tasks running, restored")
     print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")

@@ -63,7 +63,7 @@ def expected_running_counts(words: list[str]) -> Counter:
 
 
 def test_every_example_has_a_test():
-    tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py"}
+    tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py", "windowed_word_count.py", "sensor_alerts.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -142,3 +142,94 @@ def test_showcase_recovers_from_the_kill_with_exact_sums(flinkpy_home):
     # the showcase checks itself; check its figures independently too
     assert f"even: {sum(range(2, n + 1, 2))} (expected {half * (half + 1)}) exact" in res.stdout
     assert f"odd: {sum(range(1, n + 1, 2))} (expected {(n - half) ** 2}) exact" in res.stdout
+
+
+def load_example(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py") + "_example", EXAMPLES / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # runs nothing: the job is behind __main__
+    return module
+
+
+def expected_windowed_word_counts(events: list[tuple[int, str]]) -> Counter:
+    """(window end, word, count) of every 5 s window sliding by 1 s that holds the word."""
+    counts: Counter = Counter()
+    for ts, line in events:
+        for word in line.split():
+            last_start = ts - ts % 1000
+            for start in range(last_start, ts - 5000, -1000):
+                counts[(start + 5000, word)] += 1
+    return Counter({(end, word, n): 1 for (end, word), n in counts.items()})
+
+
+@pytest.mark.timeout(60)
+def test_windowed_word_count_equals_the_reference_at_p1_and_p2(flinkpy_home, cli):
+    events = load_example("windowed_word_count.py").lines(20)
+    expected = expected_windowed_word_counts(events)
+    res = run_example("windowed_word_count.py")
+    assert res.returncode == 0, res.stderr
+    assert Counter(printed_records(res.stdout)) == expected
+    res2 = cli("run", "-p", "2", "examples/windowed_word_count.py")
+    assert res2.returncode == 0, res2.stderr
+    assert Counter(printed_records(res2.stdout)) == expected
+
+
+def expected_sensor_sessions(events: list[tuple[str, float, int]], *, gap: int = 5000, bound: int = 3000, lateness: int = 1000):
+    """Session windows behind EveryReading's punctuated watermark (max ts - 3 s - 1 after each
+    reading), with allowed lateness: (sessions fired, in order per key; late readings)."""
+    sessions: dict = {}  # key -> {(start, end): [temperatures]}
+    timers: set = set()  # (window max timestamp, key, window)
+    fired: list = []
+    late: list = []
+    wm = -(2**63)
+    highest = None
+
+    def advance(to: int) -> None:
+        nonlocal wm
+        wm = max(wm, to)
+        for t, key, w in sorted(x for x in timers if x[0] <= wm):
+            timers.discard((t, key, w))
+            fired.append(("SESSION", key, w[0], w[1], len(sessions[key][w]), max(sessions[key][w])))
+        for key, ss in sessions.items():
+            for w in [w for w in ss if w[1] - 1 + lateness <= wm]:
+                del ss[w]
+
+    for key, temp, ts in events:
+        ss = sessions.setdefault(key, {})
+        new = (ts, ts + gap)
+        group = [w for w in ss if w[0] <= new[1] and new[0] <= w[1]]  # overlapping or touching
+        window = (min([ts, *(w[0] for w in group)]), max([ts + gap, *(w[1] for w in group)]))
+        if window[1] - 1 + lateness <= wm:
+            assert not group, "a merge into a window past its cleanup time"
+            if ts + lateness <= wm:
+                late.append(("LATE", key, ts))
+        else:
+            temps = [t for w in group for t in ss.pop(w)] + [temp]
+            for w in group:
+                timers.discard((w[1] - 1, key, w))
+            ss[window] = temps
+            if window[1] - 1 <= wm:
+                fired.append(("SESSION", key, window[0], window[1], len(temps), max(temps)))
+            else:
+                timers.add((window[1] - 1, key, window))
+        highest = ts if highest is None else max(highest, ts)
+        advance(highest - bound - 1)
+    advance(2**63 - 1)
+    return fired, late
+
+
+@pytest.mark.timeout(60)
+def test_sensor_alerts_is_the_same_at_any_parallelism(flinkpy_home):
+    readings = load_example("sensor_alerts.py").readings()
+    sessions, late = expected_sensor_sessions(readings)
+    outputs = {}
+    for p in (1, 2, 4):
+        res = run_example("sensor_alerts.py", str(p))
+        assert res.returncode == 0, res.stderr
+        outputs[p] = sorted(printed_records(res.stdout))
+    assert outputs[1] == outputs[2] == outputs[4]
+    records = outputs[1]
+    assert len(late) == 2 and sorted(r for r in records if r[0] == "LATE") == sorted(late)
+    got_sessions = [r for r in records if r[0] == "SESSION"]
+    assert sorted(got_sessions) == sorted(sessions)
+    assert any(r[0] == "ALERT" for r in records)

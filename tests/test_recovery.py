@@ -186,7 +186,10 @@ def test_even_odd_sums_are_exact_after_a_crash(start, point: str, vertex: str, s
     assert last_per_key(sums.execute_and_collect("even-odd")) == expected_sums(N)
 
     jid = only_job()["jid"]
-    assert_recovered(jid, cause="SIGKILL")
+    job = assert_recovered(jid, cause="SIGKILL")
+    # the injected crash is the only failure (see test_word_count_is_exact_after_a_crash for the
+    # engine bug that sometimes adds a second one near the end of input)
+    assert job["restarts"] == 1, [e["message"] for e in exception_entries(jid)]
     stats = checkpoints(jid)
     got = stats["latest"]["restored"]
     assert (got["id"] if got else None) == restored, f"restored from {got}, expected checkpoint {restored}"
@@ -216,7 +219,11 @@ def test_word_count_is_exact_after_a_crash(start) -> None:
 
     assert last_per_key(counts.execute_and_collect("word count")) == dict(expected)
     jid = only_job()["jid"]
-    assert_recovered(jid, cause="SIGKILL")
+    job = assert_recovered(jid, cause="SIGKILL")
+    # the injected crash is the only failure. (Engine bug seen here: a consumer aligning a barrier
+    # holds its blocked channel's END_OF_PARTITION, then takes that channel's EOF for a broken
+    # producer — "closed before the end of its partition" — and the job restarts a second time.)
+    assert job["restarts"] == 1, [e["message"] for e in exception_entries(jid)]
     assert checkpoints(jid)["latest"]["restored"]["id"] == 1
 
 
@@ -410,7 +417,8 @@ def cancel_and_check_cuts(cli, jid: str, home: Path, after_restore: int) -> None
     consistent cut."""
     assert cli("cancel", jid).returncode == 0
     wait_for(lambda: job_show(jid)["state"] == "CANCELED", timeout=15, message=f"job {jid} CANCELED")
-    found = sorted((home / "checkpoints").glob(f"{jid}/chk-*"), key=lambda p: int(p.name.split("-")[1]))
+    # completed checkpoints only: a checkpoint aborted by the failover has no _metadata
+    found = sorted((m.parent for m in (home / "checkpoints").glob(f"{jid}/chk-*/_metadata")), key=lambda p: int(p.name.split("-")[1]))
     assert len(found) >= after_restore + 1, found
     for directory in found:
         assert_consistent_cut(directory)

@@ -20,6 +20,17 @@ class _FunctionWriter(SinkWriter):
         self.fn = fn
         self._invoke = getattr(fn, "invoke", None)
 
+    def open(self, runtime_context: Any) -> None:
+        """A SinkFunction is a rich function: open() before the first record."""
+        opener = getattr(self.fn, "open", None)
+        if self._invoke is not None and callable(opener):
+            opener(runtime_context)
+
+    def close(self) -> None:
+        closer = getattr(self.fn, "close", None)
+        if self._invoke is not None and callable(closer):
+            closer()
+
     def write(self, records: list) -> None:
         if self._invoke is not None:
             for r in records:

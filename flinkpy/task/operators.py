@@ -332,6 +332,9 @@ class SinkOperator(Operator):
     def open(self, runtime_context: Any) -> None:
         self.writer = self.fn.create_writer(self._writer_context)
         self._write = self.writer.write
+        opener = getattr(self.writer, "open", None)
+        if callable(opener):
+            opener(runtime_context)
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         if values:

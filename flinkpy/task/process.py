@@ -310,6 +310,8 @@ class Task:
         self.aligner = BarrierAligner(n) if mode == "EXACTLY_ONCE" else BarrierTracker(n)
         self._Snapshot, self._Canceled = Snapshot, Canceled
         self._held: list[list[tuple[int, bytes]]] = [[] for _ in self.inputs]
+        #: channels whose socket reached EOF with their END_OF_PARTITION still held
+        self._drained: set[int] = set()
         sel = selectors.DefaultSelector()
         for i, ch in enumerate(self.inputs):
             sel.register(ch.sock, selectors.EVENT_READ, i)
@@ -353,13 +355,21 @@ class Task:
                     self._handle_control()
                     continue
                 ch: net.InputChannel = self.inputs[i]
+                if ch.finished or i in self._drained:
+                    continue  # closed by a held END_OF_PARTITION released earlier in this round
+                held = self._held[i]
                 try:
                     frames = ch.reader.feed()
                 except OSError as e:
                     raise net.ChannelBroken(f"{ch.describe} broke ({e}): the producer failed") from e
                 if frames is None:
+                    if any(kind == net.END_OF_PARTITION for kind, _ in held):
+                        # the end of the partition is already here, held behind a barrier: the
+                        # producer closed after sending it, as it should
+                        self._selector.unregister(ch.sock)
+                        self._drained.add(i)
+                        continue
                     raise net.ChannelBroken(f"{ch.describe} closed before the end of its partition: the producer failed")
-                held = self._held[i]
                 for frame in frames:
                     if held or aligner.is_blocked(i):
                         held.append(frame)  # behind a barrier: wait for the alignment
@@ -398,7 +408,8 @@ class Task:
                 self.faults.reach("alignment", b["checkpoint_id"])
             self._on_decision(decision, b)
         elif kind == net.END_OF_PARTITION:
-            self._selector.unregister(ch.sock)
+            if i not in self._drained:
+                self._selector.unregister(ch.sock)
             ch.close()
             self._open_channels -= 1
             self._after_valve(self.valve.on_end_of_partition(i))
