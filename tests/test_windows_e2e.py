@@ -272,11 +272,11 @@ def diff(got: set, expected: set) -> str:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("point, checkpoint", [("running", None), ("alignment", 2)])
+@pytest.mark.parametrize("point, checkpoint", [("running", None), ("alignment", 1)])
 def test_windows_are_exact_after_a_crash(start, point: str, checkpoint: int | None) -> None:
     rng = seeded(f"windows crash at {point}")
     events = Events(rng.randrange(2**32))
-    n = 15_000  # long enough to run through a few checkpoints at 100 ms
+    n = 25_000  # long enough to run through a few checkpoints at 100 ms
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.enable_checkpointing(100)

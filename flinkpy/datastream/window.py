@@ -97,14 +97,23 @@ class Window(abc.ABC):
         ...
 
 
-class TimeWindow(Window):
-    """The interval ``[start, end)`` in milliseconds."""
+class TimeWindow(tuple, Window):
+    """The interval ``[start, end)`` in milliseconds.
 
-    __slots__ = ("start", "end")
+    A tuple underneath: windows are hashed and compared once or more per record (state and
+    timers are keyed by them), and tuple hashing and equality run in C.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, start: int, end: int) -> "TimeWindow":
+        return tuple.__new__(cls, (start, end))
 
     def __init__(self, start: int, end: int) -> None:
-        self.start = start
-        self.end = end
+        pass
+
+    start = property(lambda self: tuple.__getitem__(self, 0))
+    end = property(lambda self: tuple.__getitem__(self, 1))
 
     def get_start(self) -> int:
         return self.start
@@ -113,7 +122,7 @@ class TimeWindow(Window):
         return self.end
 
     def max_timestamp(self) -> int:
-        return self.end - 1
+        return self[1] - 1
 
     def intersects(self, other: TimeWindow) -> bool:
         """True if the windows overlap or touch (sessions that touch merge)."""
@@ -151,17 +160,8 @@ class TimeWindow(Window):
         if len(group) > 1:
             callback(set(group), cover)
 
-    def __eq__(self, other: object) -> bool:
-        return type(other) is TimeWindow and self.start == other.start and self.end == other.end
-
-    def __lt__(self, other: TimeWindow) -> bool:
-        return (self.start, self.end) < (other.start, other.end)
-
-    def __hash__(self) -> int:
-        return hash((self.start, self.end))
-
     def __reduce__(self) -> tuple:
-        return (TimeWindow, (self.start, self.end))
+        return (TimeWindow, (self[0], self[1]))
 
     def __repr__(self) -> str:
         return f"TimeWindow(start={self.start}, end={self.end})"

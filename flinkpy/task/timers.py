@@ -33,19 +33,19 @@ class InternalTimerService:
         self.watermark = MIN_WATERMARK
         self._heaps: dict[str, list[tuple[int, int, Any, int, Any]]] = {EVENT: [], PROCESSING: []}
         self._seq = itertools.count()
-        for name in (EVENT, PROCESSING):
-            backend.table(name)
+        self._tables = {name: backend.table(name) for name in (EVENT, PROCESSING)}
+        self._frozen = {name: backend.frozen(name) for name in (EVENT, PROCESSING)}
         self.rebuild()
 
     # -- state -------------------------------------------------------------------------------
 
     def _dict(self, name: str) -> dict:
         kg = self.backend.current_key_group
-        table = self.backend.table(name)
+        table = self._tables[name]
         d = table.get(kg)
         if d is None:
             d = table[kg] = {}
-        elif kg in self.backend.frozen(name):
+        elif kg in self._frozen[name]:
             d = self.backend.thaw(name, kg)
         return d
 

@@ -528,11 +528,13 @@ class WindowOperator:
                         continue
                     actual = state_window = window
                 skipped = False
-                self._add_element(state_window, value, ts)
+                new_window = self._add_element(state_window, value, ts)
                 trigger_ctx.window = actual
                 result = on_element(value, ts, actual, trigger_ctx)
                 self._act(result, actual, state_window)
-                self._register_cleanup_timer(actual)
+                if new_window or mset is not None:
+                    # once per window: its cleanup timer does not move (merged windows do)
+                    self._register_cleanup_timer(actual)
             if mset is not None:
                 self._store_merging_set(mset)
             if skipped and self._element_late(ts):
@@ -658,11 +660,13 @@ class WindowOperator:
                 target.process(values, stamps)
 
     # -- contents -----------------------------------------------------------------------
-    def _add_element(self, state_window: Any, value: Any, ts: int | None) -> None:
+    def _add_element(self, state_window: Any, value: Any, ts: int | None) -> bool:
+        """Add to the window's contents; True when the window had none (a new window)."""
         d = self._contents.value()
         if d is None:
             d = {}
             self._contents.update(d)
+        new = state_window not in d
         if self._keep_elements:
             entry = (value, ts) if self.evictor is not None else value
             stored = d.get(state_window)
@@ -676,6 +680,7 @@ class WindowOperator:
         else:
             acc = d.get(state_window, _MISSING)
             d[state_window] = self._add(value, self._create_acc() if acc is _MISSING else acc)
+        return new
 
     def _clear_contents(self, state_window: Any) -> None:
         d = self._contents.value()
