@@ -13,6 +13,7 @@ from typing import Annotated, Optional, Sequence
 import typer
 
 from commands import checkpoint, cluster, job, jobs, run
+from commands import savepoint, stop
 from commands import restart_strategy
 from commands._click import click
 from commands.errors import PROG, handle
@@ -63,9 +64,11 @@ def root(
 
 app.add_typer(run.app)
 app.add_typer(jobs.app)
+app.add_typer(stop.app)
 app.add_typer(job.app, name="job")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(checkpoint.app, name="checkpoint")
+app.add_typer(savepoint.app, name="savepoint")
 app.add_typer(restart_strategy.app, name="restart-strategy")
 
 

@@ -14,7 +14,7 @@ from commands.output import emit_json, out, status
 from commands.options import Dynamic, JobManager, JsonFlag
 from commands.session import session
 from flinkpy.config import parse_override
-from flinkpy.errors import JobCanceledError, JobExecutionError, NotFoundError
+from flinkpy.errors import JobCanceledError, JobExecutionError, NotFoundError, UsageError
 
 app = typer.Typer()
 
@@ -39,6 +39,33 @@ def run(
     args: JobArgs = None,
     detached: Annotated[bool, typer.Option("-d", "--detached", help="Submit the job and return without waiting for it to finish.")] = False,
     parallelism: Parallelism = None,
+    from_savepoint: Annotated[
+        Optional[str],
+        typer.Option(
+            "-s",
+            "--fromSavepoint",
+            "--from-savepoint",
+            metavar="PATH",
+            help="Restore the job's state from this savepoint or retained checkpoint (its directory, _metadata or an fsspec URL).",
+        ),
+    ] = None,
+    allow_non_restored: Annotated[
+        bool,
+        typer.Option(
+            "-n",
+            "--allowNonRestoredState",
+            "--allow-non-restored-state",
+            help="With -s: allow state of operators the job no longer has to be dropped instead of refusing to run.",
+        ),
+    ] = False,
+    from_latest: Annotated[
+        Optional[str],
+        typer.Option(
+            "--from-latest",
+            metavar="DIR",
+            help="Restore from the newest complete checkpoint or savepoint found under DIR (by completion time).",
+        ),
+    ] = None,
     jobmanager: JobManager = None,
     dynamic: Dynamic = None,
     json_: JsonFlag = False,
@@ -53,6 +80,12 @@ def run(
     Without -d the command waits for the job and exits 5 if it fails, 10 if it is cancelled.
     Options must come before JOB.py: everything after it is passed to the job.
 
+    With -s PATH the job starts from a savepoint's (or retained checkpoint's) state, matched
+    to operators by uid (or generated id). If the savepoint holds state of an operator the
+    job no longer has, the run is refused with exit 7 unless -n drops that state. --from-latest
+    DIR restores from the newest complete checkpoint or savepoint under DIR and says which on
+    stderr. Dry-run a restore first with 'flinkpy savepoint plan'.
+
     Examples:
 
     \b
@@ -60,11 +93,28 @@ def run(
         flinkpy run -d -p 4 -m 127.0.0.1:8081 job.py
         flinkpy run -D execution.checkpointing.interval=10s job.py
         flinkpy run --json -d job.py | jq -r '.jobs[0].jid'
+        flinkpy run -s /savepoints/savepoint-3f2a9c-1b2c3d4e5f60 -p 3 job.py
+        flinkpy run --from-latest /var/flinkpy/checkpoints/3f2a9c0e job.py
     """
     path = _check_job_file(job)
     overrides = dict(parse_override(item) for item in dynamic or [])
     load_cli_config(dynamic)  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
     from flinkpy.client.program import run_program
+
+    restore: dict[str, Any] = {}
+    if from_savepoint and from_latest:
+        raise UsageError("-s/--fromSavepoint and --from-latest exclude each other", remedy="pass one of them")
+    if allow_non_restored and not (from_savepoint or from_latest):
+        raise UsageError("-n/--allowNonRestoredState needs -s PATH or --from-latest DIR", remedy="pass the savepoint to restore from")
+    if from_latest:
+        from flinkpy.client.restore_plan import newest_snapshot
+
+        snap = newest_snapshot(from_latest)
+        doc = snap.metadata or {}
+        status(f"Restoring from {snap.path} ({doc.get('kind')} {doc.get('checkpoint_id')} of job {doc.get('job_id')})")
+        from_savepoint = snap.path
+    if from_savepoint:
+        restore = {"savepoint_path": from_savepoint, "allow_non_restored_state": allow_non_restored}
 
     submitted = run_program(
         path,
@@ -75,6 +125,7 @@ def run(
         overrides=overrides,
         job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
         on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
+        **restore,
     )
     for sub in submitted:
         if not detached and sub.state == "FINISHED":

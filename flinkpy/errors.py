@@ -26,6 +26,7 @@ class ExitCode:
     CONFLICT = 9  # the thing is in the wrong state (cluster already running, job not running)
     JOB_CANCELED = 10  # the job reached CANCELED while we waited for it
     AUTHENTICATION = 11  # the request lacked the cluster's token, or it was wrong
+    SAVEPOINT_FAILED = 12  # a savepoint was triggered but did not complete
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -94,3 +95,9 @@ class ConflictError(FlinkpyError):
 
 class AuthenticationError(FlinkpyError):
     exit_code = ExitCode.AUTHENTICATION
+
+
+class SavepointFailedError(FlinkpyError):
+    """A savepoint was accepted by the JobManager but failed; ``details`` holds its cause."""
+
+    exit_code = ExitCode.SAVEPOINT_FAILED

@@ -39,6 +39,9 @@ class ExecutionContext:
     python_path: list[str] = field(default_factory=list)
     submitted: list[SubmittedJob] = field(default_factory=list)
     on_submit: Any = None
+    #: start from this savepoint or retained checkpoint (path or URL of it or of its _metadata)
+    savepoint_path: str | None = None
+    allow_non_restored_state: bool = False
 
 
 _stack: list[ExecutionContext] = []

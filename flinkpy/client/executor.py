@@ -8,13 +8,15 @@ from typing import Any
 
 from flinkpy.client.context import PlanCaptured, SubmittedJob, current_context
 from flinkpy.client.job_client import JobClient, JobExecutionResult
-from flinkpy.errors import JobCanceledError, JobExecutionError, UsageError
+from flinkpy.errors import InvalidProgramError, JobCanceledError, JobExecutionError, UsageError
 from flinkpy.graph.job_graph import JobGraph
 
 
-def _document(job: JobGraph, python_path: list[str]) -> bytes:
+def _document(job: JobGraph, python_path: list[str], restore: list[Any] | None = None) -> bytes:
     doc = job.serialize()
     doc["python_path"] = python_path
+    if restore is not None:
+        doc["restore"] = restore
     return json.dumps(doc).encode()
 
 
@@ -34,11 +36,52 @@ def result_or_raise(job_id: str, name: str, result: dict[str, Any]) -> JobExecut
     )
 
 
+def _restore_point(job: JobGraph, path: str, allow_non_restored: bool) -> list[Any]:
+    """Read a savepoint's metadata and check it fits the job; returns [directory, metadata]."""
+    from flinkpy.checkpoint.restore import unmatched_state
+    from flinkpy.checkpoint.storage import CheckpointStorage
+
+    storage = CheckpointStorage(path)
+    directory, _ = storage.locate(path)
+    metadata = storage.read_metadata(path)
+    ids = {op_id: (v, i) for v in job.vertices.values() for i, op_id in enumerate(v.operator_ids)}
+    dropped = unmatched_state(metadata, set(ids))
+    if dropped and not allow_non_restored:
+        names = ", ".join(f"{op.get('name')!r} (uid {op.get('uid') or op['operator_id']})" for op in dropped)
+        raise InvalidProgramError(
+            f"the snapshot at {path} has state for operators this job does not have: {names}",
+            remedy="restore into a program with those uids, or pass -n/--allowNonRestoredState to drop that state",
+        )
+    for op in metadata.get("operators", []):
+        match = ids.get(op["operator_id"])
+        if match is None:
+            continue
+        vertex, position = match
+        keyed = any(s.get("keyed_state") for s in op.get("subtasks", []))
+        if keyed and op.get("max_parallelism") != vertex.max_parallelism:
+            raise InvalidProgramError(
+                f"operator {op.get('name')!r} was snapshotted with max parallelism {op.get('max_parallelism')} "
+                f"but the job now has {vertex.max_parallelism}: its keyed state cannot be redistributed",
+                remedy="keep pipeline.max-parallelism (or set_max_parallelism) as it was when the job first started",
+            )
+        if not vertex.uids[position] and (op.get("subtasks") and any(s.get("keyed_state") or s.get("operator_state") or s.get("source_offsets") for s in op["subtasks"])):
+            print(
+                f"flinkpy: warning: operator {op.get('name')!r} has no uid; its state was matched by a generated id, "
+                "which changes when the program around it changes (set .uid(...) on stateful operators)",
+                file=sys.stderr,
+            )
+    for op in dropped:
+        print(f"flinkpy: warning: dropping the state of {op.get('name')!r} (uid {op.get('uid') or op['operator_id']}): no operator of this job claims it", file=sys.stderr)
+    print(f"flinkpy: restoring from {metadata.get('kind', 'checkpoint')} {metadata.get('checkpoint_id')} at {directory}", file=sys.stderr)
+    return [directory, metadata]
+
+
 def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
     ctx = current_context()
     if ctx.mode == "plan":
         raise PlanCaptured(job.plan())
-    payload = _document(job, ctx.python_path or [p for p in sys.path[:1] if p])
+    restore = _restore_point(job, ctx.savepoint_path, ctx.allow_non_restored_state) if ctx.savepoint_path else None
+    payload = _document(job, ctx.python_path or [p for p in sys.path[:1] if p], restore)
     detached = detached or ctx.detached
     if ctx.address:
         from flinkpy.client.rest import RestClient

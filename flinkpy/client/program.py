@@ -82,6 +82,8 @@ def run_program(
     overrides: dict[str, str] | None = None,
     job_stdout: Any = None,
     on_submit: Callable[[str, str], None] | None = None,
+    savepoint_path: str | None = None,
+    allow_non_restored_state: bool = False,
 ) -> list[SubmittedJob]:
     """Run JOB.py; returns the jobs it submitted (with their final state unless detached).
 
@@ -110,6 +112,8 @@ def run_program(
         job_stdout=job_stdout,
         announce=True,
         on_submit=on_submit,
+        savepoint_path=savepoint_path,
+        allow_non_restored_state=allow_non_restored_state,
     )
     try:
         _run(Path(path), args, ctx)

@@ -310,6 +310,7 @@ def execution_plan(job: JobGraph) -> dict[str, Any]:
                 "max_parallelism": v.max_parallelism,
                 "operators": [op.name for op in payload.operators] if payload else [],
                 "uids": v.uids,
+                "operator_ids": v.operator_ids,
                 "predecessors": [
                     {"id": e.source, "ship_strategy": e.partitioner, "side": "second"}
                     for e in job.edges

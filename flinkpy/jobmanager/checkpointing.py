@@ -51,6 +51,56 @@ class JobCheckpointing:
         self.metadata_docs: dict[int, tuple[str, dict[str, Any]]] = {}
         #: a savepoint or retained checkpoint the job was submitted to start from: (dir, metadata)
         self.initial_restore: tuple[str, dict[str, Any]] | None = None
+        #: savepoint requests by trigger id: status QUEUED, IN_PROGRESS, COMPLETED or FAILED
+        self.savepoints: dict[str, dict[str, Any]] = {}
+        self.savepoint_dir = config.get("execution.checkpointing.savepoint-dir") or f"{checkpoint_dir.rstrip('/')}/savepoints"
+
+    # -- savepoints ---------------------------------------------------------------------------
+
+    def request_savepoint(self, target_dir: str | None, *, stop: bool, drain: bool, fmt: str, now: int) -> str:
+        """Queue a savepoint (started at the next tick: a checkpoint in flight goes first)."""
+        import uuid
+
+        from flinkpy.errors import ConflictError
+
+        busy = [t for t, r in self.savepoints.items() if r["status"] in ("QUEUED", "IN_PROGRESS")]
+        if busy:
+            raise ConflictError(
+                f"a savepoint of job {self.graph.job_id} is already in progress (trigger {busy[0]})",
+                remedy="wait for it ('flinkpy savepoint status'), or pass --if-busy wait",
+            )
+        trigger_id = uuid.uuid4().hex
+        self.savepoints[trigger_id] = {
+            "status": "QUEUED",
+            "target": target_dir or self.savepoint_dir,
+            "stop": stop,
+            "drain": drain,
+            "format": fmt,
+            "requested_ms": now,
+            "checkpoint_id": None,
+        }
+        return trigger_id
+
+    def start_queued_savepoints(self, now: int) -> list[Any]:
+        from flinkpy.checkpoint.storage import savepoint_dir
+        from flinkpy.jobmanager.checkpoint_coordinator import CheckpointTriggerRefused
+
+        actions: list[Any] = []
+        for record in self.savepoints.values():
+            if record["status"] != "QUEUED":
+                continue
+            try:
+                cid, started = self.coordinator.trigger(now, kind="savepoint", reason="savepoint")
+            except CheckpointTriggerRefused as e:
+                if "in progress" not in e.message or now - record["requested_ms"] > 60_000:
+                    record.update(status="FAILED", failure=f"the savepoint could not start: {e.message}")
+                continue
+            record.update(status="IN_PROGRESS", checkpoint_id=cid, dir=savepoint_dir(record["target"], self.graph.job_id))
+            actions += started
+        return actions
+
+    def savepoint_of(self, checkpoint_id: int) -> dict[str, Any] | None:
+        return next((r for r in self.savepoints.values() if r.get("checkpoint_id") == checkpoint_id), None)
 
     @property
     def storage(self) -> Any:
@@ -118,8 +168,12 @@ class JobCheckpointing:
         for a in actions:
             if isinstance(a, TriggerCheckpoint):
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
+                body = {"checkpoint_id": a.checkpoint_id, "timestamp": a.timestamp, "mode": a.mode, "kind": a.kind}
+                record = self.savepoint_of(a.checkpoint_id)
+                if record is not None:
+                    body.update(dir=record["dir"], stop=record["stop"], drain=record["drain"])
                 for key in a.sources:
-                    send(g.executions[key], "trigger_checkpoint", {"checkpoint_id": a.checkpoint_id, "timestamp": a.timestamp, "mode": a.mode, "kind": a.kind})
+                    send(g.executions[key], "trigger_checkpoint", body)
             elif isinstance(a, Finalize):
                 self._finalize(a.checkpoint, events)
             elif isinstance(a, NotifyComplete):
@@ -129,6 +183,9 @@ class JobCheckpointing:
             elif isinstance(a, Abort):
                 log.info("Checkpoint %d of job %s aborted: %s", a.checkpoint_id, g.job_id, a.reason)
                 self.outcomes[a.checkpoint_id] = {"status": "FAILED", "reason": a.reason}
+                record = self.savepoint_of(a.checkpoint_id)
+                if record is not None and record["status"] == "IN_PROGRESS":
+                    record.update(status="FAILED", failure=a.reason)
                 for ex in g.executions.values():
                     if ex.state == "RUNNING":
                         send(ex, "notify_checkpoint_aborted", {"checkpoint_id": a.checkpoint_id})
@@ -140,13 +197,22 @@ class JobCheckpointing:
     def _finalize(self, pending: PendingCheckpoint, events: Callable[[Callable[[], list[Any]]], None]) -> None:
         cid = pending.checkpoint_id
 
+        record = self.savepoint_of(cid)
+
         def write() -> None:
             completion = now_ms()
             try:
-                path = self.storage.write_metadata(self.graph.job_id, cid, self.metadata(pending, completion))
+                doc = self.metadata(pending, completion)
+                if record is not None:
+                    doc["savepoint_format"] = record["format"]
+                    path = self.storage.write_metadata_in(record["dir"], doc)
+                else:
+                    path = self.storage.write_metadata(self.graph.job_id, cid, doc)
             except Exception as e:  # noqa: BLE001 - storage errors fail the checkpoint, not the JobManager
                 reason = f"writing the metadata of checkpoint {cid} failed: {type(e).__name__}: {e}"
                 log.warning(reason)
+                if record is not None:
+                    record.update(status="FAILED", failure=reason)
                 events(lambda: self.coordinator.finalize_failed(cid, reason, now_ms()))
                 return
             size = sum(m.get("state_size", 0) for m in pending.metrics.values())
@@ -155,8 +221,11 @@ class JobCheckpointing:
                 cid, self.graph.job_id, size, completion - pending.trigger_ms, now_ms() - completion,
             )
             self.outcomes[cid] = {"status": "COMPLETED", "external_path": path}
-            doc = self.metadata(pending, completion)
-            self.metadata_docs[cid] = (self.storage.checkpoint_dir(self.graph.job_id, cid), doc)
+            directory = record["dir"] if record is not None else self.storage.checkpoint_dir(self.graph.job_id, cid)
+            self.metadata_docs[cid] = (directory, doc)
+            if record is not None:
+                record.update(status="COMPLETED", location=record["dir"])
+                log.info("Savepoint %d of job %s completed: %s", cid, self.graph.job_id, record["dir"])
             events(lambda: self.coordinator.finalized(cid, path, now_ms()))
 
         _io.submit(write)

@@ -142,7 +142,12 @@ class Dispatcher:
                 self._perform(job_id, graph.fail_before_running(message + "; start more TaskManagers or lower the parallelism", now_ms()))
                 return job_id
             if restore_from:
-                checkpointing.initial_restore = restore_from
+                directory, metadata = restore_from
+                checkpointing.initial_restore = (directory, metadata)
+                checkpointing.coordinator.restored(
+                    int(metadata.get("checkpoint_id", 0)), directory, now_ms(), is_savepoint=metadata.get("kind") == "savepoint"
+                )
+                graph.events.append({"timestamp": now_ms(), "type": "restored", "from": directory, "kind": metadata.get("kind")})
             self._perform(job_id, graph.schedule(assignment, now_ms()))
             self.changed.notify_all()
         return job_id
@@ -189,8 +194,41 @@ class Dispatcher:
     def tick_checkpoints(self) -> None:
         with self.lock:
             for job_id, rec in self.jobs.items():
-                if rec.checkpointing.periodic and rec.graph.all_running():
-                    self._checkpoint_actions(job_id, rec.checkpointing.coordinator.tick(now_ms()))
+                if not rec.graph.all_running():
+                    for r in rec.checkpointing.savepoints.values():
+                        if r["status"] == "QUEUED" and rec.graph.is_terminal():
+                            r.update(status="FAILED", failure=f"job {job_id} is {rec.graph.state}")
+                    continue
+                cp = rec.checkpointing
+                if cp.savepoints:
+                    self._checkpoint_actions(job_id, cp.start_queued_savepoints(now_ms()))
+                if cp.periodic:
+                    self._checkpoint_actions(job_id, cp.coordinator.tick(now_ms()))
+
+    def trigger_savepoint(self, job_id: str, target_dir: str | None, *, stop: bool = False, drain: bool = False, fmt: str = "canonical") -> str:
+        with self.lock:
+            rec = self.job(job_id)
+            if rec.graph.state != "RUNNING":
+                raise ConflictError(f"job {job_id} is {rec.graph.state}: savepoints are taken of running jobs", remedy="see 'flinkpy list -a'")
+            fmt = fmt.lower()
+            if fmt not in ("canonical", "native"):
+                raise ConfigurationError(f"savepoint format {fmt!r} is not known", remedy="use canonical or native")
+            trigger_id = rec.checkpointing.request_savepoint(target_dir, stop=stop, drain=drain, fmt=fmt, now=now_ms())
+            log.info("job %s: %s requested (trigger %s, target %s)", job_id, "stop with savepoint" if stop else "savepoint", trigger_id, target_dir)
+            return trigger_id
+
+    def savepoint_status(self, job_id: str, trigger_id: str) -> dict[str, Any]:
+        with self.lock:
+            rec = self.job(job_id)
+            r = rec.checkpointing.savepoints.get(trigger_id)
+            if r is None:
+                raise NotFoundError(f"no savepoint trigger {trigger_id} for job {job_id}", remedy="use the id 'savepoint trigger --detached' printed")
+            if r["status"] == "COMPLETED":
+                return {"status": {"id": "COMPLETED"}, "operation": {"location": r["location"]}, "checkpoint_id": r["checkpoint_id"]}
+            if r["status"] == "FAILED":
+                reason = r.get("failure", "failed")
+                return {"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {"class": "flinkpy.SavepointException", "stack-trace": reason}}}
+            return {"status": {"id": "IN_PROGRESS"}, "checkpoint_id": r["checkpoint_id"]}
 
     def trigger_checkpoint(self, job_id: str, kind: str = "checkpoint") -> int:
         with self.lock:

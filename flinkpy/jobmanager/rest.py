@@ -108,6 +108,9 @@ class RestServer:
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints/details/(?P<cid>[0-9]+)", self.checkpoint_details),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/checkpoints/config", self.checkpoint_config),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/restart-strategy", self.get_restart_strategy),
+            ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/savepoints", self.trigger_savepoint),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/savepoints/(?P<tid>[0-9a-f]{32})", self.savepoint_status),
+            ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/stop", self.stop_job),
             ("PUT", r"/jobs/(?P<jid>[0-9a-f]{32})/restart-strategy", self.put_restart_strategy),
         ]
 
@@ -357,6 +360,33 @@ class RestServer:
     def trigger_checkpoint(self, jid: str, **_: Any) -> tuple[int, dict[str, Any]]:
         cid = self.dispatcher.trigger_checkpoint(jid)
         return 202, {"checkpoint_id": cid, "request-id": str(cid)}
+
+    @staticmethod
+    def _json(body: bytes) -> dict[str, Any]:
+        try:
+            doc = json.loads(body or b"{}")
+        except ValueError as e:
+            raise InvalidProgramError(f"the request body is not JSON: {e}") from e
+        if not isinstance(doc, dict):
+            raise InvalidProgramError("the request body must be a JSON object")
+        return doc
+
+    def trigger_savepoint(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
+        doc = self._json(body)
+        tid = self.dispatcher.trigger_savepoint(
+            jid, doc.get("target-directory"), stop=bool(doc.get("cancel-job")), fmt=str(doc.get("formatType") or "canonical")
+        )
+        return 202, {"request-id": tid}
+
+    def stop_job(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
+        doc = self._json(body)
+        tid = self.dispatcher.trigger_savepoint(
+            jid, doc.get("targetDirectory"), stop=True, drain=bool(doc.get("drain")), fmt=str(doc.get("formatType") or "canonical")
+        )
+        return 202, {"request-id": tid}
+
+    def savepoint_status(self, jid: str, tid: str, **_: Any) -> dict[str, Any]:
+        return self.dispatcher.savepoint_status(jid, tid)
 
     def get_restart_strategy(self, jid: str, **_: Any) -> dict[str, Any]:
         return self.dispatcher.restart_strategy(jid)

@@ -31,6 +31,9 @@ BARRIER = 5
 WATERMARK = 6
 DATA_TS = 7  # a batch with event timestamps: pickled [records, timestamps]
 WATERMARK_STATUS = 8  # one byte: 1 = the producer is idle, 0 = active again
+#: END_OF_PARTITION payload of a job stopped with a savepoint without draining: event time
+#: does not advance to the end (windows stay open in the savepoint)
+STOPPED = b"stop"
 
 _U32 = struct.Struct(">I")
 CREDIT_ONE = encode(CREDIT, _U32.pack(1))
@@ -82,9 +85,9 @@ class OutputChannel:
         """Control frames bypass credit."""
         send_frame(self.sock, kind, payload)
 
-    def finish(self) -> None:
+    def finish(self, payload: bytes = b"") -> None:
         """Send END_OF_PARTITION, then wait for the consumer to close its end."""
-        send_frame(self.sock, END_OF_PARTITION)
+        send_frame(self.sock, END_OF_PARTITION, payload)
         try:
             self.sock.shutdown(socket.SHUT_WR)
             while self.reader.feed() is not None:

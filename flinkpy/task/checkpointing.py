@@ -30,6 +30,8 @@ class _Upload:
     timestamp: int
     parts: list[dict[str, Any]]
     metrics: dict[str, Any]
+    #: a savepoint's own directory (None: the job's checkpoint directory)
+    directory: str | None = None
     started: float = field(default_factory=time.monotonic)
 
 
@@ -59,7 +61,7 @@ class TaskCheckpointer:
 
     # -- the synchronous part (task thread) --------------------------------------------------
 
-    def snapshot(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
+    def snapshot(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0, directory: str | None = None) -> None:
         started = time.perf_counter()
         try:
             parts = self._take(checkpoint_id, timestamp, source_offsets)
@@ -69,7 +71,7 @@ class TaskCheckpointer:
         sync_ms = (time.perf_counter() - started) * 1000
         self.last_sync_ms = sync_ms
         metrics = {"sync_ms": round(sync_ms, 3), "alignment_ms": alignment_ms, "alignment_bytes": alignment_bytes}
-        self._queue.put(_Upload(checkpoint_id, timestamp, parts, metrics))
+        self._queue.put(_Upload(checkpoint_id, timestamp, parts, metrics, directory))
 
     def _take(self, checkpoint_id: int, timestamp: int, source_offsets: Any) -> list[dict[str, Any]]:
         ctx = FunctionSnapshotContext(checkpoint_id, timestamp)
@@ -133,17 +135,22 @@ class TaskCheckpointer:
             frozen = part["keyed"]
             if frozen is not None and not frozen.empty:
                 name = f"{part['operator_id']}-{self.subtask}-keyed"
-                handle = self.storage.write_state(self.job_id, job.checkpoint_id, name, frozen.serialize())
+                handle = self._write(job, name, frozen.serialize())
                 r = frozen.key_group_range
                 handle.update({"key_groups": [r.start, r.stop - 1], "states": frozen.summary()})
                 entry["keyed_state"] = handle
             if part["operator"] is not None:
                 name = f"{part['operator_id']}-{self.subtask}-operator"
-                handle = self.storage.write_state(self.job_id, job.checkpoint_id, name, pickle.dumps(part["operator"], protocol=5))
+                handle = self._write(job, name, pickle.dumps(part["operator"], protocol=5))
                 handle["states"] = _operator_summary(part["operator"])
                 entry["operator_state"] = handle
             out.append(entry)
         return out
+
+    def _write(self, job: _Upload, name: str, data: bytes) -> dict[str, Any]:
+        if job.directory:
+            return self.storage.write_state_in(job.directory, name, data)
+        return self.storage.write_state(self.job_id, job.checkpoint_id, name, data)
 
     # -- notifications -----------------------------------------------------------------------
 

@@ -70,6 +70,10 @@ class Task:
         self.alignment_bytes = 0
         self.aligner: Any = None
         self._pending_triggers: list[dict[str, Any]] = []
+        #: checkpoint id -> completed (True) or aborted (False), as notified
+        self._notified: dict[int, bool] = {}
+        #: stopped with a savepoint without draining: the end of input carries no final watermark
+        self.stopped_without_drain = False
         self.idle_s = 0.0
         self.started = time.monotonic()
 
@@ -152,25 +156,38 @@ class Task:
         if op == "trigger_checkpoint":
             self._pending_triggers.append(body)
         elif op == "notify_checkpoint_complete":
+            self._notified[body["checkpoint_id"]] = True
             self.checkpointer.notify_complete(body["checkpoint_id"])
             self.faults.reach("after-complete", body["checkpoint_id"])
         elif op == "notify_checkpoint_aborted":
             cid = body["checkpoint_id"]
+            self._notified[cid] = False
             if self.aligner is not None and self.aligner.abort(cid):
                 self._release_held()
             self.checkpointer.notify_aborted(cid)
         elif op == "cancel":
             os._exit(4)
 
-    def _barrier(self, checkpoint_id: int, timestamp: int, mode: str) -> bytes:
-        return pickle.dumps({"checkpoint_id": checkpoint_id, "timestamp": timestamp, "mode": mode})
+    def _checkpoint(self, barrier: dict[str, Any], *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
+        """Forward the barrier (after the records before it), then snapshot.
 
-    def _checkpoint(self, checkpoint_id: int, timestamp: int, mode: str, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
-        """Forward the barrier (after the records before it), then snapshot."""
-        barrier = self._barrier(checkpoint_id, timestamp, mode)
+        ``barrier`` is {checkpoint_id, timestamp, mode, kind, dir?, stop?, drain?}: a savepoint
+        writes its files into its own directory ``dir``."""
+        payload = pickle.dumps(barrier)
         for w in self.writers.values():
-            w.broadcast_event(net.BARRIER, barrier)
-        self.checkpointer.snapshot(checkpoint_id, timestamp, source_offsets=source_offsets, alignment_ms=alignment_ms, alignment_bytes=alignment_bytes)
+            w.broadcast_event(net.BARRIER, payload)
+        self.checkpointer.snapshot(
+            barrier["checkpoint_id"], barrier["timestamp"], source_offsets=source_offsets,
+            alignment_ms=alignment_ms, alignment_bytes=alignment_bytes, directory=barrier.get("dir"),
+        )
+
+    def _await_savepoint(self, checkpoint_id: int) -> bool:
+        """Stop-with-savepoint: hold the source until the savepoint completed (True) or failed."""
+        self._notified.pop(checkpoint_id, None)
+        while checkpoint_id not in self._notified:
+            self._handle_control()
+            self._pending_triggers.clear()  # no further checkpoints of a stopping job
+        return self._notified.pop(checkpoint_id)
 
     # -- run ---------------------------------------------------------------------------------
 
@@ -203,12 +220,13 @@ class Task:
             self.faults.reach("running")
             if chain.source is not None:
                 self._run_source(chain)
-                chain.head.process_watermark(MAX_WATERMARK)  # the end of a bounded input: event time ends
+                if not self.stopped_without_drain:
+                    chain.head.process_watermark(MAX_WATERMARK)  # the end of a bounded input: event time ends
             else:
                 self._run_inputs(chain)
             chain.end_input()
             for w in self.writers.values():
-                w.finish()
+                w.finish(stopped=self.stopped_without_drain)
             self.checkpointer.close()
             chain.close()
             sys.stdout.flush()
@@ -269,10 +287,20 @@ class Task:
             while True:
                 if control_pending():
                     self._handle_control()
+                    stop = False
                     while triggers:
                         trig = triggers.pop(0)
+                        if trig.get("drain"):
+                            # drain: event time ends before the savepoint, so windows and timers fire
+                            source_head.process_watermark(MAX_WATERMARK)
                         # the reader's position now is exactly "everything before the barrier"
-                        self._checkpoint(trig["checkpoint_id"], trig["timestamp"], trig["mode"], source_offsets=reader.snapshot_state())
+                        self._checkpoint(trig, source_offsets=reader.snapshot_state())
+                        if trig.get("stop") and self._await_savepoint(trig["checkpoint_id"]):
+                            stop = True
+                            self.stopped_without_drain = not trig.get("drain")
+                            break
+                    if stop:
+                        break
                 batch = reader.poll(SOURCE_BATCH)
                 if batch is None:
                     break
@@ -312,6 +340,8 @@ class Task:
         self._held: list[list[tuple[int, bytes]]] = [[] for _ in self.inputs]
         #: channels whose socket reached EOF with their END_OF_PARTITION still held
         self._drained: set[int] = set()
+        #: the barriers seen, by checkpoint id (a savepoint's carries its directory)
+        self._barriers: dict[int, dict[str, Any]] = {}
         sel = selectors.DefaultSelector()
         for i, ch in enumerate(self.inputs):
             sel.register(ch.sock, selectors.EVENT_READ, i)
@@ -403,6 +433,7 @@ class Task:
             self._after_valve(advanced)
         elif kind == net.BARRIER:
             b = pickle.loads(data)
+            self._barriers[b["checkpoint_id"]] = b
             decision = self.aligner.on_barrier(i, b["checkpoint_id"], _now_ms())
             if self.aligner.aligning and self.faults:
                 self.faults.reach("alignment", b["checkpoint_id"])
@@ -412,7 +443,10 @@ class Task:
                 self._selector.unregister(ch.sock)
             ch.close()
             self._open_channels -= 1
-            self._after_valve(self.valve.on_end_of_partition(i))
+            stopped = data == net.STOPPED
+            if stopped:
+                self.stopped_without_drain = True
+            self._after_valve(self.valve.on_end_of_partition(i, advance=not stopped))
             self._on_decision(self.aligner.on_end_of_partition(i, _now_ms()), None)
         else:
             raise net.ChannelBroken(f"unexpected frame kind {kind} on {ch.describe}")
@@ -434,9 +468,9 @@ class Task:
             return
         if decision.canceled is not None:
             self.checkpointer.decline(decision.canceled, f"a newer checkpoint's barrier reached {self.describe} during its alignment")
-        ts = barrier["timestamp"] if barrier else _now_ms()
-        mode = barrier["mode"] if barrier else "EXACTLY_ONCE"
-        self._checkpoint(decision.checkpoint_id, ts, mode, alignment_ms=decision.alignment_ms, alignment_bytes=self.alignment_bytes)
+        b = self._barriers.pop(decision.checkpoint_id, None) or barrier or {
+            "checkpoint_id": decision.checkpoint_id, "timestamp": _now_ms(), "mode": "EXACTLY_ONCE", "kind": "checkpoint"}
+        self._checkpoint(b, alignment_ms=decision.alignment_ms, alignment_bytes=self.alignment_bytes)
         self.alignment_bytes = 0
         self._release_held()
 

@@ -246,10 +246,10 @@ class RecordWriter:
         if self.oldest is not None and now - self.oldest >= self.timeout_s:
             self.flush()
 
-    def finish(self) -> None:
+    def finish(self, *, stopped: bool = False) -> None:
         self.flush()
         for ch in self.channels:
-            ch.finish()
+            ch.finish(net.STOPPED if stopped else b"")
 
     def broadcast_event(self, kind: int, payload: bytes = b"") -> None:
         """Control events go to every channel, after the records buffered before them."""

@@ -61,9 +61,12 @@ class StatusWatermarkValve:
         self.all_idle = all(i or f for i, f in zip(self.idle, self.finished))
         return self._recompute()
 
-    def on_end_of_partition(self, channel: int) -> int | None:
+    def on_end_of_partition(self, channel: int, *, advance: bool = True) -> int | None:
+        """A channel ended: its event time ended too — unless the job was stopped without
+        draining, when it stays where it was (open windows go into the savepoint)."""
         self.finished[channel] = True
-        self.watermarks[channel] = MAX_WATERMARK
+        if advance:
+            self.watermarks[channel] = MAX_WATERMARK
         return self._recompute()
 
 

@@ -1,0 +1,582 @@
+"""`flinkpy savepoint`: take, follow, list, dispose of savepoints, and dry-run a restore.
+
+``trigger`` and ``status`` ask a cluster (REST, Flink's asynchronous-operation shapes: a POST
+answers with a request id, a GET on it reports IN_PROGRESS or COMPLETED with the location or
+the failure cause). ``list``, ``dispose`` and ``plan`` are offline: they read savepoint files
+directly (any path or fsspec URL) and need no cluster.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import sys
+import time
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from commands.errors import PROG
+from commands.options import JobManager, JsonFlag
+from commands.output import emit_json, fmt_time, out, progress, status
+from commands.session import session
+from flinkpy.errors import (
+    ConflictError,
+    ExitCode,
+    NotFoundError,
+    OperationTimeoutError,
+    SavepointFailedError,
+    UsageError,
+)
+
+app = typer.Typer(
+    help="Trigger savepoints of running jobs, follow them, list and dispose of savepoint files, dry-run a restore.",
+    no_args_is_help=True,
+)
+
+JobId = Annotated[str, typer.Argument(metavar="JOB_ID", help="ID of the job (see 'flinkpy list').", show_default=False)]
+Timeout = Annotated[str, typer.Option("--timeout", metavar="DURATION", help="How long to wait (Flink duration syntax: 30s, 10min).")]
+PathArg = Annotated[
+    str,
+    typer.Argument(metavar="PATH", help="The savepoint: its directory, its _metadata file, or an fsspec URL of either.", show_default=False),
+]
+
+_FORMATS = ("canonical", "native")
+
+
+# --------------------------------------------------------------------------- helpers (also used by `stop`)
+
+
+def timeout_s(value: str) -> float:
+    from flinkpy.config import parse_duration_ms
+
+    try:
+        return parse_duration_ms(value) / 1000
+    except Exception as e:  # noqa: BLE001
+        raise UsageError(f"--timeout {value!r} is not a duration", remedy="use e.g. 30s, 10min") from e
+
+
+def _sleep_until(deadline: float, poll: float) -> float:
+    time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
+    return min(poll * 2, 0.5)
+
+
+def _job_state(client: Any, job_id: str) -> str | None:
+    try:
+        return client.job(job_id).get("state")
+    except NotFoundError:
+        return None
+
+
+def operation_result(doc: dict[str, Any], job_id: str, trigger_id: str) -> str | None:
+    """The savepoint's location when the operation completed; None while in progress; raises on failure."""
+    if (doc.get("status") or {}).get("id") != "COMPLETED":
+        return None
+    op = doc.get("operation") or {}
+    if op.get("location"):
+        return str(op["location"])
+    cause = op.get("failure-cause") or {}
+    trace = cause.get("stack-trace") or ""
+    last = next((line.strip() for line in reversed(trace.strip().splitlines()) if line.strip()), "")
+    what = cause.get("class") or "unknown cause"
+    raise SavepointFailedError(
+        f"savepoint {trigger_id} of job {job_id} failed: {last or what}",
+        remedy="see the cause with --debug and the job's exceptions with 'flinkpy job exceptions JOB_ID'",
+        details=trace or None,
+    )
+
+
+def wait_for_savepoint(client: Any, job_id: str, trigger_id: str, deadline: float, what: str = "savepoint") -> str:
+    """Poll the operation until it completes; its location, or SavepointFailedError / timeout."""
+    with progress(f"Waiting for {what} {trigger_id} of job {job_id}..."):
+        poll = 0.05
+        while True:
+            doc = client.request("GET", f"/jobs/{job_id}/savepoints/{trigger_id}")
+            location = operation_result(doc, job_id, trigger_id)
+            if location is not None:
+                return location
+            if time.monotonic() >= deadline:
+                raise OperationTimeoutError(
+                    f"{what} {trigger_id} of job {job_id} did not complete in time",
+                    remedy=f"follow it with 'flinkpy savepoint status {job_id} {trigger_id}', or pass a longer --timeout",
+                )
+            poll = _sleep_until(deadline, poll)
+
+
+def post_operation(client: Any, job_id: str, path: str, body: dict[str, Any], *, if_busy: str, deadline: float) -> str:
+    """POST a savepoint (or stop) request; returns the request id.
+
+    A 409 means the job is not running (always exit 9) or a savepoint is already in progress:
+    with ``if_busy == "wait"`` the request is repeated until it is accepted or the deadline.
+    """
+    poll = 0.05
+    waited = False
+    while True:
+        try:
+            return str(client.request("POST", path, body=body)["request-id"])
+        except ConflictError as exc:
+            state = _job_state(client, job_id)
+            if state is None:
+                raise NotFoundError(f"job {job_id} not found", remedy="list jobs with 'flinkpy list -a'") from None
+            if state != "RUNNING":
+                raise ConflictError(
+                    f"job {job_id} is {state}, not RUNNING: no savepoint can be taken",
+                    remedy="savepoints are taken of running jobs; see 'flinkpy list -a'",
+                ) from None
+            if if_busy != "wait":
+                raise ConflictError(
+                    f"{exc.message}" if "progress" in exc.message else f"a savepoint of job {job_id} is already in progress ({exc.message})",
+                    remedy="wait for it ('flinkpy savepoint status'), or pass --if-busy wait",
+                ) from None
+            if time.monotonic() >= deadline:
+                raise OperationTimeoutError(
+                    f"a savepoint of job {job_id} was still in progress when --timeout ran out",
+                    remedy="pass a longer --timeout",
+                ) from None
+            if not waited:
+                status(f"A savepoint of job {job_id} is in progress; waiting for it to end...")
+                waited = True
+            poll = _sleep_until(deadline, poll)
+
+
+def _norm(url: str) -> str:
+    """A URL or path reduced to the file system path, for comparing two spellings of one directory."""
+    from fsspec.core import url_to_fs
+
+    from flinkpy.checkpoint.storage import storage_options
+
+    try:
+        _, path = url_to_fs(url, **storage_options(url))
+    except Exception:  # noqa: BLE001
+        path = url
+    return path.rstrip("/")
+
+
+def _parent_url(url: str) -> str:
+    head = url.rstrip("/").rpartition("/")[0]
+    return head + "/" if head.endswith(":/") else head
+
+
+def restored_from(client: Any, job_id: str) -> str | None:
+    try:
+        doc = client.request("GET", f"/jobs/{job_id}/checkpoints")
+    except NotFoundError:
+        return None
+    restored = ((doc or {}).get("latest") or {}).get("restored") or {}
+    return restored.get("external_path")
+
+
+def prune_savepoints(location: str, job_id: str, keep: int, protect: list[str]) -> list[str]:
+    """Delete ``job_id``'s savepoints next to ``location`` beyond the newest ``keep``; return what was deleted.
+
+    Only directories directly in the same target directory whose `_metadata` says "savepoint"
+    of this very job are considered; ``location`` itself and every path in ``protect`` are kept.
+    """
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.client.restore_plan import find_snapshots
+
+    target = _parent_url(location)
+    keep_paths = {_norm(location), *(_norm(p) for p in protect if p)}
+    mine = [
+        s
+        for s in find_snapshots(target, max_depth=2)
+        if s.metadata is not None
+        and s.metadata["kind"] == "savepoint"
+        and s.metadata["job_id"] == job_id
+        and _norm(_parent_url(s.path)) == _norm(target)
+    ]
+    mine.sort(key=lambda s: (s.metadata["completion_timestamp"], s.metadata["checkpoint_id"]), reverse=True)  # type: ignore[index]
+    # The one just made counts among the newest N even if a clock went backwards.
+    newest = [s for s in mine if _norm(s.path) == _norm(location)] + [s for s in mine if _norm(s.path) != _norm(location)]
+    deleted = []
+    for snap in newest[keep:]:
+        if _norm(snap.path) in keep_paths:
+            continue
+        _dispose_files(CheckpointStorage(snap.path), snap.path, snap.metadata)  # type: ignore[arg-type]
+        deleted.append(snap.path)
+    return deleted
+
+
+def _dispose_files(storage: Any, dir_url: str, doc: dict[str, Any]) -> int:
+    """Delete `_metadata` (first: the savepoint stops being one), then the files it references,
+    then the directories left empty. Returns the number of state files deleted."""
+    from flinkpy.checkpoint.metadata import METADATA_FILE, handles
+
+    fs, root = storage._fs(dir_url)
+    storage._fresh(fs)
+    root = root.rstrip("/")
+    fs.rm_file(f"{root}/{METADATA_FILE}")
+    files = sorted({h["path"] for _op, _sub, _kind, h in handles(doc)})
+    removed = 0
+    for rel in files:
+        try:
+            fs.rm_file(f"{root}/{rel}")
+            removed += 1
+        except FileNotFoundError:
+            pass
+    # Sub-directories of state files, deepest first, then the savepoint directory: only when empty.
+    dirs = sorted({posixpath.dirname(f"{root}/{rel}") for rel in files} | {root}, key=len, reverse=True)
+    for d in dirs:
+        if d != root and not d.startswith(root + "/"):
+            continue
+        try:
+            storage._fresh(fs)
+            if fs.isdir(d) and not fs.ls(d, detail=False):
+                fs.rmdir(d)
+        except (FileNotFoundError, OSError):
+            pass
+    storage._fresh(fs)
+    return removed
+
+
+def _completed_line(location: str) -> None:
+    out().print(f"Savepoint completed. Path: {location}", markup=False, soft_wrap=True)
+
+
+# --------------------------------------------------------------------------- cluster commands
+
+
+@app.command("trigger")
+def trigger(
+    job_id: JobId,
+    target_dir: Annotated[
+        Optional[str],
+        typer.Argument(
+            metavar="[TARGET_DIR]",
+            help="Directory (path or fsspec URL) to write the savepoint under; default: the job's execution.checkpointing.savepoint-dir, else <checkpoint dir>/savepoints.",
+            show_default=False,
+        ),
+    ] = None,
+    type_: Annotated[str, typer.Option("--type", metavar="canonical|native", help="Savepoint format: canonical (portable) or native.")] = "canonical",
+    detached: Annotated[bool, typer.Option("--detached", help="Print the trigger id and return without waiting; follow it with 'flinkpy savepoint status'.")] = False,
+    timeout: Timeout = "10min",
+    keep: Annotated[
+        Optional[int],
+        typer.Option("--keep", min=1, metavar="N", help="After success, delete this job's older savepoints in the same target directory beyond the newest N (never the one the job was restored from)."),
+    ] = None,
+    if_busy: Annotated[str, typer.Option("--if-busy", metavar="fail|wait", help="When a savepoint of the job is already in progress: fail (exit 9) or wait for it to end, then trigger.")] = "fail",
+    jobmanager: JobManager = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Trigger a savepoint of a running job and wait for it.
+
+    Prints 'Savepoint completed. Path: <location>' on stdout, with a spinner on stderr while
+    waiting. With --detached, prints the trigger id instead (follow it with 'flinkpy savepoint
+    status JOB_ID TRIGGER_ID'). With --json, prints one document: {"jid", "request-id",
+    "status", "location", "disposed"}.
+
+    --keep N prunes after success: of the savepoints of this job directly in the target
+    directory (their _metadata says savepoint and this job id), all but the newest N are
+    disposed of; the new one and the one the job was restored from are always kept, and
+    nothing else is ever touched.
+
+    Exit status: 0 completed; 12 the savepoint failed (its cause on stderr); 6 not completed
+    within --timeout; 9 the job is not running, or another savepoint of it is in progress
+    (with --if-busy wait: waits for that one, bounded by --timeout); 4 unknown job.
+
+    Examples:
+
+    \b
+        flinkpy savepoint trigger 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
+        flinkpy savepoint trigger JOB_ID s3://bucket/savepoints --keep 3
+        flinkpy savepoint trigger --detached JOB_ID
+        path=$(flinkpy savepoint trigger --json JOB_ID | jq -r .location)
+    """
+    from commands.context import rest_client
+
+    fmt = type_.lower()
+    if fmt not in _FORMATS:
+        raise UsageError(f"--type {type_!r} is not a savepoint format", remedy="use canonical or native")
+    if if_busy not in ("fail", "wait"):
+        raise UsageError(f"--if-busy {if_busy!r} is not fail or wait", remedy="use --if-busy fail or --if-busy wait")
+    deadline = time.monotonic() + timeout_s(timeout)
+    client = rest_client(jobmanager)
+    body = {"target-directory": target_dir, "formatType": fmt.upper(), "cancel-job": False}
+    trigger_id = post_operation(client, job_id, f"/jobs/{job_id}/savepoints", body, if_busy=if_busy, deadline=deadline)
+    if detached:
+        if session.json:
+            emit_json({"jid": job_id, "request-id": trigger_id, "status": "IN_PROGRESS"})
+        else:
+            out().print(trigger_id, markup=False)
+        return
+    location = wait_for_savepoint(client, job_id, trigger_id, deadline)
+    disposed: list[str] = []
+    if keep is not None:
+        disposed = prune_savepoints(location, job_id, keep, [restored_from(client, job_id) or ""])
+        for path in disposed:
+            status(f"Disposed of older savepoint {path}")
+    if session.json:
+        emit_json({"jid": job_id, "request-id": trigger_id, "status": "COMPLETED", "location": location, "disposed": disposed})
+    else:
+        _completed_line(location)
+
+
+@app.command("status")
+def status_(
+    job_id: JobId,
+    trigger_id: Annotated[str, typer.Argument(metavar="TRIGGER_ID", help="The id 'flinkpy savepoint trigger --detached' printed.", show_default=False)],
+    jobmanager: JobManager = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Show whether a triggered savepoint is in progress, completed or failed.
+
+    Prints 'Savepoint completed. Path: <location>' when it completed, 'Savepoint TRIGGER_ID of
+    job JOB_ID is in progress.' while it runs. With --json, prints Flink's operation document
+    {"status": {"id"}, "operation": {...}} as the JobManager returned it.
+
+    Exit status: 0 completed or in progress; 12 failed (the cause on stderr); 4 unknown job or
+    trigger id.
+
+    Examples:
+
+    \b
+        flinkpy savepoint status JOB_ID 1b2c3d4e5f60
+        flinkpy savepoint status --json JOB_ID TRIGGER_ID | jq -r .status.id
+    """
+    from commands.context import rest_client
+
+    doc = rest_client(jobmanager).request("GET", f"/jobs/{job_id}/savepoints/{trigger_id}")
+    if session.json:
+        emit_json(doc)
+        try:
+            operation_result(doc, job_id, trigger_id)
+        except SavepointFailedError as exc:
+            sys.stderr.write(f"{PROG}: error: {exc.message}\n")
+            raise typer.Exit(ExitCode.SAVEPOINT_FAILED) from None
+        return
+    location = operation_result(doc, job_id, trigger_id)
+    if location is None:
+        out().print(f"Savepoint {trigger_id} of job {job_id} is in progress.", markup=False)
+    else:
+        _completed_line(location)
+
+
+# --------------------------------------------------------------------------- offline commands
+
+
+def _size(n: int) -> str:
+    from commands.checkpoint import _size as size
+
+    return size(n)
+
+
+@app.command("dispose")
+def dispose(
+    path: PathArg,
+    force: Annotated[bool, typer.Option("--force", help="Also dispose of a retained checkpoint (not only savepoints).")] = False,
+    json_: JsonFlag = False,
+) -> None:
+    """Delete a savepoint's files (offline: no cluster needed).
+
+    Deletes its _metadata first (so it is never left looking complete), then exactly the state
+    files that _metadata references, then the directory if that leaves it empty. Other files in
+    the directory are left alone. Refuses a retained checkpoint unless --force.
+
+    With --json, prints {"path", "kind", "job_id", "checkpoint_id", "files_deleted"}.
+
+    Exit status: 0 disposed; 4 no savepoint at PATH; 9 PATH is a checkpoint (without --force)
+    or its _metadata is unreadable.
+
+    Examples:
+
+    \b
+        flinkpy savepoint dispose /var/flinkpy/savepoints/savepoint-3f2a9c-1b2c3d4e5f60
+        flinkpy savepoint dispose s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60
+    """
+    from flinkpy.checkpoint.storage import CheckpointStorage
+
+    storage = CheckpointStorage(path)
+    dir_url, _ = storage.locate(path)
+    doc = storage.read_metadata(path)
+    if doc["kind"] != "savepoint" and not force:
+        raise ConflictError(
+            f"{dir_url} is a retained checkpoint ({doc['checkpoint_id']} of job {doc['job_id']}), not a savepoint",
+            remedy="pass --force to dispose of it anyway",
+        )
+    removed = _dispose_files(storage, dir_url, doc)
+    if session.json:
+        emit_json({"path": dir_url, "kind": doc["kind"], "job_id": doc["job_id"], "checkpoint_id": doc["checkpoint_id"], "files_deleted": removed})
+    else:
+        out().print(f"Disposed of {doc['kind']} {dir_url} ({removed} state file(s) and _metadata).", markup=False)
+
+
+def _default_list_dir() -> str:
+    from commands.context import home_dir, load_cli_config
+
+    configured = load_cli_config().get("execution.checkpointing.savepoint-dir")
+    return str(configured) if configured else str(home_dir() / "checkpoints")
+
+
+@app.command("list")
+def list_(
+    directory: Annotated[
+        Optional[str],
+        typer.Argument(
+            metavar="[DIR]",
+            help="Where to look (path or fsspec URL); default: execution.checkpointing.savepoint-dir, else <FLINKPY_HOME>/checkpoints.",
+            show_default=False,
+        ),
+    ] = None,
+    json_: JsonFlag = False,
+) -> None:
+    """List the savepoints and checkpoints under a directory (offline), newest first.
+
+    Walks DIR a few levels deep for _metadata files. One row each: path, kind, job id and
+    name, checkpoint id, completion time, total size, operators' parallelism and whether it is
+    restorable (every referenced file present with its recorded size and checksum, as
+    'flinkpy checkpoint verify' checks). A _metadata that cannot be read is listed as not
+    restorable, with its problem.
+
+    With --json, prints {"dir", "snapshots": [{"path", "kind", "job_id", "job_name",
+    "checkpoint_id", "completion_timestamp", "total_size", "parallelism", "restorable",
+    "problems"}]}.
+
+    Exit status: 0 (also when nothing is found); 4 when DIR does not exist.
+
+    Examples:
+
+    \b
+        flinkpy savepoint list
+        flinkpy savepoint list s3://bucket/savepoints --json | jq -r '.snapshots[0].path'
+    """
+    from flinkpy.checkpoint.metadata import summarize
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.client.restore_plan import find_snapshots
+
+    root = directory or _default_list_dir()
+    rows = []
+    for snap in find_snapshots(root):
+        doc = snap.metadata
+        if doc is None:
+            rows.append(
+                {"path": snap.path, "kind": None, "job_id": None, "job_name": None, "checkpoint_id": None, "completion_timestamp": None,
+                 "total_size": None, "parallelism": {}, "restorable": False, "problems": [snap.problem]}
+            )
+            continue
+        report = CheckpointStorage(snap.path).verify(snap.path)
+        rows.append(
+            {
+                "path": snap.path,
+                "kind": doc["kind"],
+                "job_id": doc["job_id"],
+                "job_name": doc["job_name"],
+                "checkpoint_id": doc["checkpoint_id"],
+                "completion_timestamp": doc["completion_timestamp"],
+                "total_size": summarize(doc)["total_size"],
+                "parallelism": {(op.get("uid") or op["name"] or op["operator_id"]): op["parallelism"] for op in doc["operators"]},
+                "restorable": report.restorable,
+                "problems": [str(p) for p in report.problems],
+            }
+        )
+    rows.sort(key=lambda r: r["completion_timestamp"] or 0, reverse=True)
+    if session.json:
+        emit_json({"dir": root, "snapshots": rows})
+        return
+    if not rows:
+        out().print(f"No savepoints or checkpoints under {root}.", markup=False)
+        return
+    table = Table(title=f"Savepoints and checkpoints under {root}", title_justify="left")
+    for column in ("Path", "Kind", "Job", "Name", "Id", "Completed", "Size", "Parallelism", "Restorable"):
+        table.add_column(column, overflow="fold", justify="right" if column in ("Id", "Size") else "left")
+    for r in rows:
+        table.add_row(
+            Text(r["path"]),
+            r["kind"] or "?",
+            r["job_id"] or "?",
+            Text(r["job_name"] or ""),
+            str(r["checkpoint_id"] if r["checkpoint_id"] is not None else "?"),
+            fmt_time(r["completion_timestamp"]),
+            _size(r["total_size"]) if r["total_size"] is not None else "?",
+            Text(", ".join(f"{k}={v}" for k, v in r["parallelism"].items())),
+            "yes" if r["restorable"] else Text("no: " + "; ".join(r["problems"])),
+        )
+    out().print(table)
+
+
+@app.command("plan", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False})
+def plan(
+    path: PathArg,
+    job: Annotated[str, typer.Argument(metavar="JOB.py", help="The job file that would be restored.", show_default=False)],
+    args: Annotated[Optional[list[str]], typer.Argument(metavar="ARGS", help="Arguments passed to the job file.", show_default=False)] = None,
+    parallelism: Annotated[Optional[int], typer.Option("-p", "--parallelism", min=1, metavar="N", help="Default parallelism the job would run with.")] = None,
+    allow_non_restored: Annotated[
+        bool, typer.Option("-n", "--allowNonRestoredState", "--allow-non-restored-state", help="Allow state of operators the program no longer has to be dropped.")
+    ] = False,
+    json_: JsonFlag = False,
+) -> None:
+    """Dry-run restoring JOB.py from a savepoint, with no cluster: would it work, and how.
+
+    Runs JOB.py up to env.execute() to get its plan and compares it with the savepoint's
+    _metadata, operator by operator id: which operators get their state back (matched by uid,
+    or by generated id — a warning: set uids), which state has no operator any more (refused
+    unless -n), which operators start empty, how each operator's parallelism changes, whether
+    the max parallelism matches (refused for keyed state if not), and which key groups each
+    new subtask takes from which old subtasks. Options must come before PATH.
+
+    With --json, prints one document: {"savepoint", "kind", "job_id", "operators", "dropped",
+    "warnings", "problems", "restorable", ...}.
+
+    Exit status: 0 the restore would succeed; 7 it would be refused (the reasons on stderr);
+    4 no savepoint at PATH or no JOB.py; 9 the savepoint's _metadata is unreadable.
+
+    Examples:
+
+    \b
+        flinkpy savepoint plan ./savepoint-3f2a9c-1b2c3d4e5f60 examples/even_odd_sum.py
+        flinkpy savepoint plan -p 3 --json s3://bucket/sp/savepoint-x job.py --count 100
+    """
+    from pathlib import Path
+
+    from flinkpy.client.restore_plan import plan_restore
+
+    if not Path(job).is_file():
+        raise NotFoundError(f"job file {job} does not exist", remedy="pass the path of a Python job file")
+    doc = plan_restore(path, job, list(args or []), parallelism=parallelism, allow_non_restored_state=allow_non_restored)
+    for warning in doc["warnings"]:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
+    if session.json:
+        emit_json(doc)
+    else:
+        _print_plan(doc)
+    if not doc["restorable"]:
+        for problem in doc["problems"]:
+            sys.stderr.write(f"{PROG}: error: {problem}\n")
+        sys.stderr.flush()
+        raise typer.Exit(ExitCode.INVALID_PROGRAM)
+
+
+def _print_plan(doc: dict[str, Any]) -> None:
+    console = out()
+    console.print(
+        f"Restoring {doc['program']} from {doc['kind']} {doc['checkpoint_id']} of job {doc['job_name']} ({doc['job_id']}) at {doc['savepoint']}",
+        markup=False,
+        soft_wrap=True,
+    )
+    table = Table(title="Operators", title_justify="left")
+    for column in ("Operator", "State", "Matched by", "Parallelism", "Max parallelism", "Key groups (new subtask <- old subtasks)"):
+        table.add_column(column, overflow="fold")
+    for op in doc["operators"]:
+        label = op["name"] + (f" [uid {op['uid']}]" if op["uid"] else "")
+        par = f"{op['old_parallelism']} -> {op['new_parallelism']}" if op["old_parallelism"] is not None else f"(new) {op['new_parallelism']}"
+        maxp = (
+            f"{op['old_max_parallelism']} -> {op['new_max_parallelism']}"
+            if op["old_max_parallelism"] not in (None, op["new_max_parallelism"])
+            else str(op["new_max_parallelism"])
+        )
+        groups = ""
+        if op.get("key_groups"):
+            groups = "\n".join(
+                f"{r['subtask']}: {r['key_groups'][0]}-{r['key_groups'][1]} <- "
+                + ", ".join(f"{f['subtask']} ({f['key_groups'][0]}-{f['key_groups'][1]})" for f in r["from"])
+                for r in op["key_groups"]
+                if r["key_groups"]
+            )
+        state = op["status"] + (f": {', '.join(op['states'])}" if op["states"] else "")
+        table.add_row(Text(label), Text(state), op["matched_by"] or "-", par, maxp, groups)
+    console.print(table)
+    for d in doc["dropped"]:
+        label = (d["name"] or "?") + (f" [uid {d['uid']}]" if d["uid"] else f" [id {d['operator_id']}]")
+        verdict = "dropped" if doc["allow_non_restored_state"] else "NOT RESTORED (refused without -n)"
+        console.print(f"State without operator: {label}: {', '.join(d['states']) or '(offsets)'} — {verdict}", markup=False)
+    console.print("Restore would succeed." if doc["restorable"] else "Restore would be refused.", markup=False)

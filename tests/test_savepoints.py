@@ -1,0 +1,293 @@
+"""Savepoint files offline: `flinkpy savepoint plan | dispose | list` and `run --from-latest`'s choice.
+
+Savepoints are built here with CheckpointStorage and the metadata builders, for the operator
+ids the program's own plan reports, so no cluster is needed. State bytes come from a seeded
+RNG (the seed is printed; fix it with FLINKPY_TEST_SEED).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask, operator_state
+from flinkpy.errors import ExitCode
+from flinkpy.state.key_groups import key_group_range_for_operator
+
+pytestmark = pytest.mark.timeout(90)
+
+JOB_ID = "3f2a9c0e11aa22bb33cc44dd55ee66ff"
+
+PROGRAM = """
+import sys
+from flinkpy.common import Types, WatermarkStrategy
+from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+variant = sys.argv[1] if len(sys.argv) > 1 else "same"
+env = StreamExecutionEnvironment.get_execution_environment()
+if variant == "maxp":
+    env.set_max_parallelism(64)
+nums = env.from_source(NumberSequenceSource(1, 10), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
+tagged = nums.map(lambda n: ("e" if n % 2 == 0 else "o", n), output_type=Types.TUPLE([Types.STRING(), Types.LONG()])).uid("tag")
+if variant == "added":
+    tagged = tagged.filter(lambda p: p[1] > 0).uid("positive").name("positive")
+if variant == "nouid":
+    tagged = tagged.filter(lambda p: True).name("anonymous")
+if variant == "removed":
+    tagged.print()
+else:
+    tagged.key_by(lambda p: p[0]).sum(1).uid("sums").name("running sums").print()
+env.execute("sums job")
+"""
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    seed = int(os.environ.get("FLINKPY_TEST_SEED", random.randrange(2**32)))
+    print(f"seed: {seed} (re-run with FLINKPY_TEST_SEED={seed})")
+    return random.Random(seed)
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Path:
+    path = tmp_path / "sums_job.py"
+    path.write_text(textwrap.dedent(PROGRAM))
+    return path
+
+
+def write_snapshot(
+    directory: Path,
+    rng: random.Random,
+    *,
+    kind: str = "savepoint",
+    job_id: str = JOB_ID,
+    checkpoint_id: int = 7,
+    parallelism: int = 2,
+    completed: int = 2_000,
+    extra_operator: bool = False,
+) -> dict:
+    """A savepoint (or checkpoint) of PROGRAM ('same' variant) at ``parallelism``: source offsets,
+    keyed state of 'sums' split by key groups, and optionally state of an operator PROGRAM lacks."""
+    storage = CheckpointStorage(str(directory))
+    url = str(directory)
+    source_subs, sum_subs = [], []
+    for i in range(parallelism):
+        source_subs.append(new_subtask(i, source_offsets={"split": str(i), "offset": rng.randrange(1000)}))
+        groups = key_group_range_for_operator(128, parallelism, i)
+        h = storage.write_state_in(url, f"sums-{i}.keyed", rng.randbytes(rng.randrange(16, 256)))
+        sum_subs.append(new_subtask(i, keyed_state=keyed_state(h, (groups.start, groups.stop - 1), {"sum": {"kind": "value", "entries": 1}})))
+    operators = [
+        new_operator(operator_id="numbers", uid="numbers", name="numbers", vertex_id=1, parallelism=parallelism, max_parallelism=128, subtasks=source_subs),
+        new_operator(operator_id="tag", uid="tag", name="Map", vertex_id=1, parallelism=parallelism, max_parallelism=128, subtasks=[new_subtask(i) for i in range(parallelism)]),
+        new_operator(operator_id="sums", uid="sums", name="running sums", vertex_id=2, parallelism=parallelism, max_parallelism=128, subtasks=sum_subs),
+    ]
+    if extra_operator:
+        h = storage.write_state_in(url, "state/dedup-0.op", rng.randbytes(40))
+        operators.append(
+            new_operator(operator_id="dedup", uid="dedup", name="dedup", vertex_id=3, parallelism=1, max_parallelism=128,
+                         subtasks=[new_subtask(0, operator_state=operator_state(h, {"seen": {"kind": "list", "entries": 3}}))])
+        )
+    doc = new_metadata(
+        job_id=job_id, job_name="sums job", checkpoint_id=checkpoint_id, trigger_timestamp=completed - 5,
+        completion_timestamp=completed, operators=operators, kind=kind,
+        savepoint_format="canonical" if kind == "savepoint" else None,
+    )
+    storage.write_metadata_in(url, doc)
+    return doc
+
+
+def plan(*args: str) -> tuple[int, dict, str]:
+    res = run_cli("savepoint", "plan", "--json", *args)
+    return res.returncode, json.loads(res.stdout), res.stderr
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def test_plan_same_program_is_restorable_and_matches_by_uid(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    sp = tmp_path / "sp" / "savepoint-3f2a9c-aaaa"
+    write_snapshot(sp, rng)
+    code, doc, err = plan("-p", "2", str(sp), str(program))
+    assert code == 0, err
+    assert doc["restorable"] and doc["problems"] == [] and doc["dropped"] == []
+    by_uid = {op["uid"]: op for op in doc["operators"] if op["uid"]}
+    assert by_uid["sums"]["matched_by"] == "uid" and by_uid["sums"]["status"] == "restored"
+    assert by_uid["sums"]["states"] == ["sum"]
+    # The print sink has a generated id and no state in the savepoint: it starts empty.
+    sink = [op for op in doc["operators"] if not op["uid"]]
+    assert [op["status"] for op in sink] == ["empty"]
+    # Same parallelism: each new subtask reads exactly its own old subtask.
+    assert [[f["subtask"] for f in r["from"]] for r in by_uid["sums"]["key_groups"]] == [[0], [1]]
+
+
+def test_plan_rescale_2_to_3_reads_overlapping_key_groups(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    sp = tmp_path / "savepoint-3f2a9c-bbbb"
+    write_snapshot(sp, rng, parallelism=2)
+    code, doc, err = plan("-p", "3", str(sp), str(program))
+    assert code == 0, err
+    sums = next(op for op in doc["operators"] if op["uid"] == "sums")
+    assert (sums["old_parallelism"], sums["new_parallelism"]) == (2, 3)
+    ranges = [(r["subtask"], r["key_groups"], [(f["subtask"], f["key_groups"]) for f in r["from"]]) for r in sums["key_groups"]]
+    assert ranges == [
+        (0, [0, 42], [(0, [0, 42])]),
+        (1, [43, 85], [(0, [43, 63]), (1, [64, 85])]),
+        (2, [86, 127], [(1, [86, 127])]),
+    ]
+    text = run_cli("savepoint", "plan", "-p", "3", str(sp), str(program), env={"COLUMNS": "250"})
+    assert text.returncode == 0 and "2 -> 3" in text.stdout and "Restore would succeed." in text.stdout
+
+
+def test_plan_operator_added_starts_empty(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    sp = tmp_path / "savepoint-3f2a9c-cccc"
+    write_snapshot(sp, rng)
+    code, doc, err = plan(str(sp), str(program), "added")
+    assert code == 0, err
+    added = next(op for op in doc["operators"] if op["uid"] == "positive")
+    assert added["status"] == "empty" and added["matched_by"] is None
+
+
+def test_plan_operator_removed_is_refused_unless_n(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    sp = tmp_path / "savepoint-3f2a9c-dddd"
+    write_snapshot(sp, rng)
+    code, doc, err = plan(str(sp), str(program), "removed")
+    assert code == ExitCode.INVALID_PROGRAM
+    assert not doc["restorable"] and [d["uid"] for d in doc["dropped"]] == ["sums"]
+    assert "running sums [uid sums]" in err and "allowNonRestoredState" in err
+    code, doc, err = plan("-n", str(sp), str(program), "removed")
+    assert code == 0, err
+    assert doc["restorable"] and doc["warnings"] and "dropped" in doc["warnings"][-1]
+
+
+def test_plan_state_without_operator_in_savepoint_is_refused(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    sp = tmp_path / "savepoint-3f2a9c-eeee"
+    write_snapshot(sp, rng, extra_operator=True)
+    res = run_cli("savepoint", "plan", str(sp), str(program))
+    assert res.returncode == ExitCode.INVALID_PROGRAM
+    assert "dedup [uid dedup]" in res.stderr and "Restore would be refused." in res.stdout
+
+
+def test_plan_max_parallelism_change_with_keyed_state_is_refused(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    sp = tmp_path / "savepoint-3f2a9c-ffff"
+    write_snapshot(sp, rng)
+    code, doc, err = plan(str(sp), str(program), "maxp")
+    assert code == ExitCode.INVALID_PROGRAM
+    assert any("max parallelism 128" in p and "64" in p for p in doc["problems"]), doc["problems"]
+
+
+def test_plan_generated_id_match_warns_to_set_uids(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    # Give the generated-id filter of the 'nouid' variant some state, under the id its plan reports.
+    info = json.loads(run_cli("info", "--json", str(program), "nouid").stdout)
+    node = next(n for n in info["nodes"] if "anonymous" in n["operators"])
+    gen_id = node["operator_ids"][node["operators"].index("anonymous")]
+    sp = tmp_path / "savepoint-3f2a9c-gggg"
+    doc = write_snapshot(sp, rng, parallelism=1)
+    storage = CheckpointStorage(str(sp))
+    h = storage.write_state_in(str(sp), "anon.op", b"xyz")
+    doc["operators"].append(new_operator(operator_id=gen_id, uid=None, name="anonymous", vertex_id=1, parallelism=1, max_parallelism=128,
+                                         subtasks=[new_subtask(0, operator_state=operator_state(h, {"s": {"kind": "list", "entries": 1}}))]))
+    storage.write_metadata_in(str(sp), doc)
+    code, out, err = plan("-p", "1", str(sp), str(program), "nouid")
+    assert code == 0, err
+    anon = next(op for op in out["operators"] if op["name"] == "anonymous")
+    assert anon["matched_by"] == "generated id"
+    assert "warning:" in err and "uid" in err
+
+
+def test_plan_exit_codes_for_missing_savepoint_and_job(tmp_path: Path, program: Path) -> None:
+    assert run_cli("savepoint", "plan", str(tmp_path / "nothing"), str(program)).returncode == ExitCode.NOT_FOUND
+    res = run_cli("savepoint", "plan", "--json", str(tmp_path / "nothing"), str(program))
+    assert res.returncode == ExitCode.NOT_FOUND and json.loads(res.stdout)["error"]["exit_code"] == 4
+    assert run_cli("savepoint", "plan", str(tmp_path), str(tmp_path / "nope.py")).returncode == ExitCode.NOT_FOUND
+
+
+# --------------------------------------------------------------------------- dispose
+
+
+def test_dispose_deletes_only_referenced_files(tmp_path: Path, rng: random.Random) -> None:
+    sp = tmp_path / "sps" / "savepoint-3f2a9c-1111"
+    doc = write_snapshot(sp, rng, extra_operator=True)
+    (sp / "notes.txt").write_text("mine")
+    neighbour = tmp_path / "sps" / "savepoint-3f2a9c-2222"
+    write_snapshot(neighbour, rng)
+    before = sorted(p.relative_to(neighbour) for p in neighbour.rglob("*"))
+    res = run_cli("savepoint", "dispose", "--json", str(sp))
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["files_deleted"] == 3 and out["kind"] == "savepoint" and out["job_id"] == doc["job_id"]
+    assert sorted(p.name for p in sp.rglob("*")) == ["notes.txt"]  # state/ emptied and removed
+    assert sorted(p.relative_to(neighbour) for p in neighbour.rglob("*")) == before
+    # Disposing again: there is no savepoint any more.
+    assert run_cli("savepoint", "dispose", str(sp)).returncode == ExitCode.NOT_FOUND
+
+
+def test_dispose_removes_the_directory_when_empty(tmp_path: Path, rng: random.Random) -> None:
+    sp = tmp_path / "savepoint-3f2a9c-3333"
+    write_snapshot(sp, rng)
+    res = run_cli("savepoint", "dispose", str(sp / "_metadata"))
+    assert res.returncode == 0, res.stderr
+    assert not sp.exists() and tmp_path.exists()
+
+
+def test_dispose_refuses_a_checkpoint_unless_forced(tmp_path: Path, rng: random.Random) -> None:
+    chk = tmp_path / JOB_ID / "chk-4"
+    write_snapshot(chk, rng, kind="checkpoint", checkpoint_id=4)
+    res = run_cli("savepoint", "dispose", str(chk))
+    assert res.returncode == ExitCode.CONFLICT and "--force" in res.stderr
+    assert (chk / "_metadata").exists()
+    assert run_cli("savepoint", "dispose", "--force", str(chk)).returncode == 0
+    assert not chk.exists()
+
+
+# --------------------------------------------------------------------------- list and --from-latest
+
+
+def test_list_rows_and_restorability(tmp_path: Path, rng: random.Random) -> None:
+    root = tmp_path / "store"
+    write_snapshot(root / "savepoints" / "savepoint-3f2a9c-4444", rng, completed=5_000)
+    write_snapshot(root / JOB_ID / "chk-9", rng, kind="checkpoint", checkpoint_id=9, completed=6_000, parallelism=3)
+    broken = root / "savepoints" / "savepoint-3f2a9c-5555"
+    write_snapshot(broken, rng, completed=4_000)
+    (broken / "sums-0.keyed").unlink()
+    res = run_cli("savepoint", "list", "--json", str(root))
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)["snapshots"]
+    assert [(Path(r["path"]).name, r["kind"], r["restorable"]) for r in rows] == [
+        ("chk-9", "checkpoint", True),
+        ("savepoint-3f2a9c-4444", "savepoint", True),
+        ("savepoint-3f2a9c-5555", "savepoint", False),
+    ]
+    assert rows[0]["parallelism"]["sums"] == 3 and rows[0]["job_id"] == JOB_ID and rows[0]["total_size"] > 0
+    assert "missing" in rows[2]["problems"][0]
+    text = run_cli("savepoint", "list", str(root), env={"COLUMNS": "300"})
+    assert text.returncode == 0 and "Savepoints and checkpoints under" in text.stdout
+    assert "yes" in text.stdout and "no: " in text.stdout
+    assert run_cli("savepoint", "list", str(tmp_path / "absent")).returncode == ExitCode.NOT_FOUND
+
+
+def test_list_defaults_to_the_configured_savepoint_dir(tmp_path: Path, rng: random.Random, flinkpy_home: Path) -> None:
+    target = tmp_path / "configured"
+    write_snapshot(target / "savepoint-3f2a9c-6666", rng)
+    (flinkpy_home / "flinkpy.yaml").write_text(f"execution.checkpointing.savepoint-dir: {target}\n")
+    res = run_cli("savepoint", "list", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["dir"] == str(target) and len(doc["snapshots"]) == 1
+
+
+def test_newest_snapshot_is_chosen_by_completion_time(tmp_path: Path, rng: random.Random) -> None:
+    from flinkpy.client.restore_plan import newest_snapshot
+
+    write_snapshot(tmp_path / JOB_ID / "chk-12", rng, kind="checkpoint", checkpoint_id=12, completed=3_000)
+    write_snapshot(tmp_path / "savepoints" / "savepoint-3f2a9c-7777", rng, checkpoint_id=10, completed=9_000)
+    half = tmp_path / JOB_ID / "chk-13"
+    half.mkdir()
+    (half / "sums-0.keyed").write_bytes(b"partial")  # no _metadata: not complete
+    snap = newest_snapshot(str(tmp_path))
+    assert snap.path.endswith("savepoint-3f2a9c-7777") and snap.kind == "savepoint"
