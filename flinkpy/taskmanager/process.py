@@ -259,8 +259,8 @@ def main(argv: list[str] | None = None) -> None:
         jm_host, jm_port = info["rpc_host"], info["rpc_port"]
     tm = TaskManager(args.id, args.slots, home, jm_host, int(jm_port), secret, args.host, args.heartbeat_interval_ms / 1000.0)
 
-    def on_term(signum: int, frame: Any) -> None:
-        tm.shutdown()
+    def exit_when_tasks_are_gone() -> None:
+        """Give canceled tasks a moment to end (their supervisors report them), then exit."""
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             with tm.lock:
@@ -269,17 +269,15 @@ def main(argv: list[str] | None = None) -> None:
             time.sleep(0.02)
         os._exit(0)
 
+    def on_term(signum: int, frame: Any) -> None:
+        tm.shutdown()
+        exit_when_tasks_are_gone()
+
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     tm.register(os.environ.get("FLINKPY_LOG_FILE", ""), os.environ.get("FLINKPY_STDOUT_FILE", ""))
     tm.serve()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        with tm.lock:
-            if not tm.tasks:
-                break
-        time.sleep(0.02)
-    os._exit(0)
+    exit_when_tasks_are_gone()
 
 
 def _wait_for_jobmanager(home: Path, timeout_s: float = 30.0) -> dict[str, Any]:
