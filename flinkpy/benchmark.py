@@ -432,12 +432,61 @@ class _LatencySink:
             f.write(" ".join(f"{x:.6f}" for x in self.samples))
 
 
+def savepoint_timing(address: str, token: str, keys: int) -> dict[str, Any]:
+    """A savepoint of ``keys`` keys: its duration, and the time to restore a job from it."""
+    import tempfile as _tempfile
+
+    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.client.rest import RestClient
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    rest = RestClient(address, token)
+    target = _tempfile.mkdtemp(prefix="flinkpy-bench-sp-")
+
+    def submit(savepoint: str | None) -> str:
+        with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)], savepoint_path=savepoint)):
+            env = StreamExecutionEnvironment.get_execution_environment()
+            env.set_parallelism(1)
+            job_keyed_state(env, keys)
+            return env.execute_async(f"bench-savepoint-{keys}").get_job_id()
+
+    def running(jid: str) -> bool:
+        return all(v["status"] == "RUNNING" for v in rest.job(jid)["vertices"])
+
+    jid = submit(None)
+    deadline = time.monotonic() + 120
+    while not running(jid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    previous = -1
+    while time.monotonic() < deadline:  # until the state holds every key
+        cid = rest.request("POST", f"/jobs/{jid}/checkpoints")["checkpoint_id"]
+        while (d := rest.request("GET", f"/jobs/{jid}/checkpoints/details/{cid}"))["status"] == "IN_PROGRESS":
+            time.sleep(0.01)
+        if d.get("state_size") == previous:
+            break
+        previous = d.get("state_size")
+    started = time.perf_counter()
+    tid = rest.request("POST", f"/jobs/{jid}/savepoints", body={"target-directory": target})["request-id"]
+    while (st := rest.request("GET", f"/jobs/{jid}/savepoints/{tid}"))["status"]["id"] != "COMPLETED":
+        time.sleep(0.005)
+    savepoint_ms = (time.perf_counter() - started) * 1000
+    rest.cancel_job(jid)
+    location = st["operation"]["location"]
+    started = time.perf_counter()
+    jid2 = submit(location)
+    while not running(jid2) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    restore_ms = (time.perf_counter() - started) * 1000
+    rest.cancel_job(jid2)
+    return {"keys": keys, "state_bytes": previous, "savepoint_ms": round(savepoint_ms), "restore_ms": round(restore_ms)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flinkpy.benchmark", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency"], help="run one part only")
+    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency", "savepoint"], help="run one part only")
     args = ap.parse_args(argv)
 
     scale = 10 if args.quick else 1
@@ -508,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
             for timeout in (0, 100):
                 log(f"latency at half of peak, buffer timeout {timeout} ms ...")
                 results["latency"]["runs"].append(latency_run(address, token, peak / 2, total // 2, timeout))
+        if not args.only or args.only == "savepoint":
+            log("savepoint and restore of 1,000,000 keys ...")
+            results["savepoint"] = savepoint_timing(address, token, 1_000_000)
         if not args.only or args.only == "recovery":
             results["recovery"] = []
             for keys in (1_000, 100_000, 1_000_000):
@@ -548,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
         lat = results["latency"]
         for r in lat["runs"]:
             print(f"latency at {r['rate'] / 1e3:.0f} k rec/s (half of peak {lat['peak_rate'] / 1e3:.0f} k), buffer timeout {r['buffer_timeout_ms']} ms: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
+    if "savepoint" in results:
+        sp = results["savepoint"]
+        print(f"savepoint of {sp['keys']} keys ({sp['state_bytes']} bytes): {sp['savepoint_ms']} ms; submit-to-running restore from it: {sp['restore_ms']} ms")
     for rec in results.get("recovery", []):
         print(f"recovery with {rec['keys']:>9} keys ({rec['state_bytes']:>10} bytes): {rec['recovery_ms']} ms from SIGKILL to all tasks running, restored")
     print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
