@@ -15,6 +15,7 @@ import typer
 from commands import checkpoint, cluster, job, jobs, run
 from commands import savepoint, stop
 from commands import restart_strategy
+from commands import fault
 from commands._click import click
 from commands.errors import PROG, handle
 from commands.session import session, set_debug
@@ -70,6 +71,7 @@ app.add_typer(cluster.app, name="cluster")
 app.add_typer(checkpoint.app, name="checkpoint")
 app.add_typer(savepoint.app, name="savepoint")
 app.add_typer(restart_strategy.app, name="restart-strategy")
+app.add_typer(fault.app, name="fault")
 
 
 def command() -> click.Command:

@@ -119,7 +119,7 @@ class FakeChannel:
     def send_event(self, kind: int, payload: bytes = b"") -> None:
         self.events.append(kind)
 
-    def finish(self) -> None:
+    def finish(self, payload: bytes = b"") -> None:
         self.finished = True
 
     @property

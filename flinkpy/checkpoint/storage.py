@@ -32,6 +32,7 @@ b'abc'
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -51,6 +52,16 @@ from flinkpy.errors import NotFoundError, UsageError
 
 _CHK = re.compile(r"^chk-(\d+)$")
 _CHUNK = 1 << 20
+
+#: `flinkpy fault storage-outage`: every write of this process fails until this epoch time (s).
+#: Set per process (JobManager, TaskManager, task) by the fault's message; 0 means no outage.
+_outage_until = 0.0
+
+
+def set_outage(until_epoch_s: float) -> None:
+    """Fail this process's checkpoint storage writes with an OSError until ``until_epoch_s``."""
+    global _outage_until
+    _outage_until = float(until_epoch_s)
 
 
 def storage_options(url: str) -> dict[str, Any]:
@@ -196,6 +207,11 @@ class CheckpointStorage:
         return url
 
     def _put(self, url: str, data: bytes) -> None:
+        if _outage_until:
+            import time
+
+            if time.time() < _outage_until:  # an injected fault, as a real outage would fail
+                raise OSError(errno.EIO, f"checkpoint storage unavailable (injected storage outage for {_outage_until - time.time():.1f}s more)", url)
         fs, path = self._fs(url)
         if isinstance(fs, LocalFileSystem):
             # Write aside, fsync, rename into place: readers see no file or the whole file.

@@ -48,6 +48,8 @@ class JobRecord:
     python_path: list[str]
     config: dict[str, str]
     checkpointing: JobCheckpointing
+    #: the fault journal: what `flinkpy fault ...` injected into this job (flinkpy.faults)
+    faults: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -60,6 +62,8 @@ class Dispatcher:
         self.jobs: dict[str, JobRecord] = {}
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.started_ms = now_ms()
+        #: faults aimed at the cluster (TaskManagers, storage), also journaled in the jobs they hit
+        self.cluster_faults: list[dict[str, Any]] = []
 
     # -- TaskManagers ------------------------------------------------------------------------
 
@@ -287,6 +291,123 @@ class Dispatcher:
                 self.changed.wait(remaining)
             return rec.graph
 
+    # -- injected faults (`flinkpy fault ...`) -------------------------------------------------
+
+    def fault(self, job_id: str | None, kind: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Validate a fault's target, journal it, and have the TaskManager hosting it carry it out.
+
+        Job faults (``job_id`` given): kill-task, pause-task, raise, fail-checkpoint; params
+        vertex (id, name, operator name, uid or operator id), subtask, signal, seconds, after,
+        count. Cluster faults: kill-taskmanager, pause-taskmanager (param taskmanager),
+        storage-outage (seconds). Unknown targets raise NotFoundError; a job or subtask that is
+        not running raises ConflictError. Returns the journal entry.
+        """
+        from flinkpy import faults as f
+
+        with self.lock:
+            if job_id is not None:
+                return self._job_fault(job_id, kind, params)
+            if kind not in f.CLUSTER_FAULTS:
+                raise ConfigurationError(f"{kind!r} is not a cluster fault", remedy=f"use one of {', '.join(f.CLUSTER_FAULTS)}")
+            seconds = params.get("seconds")
+            if kind == "storage-outage":
+                until = time.time() + float(seconds or 0)
+                from flinkpy.checkpoint.storage import set_outage
+
+                set_outage(until)  # the JobManager's own writes (_metadata)
+                for tm in list(self.taskmanagers):
+                    self._send(tm, "fault", {"action": "storage-outage", "until": until})
+                target: dict[str, Any] = {"what": "checkpoint storage"}
+                hit = [j for j, r in self.jobs.items() if not r.graph.is_terminal()]
+            else:
+                tm_id = str(params.get("taskmanager") or "")
+                if not tm_id and params.get("pick") is not None and self.taskmanagers:
+                    tm_id = f.choose(list(self.taskmanagers), float(params["pick"]))
+                tm = self.taskmanagers.get(tm_id)
+                if tm is None:
+                    raise NotFoundError(f"TaskManager {tm_id or '(none)'} is not registered", remedy="see 'flinkpy cluster status' for the ids")
+                target = {"taskmanager-id": tm_id, "pid": tm.pid}
+                if kind == "kill-taskmanager":
+                    self._send(tm_id, "fault", {"action": "kill-self", "signal": "KILL"})
+                else:
+                    self._send(tm_id, "fault", {"action": "pause-self", "seconds": float(seconds or 0)})
+                hit = [j for j, r in self.jobs.items() if not r.graph.is_terminal() and any(e.tm_id == tm_id for e in r.graph.executions.values())]
+            entry = f.journal_entry(now_ms(), kind, target, "-", 0, seconds=seconds)
+            entry["jobs"] = hit
+            self.cluster_faults.append(entry)
+            for j in hit:
+                g = self.jobs[j].graph
+                self.jobs[j].faults.append(f.journal_entry(entry["time"], kind, target, g.state, g.restarts, seconds=seconds))
+            log.warning("fault %s injected into %s (jobs hit: %s)", kind, f.describe_target(target), hit or "none")
+            return entry
+
+    def _job_fault(self, job_id: str, kind: str, params: dict[str, Any]) -> dict[str, Any]:
+        from flinkpy import faults as f
+
+        if kind not in f.JOB_FAULTS:
+            raise ConfigurationError(f"{kind!r} is not a job fault", remedy=f"use one of {', '.join(f.JOB_FAULTS)}")
+        rec = self.job(job_id)
+        g = rec.graph
+        operator = None
+        # "pick" (a number in [0, 1) from the client's seeded random) chooses among the running
+        # subtasks when the client left vertex or subtask open: reproducible from the seed
+        pick = params.get("pick")
+
+        def running(vertex: int | None = None) -> list[tuple[int, int]]:
+            keys = sorted(k for k, e in g.executions.items() if e.state == "RUNNING" and vertex in (None, k[0]))
+            if not keys or g.is_terminal():
+                raise ConflictError(f"job {job_id} is {g.state} with no running task to inject {kind} into", remedy="inject faults into running jobs")
+            return keys
+
+        if params.get("vertex") is None and (kind == "fail-checkpoint" or pick is not None):
+            # fail-checkpoint: any one task declining fails the checkpoint
+            keys = running()
+            vid, sub = keys[0] if pick is None else f.choose(keys, float(pick))
+        else:
+            vid, operator = _resolve_vertex(g, job_id, params.get("vertex"))
+            parallelism = g.vertices[vid]["parallelism"]
+            if params.get("subtask") is None and pick is not None:
+                vid, sub = f.choose(running(vid), float(pick))
+            else:
+                sub = int(params.get("subtask") or 0)
+            if not 0 <= sub < parallelism:
+                raise NotFoundError(f"vertex {vid} ({g.vertices[vid]['name']}) of job {job_id} has no subtask {sub}", remedy=f"subtasks are 0..{parallelism - 1}")
+        ex = g.executions[(vid, sub)]
+        if g.is_terminal() or ex.state != "RUNNING":
+            raise ConflictError(
+                f"subtask {sub} of vertex {vid} ({g.vertices[vid]['name']}) of job {job_id} is {ex.state} (job {g.state})",
+                remedy="inject faults into running tasks; wait for the job to be RUNNING",
+            )
+        target = {"vertex": vid, "vertex-name": g.vertices[vid]["name"], "subtask": sub, "attempt": ex.attempt,
+                  "taskmanager-id": ex.tm_id, "pid": ex.pid, "operator": operator}
+        task = {"job_id": job_id, "exec_id": ex.exec_id}
+        if kind == "kill-task":
+            sig = str(params.get("signal") or "KILL").upper().removeprefix("SIG")
+            if sig not in f.SIGNALS:
+                raise ConfigurationError(f"signal {sig} is not supported", remedy="use KILL or TERM")
+            self._send(ex.tm_id, "fault", dict(task, action="kill-task", signal=sig))
+        elif kind == "pause-task":
+            self._send(ex.tm_id, "fault", dict(task, action="pause-task", seconds=float(params.get("seconds") or 0)))
+        elif kind == "raise":
+            self._send(ex.tm_id, "to_task", dict(task, op="fault_raise", body={"operator": operator, "after": int(params.get("after") or 0)}))
+        else:
+            self._send(ex.tm_id, "to_task", dict(task, op="fault_decline", body={"count": int(params.get("count") or 1)}))
+        keep = ("signal", "seconds", "after", "count")
+        entry = f.journal_entry(now_ms(), kind, target, g.state, g.restarts, **{k: params.get(k) for k in keep})
+        rec.faults.append(entry)
+        log.warning("job %s: fault %s injected into %s", job_id, kind, f.describe_target(target))
+        return entry
+
+    def fault_history(self, job_id: str | None) -> list[dict[str, Any]]:
+        """The journal; entries not read before get the job's state now as their state after."""
+        from flinkpy import faults as f
+
+        with self.lock:
+            if job_id is None:
+                return [dict(e) for e in self.cluster_faults]
+            rec = self.job(job_id)
+            return [dict(e) for e in f.settle(rec.faults, rec.graph.state, rec.graph.restarts)]
+
     # -- actions -----------------------------------------------------------------------------
 
     def _send(self, tm_id: str | None, op: str, body: Any) -> None:
@@ -422,3 +543,20 @@ def _parse_bytes(text: str) -> int:
         if t.endswith(suffix):
             return int(float(t[: -len(suffix)]) * mult)
     return int(t)
+
+
+def _resolve_vertex(g: ExecutionGraph, job_id: str, ref: Any) -> tuple[int, str | None]:
+    """(vertex id, operator name or None) for a vertex id or name, or an operator's name, uid
+    or operator id (which also names the operator a ``raise`` fault is aimed at)."""
+    text = "" if ref is None else str(ref)
+    for vid, v in g.vertices.items():
+        if text in (str(vid), v["name"]):
+            return vid, None
+    for vid, v in g.vertices.items():
+        names = v.get("operator_names") or []
+        for i, name in enumerate(names):
+            ids = ((v.get("uids") or [None] * len(names))[i], (v.get("operator_ids") or [None] * len(names))[i])
+            if text in (name, *[x for x in ids if x]):
+                return vid, name
+    known = ", ".join(f"{vid} ({v['name']})" for vid, v in g.vertices.items())
+    raise NotFoundError(f"job {job_id} has no vertex or operator {text or '(none)'}", remedy=f"its vertices: {known}")

@@ -15,6 +15,10 @@ Flink's REST API where Flink has one.
     GET   /jobs/<id>/exceptions           root exception and history
     GET   /jobs/<id>/execution-result     long poll (?timeout=seconds) until the job is terminal
     PATCH /jobs/<id>?mode=cancel          cancel
+    POST  /jobs/<id>/faults               inject a fault into a job's task ({"kind", ...}; flinkpy.faults)
+    GET   /jobs/<id>/faults               the job's fault journal
+    POST  /cluster/faults                 inject a fault into a TaskManager or the checkpoint storage
+    GET   /cluster/faults                 the cluster's fault journal
 """
 
 from __future__ import annotations
@@ -112,6 +116,10 @@ class RestServer:
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/savepoints/(?P<tid>[0-9a-f]{32})", self.savepoint_status),
             ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/stop", self.stop_job),
             ("PUT", r"/jobs/(?P<jid>[0-9a-f]{32})/restart-strategy", self.put_restart_strategy),
+            ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/faults", self.inject_fault),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/faults", self.fault_history),
+            ("POST", r"/cluster/faults", self.inject_fault),
+            ("GET", r"/cluster/faults", self.fault_history),
         ]
 
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
@@ -398,6 +406,14 @@ class RestServer:
         except (ValueError, KeyError, AttributeError) as e:
             raise InvalidProgramError(f"the body must be JSON {{\"config\": {{key: value}}}}: {e}") from e
         return self.dispatcher.set_restart_strategy(jid, config)
+
+    def inject_fault(self, body: bytes, jid: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
+        doc = self._json(body)
+        kind = str(doc.pop("kind", ""))
+        return 202, self.dispatcher.fault(jid, kind, doc)
+
+    def fault_history(self, jid: str | None = None, **_: Any) -> dict[str, Any]:
+        return {"jid": jid, "faults": self.dispatcher.fault_history(jid)}
 
     def patch_job(self, jid: str, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
         mode = query.get("mode", "cancel")

@@ -47,6 +47,8 @@ class TaskCheckpointer:
         self._thread = threading.Thread(target=self._upload_loop, name="checkpoint-uploader", daemon=True)
         self._thread.start()
         self.last_sync_ms = 0.0
+        #: `flinkpy fault fail-checkpoint`: this many next snapshots decline instead
+        self.decline_next = 0
         from flinkpy.task.fault_points import FaultPoints
 
         self.faults = FaultPoints(tdd)
@@ -62,6 +64,10 @@ class TaskCheckpointer:
     # -- the synchronous part (task thread) --------------------------------------------------
 
     def snapshot(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0, directory: str | None = None) -> None:
+        if self.decline_next > 0:
+            self.decline_next -= 1
+            self.decline(checkpoint_id, f"injected fault (flinkpy fault fail-checkpoint): {self.tdd['vertex_name']} ({self.subtask + 1}) declined checkpoint {checkpoint_id}")
+            return
         started = time.perf_counter()
         try:
             parts = self._take(checkpoint_id, timestamp, source_offsets)

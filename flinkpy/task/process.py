@@ -66,6 +66,10 @@ class Task:
         from flinkpy.task.fault_points import FaultPoints
 
         self.faults = FaultPoints(tdd)
+        if tdd.get("storage_outage_until"):  # deployed during an injected storage outage
+            from flinkpy.checkpoint.storage import set_outage
+
+            set_outage(tdd["storage_outage_until"])
         self.records_in = 0
         self.alignment_bytes = 0
         self.aligner: Any = None
@@ -167,6 +171,44 @@ class Task:
             self.checkpointer.notify_aborted(cid)
         elif op == "cancel":
             os._exit(4)
+        # faults injected through the cluster (`flinkpy fault ...`, see flinkpy.faults)
+        elif op == "fault_raise":
+            self._arm_raise(body.get("operator"), int(body.get("after", 0)))
+        elif op == "fault_decline":
+            self.checkpointer.decline_next += int(body.get("count", 1))
+        elif op == "fault_storage_outage":
+            from flinkpy.checkpoint.storage import set_outage
+
+            set_outage(body["until"])
+
+    def _arm_raise(self, operator: str | None, after: int) -> None:
+        """Make the ``after``-th next record of ``operator`` (default: the first operator after
+        the source, else the head) raise InjectedFault from inside the operator's process call,
+        i.e. where a user function's exception would come from. Wraps the operator once."""
+        from flinkpy.faults import InjectedFault
+
+        ops_ = self.chain.operators
+        if operator:
+            named = [o for o in ops_ if o.name == operator]
+            target = named[0] if named else ops_[0]
+        else:
+            target = ops_[1] if self.chain.source is not None and len(ops_) > 1 else ops_[0]
+        inner = target.process
+        left = [after]
+
+        def process(values: list, timestamps: list[int] | None) -> None:
+            if left[0] >= len(values):
+                left[0] -= len(values)
+                return inner(values, timestamps)
+            n = left[0]
+            if n:
+                inner(values[:n], timestamps[:n] if timestamps is not None else None)
+            target.process = inner  # one shot: a restarted attempt is a fresh process anyway
+            raise InjectedFault(f"injected fault (flinkpy fault raise) in operator {target.name} of {self.describe} at record {after} after arming")
+
+        target.process = process
+        if target is self.chain.head and hasattr(self, "_head"):
+            self._head = process  # the input loop calls the head through this cached method
 
     def _checkpoint(self, barrier: dict[str, Any], *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
         """Forward the barrier (after the records before it), then snapshot.
@@ -287,6 +329,7 @@ class Task:
             while True:
                 if control_pending():
                     self._handle_control()
+                    head = source_head.process  # a fault_raise may have wrapped the head
                     stop = False
                     while triggers:
                         trig = triggers.pop(0)

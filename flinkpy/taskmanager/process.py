@@ -64,6 +64,8 @@ class TaskManager:
         self.tasks: dict[tuple[str, str], TaskHandle] = {}
         self.lock = threading.Lock()
         self.stopping = False
+        #: an injected storage outage's end (epoch s): handed to tasks deployed before it ends
+        self.storage_outage_until = 0.0
 
     def register(self, log_path: str, stdout_path: str) -> None:
         self.jm.send(
@@ -99,6 +101,8 @@ class TaskManager:
                     self.cancel((body["job_id"], body["exec_id"]))
                 elif op == "to_task":
                     self._to_task((body["job_id"], body["exec_id"]), body["op"], body["body"])
+                elif op == "fault":
+                    self.fault(body)
                 elif op == "registered":
                     log.info("registered at the JobManager as %s with %d slots", self.tm_id, self.slots)
                     print(f"TaskManager {self.tm_id} registered", file=sys.stderr, flush=True)
@@ -136,6 +140,8 @@ class TaskManager:
         with self.lock:
             self.tasks[handle.key] = handle
         tdd = dict(tdd, secret=self.secret, host=self.host)
+        if self.storage_outage_until > time.time():
+            tdd["storage_outage_until"] = self.storage_outage_until
         ctrl.send("deploy", tdd)
         threading.Thread(target=self._supervise, args=(handle,), name=f"task-{exec_id}", daemon=True).start()
         log.info("deployed %s (pid %d)", exec_id, proc.pid)
@@ -203,6 +209,40 @@ class TaskManager:
             except OSError:
                 pass
 
+    # -- injected faults (`flinkpy fault ...`; the JobManager validated the target) ----------
+
+    def fault(self, body: dict[str, Any]) -> None:
+        action = body["action"]
+        log.warning("injecting fault %s: %s", action, {k: v for k, v in body.items() if k != "action"})
+        if action == "kill-self":
+            os.kill(os.getpid(), signal.Signals[f"SIG{body.get('signal', 'KILL')}"])
+        elif action == "pause-self":
+            _pause_by_helper(os.getpid(), float(body["seconds"]))
+        elif action == "storage-outage":
+            from flinkpy.checkpoint.storage import set_outage
+
+            self.storage_outage_until = float(body["until"])
+            set_outage(self.storage_outage_until)
+            with self.lock:
+                keys = list(self.tasks)
+            for key in keys:
+                self._to_task(key, "fault_storage_outage", {"until": self.storage_outage_until})
+        else:  # aimed at one task
+            with self.lock:
+                handle = self.tasks.get((body["job_id"], body["exec_id"]))
+            if handle is None or handle.proc.poll() is not None:
+                log.warning("fault %s: task %s of job %s is not running here", action, body["exec_id"], body["job_id"])
+                return
+            if action == "kill-task":
+                os.kill(handle.proc.pid, signal.Signals[f"SIG{body.get('signal', 'KILL')}"])
+            elif action == "pause-task":
+                pid = handle.proc.pid
+                os.kill(pid, signal.SIGSTOP)
+                # a timer of ours resumes it: we are not the process being stopped
+                timer = threading.Timer(float(body["seconds"]), _resume, args=(pid,))
+                timer.daemon = True
+                timer.start()
+
     def cancel(self, key: tuple[str, str]) -> None:
         with self.lock:
             handle = self.tasks.get(key)
@@ -218,6 +258,30 @@ class TaskManager:
         for h in handles:
             h.cancel_requested = True
             _terminate(h)
+
+
+def _resume(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # it was killed while stopped
+
+
+def _pause_by_helper(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid`` (ourselves) and SIGCONT it ``seconds`` later, from another process.
+
+    A stopped process cannot wake itself, and a timer thread of ours stops with us. So a tiny
+    shell in a new session sends both signals: it outlives our stop by construction, and it
+    exits by itself right after the SIGCONT. A thread of ours reaps it once we run again.
+    """
+    helper = subprocess.Popen(
+        ["sh", "-c", f"kill -STOP {pid}; sleep {seconds:.3f}; kill -CONT {pid}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    threading.Thread(target=helper.wait, name="pause-helper-reaper", daemon=True).start()
 
 
 def _terminate(handle: TaskHandle, grace_s: float = 3.0) -> None:

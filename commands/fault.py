@@ -1,0 +1,396 @@
+"""`flinkpy fault`: inject faults through the cluster, and read the fault journal.
+
+Every fault travels the way a real one would be noticed: the CLI asks the JobManager (REST
+``/jobs/<jid>/faults``, ``/cluster/faults``), which checks the target, journals the fault in the
+job's record and tells the TaskManager hosting the target to carry it out (a signal to a task
+process, a SIGSTOP/SIGCONT, an exception armed inside an operator, declined snapshots, failing
+storage writes). Only ``kill-jobmanager`` acts from here, through the cluster home's pid record:
+nothing else is left to ask. Random choices (which subtask, which TaskManager, chaos) come from
+``--seed``, printed when it was not given so that a run can be repeated.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from typing import Annotated, Any, Optional
+
+import typer
+
+from commands.context import rest_client
+from commands.options import JobManager, JsonFlag
+from commands.output import emit_json, info, status
+from commands.session import session
+from flinkpy.errors import ConflictError, NotFoundError, UsageError
+
+app = typer.Typer(
+    help="Inject faults (killed or paused tasks and TaskManagers, exceptions, failed checkpoints, storage outages) through the cluster.",
+    no_args_is_help=True,
+)
+
+JobId = Annotated[str, typer.Argument(metavar="JOB_ID", help="ID of the job (see 'flinkpy list').", show_default=False)]
+Vertex = Annotated[Optional[str], typer.Option("--vertex", metavar="NAME|UID|ID", help="Vertex id or name, or an operator's name, uid or id; default: chosen at random.")]
+Subtask = Annotated[Optional[int], typer.Option("--subtask", metavar="I", help="Subtask index (0-based); default: a running one chosen at random.")]
+Seed = Annotated[Optional[int], typer.Option("--seed", metavar="S", help="Seed of the random choices; default: a new one, printed on stderr.")]
+TmId = Annotated[Optional[str], typer.Argument(metavar="[TM_ID]", help="TaskManager id (see 'flinkpy cluster status'); default: one at random.", show_default=False)]
+For = Annotated[str, typer.Option("--for", metavar="DURATION", help="How long, e.g. 30s, 500ms, 1m.")]
+
+
+def _seconds(text: str, flag: str) -> float:
+    from flinkpy.config import parse_duration_ms
+
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError:
+        raise UsageError(f"invalid duration {text!r} for {flag}", remedy="use e.g. 30s, 500ms or 1m") from None
+    if ms <= 0:
+        raise UsageError(f"{flag} must be positive", remedy="use e.g. 30s")
+    return ms / 1000.0
+
+
+def _rng(seed: int | None) -> tuple[int, random.Random]:
+    if seed is None:
+        seed = random.randrange(2**31)
+        status(f"seed {seed} (repeat the same choices with --seed {seed})")
+    return seed, random.Random(seed)
+
+
+def _inject(jobmanager: str | None, job_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    path = f"/jobs/{job_id}/faults" if job_id else "/cluster/faults"
+    return rest_client(jobmanager).request("POST", path, body={k: v for k, v in body.items() if v is not None})
+
+
+def _report(entry: dict[str, Any], verb: str, extra: dict[str, Any] | None = None) -> None:
+    from flinkpy.faults import describe_target
+
+    if session.json:
+        emit_json(dict(entry, **(extra or {})))
+        return
+    info(f"{verb} {describe_target(entry['target'])}")
+
+
+def _job_fault(jobmanager: str | None, job_id: str, kind: str, vertex: str | None, subtask: int | None, seed: int | None, **params: Any) -> tuple[dict[str, Any], int | None]:
+    pick = used_seed = None
+    if vertex is None or subtask is None:
+        used_seed, rng = _rng(seed)
+        pick = rng.random()
+    entry = _inject(jobmanager, job_id, {"kind": kind, "vertex": vertex, "subtask": subtask, "pick": pick, **params})
+    return entry, used_seed
+
+
+@app.command("kill-task")
+def kill_task(job_id: JobId, vertex: Vertex = None, subtask: Subtask = None,
+              signal_: Annotated[str, typer.Option("--signal", metavar="KILL|TERM", help="The signal the task process gets.")] = "KILL",
+              seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Kill one task process of a job with a signal, through its TaskManager.
+
+    The TaskManager reports the task FAILED ("killed by signal ..."), and the job's restart
+    strategy decides what happens next. Without --vertex/--subtask a running subtask is chosen
+    at random (from --seed).
+
+    Exit status: 0 when the fault was sent; 4 for an unknown job, vertex or subtask; 9 when the
+    subtask is not running.
+
+    Examples:
+
+    \b
+        flinkpy fault kill-task JOB_ID
+        flinkpy fault kill-task JOB_ID --vertex sums --subtask 1 --signal TERM
+    """
+    sig = signal_.upper().removeprefix("SIG")
+    if sig not in ("KILL", "TERM"):
+        raise UsageError(f"unsupported signal {signal_!r}", remedy="use KILL or TERM")
+    entry, used = _job_fault(jobmanager, job_id, "kill-task", vertex, subtask, seed, signal=sig)
+    _report(entry, f"sent SIG{sig} to", {"seed": used})
+
+
+@app.command("pause-task")
+def pause_task(job_id: JobId, for_: For = "30s", vertex: Vertex = None, subtask: Subtask = None, seed: Seed = None,
+               jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Freeze one task process (SIGSTOP) and resume it (SIGCONT) after --for.
+
+    Its TaskManager sends both signals. A frozen task stops consuming: backpressure builds up
+    behind it and checkpoints wait for it.
+
+    Exit status: 0 when the fault was sent; 4 for an unknown target; 9 when it is not running.
+
+    Examples:
+
+    \b
+        flinkpy fault pause-task JOB_ID --vertex sums --subtask 0 --for 5s
+    """
+    seconds = _seconds(for_, "--for")
+    entry, used = _job_fault(jobmanager, job_id, "pause-task", vertex, subtask, seed, seconds=seconds)
+    _report(entry, f"paused for {seconds:g}s", {"seed": used})
+
+
+@app.command("raise")
+def raise_(job_id: JobId,
+           vertex: Annotated[str, typer.Option("--vertex", metavar="NAME|UID|ID", help="Vertex id or name, or the name, uid or id of the operator that raises.")],
+           subtask: Subtask = None,
+           after: Annotated[int, typer.Option("--after", metavar="N", min=0, help="Records the operator processes first.")] = 0,
+           seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Make an operator raise an exception at its N-th next record, as a bug in user code would.
+
+    The exception (flinkpy.faults.InjectedFault) comes from inside the operator's processing
+    call, so it is reported, restarted and recorded in the exception history like any user
+    function's exception. Naming a vertex aims at its first operator after the source (or its
+    head); naming an operator aims at that operator.
+
+    Exit status: 0 when the fault was armed; 4 for an unknown target; 9 when it is not running.
+
+    Examples:
+
+    \b
+        flinkpy fault raise JOB_ID --vertex sums --after 1000
+    """
+    entry, used = _job_fault(jobmanager, job_id, "raise", vertex, subtask, seed, after=after)
+    _report(entry, f"armed an exception after {after} record(s) in", {"seed": used})
+
+
+@app.command("fail-checkpoint")
+def fail_checkpoint(job_id: JobId, count: Annotated[int, typer.Option("--count", metavar="K", min=1, help="How many next checkpoints fail.")] = 1,
+                    jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Make the job's next K checkpoints fail: one of its tasks declines them.
+
+    Whether failed checkpoints fail the job follows
+    execution.checkpointing.tolerable-failed-checkpoints.
+
+    Exit status: 0 when the fault was armed; 4 for an unknown job; 9 when no task is running.
+
+    Examples:
+
+    \b
+        flinkpy fault fail-checkpoint JOB_ID --count 2
+    """
+    entry = _inject(jobmanager, job_id, {"kind": "fail-checkpoint", "count": count})
+    _report(entry, f"the next {count} checkpoint(s) will be declined by")
+
+
+@app.command("kill-taskmanager")
+def kill_taskmanager(tm_id: TmId = None, seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Kill a TaskManager (SIGKILL, sent by itself on the JobManager's request), tasks and all.
+
+    Exit status: 0 when the fault was sent; 4 for an unknown TaskManager.
+
+    Examples:
+
+    \b
+        flinkpy fault kill-taskmanager
+        flinkpy fault kill-taskmanager tm-1
+    """
+    used = None
+    pick = None
+    if tm_id is None:
+        used, rng = _rng(seed)
+        pick = rng.random()
+    entry = _inject(jobmanager, None, {"kind": "kill-taskmanager", "taskmanager": tm_id, "pick": pick})
+    _report(entry, "killed", {"seed": used})
+
+
+@app.command("pause-taskmanager")
+def pause_taskmanager(tm_id: TmId = None, for_: For = "30s", seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Freeze a TaskManager process (SIGSTOP) and resume it (SIGCONT) after --for.
+
+    The TaskManager starts a small helper process that stops it and, after the duration,
+    continues it (a stopped process cannot wake itself). Its tasks keep running, but nothing
+    they report reaches the JobManager meanwhile; past heartbeat.timeout it is declared lost.
+
+    Exit status: 0 when the fault was sent; 4 for an unknown TaskManager.
+
+    Examples:
+
+    \b
+        flinkpy fault pause-taskmanager tm-1 --for 10s
+    """
+    seconds = _seconds(for_, "--for")
+    used = pick = None
+    if tm_id is None:
+        used, rng = _rng(seed)
+        pick = rng.random()
+    entry = _inject(jobmanager, None, {"kind": "pause-taskmanager", "taskmanager": tm_id, "pick": pick, "seconds": seconds})
+    _report(entry, f"paused for {seconds:g}s", {"seed": used})
+
+
+@app.command("storage-outage")
+def storage_outage(for_: For = "20s", jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Make every checkpoint storage write (tasks' uploads, the JobManager's _metadata) fail for a while.
+
+    Writes fail with an OSError until the outage ends; the checkpoints taken meanwhile fail.
+
+    Exit status: 0 when the fault was sent.
+
+    Examples:
+
+    \b
+        flinkpy fault storage-outage --for 20s
+    """
+    seconds = _seconds(for_, "--for")
+    entry = _inject(jobmanager, None, {"kind": "storage-outage", "seconds": seconds})
+    _report(entry, f"for {seconds:g}s: write failures in")
+
+
+@app.command("kill-jobmanager")
+def kill_jobmanager(yes: Annotated[bool, typer.Option("--yes", help="Kill it even though its jobs are lost (no high availability).")] = False,
+                    json_: JsonFlag = False) -> None:
+    """Kill the JobManager of the cluster in $FLINKPY_HOME (SIGKILL).
+
+    flinkpy has no JobManager high availability: its jobs are lost with it, and its
+    TaskManagers stop their tasks and exit. Without --yes this says so and refuses.
+
+    Exit status: 0 when killed; 3 when no cluster runs; 9 without --yes.
+
+    Examples:
+
+    \b
+        flinkpy fault kill-jobmanager --yes
+    """
+    from commands.context import cluster_home
+    from flinkpy.cluster import find_cluster
+    from flinkpy.errors import ClusterUnreachableError
+
+    cluster = find_cluster(cluster_home())
+    if cluster is None:
+        raise ClusterUnreachableError("no cluster is running in this home", remedy="start one with 'flinkpy cluster start'")
+    if not yes:
+        raise ConflictError(
+            f"killing the JobManager (pid {cluster.jobmanager_pid}) loses every job of the cluster: flinkpy has no high availability",
+            remedy="pass --yes to kill it anyway",
+        )
+    os.kill(cluster.jobmanager_pid, signal.SIGKILL)
+    if session.json:
+        emit_json({"kind": "kill-jobmanager", "target": {"what": "JobManager", "pid": cluster.jobmanager_pid}})
+    else:
+        info(f"killed the JobManager (pid {cluster.jobmanager_pid}); its jobs are lost")
+
+
+@app.command("history")
+def history(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Show the faults injected into a job: when, what, which target, job state before and after.
+
+    The state after is the job's state when the journal was first read after the fault.
+
+    Exit status: 0 on success; 4 for an unknown job.
+
+    Examples:
+
+    \b
+        flinkpy fault history JOB_ID
+    """
+    from commands.output import fmt_time
+    from flinkpy.faults import describe_target
+
+    doc = rest_client(jobmanager).request("GET", f"/jobs/{job_id}/faults")
+    if session.json:
+        emit_json(doc)
+        return
+    if not doc["faults"]:
+        info(f"no faults were injected into job {job_id}")
+    for e in doc["faults"]:
+        info(f"{fmt_time(e['time'])}  {e['kind']:<17} {describe_target(e['target'])}  {e['state-before']} -> {e['state-after']} "
+             f"(restarts {e['restarts-before']} -> {e['restarts-after']})")
+
+
+@app.command("chaos")
+def chaos(job_id: JobId,
+          duration: Annotated[str, typer.Option("--duration", metavar="DURATION", help="How long to inject faults.")] = "1m",
+          every: Annotated[str, typer.Option("--every", metavar="DURATION", help="One fault per interval, at a random moment in it.")] = "5s",
+          faults: Annotated[Optional[str], typer.Option("--faults", metavar="KIND,...", help="Kinds to choose from: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task, pause-taskmanager.")] = None,
+          seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Inject random faults at random moments into a job, reproducibly from --seed.
+
+    The schedule (moments, kinds, targets among the live ones) depends on the seed only; each
+    fault is journaled (see 'flinkpy fault history'). A fault whose target is not running at
+    its moment (the job is restarting) is skipped. kill-taskmanager is skipped while only one
+    TaskManager is left. Stops at the end or on Ctrl-C, and prints a summary: faults injected
+    and skipped, restarts observed, the job's state.
+
+    Exit status: 0 at the end; 4 for an unknown job; 130 on Ctrl-C (after the summary).
+
+    Examples:
+
+    \b
+        flinkpy fault chaos JOB_ID --duration 1m --every 5s --seed 42
+        flinkpy fault chaos JOB_ID --faults kill-task,raise --duration 30s --every 3s
+    """
+    from flinkpy.faults import describe_target
+    from flinkpy.faults.chaos import DEFAULT_KINDS, plan
+
+    kinds = [k.strip() for k in faults.split(",") if k.strip()] if faults else list(DEFAULT_KINDS)
+    used, _ = _rng(seed)
+    try:
+        schedule = plan(used, _seconds(duration, "--duration"), _seconds(every, "--every"), kinds)
+    except ValueError as e:
+        raise UsageError(str(e), remedy="see 'flinkpy fault chaos --help'") from None
+    client = rest_client(jobmanager)
+    job = client.job(job_id)
+    restarts_before = job["restarts"]
+    injected: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    started = time.monotonic()
+    interrupted = False
+    try:
+        for planned in schedule:
+            _sleep_until(started + planned.at_s)
+            state = client.job(job_id)["state"]
+            if state in ("FINISHED", "FAILED", "CANCELED"):
+                status(f"job {job_id} is {state}: chaos ends")
+                break
+            try:
+                entry = _chaos_fault(client, job_id, planned)
+            except (ConflictError, NotFoundError) as e:
+                skipped.append({"at_s": planned.at_s, "kind": planned.kind, "reason": e.message})
+                status(f"+{planned.at_s:6.2f}s {planned.kind}: skipped ({e.message})")
+                continue
+            injected.append({"at_s": planned.at_s, **entry})
+            status(f"+{planned.at_s:6.2f}s {planned.kind}: {describe_target(entry['target'])}")
+        else:
+            _sleep_until(started + _seconds(duration, "--duration"))
+    except KeyboardInterrupt:
+        interrupted = True
+        status("interrupted: chaos stops")
+    job = client.job(job_id)
+    summary = {
+        "jid": job_id,
+        "seed": used,
+        "planned": len(schedule),
+        "injected": injected,
+        "skipped": skipped,
+        "restarts-observed": job["restarts"] - restarts_before,
+        "state": job["state"],
+        "interrupted": interrupted,
+    }
+    if session.json:
+        emit_json(summary)
+    else:
+        info(f"chaos on job {job_id} (seed {used}): {len(injected)} fault(s) injected, {len(skipped)} skipped, "
+             f"{summary['restarts-observed']} restart(s) observed; job {job['state']}")
+    if interrupted:
+        raise typer.Exit(130)
+
+
+def _sleep_until(deadline: float) -> None:
+    # a CLI waiting for a wall-clock moment; not synchronisation
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.2))
+
+
+def _chaos_fault(client: Any, job_id: str, planned: Any) -> dict[str, Any]:
+    kind = planned.kind
+    if kind in ("kill-taskmanager", "pause-taskmanager"):
+        if kind == "kill-taskmanager" and len(client.taskmanagers()) < 2:
+            raise ConflictError("only one TaskManager is left", remedy="start more TaskManagers")
+        body: dict[str, Any] = {"kind": kind, "pick": planned.pick}
+        if kind == "pause-taskmanager":
+            body["seconds"] = planned.pause_s
+        return client.request("POST", "/cluster/faults", body=body)
+    body = {"kind": kind, "pick": planned.pick}
+    if kind == "raise":
+        body["after"] = planned.count
+    elif kind == "fail-checkpoint":
+        body = {"kind": kind, "count": planned.count}
+    elif kind == "pause-task":
+        body["seconds"] = planned.pause_s
+    return client.request("POST", f"/jobs/{job_id}/faults", body=body)
