@@ -221,3 +221,49 @@ def test_rescale_is_local_and_balanced() -> None:
             assert max(fan_out) == 1 and max(fan_in) - min(fan_in) <= 1, (up, down)
         else:
             assert max(fan_in) == 1 and max(fan_out) - min(fan_out) <= 1, (up, down)
+
+
+def _with_strategy(strategy, failover: str = "region") -> ExecutionGraph:
+    g = ExecutionGraph(JOB, meta(), now_ms=1000, strategy=strategy, failover=failover)
+    g.schedule({0: "tm-1", 1: "tm-2"}, now_ms=1001)
+    for ex in list(g.executions.values()):
+        g.on_listening(ex.exec_id, "127.0.0.1", 5000, now_ms=1002)
+        g.on_task_state(ex.exec_id, "RUNNING", None, now_ms=1003)
+    return g
+
+
+def test_a_restartable_failure_restarts_the_region_after_the_backoff() -> None:
+    from flinkpy.jobmanager.execution_graph import Failover, Restart
+    from flinkpy.jobmanager.restart_strategies import FixedDelay
+
+    g = _with_strategy(FixedDelay(attempts=1, delay_ms=100))
+    failed = exec_id(g, 1, 0)
+    actions = g.on_task_state(failed, "FAILED", {"exception": "ValueError", "message": "boom"}, now_ms=2000)
+    assert isinstance(actions[0], Failover) and len(actions[0].keys) == 4  # one region: source -> sink
+    assert {a.execution.exec_id for a in actions if isinstance(a, Cancel)} == {ex.exec_id for ex in g.executions.values()} - {failed}
+    assert g.state == "RESTARTING" and g.exceptions[-1]["restarted"] is True
+    for ex in g.executions.values():
+        g.on_task_state(ex.exec_id, "CANCELED", None, now_ms=2010)
+    assert g.state == "RESTARTING", "a pending restart keeps the job from terminating"
+    assert g.due_restarts(2050) == []  # the backoff has not passed
+    (restart,) = g.due_restarts(2100)
+    assert isinstance(restart, Restart)
+    deploys = g.restart(restart.keys, {}, now_ms=2101)
+    assert len(deploys) == 4 and all(d.execution.attempt == 1 for d in deploys)
+    assert g.state == "RUNNING" and g.restarts == 1
+    # the second failure exceeds the strategy: the job fails
+    ex = next(iter(g.executions.values()))
+    g.on_task_state(ex.exec_id, "FAILED", {"exception": "ValueError", "message": "again"}, now_ms=3000)
+    assert g.state == "FAILING"
+
+
+def test_a_global_failure_restarts_every_task_when_the_strategy_allows() -> None:
+    from flinkpy.jobmanager.execution_graph import Failover
+    from flinkpy.jobmanager.restart_strategies import FixedDelay, NoRestart
+
+    g = _with_strategy(FixedDelay(attempts=3, delay_ms=0))
+    actions = g.fail_global("flinkpy.CheckpointException", "too many failed checkpoints", now_ms=2000)
+    assert isinstance(actions[0], Failover) and g.state == "RESTARTING"
+    g2 = _with_strategy(NoRestart())
+    g2.fail_global("flinkpy.CheckpointException", "too many failed checkpoints", now_ms=2000)
+    assert g2.state == "FAILING" and g2.root_exception["message"] == "too many failed checkpoints"

@@ -277,13 +277,17 @@ class ExecutionGraph:
             self._transition("FAILING", now_ms)
             self.events.append({"timestamp": now_ms, "type": "failed", "reason": "the restart strategy gave up" if strategy is not None else "no restart strategy"})
             return self._cancel_others()
-        entry["restarted"] = True
-        self.root_exception = entry
         if self.failover == "full":
             regions = list(range(len(self.regions)))
         else:
             regions = [self.region_of[(ex.vertex_id, ex.subtask)]]
-        backoff = strategy.backoff_ms()
+        return self._restart_regions(regions, entry, self.failover, now_ms)
+
+    def _restart_regions(self, regions: list[int], entry: dict[str, Any], failover: str, now_ms: int) -> list[Action]:
+        """Cancel the regions' tasks; they are redeployed, restored, after the strategy's backoff."""
+        entry["restarted"] = True
+        self.root_exception = entry
+        backoff = self.strategy.backoff_ms()
         keys: set[tuple[int, int]] = set()
         actions: list[Action] = []
         for r in regions:
@@ -300,7 +304,7 @@ class ExecutionGraph:
             {
                 "timestamp": now_ms,
                 "type": "restarting",
-                "failover": self.failover,
+                "failover": failover,
                 "tasks": len(keys),
                 "backoff_ms": backoff,
                 "cause": f"{entry['exceptionName']}: {entry['message']}",
@@ -409,6 +413,13 @@ class ExecutionGraph:
             "taskManagerId": None,
         }
         self.exceptions.append(entry)
+        entry["restarted"] = False
+        strategy = self.strategy
+        if strategy is not None and self.state == "RUNNING" and not self.pending_restarts:
+            # a global failure restarts every task, if the restart strategy allows (as Flink)
+            strategy.notify_failure(now_ms)
+            if strategy.can_restart():
+                return self._restart_regions(list(range(len(self.regions))), entry, "full", now_ms)
         self.root_exception = entry
         self.pending_restarts.clear()
         self._transition("FAILING", now_ms)
