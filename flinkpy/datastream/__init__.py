@@ -3,6 +3,12 @@
 from flinkpy.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
 from flinkpy.datastream.functions import (
     AggregateFunction,
+    AllWindowFunction,
+    CheckpointedFunction,
+    CheckpointListener,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowFunction,
     CoFlatMapFunction,
     CoMapFunction,
     FilterFunction,
@@ -20,9 +26,18 @@ from flinkpy.datastream.functions import (
 )
 from flinkpy.datastream.output_tag import OutputTag
 from flinkpy.datastream.stream_execution_environment import RuntimeExecutionMode, StreamExecutionEnvironment
+from flinkpy.datastream.window_stream import AllWindowedStream, WindowedStream
 
 __all__ = [
     "AggregateFunction",
+    "AllWindowFunction",
+    "CheckpointedFunction",
+    "CheckpointListener",
+    "ProcessAllWindowFunction",
+    "ProcessWindowFunction",
+    "WindowFunction",
+    "WindowedStream",
+    "AllWindowedStream",
     "CheckpointingMode",
     "CloseableIterator",
     "CoFlatMapFunction",

@@ -455,3 +455,12 @@ class CheckpointListener(abc.ABC):  # noqa: B024
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         pass
+
+
+# PyFlink keeps the window functions in this module too
+from flinkpy.datastream.window import (  # noqa: E402  (after the classes window.py builds on)
+    AllWindowFunction,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowFunction,
+)
