@@ -4,7 +4,7 @@ Every fault travels the way a real one would be noticed: the CLI asks the JobMan
 ``/jobs/<jid>/faults``, ``/cluster/faults``), which checks the target, journals the fault in the
 job's record and tells the TaskManager hosting the target to carry it out (a signal to a task
 process, a SIGSTOP/SIGCONT, an exception armed inside an operator, declined snapshots, failing
-storage writes). Only ``kill-jobmanager`` acts from here, through the cluster home's pid record:
+storage writes, delayed or dropped data channels). Only ``kill-jobmanager`` acts from here, through the cluster home's pid record:
 nothing else is left to ask. Random choices (which subtask, which TaskManager, chaos) come from
 ``--seed``, printed when it was not given so that a run can be repeated.
 """
@@ -26,7 +26,7 @@ from commands.session import session
 from flinkpy.errors import ConflictError, NotFoundError, UsageError
 
 app = typer.Typer(
-    help="Inject faults (killed or paused tasks and TaskManagers, exceptions, failed checkpoints, storage outages) through the cluster.",
+    help="Inject faults (killed or paused tasks and TaskManagers, exceptions, failed checkpoints, storage outages, slow or broken data channels) through the cluster.",
     no_args_is_help=True,
 )
 
@@ -167,6 +167,38 @@ def fail_checkpoint(job_id: JobId, count: Annotated[int, typer.Option("--count",
     """
     entry = _inject(jobmanager, job_id, {"kind": "fail-checkpoint", "count": count})
     _report(entry, f"the next {count} checkpoint(s) will be declined by")
+
+
+@app.command("network")
+def network(job_id: JobId,
+            delay: Annotated[Optional[str], typer.Option("--delay", metavar="DURATION", help="Hold each data buffer this long before sending it, e.g. 200ms.")] = None,
+            drop_connection: Annotated[bool, typer.Option("--drop-connection", help="Shut the task's output channels down abruptly.")] = False,
+            for_: For = "10s", vertex: Vertex = None, subtask: Subtask = None, seed: Seed = None,
+            jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Slow down or break the data channels that one task sends on.
+
+    --delay makes the task wait DURATION before sending each data buffer, for --for: a slow
+    link that backpressure and checkpoints have to live with (barriers and other control
+    frames are not delayed). --drop-connection shuts the task's output connections down at
+    once, as a lost link would: its consumers fail with a broken channel, and the job's restart
+    strategy takes over. Only tasks with outputs qualify; without --vertex/--subtask one is
+    chosen at random (from --seed). Give exactly one of --delay and --drop-connection.
+
+    Exit status: 0 when the fault was sent; 2 without exactly one of --delay/--drop-connection;
+    4 for an unknown target; 9 when it is not running or has no outputs.
+
+    Examples:
+
+    \b
+        flinkpy fault network JOB_ID --delay 200ms --for 10s
+        flinkpy fault network JOB_ID --drop-connection --vertex sequences --subtask 0
+    """
+    if (delay is None) == (not drop_connection):
+        raise UsageError("give exactly one of --delay and --drop-connection", remedy="e.g. --delay 200ms, or --drop-connection")
+    params: dict[str, Any] = {"drop": True} if drop_connection else {"delay_ms": _seconds(str(delay), "--delay") * 1000, "seconds": _seconds(for_, "--for")}
+    entry, used = _job_fault(jobmanager, job_id, "network", vertex, subtask, seed, **params)
+    verb = "dropped the output connections of" if drop_connection else f"delayed each buffer by {delay} for {for_} on the outputs of"
+    _report(entry, verb, {"seed": used})
 
 
 @app.command("kill-taskmanager")

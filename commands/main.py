@@ -16,6 +16,7 @@ from commands import checkpoint, cluster, job, jobs, run
 from commands import savepoint, stop
 from commands import restart_strategy
 from commands import fault
+from commands import verify
 from commands._click import click
 from commands.errors import PROG, handle
 from commands.session import session, set_debug
@@ -72,6 +73,7 @@ app.add_typer(checkpoint.app, name="checkpoint")
 app.add_typer(savepoint.app, name="savepoint")
 app.add_typer(restart_strategy.app, name="restart-strategy")
 app.add_typer(fault.app, name="fault")
+app.add_typer(verify.app)
 
 
 def command() -> click.Command:

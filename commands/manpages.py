@@ -37,6 +37,7 @@ EXIT_DESCRIPTIONS: dict[str, str] = {
     "JOB_CANCELED": "The job was cancelled while the command waited for it.",
     "AUTHENTICATION": "The request lacked the cluster's token, or it was wrong.",
     "SAVEPOINT_FAILED": "A savepoint was accepted but did not complete (its cause is on stderr).",
+    "VERIFY_FAILED": "flinkpy verify found records lost or duplicated in a job's output.",
     "INTERRUPTED": "Interrupted (Ctrl-C).",
 }
 

@@ -27,6 +27,7 @@ class ExitCode:
     JOB_CANCELED = 10  # the job reached CANCELED while we waited for it
     AUTHENTICATION = 11  # the request lacked the cluster's token, or it was wrong
     SAVEPOINT_FAILED = 12  # a savepoint was triggered but did not complete
+    VERIFY_FAILED = 13  # `flinkpy verify` found records lost or duplicated
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
+import os
 import random
 import re
 import subprocess
@@ -63,7 +65,8 @@ def expected_running_counts(words: list[str]) -> Counter:
 
 
 def test_every_example_has_a_test():
-    tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py", "windowed_word_count.py", "sensor_alerts.py"}
+    tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py", "windowed_word_count.py", "sensor_alerts.py",
+              "verification_job.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -233,3 +236,27 @@ def test_sensor_alerts_is_the_same_at_any_parallelism(flinkpy_home):
     got_sessions = [r for r in records if r[0] == "SESSION"]
     assert sorted(got_sessions) == sorted(sessions)
     assert any(r[0] == "ALERT" for r in records)
+
+
+@pytest.mark.timeout(60)
+def test_verification_job_output_verifies(flinkpy_home, tmp_path, cli):
+    out = tmp_path / "out"
+    res = run_example("verification_job.py", "--keys", "3", "--per-key", "400", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(line) for p in out.glob("part-*.jsonl") for line in p.read_text().splitlines()]
+    assert sorted(map(tuple, lines)) == [(k, s, s) for k in range(3) for s in range(1, 401)]
+    ok = cli("verify", str(out), "--keys", "3", "--per-key", "400")
+    assert ok.returncode == 0, ok.stderr
+    assert cli("verify", str(out), "--keys", "3", "--per-key", "401").returncode == 13  # seq 401 never came
+
+
+@pytest.mark.timeout(180)
+def test_chaos_drill_runbook_runs_and_verifies(tmp_path):
+    env = dict(os.environ, CHAOS_DURATION="4s", CHAOS_EVERY="1s", CHAOS_SEED="11", DRILL_PER_KEY="3000",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", TMPDIR=str(tmp_path))
+    res = subprocess.run(["bash", str(EXAMPLES / "chaos_drill.sh")], capture_output=True, text=True, timeout=170, cwd=str(ROOT), env=env,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for step in ("1. start a cluster", "3. chaos for 4s", "4. stop with a savepoint", "5. verify the output"):
+        assert step in res.stderr
+    assert "lost 0, duplicated 0" in res.stdout

@@ -17,7 +17,8 @@ from typing import Any, Sequence, TypeVar
 T = TypeVar("T")
 
 #: faults aimed at one job's tasks (POST /jobs/<jid>/faults)
-JOB_FAULTS = ("kill-task", "pause-task", "raise", "fail-checkpoint")
+#: "network" slows (params delay_ms, seconds) or breaks (drop) one task's output channels
+JOB_FAULTS = ("kill-task", "pause-task", "raise", "fail-checkpoint", "network")
 #: faults aimed at the cluster (POST /cluster/faults)
 CLUSTER_FAULTS = ("kill-taskmanager", "pause-taskmanager", "storage-outage")
 SIGNALS = ("KILL", "TERM")

@@ -296,9 +296,9 @@ class Dispatcher:
     def fault(self, job_id: str | None, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         """Validate a fault's target, journal it, and have the TaskManager hosting it carry it out.
 
-        Job faults (``job_id`` given): kill-task, pause-task, raise, fail-checkpoint; params
-        vertex (id, name, operator name, uid or operator id), subtask, signal, seconds, after,
-        count. Cluster faults: kill-taskmanager, pause-taskmanager (param taskmanager),
+        Job faults (``job_id`` given): kill-task, pause-task, raise, fail-checkpoint, network;
+        params vertex (id, name, operator name, uid or operator id), subtask, signal, seconds,
+        after, count, delay_ms, drop. Cluster faults: kill-taskmanager, pause-taskmanager (param taskmanager),
         storage-outage (seconds). Unknown targets raise NotFoundError; a job or subtask that is
         not running raises ConflictError. Returns the journal entry.
         """
@@ -354,7 +354,9 @@ class Dispatcher:
         pick = params.get("pick")
 
         def running(vertex: int | None = None) -> list[tuple[int, int]]:
-            keys = sorted(k for k, e in g.executions.items() if e.state == "RUNNING" and vertex in (None, k[0]))
+            keys = sorted(k for k, e in g.executions.items() if e.state == "RUNNING" and vertex in (None, k[0])
+                          # a network fault acts on output channels: only producers can take it
+                          and (kind != "network" or g.outputs_of(e)))
             if not keys or g.is_terminal():
                 raise ConflictError(f"job {job_id} is {g.state} with no running task to inject {kind} into", remedy="inject faults into running jobs")
             return keys
@@ -390,9 +392,15 @@ class Dispatcher:
             self._send(ex.tm_id, "fault", dict(task, action="pause-task", seconds=float(params.get("seconds") or 0)))
         elif kind == "raise":
             self._send(ex.tm_id, "to_task", dict(task, op="fault_raise", body={"operator": operator, "after": int(params.get("after") or 0)}))
+        elif kind == "network":
+            if not g.outputs_of(ex):
+                raise ConflictError(f"vertex {vid} ({g.vertices[vid]['name']}) of job {job_id} has no output channels to slow or break",
+                                    remedy="aim the network fault at a vertex that sends to another one (a source, a keyed operator)")
+            body = {"drop": bool(params.get("drop")), "delay_ms": float(params.get("delay_ms") or 0), "seconds": float(params.get("seconds") or 0)}
+            self._send(ex.tm_id, "to_task", dict(task, op="fault_network", body=body))
         else:
             self._send(ex.tm_id, "to_task", dict(task, op="fault_decline", body={"count": int(params.get("count") or 1)}))
-        keep = ("signal", "seconds", "after", "count")
+        keep = ("signal", "seconds", "after", "count", "delay_ms", "drop")
         entry = f.journal_entry(now_ms(), kind, target, g.state, g.restarts, **{k: params.get(k) for k in keep})
         rec.faults.append(entry)
         log.warning("job %s: fault %s injected into %s", job_id, kind, f.describe_target(target))

@@ -58,6 +58,10 @@ class OutputChannel:
         self.buffers_sent = 0
         #: seconds spent waiting for credit: the backpressure this channel exerted on us
         self.backpressured_s = 0.0
+        #: an injected slow link (`flinkpy fault network --delay`): each data buffer waits
+        #: ``delay_s`` before it is sent, until ``delay_until`` (time.monotonic)
+        self.delay_s = 0.0
+        self.delay_until = 0.0
 
     def _absorb(self, frames: list[tuple[int, bytes]] | None) -> None:
         if frames is None:
@@ -70,6 +74,13 @@ class OutputChannel:
 
     def send_data(self, payload: bytes, kind: int = DATA) -> None:
         """Send one buffer; blocks (backpressure) until the consumer has credit for it."""
+        if self.delay_s:
+            import time
+
+            if time.monotonic() < self.delay_until:
+                time.sleep(self.delay_s)
+            else:
+                self.delay_s = 0.0
         if not self.credit.spend():
             import time
 

@@ -180,6 +180,28 @@ class Task:
             from flinkpy.checkpoint.storage import set_outage
 
             set_outage(body["until"])
+        elif op == "fault_network":
+            self._network_fault(bool(body.get("drop")), float(body.get("delay_ms", 0)), float(body.get("seconds", 0)))
+
+    def _network_fault(self, drop: bool, delay_ms: float, seconds: float) -> None:
+        """`flinkpy fault network`: a slow or a broken link on this task's output channels.
+
+        Delay: each data buffer waits ``delay_ms`` before it is sent, for ``seconds`` (control
+        frames do not wait: a slow link, not a stuck one). Drop: the sockets are shut down at
+        once, without END_OF_PARTITION, as a lost connection would be; the consumers see a
+        broken channel and this task fails at its next send, and the job restarts.
+        """
+        channels = [ch for w in self.writers.values() for ch in w.channels]
+        if drop:
+            for ch in channels:
+                try:
+                    ch.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            return
+        until = time.monotonic() + seconds
+        for ch in channels:
+            ch.delay_s, ch.delay_until = delay_ms / 1000.0, until
 
     def _arm_raise(self, operator: str | None, after: int) -> None:
         """Make the ``after``-th next record of ``operator`` (default: the first operator after
