@@ -329,7 +329,7 @@ def history(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = Fals
 def chaos(job_id: JobId,
           duration: Annotated[str, typer.Option("--duration", metavar="DURATION", help="How long to inject faults.")] = "1m",
           every: Annotated[str, typer.Option("--every", metavar="DURATION", help="One fault per interval, at a random moment in it.")] = "5s",
-          faults: Annotated[Optional[str], typer.Option("--faults", metavar="KIND,...", help="Kinds to choose from: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task, pause-taskmanager.")] = None,
+          faults: Annotated[Optional[str], typer.Option("--faults", metavar="KIND,...", help="Kinds to choose from: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task, pause-taskmanager, network-delay, network-drop; default: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task.")] = None,
           seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
     """Inject random faults at random moments into a job, reproducibly from --seed.
 
@@ -425,4 +425,8 @@ def _chaos_fault(client: Any, job_id: str, planned: Any) -> dict[str, Any]:
         body = {"kind": kind, "count": planned.count}
     elif kind == "pause-task":
         body["seconds"] = planned.pause_s
+    elif kind == "network-delay":
+        body = {"kind": "network", "pick": planned.pick, "delay_ms": 200, "seconds": planned.pause_s}
+    elif kind == "network-drop":
+        body = {"kind": "network", "pick": planned.pick, "drop": True}
     return client.request("POST", f"/jobs/{job_id}/faults", body=body)

@@ -20,7 +20,16 @@ from typing import Any, Sequence
 
 #: what chaos injects when --faults is not given
 DEFAULT_KINDS = ("kill-task", "kill-taskmanager", "raise", "fail-checkpoint", "pause-task")
-CHAOS_KINDS = ("kill-task", "kill-taskmanager", "raise", "fail-checkpoint", "pause-task", "pause-taskmanager")
+CHAOS_KINDS = (
+    "kill-task",
+    "kill-taskmanager",
+    "raise",
+    "fail-checkpoint",
+    "pause-task",
+    "pause-taskmanager",
+    "network-delay",
+    "network-drop",
+)
 
 
 @dataclass(frozen=True)
