@@ -64,7 +64,7 @@ def schedule(seed: int, n: int) -> list[str]:
     return kinds
 
 
-def body_of(kind: str, rng: random.Random) -> tuple[str | None, dict[str, Any]]:
+def body_of(kind: str, rng: random.Random, raise_vertex: str = "running-count") -> tuple[str | None, dict[str, Any]]:
     """(job-scoped?, REST body) of one fault; None as the first item means a cluster fault."""
     pick = rng.random()
     if kind == "kill-taskmanager":
@@ -74,7 +74,7 @@ def body_of(kind: str, rng: random.Random) -> tuple[str | None, dict[str, Any]]:
     if kind == "storage-outage":
         return None, {"kind": kind, "seconds": 0.5}
     if kind == "raise":
-        return "job", {"kind": kind, "vertex": "running-count", "pick": pick, "after": rng.randint(0, 50)}
+        return "job", {"kind": kind, "vertex": raise_vertex, "pick": pick, "after": rng.randint(0, 50)}
     if kind == "fail-checkpoint":
         return "job", {"kind": kind, "count": rng.randint(1, 3)}
     if kind == "pause-task":
@@ -95,19 +95,10 @@ def running(client: Any, jid: str, min_restarts: int = 0) -> dict[str, Any] | No
     return job if ok else None
 
 
-def soak(home: Any, tmp_path: Path, *, mode: str, faults: int, keys: int, per_key: int, rate: float) -> dict[str, Any]:
-    from commands.context import rest_client
+def storm(home: Any, client: Any, jid: str, seed: int, rng: random.Random, faults: int, raise_vertex: str = "running-count") -> tuple[list[str], int, list[float]]:
+    """Inject the seeded fault schedule into a running job; (injected, skipped, recovery times)."""
     from flinkpy.cluster import add_taskmanager
 
-    seed = int(os.environ.get("FLINKPY_SOAK_SEED") or random.randrange(2**31))
-    print(f"soak seed {seed} ({mode}, {faults} faults)")
-    rng = random.Random(seed)
-    out = tmp_path / "out"
-    res = run_cli("run", "-d", "-p", "2", *flags(mode), "--json", str(EXAMPLES / "verification_job.py"),
-                  "--keys", str(keys), "--per-key", str(per_key), "--rate", str(rate), "--out", str(out))
-    assert res.returncode == 0, res.stderr
-    jid = json.loads(res.stdout)["jobs"][0]["jid"]
-    client = rest_client(None)
     wait_for(lambda: running(client, jid), timeout=30, message="every subtask RUNNING")
     injected: list[str] = []
     recoveries: list[float] = []
@@ -116,7 +107,7 @@ def soak(home: Any, tmp_path: Path, *, mode: str, faults: int, keys: int, per_ke
         job = wait_for(lambda: running(client, jid), timeout=60, message="the job running before a fault")
         if job["state"] != "RUNNING":
             break  # finished early: the input ran out before the schedule
-        scope, body = body_of(kind, rng)
+        scope, body = body_of(kind, rng, raise_vertex)
         before = job["restarts"]
         started = time.monotonic()
         try:
@@ -132,6 +123,22 @@ def soak(home: Any, tmp_path: Path, *, mode: str, faults: int, keys: int, per_ke
             job = wait_for(lambda: running(client, jid, before + 1), timeout=60, message=f"recovery after {kind}")
             if job["state"] == "RUNNING":
                 recoveries.append(time.monotonic() - started)
+    return injected, skipped, recoveries
+
+
+def soak(home: Any, tmp_path: Path, *, mode: str, faults: int, keys: int, per_key: int, rate: float) -> dict[str, Any]:
+    from commands.context import rest_client
+
+    seed = int(os.environ.get("FLINKPY_SOAK_SEED") or random.randrange(2**31))
+    print(f"soak seed {seed} ({mode}, {faults} faults)")
+    rng = random.Random(seed)
+    out = tmp_path / "out"
+    res = run_cli("run", "-d", "-p", "2", *flags(mode), "--json", str(EXAMPLES / "verification_job.py"),
+                  "--keys", str(keys), "--per-key", str(per_key), "--rate", str(rate), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    jid = json.loads(res.stdout)["jobs"][0]["jid"]
+    client = rest_client(None)
+    injected, skipped, recoveries = storm(home, client, jid, seed, rng, faults)
     # the faults are in: stop with a savepoint and let the rest of the input run unthrottled
     # (the rate is a constructor argument, not state), which also checks stop-and-resume
     assert client.job(jid)["state"] == "RUNNING", "the input ran out before the fault schedule"
@@ -189,6 +196,66 @@ def test_soak_at_least_once_short_loses_nothing(big_cluster, tmp_path: Path) -> 
     print(json.dumps(report, indent=2))
     assert report["faults-injected"] >= 30, report
     assert report["lost"] == 0, report
+
+
+EVEN_ODD_JOB = """
+import sys, time
+sys.path.insert(0, "EXAMPLES_DIR")
+import even_odd_sum
+from flinkpy.datastream import StreamExecutionEnvironment
+
+
+class Paced:
+    # keeps the running sums (a rich SinkFunction); at the end of input it writes the final ones
+
+    def __init__(self, out):
+        self.out = out
+
+    def open(self, runtime_context):
+        self.last = {}
+        self.seen = 0
+
+    def invoke(self, value, context):
+        self.last[value[0]] = value[1]
+        self.seen += 1
+        if self.seen % 200 == 0:
+            time.sleep(0.001)  # pace the job so that it outlives the fault schedule
+
+    def close(self):
+        with open(self.out, "a") as f:
+            f.write(repr(self.last) + "\\n")
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+even_odd_sum.build(env, COUNT).map(lambda p: p).name("identity").add_sink(Paced(sys.argv[1]))
+env.execute("even-odd-soak")
+"""
+
+
+@pytest.mark.timeout(180)
+def test_soak_even_odd_sum_final_state_is_exact(big_cluster, tmp_path: Path) -> None:
+    """even_odd_sum.py's pipeline under the same storm: its final sums equal the closed formula."""
+    from commands.context import rest_client
+
+    count = 600_000
+    seed = int(os.environ.get("FLINKPY_SOAK_SEED") or random.randrange(2**31))
+    print(f"even/odd soak seed {seed}")
+    job, out = tmp_path / "even_odd_soak.py", tmp_path / "finals.txt"
+    job.write_text(EVEN_ODD_JOB.replace("EXAMPLES_DIR", str(EXAMPLES)).replace("COUNT", str(count)))
+    res = run_cli("run", "-d", "-p", "2", *flags("EXACTLY_ONCE"), "--json", str(job), str(out))
+    assert res.returncode == 0, res.stderr
+    jid = json.loads(res.stdout)["jobs"][0]["jid"]
+    client = rest_client(None)
+    injected, skipped, _ = storm(big_cluster, client, jid, seed, random.Random(seed), 32, raise_vertex="identity")
+    print(f"{len(injected)} faults injected, {skipped} skipped")
+    assert len(injected) >= 30, (injected, skipped)
+    wait_for(lambda: client.job(jid)["state"] in ("FINISHED", "FAILED", "CANCELED"), timeout=120, message="the job to end")
+    assert client.job(jid)["state"] == "FINISHED"
+    finals: dict = {}
+    for line in out.read_text().splitlines():  # only the last attempt's sinks reach their close()
+        finals.update(eval(line))  # noqa: S307 - our own repr
+    half = count // 2
+    assert finals == {"even": half * (half + 1), "odd": (count - half) ** 2}, finals
 
 
 @pytest.mark.soak_long
