@@ -499,10 +499,3 @@ class EmbeddedCluster:
             print(f"flinkpy: embedded cluster home kept at {self.home.path}", file=sys.stderr)
         else:
             shutil.rmtree(self.home.path, ignore_errors=True)
-
-
-def unreachable(address: str) -> ClusterUnreachableError:
-    return ClusterUnreachableError(
-        f"no cluster answers at {address}",
-        remedy="start one with 'flinkpy cluster start', or check -m/FLINKPY_JOBMANAGER",
-    )

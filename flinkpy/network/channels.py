@@ -175,6 +175,8 @@ class ChannelAcceptor:
         self.producer = producer
         self.expected = set(expected)
         self.accepted: dict[tuple[int, int], socket.socket] = {}
+        #: the frame reader of each accepted channel (it may hold bytes read after HELLO)
+        self._readers: dict[tuple[int, int], FrameReader] = {}
         self.rejected = 0
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="channel-acceptor", daemon=True)
@@ -207,8 +209,7 @@ class ChannelAcceptor:
                 if key not in self.expected or key in self.accepted:
                     raise ChannelBroken("unexpected channel")
                 self.accepted[key] = sock
-                self._pending_readers = getattr(self, "_pending_readers", {})
-                self._pending_readers[key] = reader
+                self._readers[key] = reader
                 self._cv.notify_all()
         except (OSError, ChannelBroken, auth.AuthenticationFailed, pickle.UnpicklingError, KeyError, TypeError, ValueError):
             self.rejected += 1
@@ -222,8 +223,7 @@ class ChannelAcceptor:
             if not self._cv.wait_for(lambda: set(self.accepted) >= self.expected, timeout=timeout):
                 missing = sorted(self.expected - set(self.accepted))
                 raise ChannelBroken(f"consumers did not connect in {timeout:.0f}s: missing (edge, subtask) {missing}")
-            readers = getattr(self, "_pending_readers", {})
-            return {k: (s, readers[k]) for k, s in self.accepted.items()}
+            return {k: (s, self._readers[k]) for k, s in self.accepted.items()}
 
     def close(self) -> None:
         try:

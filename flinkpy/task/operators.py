@@ -19,7 +19,6 @@ from flinkpy.errors import InvalidProgramError
 from flinkpy.state.key_groups import KeyGroupAssigner
 
 _MISSING = object()
-Timestamps = "list[int] | None"
 
 
 class Output:
