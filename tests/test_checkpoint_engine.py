@@ -185,7 +185,9 @@ def test_retention_trigger_and_statistics(cluster, flinkpy_home: Path, tmp_path:
     assert counts["failed"] == 0
     latest = doc["latest"]["completed"]
     assert latest["status"] == "COMPLETED" and latest["id"] == max(completed_ids(doc))
-    assert path_of(latest["external_path"]).is_file()
+    # the job goes on checkpointing every 100 ms: by now two newer ones may have subsumed it
+    newest_now = max(completed_ids(fast_stats()))
+    assert path_of(latest["external_path"]).is_file() or newest_now >= latest["id"] + 2, (latest, newest_now)
     assert path_of(latest["external_path"]).parent.name == f"chk-{latest['id']}"
     ids = [h["id"] for h in doc["history"]]
     assert ids == sorted(ids, reverse=True), "history is newest first"
