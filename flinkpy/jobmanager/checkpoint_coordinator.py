@@ -163,8 +163,28 @@ def _sum(metrics: Mapping[TaskKey, Mapping[str, Any]], name: str) -> int:
     return sum(int(m.get(name, 0) or 0) for m in metrics.values())
 
 
+class _CheckpointFigures:
+    """What every checkpoint record says about itself (its kind, acks and metrics fields)."""
+
+    kind: str
+    ack_ms: dict[TaskKey, int]
+    metrics: dict[TaskKey, dict[str, Any]]
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.kind == "savepoint"
+
+    @property
+    def latest_ack_ms(self) -> int | None:
+        return max(self.ack_ms.values(), default=None)
+
+    @property
+    def state_size(self) -> int:
+        return _sum(self.metrics, "state_size")
+
+
 @dataclass
-class PendingCheckpoint:
+class PendingCheckpoint(_CheckpointFigures):
     """A triggered checkpoint that waits for acknowledgements (or for its metadata write)."""
 
     checkpoint_id: int
@@ -179,9 +199,6 @@ class PendingCheckpoint:
     #: Finalize was emitted; the I/O layer is writing _metadata
     finalizing: bool = False
 
-    @property
-    def is_savepoint(self) -> bool:
-        return self.kind == "savepoint"
 
     @property
     def acknowledged(self) -> frozenset[TaskKey]:
@@ -191,17 +208,9 @@ class PendingCheckpoint:
     def waiting_for(self) -> frozenset[TaskKey]:
         return self.tasks - self.acknowledged
 
-    @property
-    def latest_ack_ms(self) -> int | None:
-        return max(self.ack_ms.values(), default=None)
-
-    @property
-    def state_size(self) -> int:
-        return _sum(self.metrics, "state_size")
-
 
 @dataclass(frozen=True)
-class CompletedCheckpoint:
+class CompletedCheckpoint(_CheckpointFigures):
     checkpoint_id: int
     kind: str
     trigger_ms: int
@@ -212,21 +221,9 @@ class CompletedCheckpoint:
     metrics: dict[TaskKey, dict[str, Any]]
     ack_ms: dict[TaskKey, int]
 
-    @property
-    def is_savepoint(self) -> bool:
-        return self.kind == "savepoint"
-
-    @property
-    def latest_ack_ms(self) -> int | None:
-        return max(self.ack_ms.values(), default=None)
-
-    @property
-    def state_size(self) -> int:
-        return _sum(self.metrics, "state_size")
-
 
 @dataclass(frozen=True)
-class FailedCheckpoint:
+class FailedCheckpoint(_CheckpointFigures):
     """An aborted checkpoint, kept (bounded) for statistics: why and when it ended."""
 
     checkpoint_id: int
@@ -239,18 +236,6 @@ class FailedCheckpoint:
     ack_ms: dict[TaskKey, int]
     #: declines, timeouts and failed metadata writes count; subsumption, finished tasks, shutdown do not
     counted: bool
-
-    @property
-    def is_savepoint(self) -> bool:
-        return self.kind == "savepoint"
-
-    @property
-    def latest_ack_ms(self) -> int | None:
-        return max(self.ack_ms.values(), default=None)
-
-    @property
-    def state_size(self) -> int:
-        return _sum(self.metrics, "state_size")
 
 
 CheckpointRecord = PendingCheckpoint | CompletedCheckpoint | FailedCheckpoint
