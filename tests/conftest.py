@@ -21,6 +21,9 @@ from typing import Any, Callable
 import psutil
 import pytest
 
+#: real PostgreSQL and Redis servers (fixtures ``postgres`` and ``redis_server``)
+pytest_plugins = ["servers"]
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 

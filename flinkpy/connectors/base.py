@@ -64,9 +64,18 @@ class SourceReader(ABC):
 
 
 class Source(ABC):
-    """A parallel source (FLIP-27 style, as PyFlink's ``env.from_source`` takes)."""
+    """A parallel source (FLIP-27 style, as PyFlink's ``env.from_source`` takes).
+
+    ``guarantee`` is what a restored reader promises: ``"exactly-once"`` (it resumes at the exact
+    position of the checkpoint: a replayable source), ``"at-most-once"`` / ``"none"`` (records
+    read after the last checkpoint are lost on a failure) or None (not declared: a user's
+    source). The connectors table (:mod:`flinkpy.connectors.guarantees`) and ``flinkpy info``
+    report it; ``needs`` says what the guarantee depends on.
+    """
 
     boundedness: Boundedness = Boundedness.BOUNDED
+    guarantee: str | None = None
+    needs: str = ""
 
     @abstractmethod
     def create_reader(self, ctx: ReaderContext) -> SourceReader:
@@ -99,7 +108,15 @@ class SinkWriter(ABC):
 
 
 class Sink(ABC):
-    """A parallel sink (as PyFlink's ``DataStream.sink_to`` takes)."""
+    """A parallel sink (as PyFlink's ``DataStream.sink_to`` takes).
+
+    ``guarantee``: ``"exactly-once"`` (transactional: two-phase commit on checkpoints, or
+    idempotent writes of deterministic results), ``"at-least-once"`` (replayed records are written
+    again) or None (not declared). ``needs`` says what the guarantee depends on.
+    """
+
+    guarantee: str | None = None
+    needs: str = ""
 
     @abstractmethod
     def create_writer(self, ctx: ReaderContext) -> SinkWriter:

@@ -97,8 +97,12 @@ class TaskCheckpointer:
             if backend is not None and backend.states:
                 operator_state["functions"] = backend.snapshot()
             if isinstance(op, ops.SinkOperator):
+                if self.faults:
+                    self.faults.reach("sink-before-prepare", checkpoint_id)
                 op.writer.flush(False)
                 sink_state = op.writer.snapshot_state(checkpoint_id)
+                if self.faults:
+                    self.faults.reach("sink-after-prepare", checkpoint_id)
                 if sink_state is not None:
                     operator_state["sink"] = sink_state
             if operator_state:
@@ -166,6 +170,8 @@ class TaskCheckpointer:
     def notify_complete(self, checkpoint_id: int) -> None:
         for op in self.chain.operators:
             if isinstance(op, ops.SinkOperator):
+                if self.faults:
+                    self.faults.reach("sink-before-commit", checkpoint_id)
                 op.writer.notify_checkpoint_complete(checkpoint_id)
             if isinstance(op.fn, CheckpointListener):
                 op.fn.notify_checkpoint_complete(checkpoint_id)

@@ -8,7 +8,13 @@ with no chance to report or clean up. Points:
 - ``running``: the task has started processing (before its first checkpoint);
 - ``alignment``: a barrier arrived and the task is aligning (holding a channel back);
 - ``upload``: the asynchronous part of a snapshot is about to write its files;
-- ``after-complete``: the task was notified that a checkpoint completed.
+- ``after-complete``: the task was notified that a checkpoint completed (after its sinks
+  committed);
+- ``sink-before-prepare``: a sink's snapshot begins: its open transaction holds the records
+  written since the last checkpoint, not yet prepared;
+- ``sink-after-prepare``: a sink prepared (pre-committed) its transaction for the checkpoint,
+  before the task acknowledged it;
+- ``sink-before-commit``: the checkpoint is complete, the sink has not committed yet.
 
 Matching on ``attempt`` (default 0) makes the restarted attempt run through. Nothing here runs
 unless the variable is set.
