@@ -170,7 +170,9 @@ def info(
 
     Runs JOB.py up to env.execute(), then prints the job graph that would be submitted: the
     chains of operators that share a task, their parallelism and how records are partitioned
-    between them (FORWARD, HASH, REBALANCE, ...). Nothing is submitted.
+    between them (FORWARD, HASH, REBALANCE, ...), then the delivery guarantee of each source
+    and sink and of the job end to end (the weakest of them and the checkpointing mode; see
+    flinkpy-connectors(7)). Nothing is submitted.
 
     Examples:
 
@@ -186,6 +188,24 @@ def info(
         emit_json(plan)
         return
     out().print(plan_table(plan))
+    if plan.get("guarantees"):
+        out().print(guarantees_table(plan["guarantees"]))
+
+
+def guarantees_table(g: dict[str, Any]) -> Table:
+    """Each source's and sink's delivery guarantee, and the job's end to end (the weakest)."""
+    table = Table(
+        title=f"Delivery guarantees (checkpointing {g['checkpointing']}): end to end {g['end_to_end']}",
+        title_justify="left",
+    )
+    table.add_column("Operator")
+    table.add_column("Connector")
+    table.add_column("Guarantee")
+    table.add_column("Needs")
+    for kind in ("sources", "sinks"):
+        for entry in g[kind]:
+            table.add_row(entry["operator"], entry["connector"], entry["guarantee"], entry["needs"])
+    return table
 
 
 def plan_table(plan: dict[str, Any]) -> Table:

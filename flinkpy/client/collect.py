@@ -18,6 +18,8 @@ from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
 
 class CollectSink(Sink):
     name = "Collect Sink"
+    guarantee = "at-least-once"
+    needs = "nothing; results of an attempt that failed stay in the collected output (a key's last value is its final one)"
 
     def __init__(self, directory: str):
         self.directory = directory

@@ -77,9 +77,14 @@ def _restore_point(job: JobGraph, path: str, allow_non_restored: bool) -> list[A
 
 
 def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
+    from flinkpy.connectors.guarantees import job_guarantees
+
     ctx = current_context()
+    guarantees = job_guarantees(job)
     if ctx.mode == "plan":
-        raise PlanCaptured(job.plan())
+        raise PlanCaptured({**job.plan(), "guarantees": guarantees})
+    for warning in guarantees["warnings"]:
+        print(f"flinkpy: warning: {warning}", file=sys.stderr, flush=True)
     restore = _restore_point(job, ctx.savepoint_path, ctx.allow_non_restored_state) if ctx.savepoint_path else None
     payload = _document(job, ctx.python_path or [p for p in sys.path[:1] if p], restore)
     detached = detached or ctx.detached

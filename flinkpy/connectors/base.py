@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 class Boundedness(enum.Enum):
@@ -44,6 +44,9 @@ class ReaderContext:
     #: the states this subtask restores from (``snapshot_state`` results of the previous run's
     #: subtasks assigned to this one); empty on a fresh start.
     restored_state: list[Any] = field(default_factory=list)
+    #: sources only: ``side_output(tag_id, records)`` emits records to a side output of the
+    #: source's stream (e.g. a FileSource's malformed lines); None where there is none.
+    side_output: Callable[[str, list], None] | None = None
 
 
 class SourceReader(ABC):

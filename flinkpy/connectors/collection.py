@@ -51,6 +51,8 @@ class CollectionSource(Source):
     """A bounded source over a list of (picklable) elements."""
 
     boundedness = Boundedness.BOUNDED
+    guarantee = "exactly-once"
+    needs = "checkpointing (the position in the list is in the checkpoint)"
 
     def __init__(self, items: list) -> None:
         self.items = list(items)

@@ -10,19 +10,24 @@ Built the way PyFlink builds it::
 
 Layout, as Flink's: ``<base>/<bucket>/<prefix>-<writer uuid>-<subtask>-<counter><suffix>``. A part
 file lives through three states. *In-progress*: being written, hidden as
-``.<final name>.inprogress.<sink id>``. *Pending*: closed (rolled), still hidden, recorded in the
-next checkpoint's state. *Finished*: renamed to its visible final name once the checkpoint that
-recorded it is complete (``notify_checkpoint_complete``), or at the end of a bounded input.
-A restored writer commits the pending files of its state (idempotently) and deletes the
-in-progress files that earlier attempts of the same subtask left behind, so nothing written after
-the checkpoint becomes visible: exactly once.
+``.<final name>.inprogress.<sink id>``. *Pending*: closed (rolled, or at a snapshot), still
+hidden, recorded in the next checkpoint's state. *Finished*: renamed to its visible final name
+once the checkpoint that recorded it is complete, or at the end of a bounded input.
+
+The protocol is the generic two-phase commit of
+:mod:`flinkpy.connectors.two_phase_commit`: a transaction is the set of part files written
+between two checkpoints; pre-commit closes them; commit renames them. A restored writer commits
+the pending files of its state (idempotently) and deletes the in-progress files that earlier
+attempts of the subtasks it stands in for left behind, so nothing written after the checkpoint
+becomes visible: exactly once.
 
 Why every snapshot rolls the part file (for every rolling policy): fsspec file systems cannot
 reopen a file to append at a recorded length, so an in-progress file cannot be carried across a
 checkpoint the way Flink carries it on HDFS or S3.
 
-The ``<sink id>`` suffix (Flink puts a random uuid there) is derived from the job id, operator
-name and base path, so a later attempt recognises its predecessors' leftovers and nobody else's.
+The ``<sink id>`` (the transaction prefix; Flink puts a random uuid there) is derived from the
+job id, operator name and base path, so a later attempt recognises its predecessors' leftovers
+and nobody else's; a job resumed from a savepoint finds the old job's through its state.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -39,7 +44,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import fsspec
 from fsspec.spec import AbstractFileSystem
 
-from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
+from flinkpy.connectors.base import ReaderContext, Sink
+from flinkpy.connectors.two_phase_commit import TwoPhaseCommitSinkWriter, default_transaction_prefix
 from flinkpy.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
@@ -258,6 +264,9 @@ class OutputFileConfig:
 class FileSink(Sink):
     """Writes records into part files under ``base_path``; start with :meth:`for_row_format`."""
 
+    guarantee = "exactly-once"
+    needs = "checkpointing; a file system with atomic rename for the commit (local, HDFS-like)"
+
     def __init__(
         self,
         base_path: str,
@@ -343,11 +352,23 @@ def _relative(bucket: str, name: str) -> str:
     return f"{bucket}/{name}" if bucket else name
 
 
-class FileSinkWriter(SinkWriter):
-    """One subtask's part files: in-progress -> pending (at a roll) -> finished (at a commit).
+@dataclass
+class _Transaction:
+    """The part files written since the last checkpoint: open ones by bucket, and rolled ones
+    (closed by the rolling policy, still hidden)."""
 
-    State (JSON-friendly): ``{"sink_id", "subtask", "parallelism", "pending": [[in-progress
-    path, final path], ...]}`` with paths relative to the base path.
+    open: dict[str, _Part] = field(default_factory=dict)
+    rolled: list[list[str]] = field(default_factory=list)
+
+
+class FileSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
+    """One subtask's part files: in-progress -> pending (prepared at a snapshot) -> finished
+    (committed when that checkpoint completes).
+
+    A transaction is the set of part files written between two checkpoints; its committable is
+    ``[[in-progress path, final path], ...]`` relative to the base path. The transaction prefix
+    (the ``<sink id>`` at the end of in-progress names) defaults to one derived from the job id,
+    the operator name and the base path.
     """
 
     def __init__(
@@ -356,57 +377,53 @@ class FileSinkWriter(SinkWriter):
         ctx: ReaderContext,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
+        super().__init__(ctx, default_transaction_prefix(ctx, salt=sink.base_path))
         self._sink = sink
-        self._ctx = ctx
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._fs: AbstractFileSystem
         self._fs, root = fsspec.core.url_to_fs(sink.base_path)
         self._root = root.rstrip("/") or "/"
-        self._sink_id = str(
-            uuid.uuid5(uuid.NAMESPACE_URL, f"{ctx.job_id}/{ctx.operator_name}/{sink.base_path}")
-        )
         self._uid = str(uuid.uuid4())  # this attempt's writer id, keeps final names unique
         self._counter = 0
-        self._open: dict[str, _Part] = {}
-        self._rolled: list[tuple[str, str]] = []  # pending, not yet in a snapshot
-        self._pending: dict[int, list[tuple[str, str]]] = {}  # by checkpoint id
         self._known_buckets: set[str] = set()
-        self._restore(ctx.restored_state)
+        # nothing to connect to: recover at once (``open`` will find it done)
+        self.recover(ctx.restored_state)
 
     # -- paths --
 
     def _abs(self, relative: str) -> str:
         return f"{self._root}/{relative}" if self._root != "/" else f"/{relative}"
 
-    def _inprogress_pattern(self) -> re.Pattern[str]:
+    def _inprogress_pattern(self, prefix: str) -> re.Pattern[str]:
         config = self._sink.output_file_config
         return re.compile(
             rf"^\.{re.escape(config.part_prefix)}-[0-9a-f-]{{36}}-(\d+)-\d+"
-            rf"{re.escape(config.part_suffix)}\.inprogress\.{re.escape(self._sink_id)}$"
+            rf"{re.escape(config.part_suffix)}\.inprogress\.{re.escape(prefix)}$"
         )
 
-    # -- writing --
+    # -- the transaction --
 
-    def write(self, records: list) -> None:
-        if not records:
-            return
+    def begin_transaction(self) -> _Transaction:
+        return _Transaction()
+
+    def invoke(self, txn: _Transaction, records: list) -> None:
         now = self._clock_ms()
         assigner = self._sink.bucket_assigner
         if not assigner.depends_on_record:
-            self._write_bucket(assigner.bucket_id(None, now), records, now)
+            self._write_bucket(txn, assigner.bucket_id(None, now), records, now)
             return
         for record in records:
-            self._write_bucket(assigner.bucket_id(record, now), [record], now)
+            self._write_bucket(txn, assigner.bucket_id(record, now), [record], now)
 
-    def _write_bucket(self, bucket: str, records: list, now: int) -> None:
+    def _write_bucket(self, txn: _Transaction, bucket: str, records: list, now: int) -> None:
         encode = self._sink.encoder.encode
         data = [encode(r) for r in records]
         policy = self._sink.rolling_policy
-        part = self._open.get(bucket)
+        part = txn.open.get(bucket)
         if part is not None and policy.should_roll(
             part.size, part.opened_ms, part.last_write_ms, now
         ):
-            self._roll(part)
+            self._roll(txn, part)
             part = None
         total = sum(map(len, data))
         if part is not None and part.size + total < policy.part_size:
@@ -416,25 +433,25 @@ class FileSinkWriter(SinkWriter):
             return
         for chunk in data:  # slow path: the part may fill up within this batch
             if part is None:
-                part = self._open_part(bucket, now)
+                part = self._open_part(txn, bucket, now)
             elif part.size >= policy.part_size:
-                self._roll(part)
-                part = self._open_part(bucket, now)
+                self._roll(txn, part)
+                part = self._open_part(txn, bucket, now)
             part.stream.write(chunk)
             part.size += len(chunk)
             part.last_write_ms = now
 
-    def _open_part(self, bucket: str, now: int) -> _Part:
+    def _open_part(self, txn: _Transaction, bucket: str, now: int) -> _Part:
         config = self._sink.output_file_config
         final_name = (
-            f"{config.part_prefix}-{self._uid}-{self._ctx.subtask_index}-{self._counter}"
+            f"{config.part_prefix}-{self._uid}-{self.ctx.subtask_index}-{self._counter}"
             f"{config.part_suffix}"
         )
         self._counter += 1
         if bucket not in self._known_buckets:
             self._fs.makedirs(self._abs(bucket) if bucket else self._root, exist_ok=True)
             self._known_buckets.add(bucket)
-        inprogress = _relative(bucket, f".{final_name}.inprogress.{self._sink_id}")
+        inprogress = _relative(bucket, f".{final_name}.inprogress.{self.prefix}")
         part = _Part(
             bucket=bucket,
             inprogress=inprogress,
@@ -443,55 +460,26 @@ class FileSinkWriter(SinkWriter):
             opened_ms=now,
             last_write_ms=now,
         )
-        self._open[bucket] = part
+        txn.open[bucket] = part
         return part
 
-    def _roll(self, part: _Part) -> None:
-        """Close an in-progress part: it becomes pending."""
+    @staticmethod
+    def _roll(txn: _Transaction, part: _Part) -> None:
+        """Close an in-progress part: it waits, hidden, for the transaction's commit."""
         part.stream.close()
-        del self._open[part.bucket]
-        self._rolled.append((part.inprogress, part.final))
+        del txn.open[part.bucket]
+        txn.rolled.append([part.inprogress, part.final])
 
-    def _roll_all(self) -> None:
-        for part in list(self._open.values()):
-            self._roll(part)
+    def pre_commit(self, txn: _Transaction) -> list[list[str]] | None:
+        for part in list(txn.open.values()):
+            self._roll(txn, part)
+        return txn.rolled or None
 
-    # -- checkpoints --
+    def commit(self, committable: list[list[str]]) -> None:
+        for inprogress, final in committable:
+            self._commit_file(inprogress, final)
 
-    def flush(self, end_of_input: bool) -> None:
-        if not end_of_input:
-            for part in self._open.values():
-                part.stream.flush()
-            return
-        # a bounded input ends: commit everything, as Flink does at its final checkpoint
-        self._roll_all()
-        for checkpoint_id in sorted(self._pending):
-            self._commit_all(self._pending.pop(checkpoint_id))
-        self._commit_all(self._rolled)
-        self._rolled = []
-
-    def snapshot_state(self, checkpoint_id: int) -> dict[str, Any]:
-        self._roll_all()
-        if self._rolled:
-            self._pending.setdefault(checkpoint_id, []).extend(self._rolled)
-            self._rolled = []
-        pending = [list(p) for cid in sorted(self._pending) for p in self._pending[cid]]
-        return {
-            "sink_id": self._sink_id,
-            "subtask": self._ctx.subtask_index,
-            "parallelism": self._ctx.parallelism,
-            "pending": pending,
-        }
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        for cid in sorted(c for c in self._pending if c <= checkpoint_id):
-            self._commit_all(self._pending.pop(cid))
-
-    def _commit_all(self, files: list[tuple[str, str]]) -> None:
-        for inprogress, final in files:
-            self._commit(inprogress, final)
-
-    def _commit(self, inprogress: str, final: str) -> None:
+    def _commit_file(self, inprogress: str, final: str) -> None:
         """Make a pending file visible; committing a second time is harmless."""
         src, dst = self._abs(inprogress), self._abs(final)
         try:
@@ -506,46 +494,33 @@ class FileSinkWriter(SinkWriter):
         if not self._fs.exists(dst):
             raise NotFoundError(
                 f"FileSink cannot commit {dst}: its pending file {src} is gone "
-                f"(subtask {self._ctx.subtask_index})",
+                f"(subtask {self.ctx.subtask_index})",
                 remedy="restore from a later checkpoint, or check whether something deleted "
                 "hidden files under the sink's base path",
             )
 
+    def abort(self, txn: _Transaction) -> None:
+        """Close the open part files without committing them (the next attempt deletes them)."""
+        for part in list(txn.open.values()):
+            part.stream.close()
+        txn.open.clear()
+
     # -- recovery --
 
-    def _restore(self, states: list[Any]) -> None:
-        """Commit what the states left pending, then delete earlier attempts' in-progress files."""
-        committed: set[str] = set()
-        for state in states:
-            if not state or state.get("sink_id") not in (None, self._sink_id):
-                continue
-            for inprogress, final in state.get("pending", []):
-                self._commit(inprogress, final)
-                committed.add(inprogress)
-        self._delete_strays(committed)
-
-    def _delete_strays(self, keep: set[str]) -> None:
-        """Delete this sink's in-progress files of subtasks this writer stands in for.
-
-        Subtask ``i`` of ``p`` cleans up after old subtasks ``s`` with ``s % p == i``: its own
-        earlier attempts and, after a scale-down, the old subtasks that no longer exist.
-        """
+    def abort_lingering(self, prefixes: set[str], keep: list[Any]) -> None:
+        """Delete the in-progress files of ``prefixes`` that belong to the subtasks this one
+        stands in for — its own earlier attempts and, after a scale-down, the old subtasks
+        that no longer exist — except those just committed (already renamed away)."""
         if not self._fs.exists(self._root):
             return
-        pattern = self._inprogress_pattern()
-        index, parallelism = self._ctx.subtask_index, self._ctx.parallelism
+        kept = {inprogress for committable in keep for inprogress, _ in committable}
+        patterns = [self._inprogress_pattern(p) for p in sorted(prefixes)]
         base = len(self._root.rstrip("/")) + 1
         for path in self._fs.find(self._root):
             name = path.rsplit("/", 1)[-1]
-            match = pattern.match(name)
-            if match is None or int(match.group(1)) % parallelism != index:
-                continue
-            if path[base:] in keep:
-                continue
-            self._fs.rm(path)
-
-    def close(self) -> None:
-        """Close open part files without committing them (a cancelled or failed task)."""
-        for part in list(self._open.values()):
-            part.stream.close()
-        self._open.clear()
+            for pattern in patterns:
+                match = pattern.match(name)
+                if match is not None and self.stands_in_for(int(match.group(1))):
+                    if path[base:] not in kept:
+                        self._fs.rm(path)
+                    break

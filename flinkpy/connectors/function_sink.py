@@ -8,6 +8,9 @@ from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
 
 
 class FunctionSink(Sink):
+    guarantee = "at-least-once"
+    needs = "an idempotent invoke() for exactly-once results: replayed records are invoked again"
+
     def __init__(self, fn: Any):
         self.fn = fn
 

@@ -17,6 +17,9 @@ _END = object()
 
 
 class FunctionSource(Source):
+    guarantee = "none"
+    needs = "nothing it can offer: run() is not replayable; use from_source with a replayable Source"
+
     def __init__(self, fn: Any):
         self.fn = fn
 

@@ -121,6 +121,9 @@ class NumberSequenceSource(Source):
     [0, 1, 2, 3, 4]
     """
 
+    guarantee = "exactly-once"
+    needs = "checkpointing (the unread ranges are in the checkpoint)"
+
     boundedness = Boundedness.BOUNDED
 
     def __init__(self, start: int, end: int) -> None:

@@ -55,6 +55,9 @@ class PrintSinkWriter(SinkWriter):
 class PrintSink(Sink):
     """Prints every record, as ``DataStream.print(sink_identifier)`` does."""
 
+    guarantee = "at-least-once"
+    needs = "nothing; records replayed after a failure are printed again"
+
     def __init__(self, sink_identifier: str | None = None, to_stderr: bool = False) -> None:
         self.sink_identifier = sink_identifier
         self.to_stderr = to_stderr
@@ -77,6 +80,9 @@ class DiscardingSink(Sink):
 
     >>> DiscardingSink().create_writer(ReaderContext(0, 1)).write([1, 2, 3])
     """
+
+    guarantee = "exactly-once"
+    needs = "nothing: it writes nothing"
 
     def create_writer(self, ctx: ReaderContext) -> DiscardingSinkWriter:
         return DiscardingSinkWriter()

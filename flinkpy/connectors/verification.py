@@ -24,7 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from flinkpy.connectors.base import Boundedness, ReaderContext, Sink, SinkWriter, Source, SourceReader
+from flinkpy.connectors.base import Boundedness, ReaderContext, Sink, Source, SourceReader
+from flinkpy.connectors.two_phase_commit import TwoPhaseCommitSinkWriter
 from flinkpy.errors import UsageError
 
 #: committed files are visible (``part-...``); pending ones are hidden (``.pending-...``)
@@ -83,6 +84,9 @@ class SequenceSource(Source):
     ([(1, 1), (1, 2)], {'1': 3})
     """
 
+    guarantee = "exactly-once"
+    needs = "checkpointing (each key's next sequence number is in the checkpoint)"
+
     boundedness = Boundedness.BOUNDED
 
     def __init__(self, keys: int, per_key: int, rate: float | None = None) -> None:
@@ -120,90 +124,60 @@ class SequenceSource(Source):
         return f"SequenceSource(keys={self.keys}, per_key={self.per_key}, rate={self.rate})"
 
 
-class VerifyingWriter(SinkWriter):
-    """Buffers records; at a checkpoint writes them to a hidden pending file; commits on completion.
+class VerifyingWriter(TwoPhaseCommitSinkWriter[list]):
+    """Buffers records (the transaction); at a checkpoint writes them to a hidden pending file
+    (pre-commit); renames it visible when the checkpoint completes (commit).
 
-    State: ``{"subtask", "pending": [[pending name, final name], ...]}`` — every file not yet
-    known to be committed, so a restore commits what the restored checkpoint covered.
+    The committable is ``[pending name, final name]``. Pending files carry no transaction
+    prefix — the directory belongs to one verification run — so a restored subtask discards the
+    pending files of every old subtask it stands in for.
     """
 
     def __init__(self, directory: str, ctx: ReaderContext) -> None:
+        super().__init__(ctx)
         self._dir = Path(directory)
         self._dir.mkdir(parents=True, exist_ok=True)
-        self._ctx = ctx
         self._uid = uuid.uuid4().hex  # this attempt's id: names never collide across attempts
-        self._buffer: list[str] = []
-        self._pending: dict[int, list[tuple[str, str]]] = {}
-        self._restore(ctx.restored_state)
+        self._tag = 0
+        self.recover(ctx.restored_state)
 
-    def _names(self, tag: int) -> tuple[str, str]:
-        base = f"{self._ctx.subtask_index}-{self._uid}-{tag}.jsonl"
-        return f".pending-{base}", f"part-{base}"
+    def begin_transaction(self) -> list:
+        return []
 
-    def write(self, records: list) -> None:
-        self._buffer.extend(json.dumps(list(r) if isinstance(r, tuple) else r) for r in records)
+    def invoke(self, txn: list, records: list) -> None:
+        txn.extend(json.dumps(list(r) if isinstance(r, tuple) else r) for r in records)
 
-    def _write_pending(self, tag: int) -> tuple[str, str] | None:
-        if not self._buffer:
+    def pre_commit(self, txn: list) -> list[str] | None:
+        if not txn:
             return None
-        pending, final = self._names(tag)
+        self._tag += 1
+        base = f"{self.ctx.subtask_index}-{self._uid}-{self._tag}.jsonl"
+        pending, final = f".pending-{base}", f"part-{base}"
         with open(self._dir / pending, "w") as f:
-            f.write("\n".join(self._buffer) + "\n")
+            f.write("\n".join(txn) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        self._buffer = []
-        return pending, final
+        return [pending, final]
 
-    def snapshot_state(self, checkpoint_id: int) -> dict[str, Any]:
-        written = self._write_pending(checkpoint_id)
-        if written:
-            self._pending.setdefault(checkpoint_id, []).append(written)
-        return {"subtask": self._ctx.subtask_index,
-                "pending": [list(p) for cid in sorted(self._pending) for p in self._pending[cid]]}
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        for cid in sorted(c for c in self._pending if c <= checkpoint_id):
-            for pending, final in self._pending.pop(cid):
-                self._commit(pending, final)
-
-    def flush(self, end_of_input: bool) -> None:
-        if not end_of_input:
-            return
-        # a bounded input ended: commit everything (the file sink does the same)
-        for cid in sorted(self._pending):
-            for pending, final in self._pending.pop(cid):
-                self._commit(pending, final)
-        written = self._write_pending(1 << 62)
-        if written:
-            self._commit(*written)
-
-    def _commit(self, pending: str, final: str) -> None:
+    def commit(self, committable: list[str]) -> None:
         """Rename a pending file visible; a second commit of the same file is harmless."""
+        pending, final = committable
         try:
             os.replace(self._dir / pending, self._dir / final)
         except FileNotFoundError:
             if not (self._dir / final).exists():
                 raise UsageError(
-                    f"VerifyingSink cannot commit {final} in {self._dir}: its pending file is gone (subtask {self._ctx.subtask_index})",
+                    f"VerifyingSink cannot commit {final} in {self._dir}: its pending file is gone (subtask {self.ctx.subtask_index})",
                     remedy="check whether something deleted hidden files in the sink's directory",
                 ) from None
 
-    def _restore(self, states: list[Any]) -> None:
-        """Commit what the restored checkpoint left pending; discard other attempts' strays.
-
-        Subtask ``i`` of ``p`` discards the pending files of old subtasks ``s % p == i`` (its own
-        earlier attempts, and after a scale-down the subtasks that are gone): files written
-        after the restored checkpoint, whose records will be replayed.
-        """
-        keep: set[str] = set()
-        for state in states:
-            for pending, final in (state or {}).get("pending", []):
-                self._commit(pending, final)
-                keep.add(pending)
-        i, p = self._ctx.subtask_index, self._ctx.parallelism
+    def abort_lingering(self, prefixes: set[str], keep: list[Any]) -> None:
+        """Discard the pending files written after the restored checkpoint (their records will
+        be replayed) by the old subtasks this one stands in for."""
+        kept = {pending for pending, _ in keep}
         for path in self._dir.iterdir():
             m = _PENDING.match(path.name)
-            if m and int(m.group(1)) % p == i and path.name not in keep:
+            if m and self.stands_in_for(int(m.group(1))) and path.name not in kept:
                 path.unlink(missing_ok=True)
 
 
@@ -218,6 +192,9 @@ class VerifyingSink(Sink):
     >>> w.notify_checkpoint_complete(1); list(read_committed(d))
     [[0, 1, 1]]
     """
+
+    guarantee = "exactly-once"
+    needs = "checkpointing (two-phase commit of one file per checkpoint)"
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = str(directory)

@@ -163,6 +163,14 @@ class StreamExecutionEnvironment:
         source = FileSource.for_record_stream_format(StreamFormat.text_line_format(charset_name), file_path).build()
         return self._source(f"Read Text File: {file_path}", source)
 
+    def socket_text_stream(self, hostname: str, port: int, delimiter: str = "\n", max_retry: int = 0) -> Any:
+        """The lines a TCP server sends (Flink's ``socketTextStream``); parallelism 1, and no
+        delivery guarantee: a socket cannot be replayed after a failure."""
+        from flinkpy.connectors.socket_source import SocketTextSource
+
+        source = SocketTextSource(hostname, port, delimiter, max_retry)
+        return self._source(f"Socket Stream: {hostname}:{port}", source, non_parallel=True)
+
     def from_source(self, source: Any, watermark_strategy: Any = None, source_name: str = "Source", type_info: Any = None) -> Any:
         from flinkpy.connectors.base import Source
 

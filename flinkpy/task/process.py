@@ -333,6 +333,7 @@ class Task:
                 operator_name=t["vertex_name"],
                 attempt=t["attempt"],
                 restored_state=restored,
+                side_output=lambda tag, records: chain.head.side_output(tag, records, None),
             )
         )
         source_head = chain.head
