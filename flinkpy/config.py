@@ -287,6 +287,13 @@ SCHEMA: dict[str, Option] = {
             "Whether a canceled job's checkpoints are kept.",
         ),
         _option("execution.checkpointing.savepoint-dir", StringType(), None, "Default directory of savepoints."),
+        _option("high-availability.type", EnumType("none", "zookeeper"), "none", "High availability: none (one JobManager), or zookeeper (standby JobManagers, leader election, jobs that survive the loss of their JobManager)."),
+        _option("high-availability.zookeeper.quorum", StringType(), None, "ZooKeeper servers as HOST:PORT[,HOST:PORT...] (high-availability.type: zookeeper)."),
+        _option("high-availability.storageDir", StringType(), None, "fsspec URL where JobManagers keep submitted jobs and job histories for a new leader (ZooKeeper holds pointers to them); default: <cluster home>/ha."),
+        _option("high-availability.cluster-id", StringType(), "default", "Name of this cluster under the ZooKeeper root: clusters sharing a quorum need distinct ids."),
+        _option("high-availability.zookeeper.path.root", StringType(), "/flinkpy", "ZooKeeper node under which every flinkpy cluster keeps its state."),
+        _option("high-availability.zookeeper.client.session-timeout", DurationType(), 4000, "ZooKeeper session timeout: how long a JobManager that went silent keeps its leadership (the server may clamp it to [2, 20] tick times)."),
+        _option("high-availability.zookeeper.client.connection-timeout", DurationType(), 15000, "How long to wait for a connection to ZooKeeper."),
         _option("jobmanager.execution.failover-strategy", EnumType("full", "region"), "region", "Restart all tasks after a failure, or only the failed task's pipelined region."),
         _option(
             "restart-strategy.type",
