@@ -28,7 +28,10 @@ def _process_dict(proc: Any) -> dict[str, Any]:
 def start(
     taskmanagers: Annotated[int, typer.Option("--taskmanagers", min=1, metavar="N", help="Number of TaskManager processes to start.")] = 1,
     slots: Annotated[Optional[int], typer.Option("--slots", min=1, metavar="N", help="Slots per TaskManager; default: taskmanager.numberOfTaskSlots (1).", show_default=False)] = None,
-    rest_port: Annotated[Optional[int], typer.Option("--rest-port", min=0, max=65535, metavar="PORT", help="Port of the REST API; default: rest.port (8081); 0 picks a free port.", show_default=False)] = None,
+    rest_port: Annotated[Optional[int], typer.Option("--rest-port", min=0, max=65535, metavar="PORT", help="Port of the REST API; default: rest.port (8081); 0 picks a free port. With several JobManagers the next ones take the next ports.", show_default=False)] = None,
+    ha: Annotated[Optional[str], typer.Option("--ha", metavar="none|zookeeper", help="High availability; default: high-availability.type (none).", show_default=False)] = None,
+    quorum: Annotated[Optional[str], typer.Option("--zookeeper-quorum", metavar="HOST:PORT[,...]", help="ZooKeeper servers (high-availability.zookeeper.quorum); see 'flinkpy zookeeper start'.", show_default=False)] = None,
+    jobmanagers: Annotated[int, typer.Option("--jobmanagers", min=1, metavar="N", help="JobManagers to start: one leads, the others stand by (needs --ha zookeeper).")] = 1,
     dynamic: Dynamic = None,
     json_: JsonFlag = False,
 ) -> None:
@@ -38,14 +41,26 @@ def start(
     the cluster home ($FLINKPY_HOME or ~/.flinkpy), where 'flinkpy cluster stop' and every
     other command find them. Starting a second cluster in the same home exits 9.
 
+    With --ha zookeeper (or high-availability.type: zookeeper in flinkpy.yaml, with Flink's
+    high-availability.* keys) the JobManagers elect a leader through ZooKeeper; when it dies a
+    standby takes over and recovers every running job from its latest checkpoint, with the same
+    job id, and the TaskManagers follow the new leader. Every command finds the leader through
+    ZooKeeper by itself.
+
     Examples:
 
     \b
         flinkpy cluster start
         flinkpy cluster start --taskmanagers 2 --slots 4
         FLINKPY_HOME=/tmp/c1 flinkpy cluster start --rest-port 0 --json | jq -r .rest_address
+        flinkpy zookeeper start && flinkpy cluster start --ha zookeeper --zookeeper-quorum 127.0.0.1:2181 --jobmanagers 2 --taskmanagers 2
     """
-    config = load_cli_config(dynamic)
+    extra = list(dynamic or [])
+    if ha is not None:
+        extra.append(f"high-availability.type={ha}")
+    if quorum is not None:
+        extra.append(f"high-availability.zookeeper.quorum={quorum}")
+    config = load_cli_config(extra)
     from flinkpy.cluster import start_cluster
 
     home = cluster_home()
@@ -56,11 +71,17 @@ def start(
             slots=slots if slots is not None else config.get("taskmanager.numberOfTaskSlots"),
             rest_port=rest_port if rest_port is not None else config.get("rest.port"),
             config=config,
+            jobmanagers=jobmanagers,
         )
     if session.json:
         emit_json(info.to_dict())
         return
-    status(f"Starting JobManager (pid {info.jobmanager_pid}).")
+    if info.ha is not None:
+        for jm in info.jobmanagers:
+            role = "leader" if info.leader and jm.id == info.leader.get("id") else "standby"
+            status(f"Starting JobManager {jm.id} (pid {jm.pid}): {role}.")
+    else:
+        status(f"Starting JobManager (pid {info.jobmanager_pid}).")
     for tm in info.taskmanagers:
         status(f"Starting TaskManager {tm.id} (pid {tm.pid}).")
     out().print(f"Cluster started. REST address: {info.rest_address}", markup=False)
@@ -93,6 +114,30 @@ def add_taskmanager(
         emit_json(tm.to_dict())
         return
     out().print(f"TaskManager {tm.id} started (pid {tm.pid}) and registered.", markup=False)
+
+
+@app.command("add-jobmanager")
+def add_jobmanager(dynamic: Dynamic = None, json_: JsonFlag = False) -> None:
+    """Start one more JobManager for the running high-availability cluster: a standby.
+
+    Replaces a JobManager that died (after a failover the cluster has one standby fewer), or
+    adds one. It joins the leader election and takes over when the leader is lost.
+
+    Examples:
+
+    \b
+        flinkpy cluster add-jobmanager
+        flinkpy cluster add-jobmanager --json
+    """
+    config = load_cli_config(dynamic)
+    from flinkpy.ha.cluster import add_jobmanager as start_one
+
+    with progress("Starting a JobManager..."):
+        jm = start_one(cluster_home(), config=config)
+    if session.json:
+        emit_json(jm.to_dict())
+        return
+    out().print(f"JobManager {jm.id} started (pid {jm.pid}) as a standby.", markup=False)
 
 
 @app.command("stop")
@@ -136,6 +181,9 @@ def stop(
 def cluster_status(json_: JsonFlag = False) -> None:
     """Show the running cluster: its JobManager, TaskManagers, slots and jobs.
 
+    With high availability: which JobManager leads (and its epoch), the standbys, and the state
+    of the ZooKeeper session.
+
     Exits 3 when no cluster runs in the cluster home, so 'flinkpy cluster status' doubles as
     a health check.
 
@@ -152,13 +200,39 @@ def cluster_status(json_: JsonFlag = False) -> None:
     info = find_cluster(home)
     if info is None:
         raise ClusterUnreachableError("no cluster is running", remedy="start one with 'flinkpy cluster start'")
-    client = RestClient(info.rest_address, token_of(home))
+    from flinkpy.cluster import rest_client_for
+
+    client = rest_client_for(info, token_of(home))
     overview, tms = client.overview(), client.taskmanagers()
+    zookeeper = None
+    if info.ha is not None:
+        from flinkpy.ha.cluster import session_of
+
+        zookeeper = session_of(info.ha)
     if session.json:
-        emit_json({"cluster": info.to_dict(), "overview": overview, "taskmanagers": tms})
+        doc = {"cluster": info.to_dict(), "overview": overview, "taskmanagers": tms}
+        if zookeeper is not None:
+            doc["zookeeper"] = zookeeper
+        emit_json(doc)
         return
     console = out()
-    console.print(f"JobManager: pid {info.jobmanager_pid}, REST address {info.rest_address}", markup=False)
+    if info.ha is None:
+        console.print(f"JobManager: pid {info.jobmanager_pid}, REST address {info.rest_address}", markup=False)
+    else:
+        ha_doc = info.to_dict()["high_availability"]
+        leader = ha_doc["leader"]
+        console.print(
+            f"High availability: ZooKeeper {ha_doc['zookeeper']} ({zookeeper['state'] if zookeeper else 'unreachable'}), "
+            f"cluster id {ha_doc['cluster_id']}, "
+            + (f"leader {leader['id']} (epoch {leader['epoch']}) at {leader['rest_address']}" if leader else "no leader elected"),
+            markup=False,
+        )
+        jm_table = Table(title="JobManagers", title_justify="left")
+        for column in ("ID", "PID", "Role", "Alive"):
+            jm_table.add_column(column)
+        for jm in ha_doc["jobmanagers"]:
+            jm_table.add_row(jm["id"], str(jm["pid"]), jm["role"] if jm["alive"] else "-", "yes" if jm["alive"] else "no")
+        console.print(jm_table)
     console.print(
         f"Slots: {overview.get('slots-available', '?')} of {overview.get('slots-total', '?')} available; "
         f"jobs: {overview.get('jobs-running', 0)} running, {overview.get('jobs-finished', 0)} finished, "

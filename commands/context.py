@@ -66,5 +66,7 @@ def rest_client(jobmanager: str | None) -> RestClient:
                 "no cluster is running",
                 remedy="start one with 'flinkpy cluster start', or pass -m HOST:PORT",
             )
-        address = info.rest_address
+        from flinkpy.cluster import rest_client_for
+
+        return rest_client_for(info, token_of(home))
     return RestClient(address, token_of(home))

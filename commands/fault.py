@@ -4,7 +4,7 @@ Every fault travels the way a real one would be noticed: the CLI asks the JobMan
 ``/jobs/<jid>/faults``, ``/cluster/faults``), which checks the target, journals the fault in the
 job's record and tells the TaskManager hosting the target to carry it out (a signal to a task
 process, a SIGSTOP/SIGCONT, an exception armed inside an operator, declined snapshots, failing
-storage writes, delayed or dropped data channels). Only ``kill-jobmanager`` acts from here, through the cluster home's pid record:
+storage writes, delayed or dropped data channels). Only ``kill-jobmanager`` acts from here, through the cluster home's pid record (with high availability: the leader ZooKeeper names):
 nothing else is left to ask. Random choices (which subtask, which TaskManager, chaos) come from
 ``--seed``, printed when it was not given so that a run can be repeated.
 """
@@ -265,18 +265,22 @@ def storage_outage(for_: For = "20s", jobmanager: JobManager = None, json_: Json
 
 
 @app.command("kill-jobmanager")
-def kill_jobmanager(yes: Annotated[bool, typer.Option("--yes", help="Kill it even though its jobs are lost (no high availability).")] = False,
+def kill_jobmanager(yes: Annotated[bool, typer.Option("--yes", help="Kill it even though its jobs are lost (a cluster without high availability).")] = False,
                     json_: JsonFlag = False) -> None:
-    """Kill the JobManager of the cluster in $FLINKPY_HOME (SIGKILL).
+    """Kill the (leading) JobManager of the cluster in $FLINKPY_HOME (SIGKILL).
 
-    flinkpy has no JobManager high availability: its jobs are lost with it, and its
-    TaskManagers stop their tasks and exit. Without --yes this says so and refuses.
+    With high availability the leader ZooKeeper names is killed: a standby takes over after
+    the ZooKeeper session timeout and recovers the running jobs from their latest checkpoints;
+    the TaskManagers follow it. Without high availability the jobs are lost with the
+    JobManager and its TaskManagers stop: then this refuses unless --yes is given.
 
-    Exit status: 0 when killed; 3 when no cluster runs; 9 without --yes.
+    Exit status: 0 when killed; 3 when no cluster runs (or no leader is elected); 9 without
+    --yes on a cluster without high availability.
 
     Examples:
 
     \b
+        flinkpy fault kill-jobmanager
         flinkpy fault kill-jobmanager --yes
     """
     from commands.context import cluster_home
@@ -286,10 +290,20 @@ def kill_jobmanager(yes: Annotated[bool, typer.Option("--yes", help="Kill it eve
     cluster = find_cluster(cluster_home())
     if cluster is None:
         raise ClusterUnreachableError("no cluster is running in this home", remedy="start one with 'flinkpy cluster start'")
+    if cluster.ha is not None:
+        if cluster.leader is None:
+            raise ClusterUnreachableError("no JobManager leads this cluster right now", remedy="see 'flinkpy cluster status'")
+        target = {"what": "JobManager", "id": cluster.leader["id"], "pid": int(cluster.leader["pid"]), "epoch": cluster.leader["epoch"]}
+        os.kill(target["pid"], signal.SIGKILL)
+        if session.json:
+            emit_json({"kind": "kill-jobmanager", "target": target})
+        else:
+            info(f"killed the leading JobManager {target['id']} (pid {target['pid']}, epoch {target['epoch']}); a standby takes over")
+        return
     if not yes:
         raise ConflictError(
-            f"killing the JobManager (pid {cluster.jobmanager_pid}) loses every job of the cluster: flinkpy has no high availability",
-            remedy="pass --yes to kill it anyway",
+            f"killing the JobManager (pid {cluster.jobmanager_pid}) loses every job of the cluster: it has no high availability",
+            remedy="pass --yes to kill it anyway, or start the cluster with --ha zookeeper",
         )
     os.kill(cluster.jobmanager_pid, signal.SIGKILL)
     if session.json:

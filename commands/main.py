@@ -17,6 +17,7 @@ from commands import savepoint, stop
 from commands import restart_strategy
 from commands import fault
 from commands import verify
+from commands import zookeeper
 from commands._click import click
 from commands.errors import PROG, handle
 from commands.session import session, set_debug
@@ -73,6 +74,7 @@ app.add_typer(checkpoint.app, name="checkpoint")
 app.add_typer(savepoint.app, name="savepoint")
 app.add_typer(restart_strategy.app, name="restart-strategy")
 app.add_typer(fault.app, name="fault")
+app.add_typer(zookeeper.app, name="zookeeper")
 app.add_typer(verify.app)
 
 

@@ -50,15 +50,30 @@ class ClusterInfo:
     jobmanager: ProcessInfo
     taskmanagers: list[ProcessInfo] = field(default_factory=list)
     started: float = 0.0
+    #: high availability: every JobManager (leader and standbys), the HaConfig as a dict, and
+    #: the leader as ZooKeeper names it (None when unknown)
+    jobmanagers: list[ProcessInfo] = field(default_factory=list)
+    ha: dict[str, Any] | None = None
+    leader: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc = {
             "home": str(self.home),
             "rest_address": self.rest_address,
             "jobmanager": self.jobmanager.to_dict(),
             "taskmanagers": [tm.to_dict() for tm in self.taskmanagers],
             "started": self.started,
         }
+        if self.ha is not None:
+            leader_id = (self.leader or {}).get("id")
+            doc["high_availability"] = {
+                "zookeeper": self.ha["quorum"],
+                "cluster_id": self.ha["cluster_id"],
+                "leader": self.leader,
+                "jobmanagers": [dict(jm.to_dict(), alive=_alive(jm), role="leader" if jm.id == leader_id else "standby")
+                                for jm in self.jobmanagers],
+            }
+        return doc
 
 
 class ClusterHome:
@@ -281,8 +296,9 @@ def _launch(
     return cluster, procs
 
 
-def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, slots: int = 1, rest_port: int = 8081, config: Any = None, timeout_s: float = 30.0) -> ClusterInfo:
-    """Start a background cluster in ``home``; returns once every TaskManager has registered."""
+def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, slots: int = 1, rest_port: int = 8081, config: Any = None, timeout_s: float = 30.0, jobmanagers: int = 1) -> ClusterInfo:
+    """Start a background cluster in ``home``; returns once every TaskManager has registered
+    (with high availability in ``config``: once a leader is elected and they registered with it)."""
     home = _as_home(home)
     running = find_cluster(home)
     if running is not None:
@@ -294,6 +310,27 @@ def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, sl
     def cfg(key: str, default: Any) -> Any:
         return config.get(key) if config is not None else default
 
+    from flinkpy.ha.services import HaConfig
+
+    ha = HaConfig.from_config(config, default_storage_dir=str(home.path / "ha")) if config is not None else None
+    if ha is None and jobmanagers > 1:
+        from flinkpy.errors import UsageError
+
+        raise UsageError(
+            f"{jobmanagers} JobManagers need high availability: only one of them can lead",
+            remedy="add --ha zookeeper --zookeeper-quorum HOST:PORT (see 'flinkpy zookeeper start')",
+        )
+    if ha is not None:
+        from flinkpy.ha.cluster import launch_ha
+
+        cluster = launch_ha(
+            home, ha, jobmanagers=jobmanagers, taskmanagers=taskmanagers, slots=slots, rest_port=rest_port,
+            rest_address=cfg("rest.bind-address", "127.0.0.1"),
+            heartbeat_interval_ms=int(cfg("heartbeat.interval", 10000)),
+            heartbeat_timeout_ms=int(cfg("heartbeat.timeout", 50000)), timeout_s=timeout_s,
+        )
+        write_record(home, cluster)
+        return cluster
     cluster, _ = _launch(
         home,
         taskmanagers=taskmanagers,
@@ -356,12 +393,22 @@ def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config:
 
 
 def _cluster_record(c: ClusterInfo) -> dict[str, Any]:
-    return {
+    rec = {
         "rest_address": c.rest_address,
         "started": c.started,
         "jobmanager": vars(c.jobmanager),
         "taskmanagers": [vars(tm) for tm in c.taskmanagers],
     }
+    if c.ha is not None:
+        rec["ha"] = c.ha
+        rec["jobmanagers"] = [vars(jm) for jm in c.jobmanagers]
+    return rec
+
+
+def write_record(home: ClusterHome, c: ClusterInfo) -> None:
+    tmp = home.path / ".cluster.json.tmp"
+    tmp.write_text(json.dumps(_cluster_record(c)))
+    os.replace(tmp, home.path / "cluster.json")
 
 
 def _read_record(home: ClusterHome) -> ClusterInfo | None:
@@ -377,15 +424,44 @@ def _read_record(home: ClusterHome) -> ClusterInfo | None:
         jobmanager=jm,
         taskmanagers=[ProcessInfo(**tm) for tm in rec["taskmanagers"]],
         started=rec.get("started", 0.0),
+        jobmanagers=[ProcessInfo(**j) for j in rec.get("jobmanagers", [])],
+        ha=rec.get("ha"),
     )
 
 
 def find_cluster(home: "ClusterHome | str | Path") -> ClusterInfo | None:
-    """The cluster running in ``home``, or None (no record, or its JobManager is gone)."""
+    """The cluster running in ``home``, or None (no record, or its JobManager is gone).
+
+    With high availability the cluster runs while any of its JobManagers does, and its REST
+    address is the leader's, looked up in ZooKeeper (the recorded one if ZooKeeper cannot say).
+    """
     info = _read_record(_as_home(home))
-    if info is None or not _alive(info.jobmanager):
+    if info is None:
         return None
+    if info.ha is None:
+        return info if _alive(info.jobmanager) else None
+    alive = [jm for jm in info.jobmanagers if _alive(jm)]
+    if not alive and not any(_alive(tm) for tm in info.taskmanagers):
+        return None
+    from flinkpy.ha.cluster import current_leader
+
+    info.leader = current_leader(info.ha)
+    if info.leader is not None:
+        info.rest_address = info.leader["rest_address"]
+        info.jobmanager_pid = int(info.leader["pid"])
+        info.jobmanager = next((jm for jm in info.jobmanagers if jm.id == info.leader["id"]), info.jobmanager)
     return info
+
+
+def rest_client_for(info: ClusterInfo, token: str | None, timeout_s: float = 10) -> Any:
+    """A REST client of the cluster; with high availability it follows the leader."""
+    from flinkpy.client.rest import RestClient
+
+    if info.ha is None:
+        return RestClient(info.rest_address, token, timeout_s=timeout_s)
+    from flinkpy.ha.cluster import leader_resolver
+
+    return RestClient(info.rest_address, token, timeout_s=timeout_s, leader=leader_resolver(info.ha))
 
 
 def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> list[ProcessInfo]:
@@ -396,7 +472,7 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
     info = _read_record(home)
     if info is None:
         return []
-    procs = [p for p in [*info.taskmanagers, info.jobmanager] if _alive(p)]
+    procs = [p for p in [*info.taskmanagers, *(info.jobmanagers or [info.jobmanager])] if _alive(p)]
     tree: list[psutil.Process] = []
     for p in procs:
         try:
@@ -421,6 +497,8 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
             (home.path / name).unlink()
         except FileNotFoundError:
             pass
+    if info.ha is not None:
+        shutil.rmtree(home.path / "jobmanagers", ignore_errors=True)
     return procs
 
 

@@ -21,8 +21,8 @@ from typing import Any, Callable
 import psutil
 import pytest
 
-#: real PostgreSQL and Redis servers (fixtures ``postgres`` and ``redis_server``)
-pytest_plugins = ["servers"]
+#: real PostgreSQL, Redis and ZooKeeper servers (fixtures ``postgres``, ``redis_server``, ``zookeeper``)
+pytest_plugins = ["servers", "zookeeper"]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -42,6 +42,8 @@ class ExecutionContext:
     #: start from this savepoint or retained checkpoint (path or URL of it or of its _metadata)
     savepoint_path: str | None = None
     allow_non_restored_state: bool = False
+    #: high availability: finds the leader's REST address (the client follows a failover)
+    leader: Any = None
 
 
 _stack: list[ExecutionContext] = []

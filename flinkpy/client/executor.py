@@ -91,7 +91,7 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
     if ctx.address:
         from flinkpy.client.rest import RestClient
 
-        rest = RestClient(ctx.address, ctx.token or _token_for(ctx.address))
+        rest = RestClient(ctx.address, ctx.token or _token_for(ctx.address), leader=ctx.leader)
         job_id = rest.submit_job(payload)
         if ctx.on_submit:
             ctx.on_submit(job_id, job.job_name)

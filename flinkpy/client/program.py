@@ -92,11 +92,16 @@ def run_program(
     from flinkpy.cluster import ClusterHome, find_cluster
 
     token = None
+    leader = None
     home = ClusterHome.resolve()
     if address is None:
         running = find_cluster(home)
         if running is not None:
             address = running.rest_address
+            if running.ha is not None:
+                from flinkpy.ha.cluster import leader_resolver
+
+                leader = leader_resolver(running.ha)
     if address is not None:
         try:
             token = home.token()
@@ -114,6 +119,7 @@ def run_program(
         on_submit=on_submit,
         savepoint_path=savepoint_path,
         allow_non_restored_state=allow_non_restored_state,
+        leader=leader,
     )
     try:
         _run(Path(path), args, ctx)

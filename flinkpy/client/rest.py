@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from flinkpy.errors import (
     AuthenticationError,
@@ -34,6 +34,8 @@ _STATUS_ERRORS: dict[int, type[FlinkpyError]] = {
     404: NotFoundError,
     409: ConflictError,
     422: ConfigurationError,
+    # a standby JobManager, or a new leader still recovering the job (high availability)
+    503: ClusterUnreachableError,
 }
 
 _DEFAULT_REMEDIES: dict[type[FlinkpyError], str] = {
@@ -54,10 +56,15 @@ def normalize_address(address: str) -> str:
 class RestClient:
     """Typed calls to one JobManager's REST API, authenticated with the cluster's token."""
 
-    def __init__(self, address: str, token: str | None, timeout_s: float = 10) -> None:
+    def __init__(self, address: str, token: str | None, timeout_s: float = 10, *, leader: Callable[[], str | None] | None = None, failover_wait_s: float = 60.0) -> None:
         self.address = normalize_address(address)
         self.token = token
         self.timeout_s = timeout_s
+        #: high availability: looks up the current leader's REST address (in ZooKeeper). When
+        #: the JobManager stops answering, or answers that it is a standby or still recovering
+        #: the job, the client follows the leader for up to ``failover_wait_s``.
+        self.leader = leader
+        self.failover_wait_s = failover_wait_s
         # No proxies: HTTP(S)_PROXY from the environment would route the cluster's token
         # (and loopback traffic) through a third party.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -74,6 +81,32 @@ class RestClient:
         timeout: float | None = None,
     ) -> Any:
         """Send one request; returns parsed JSON, or text for ``text/plain`` answers."""
+        if self.leader is None:
+            return self._request_once(method, path, params=params, body=body, timeout=timeout)
+        deadline = time.monotonic() + self.failover_wait_s
+        while True:
+            try:
+                return self._request_once(method, path, params=params, body=body, timeout=timeout)
+            except ClusterUnreachableError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.05)
+            try:
+                found = self.leader()
+            except Exception:  # noqa: BLE001 - ZooKeeper itself may be failing over
+                found = None
+            if found:
+                self.address = normalize_address(found)
+
+    def _request_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: bytes | dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
         url = self.address + path
         if params:
             url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})

@@ -54,6 +54,9 @@ class JobCheckpointing:
         #: savepoint requests by trigger id: status QUEUED, IN_PROGRESS, COMPLETED or FAILED
         self.savepoints: dict[str, dict[str, Any]] = {}
         self.savepoint_dir = config.get("execution.checkpointing.savepoint-dir") or f"{checkpoint_dir.rstrip('/')}/savepoints"
+        #: high availability: records checkpoint ids handed out and completed checkpoints in
+        #: ZooKeeper (flinkpy.jobmanager.leadership.JobHa), or None
+        self.ha: Any = None
 
     # -- savepoints ---------------------------------------------------------------------------
 
@@ -167,6 +170,8 @@ class JobCheckpointing:
         g = self.graph
         for a in actions:
             if isinstance(a, TriggerCheckpoint):
+                if self.ha is not None and not self.ha.reserve(a.checkpoint_id):
+                    continue  # fenced: no longer the leader; the checkpoint times out unheard
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
                 body = {"checkpoint_id": a.checkpoint_id, "timestamp": a.timestamp, "mode": a.mode, "kind": a.kind}
                 record = self.savepoint_of(a.checkpoint_id)
@@ -208,6 +213,9 @@ class JobCheckpointing:
                     path = self.storage.write_metadata_in(record["dir"], doc)
                 else:
                     path = self.storage.write_metadata(self.graph.job_id, cid, doc)
+                if self.ha is not None:
+                    directory = record["dir"] if record is not None else self.storage.checkpoint_dir(self.graph.job_id, cid)
+                    self.ha.completed(cid, directory, self.options.retained)
             except Exception as e:  # noqa: BLE001 - storage errors fail the checkpoint, not the JobManager
                 reason = f"writing the metadata of checkpoint {cid} failed: {type(e).__name__}: {e}"
                 log.warning(reason)

@@ -16,13 +16,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from flinkpy.errors import ConfigurationError, ConflictError, InvalidProgramError, NotFoundError
+from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager.checkpointing import JobCheckpointing
 from flinkpy.jobmanager.execution_graph import Cancel, Deploy, Execution, ExecutionGraph, Failover, JobTerminated, Restart, SendConnect
 from flinkpy.jobmanager.slot_pool import NotEnoughSlots, SlotPool
 from flinkpy.network.connection import Connection
 
 log = logging.getLogger("flinkpy.jobmanager")
+
+
+class JobRecoveringError(ClusterUnreachableError):
+    """HA: the job exists, and the new leader is restoring it right now (REST answers 503)."""
 
 
 def now_ms() -> int:
@@ -64,10 +68,28 @@ class Dispatcher:
         self.started_ms = now_ms()
         #: faults aimed at the cluster (TaskManagers, storage), also journaled in the jobs they hit
         self.cluster_faults: list[dict[str, Any]] = []
+        #: high availability (flinkpy.jobmanager.leadership.Leadership), or None
+        self.ha: Any = None
+        #: the fencing token of this JobManager's leadership term (HA), None while a standby
+        self.leader_epoch: int | None = None
+
+    def standby_message(self) -> str | None:
+        """Why this JobManager cannot serve requests about jobs (it is a standby), or None."""
+        if self.ha is None or self.leader_epoch is not None:
+            return None
+        return self.ha.standby_message()
 
     # -- TaskManagers ------------------------------------------------------------------------
 
     def register_taskmanager(self, conn: Connection, info: dict[str, Any]) -> None:
+        if self.ha is not None and info.get("epoch") != self.leader_epoch:
+            # fencing: a TaskManager following another leadership term (or this JobManager is a
+            # standby that has not been elected) is turned away
+            log.warning("refused TaskManager %s: it follows leader epoch %s, this JobManager leads epoch %s",
+                        info.get("tm_id"), info.get("epoch"), self.leader_epoch)
+            conn.send("refused", {"reason": f"not the leader of epoch {info.get('epoch')}"})
+            conn.close()
+            return
         rec = TaskManagerRecord(
             tm_id=info["tm_id"],
             conn=conn,
@@ -113,14 +135,20 @@ class Dispatcher:
 
     # -- jobs --------------------------------------------------------------------------------
 
-    def submit(self, document: dict[str, Any]) -> str:
+    def submit(self, document: dict[str, Any], *, job_id: str | None = None, history: Any = None) -> str:
+        """Accept a job (from REST), or recover one (HA: a new leader passes the job's id, its
+        latest checkpoint as ``document["restore"]`` and its ``history``)."""
+        message = self.standby_message()
+        if message is not None:
+            raise ConflictError(message, remedy="submit to the leader (the CLI finds it through ZooKeeper)")
+        recovered = job_id is not None
         try:
             meta = document["meta"]
             payloads = {int(k): base64.b64decode(v) for k, v in document["payloads"].items()}
             python_path = [str(p) for p in document.get("python_path", [])]
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidProgramError(f"malformed job submission: {e}") from e
-        job_id = uuid.uuid4().hex
+        job_id = job_id or uuid.uuid4().hex
         config = dict(meta.get("config", {}))
         from flinkpy.jobmanager.restart_strategies import strategy_from_config
 
@@ -135,6 +163,12 @@ class Dispatcher:
         graph = ExecutionGraph(job_id, meta, now_ms(), strategy=strategy, failover=failover)
         checkpointing = JobCheckpointing(graph, config, config.get("execution.checkpointing.dir") or self.default_checkpoint_dir)
         restore_from = document.get("restore")  # a savepoint or retained checkpoint to start from
+        if self.ha is not None:
+            checkpointing.ha = self.ha.for_job(job_id)
+            if not recovered:
+                self.ha.job_submitted(job_id, document)  # before anything runs: a new leader finds it
+            if history is not None:
+                self.ha.apply_history(graph, checkpointing, history)
         with self.lock:
             self.jobs[job_id] = JobRecord(graph, payloads, python_path, config, checkpointing)
             log.info("job %s (%s) submitted: %d vertices", job_id, graph.name, len(graph.vertices))
@@ -158,6 +192,8 @@ class Dispatcher:
 
     def job(self, job_id: str) -> JobRecord:
         rec = self.jobs.get(job_id)
+        if rec is None and self.ha is not None and job_id in self.ha.recovering:
+            raise JobRecoveringError(f"job {job_id} is being recovered by the new leader", remedy="retry in a moment")
         if rec is None:
             raise NotFoundError(f"job {job_id} not found on this cluster", remedy="list jobs with 'flinkpy list -a'")
         return rec
@@ -464,6 +500,8 @@ class Dispatcher:
             elif isinstance(a, JobTerminated):
                 self.slots.release(job_id)
                 log.info("job %s (%s) switched to %s", job_id, g.name, a.state)
+                if self.ha is not None:
+                    self.ha.job_terminated(job_id)
                 self._checkpoint_actions(job_id, rec.checkpointing.coordinator.shutdown(now_ms(), job_state=a.state))
             elif isinstance(a, Failover):
                 log.info("job %s: restarting %d task(s) after a failure (%s failover)", job_id, len(a.keys), g.failover)

@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rest-port", type=int, default=8081)
     ap.add_argument("--rpc-address", default="127.0.0.1")
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=50000)
+    ap.add_argument("--id", default="jobmanager", help="this JobManager's id (several run with high availability)")
+    ap.add_argument("--ha", help="high availability: the HaConfig as JSON (ZooKeeper quorum, paths, storage)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
     home = Path(args.home)
@@ -119,11 +121,25 @@ def main(argv: list[str] | None = None) -> None:
         "rpc_host": args.rpc_address,
         "rpc_port": rpc.getsockname()[1],
     }
+    if args.ha:
+        # high availability: readiness is per JobManager; who leads is published in ZooKeeper
+        from flinkpy.ha.services import HaConfig, ZooKeeperHa
+        from flinkpy.jobmanager.leadership import Leadership
+
+        info["id"] = args.id
+        published = home / "jobmanagers" / f"{args.id}.json"
+        published.parent.mkdir(exist_ok=True)
+        ha = ZooKeeperHa(HaConfig.from_dict(json.loads(args.ha))).start_patiently(f"JobManager {args.id}")
+        dispatcher.ha = Leadership(dispatcher, ha, args.id, info)
+    else:
+        published = home / "jobmanager.json"
     tmp = home / f".jobmanager.json.{os.getpid()}"
     tmp.write_text(json.dumps(info))
-    os.replace(tmp, home / "jobmanager.json")
-    log.info("JobManager ready: REST %s, RPC %s:%d", info["rest_address"], info["rpc_host"], info["rpc_port"])
+    os.replace(tmp, published)
+    log.info("JobManager %s ready: REST %s, RPC %s:%d", args.id, info["rest_address"], info["rpc_host"], info["rpc_port"])
     print(f"JobManager ready. REST address: {info['rest_address']}", file=sys.stderr, flush=True)
+    if dispatcher.ha is not None:
+        dispatcher.ha.contend()
 
     stop = threading.Event()
 
@@ -135,15 +151,18 @@ def main(argv: list[str] | None = None) -> None:
     stop.wait()
     log.info("JobManager stopping")
     with dispatcher.lock:
-        for tm in list(dispatcher.taskmanagers.values()):
+        # with high availability the TaskManagers outlive a JobManager: they follow the next leader
+        for tm in list(dispatcher.taskmanagers.values()) if dispatcher.ha is None else []:
             try:
                 tm.conn.send("shutdown", None)
             except OSError:
                 pass
     try:
-        (home / "jobmanager.json").unlink()
+        published.unlink()
     except FileNotFoundError:
         pass
+    if dispatcher.ha is not None:
+        dispatcher.ha.stop()  # a clean stop hands leadership over at once
     os._exit(0)
 
 

@@ -34,7 +34,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 from flinkpy import __version__
-from flinkpy.errors import ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
+from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager.dispatcher import Dispatcher, now_ms
 
 log = logging.getLogger("flinkpy.rest")
@@ -138,6 +138,12 @@ class RestServer:
                                     "remedy": "use the token in the cluster's home (FLINKPY_HOME)"})
                 return
             path = url.path.rstrip("/") or "/"
+            standby = self.dispatcher.standby_message()
+            if standby is not None and path not in ("/config", "/jobmanager/log"):
+                # a standby JobManager (HA) knows no jobs: send the client to the leader
+                self._send(h, 503, {"errors": [standby], "kind": "Standby",
+                                    "remedy": "the CLI finds the leader through ZooKeeper; retry in a moment"})
+                return
             for m, pattern, fn in self._routes():
                 match = re.fullmatch(pattern, path)
                 if match and m == method:
@@ -156,7 +162,8 @@ class RestServer:
             else:
                 self._send(h, 404, {"errors": [f"no such endpoint: {path}"], "kind": "NotFound"})
         except FlinkpyError as e:
-            status = 404 if isinstance(e, NotFoundError) else 409 if isinstance(e, ConflictError) else 422 if isinstance(e, ConfigurationError) else 400
+            status = (404 if isinstance(e, NotFoundError) else 409 if isinstance(e, ConflictError)
+                      else 422 if isinstance(e, ConfigurationError) else 503 if isinstance(e, ClusterUnreachableError) else 400)
             self._send(h, status, {"errors": [e.message], "remedy": e.remedy, "kind": type(e).__name__})
         except Exception as e:  # noqa: BLE001
             log.exception("REST %s %s failed", method, h.path)

@@ -60,17 +60,50 @@ class TaskManager:
         self.host = host
         self.heartbeat_s = heartbeat_s
         self.launcher = TaskLauncher()
-        self.jm = connect(jm_host, jm_port, secret, timeout=10.0)
+        self.jm: Connection | None = connect(jm_host, jm_port, secret, timeout=10.0) if jm_host else None
+        #: high availability: the leadership term of the JobManager we are registered with
+        self.epoch: int | None = None
         self.tasks: dict[tuple[str, str], TaskHandle] = {}
         self.lock = threading.Lock()
         self.stopping = False
         #: an injected storage outage's end (epoch s): handed to tasks deployed before it ends
         self.storage_outage_until = 0.0
 
+    def connect_to_leader(self, leader: dict[str, Any]) -> None:
+        """High availability: connect to the JobManager ZooKeeper names as the leader."""
+        self.jm = connect(leader["rpc_host"], int(leader["rpc_port"]), self.secret, timeout=10.0)
+        self.epoch = int(leader["epoch"])
+
+    def disconnect(self) -> None:
+        """High availability: the leader is gone (or changed). Kill every task at once — the next
+        leader restarts them from the latest checkpoint — and wait until they are gone, so that
+        none of their reports reaches the next leader."""
+        jm, self.jm = self.jm, None
+        if jm is not None:
+            jm.close()
+        with self.lock:
+            handles = list(self.tasks.values())
+        for h in handles:
+            h.cancel_requested = True
+            h.killed_by_us = True
+            try:
+                h.proc.kill()
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.tasks:
+                    return
+            time.sleep(0.005)
+        log.warning("tasks still alive 10 s after the leader was lost: %s", list(self.tasks))
+
     def register(self, log_path: str, stdout_path: str) -> None:
+        assert self.jm is not None
         self.jm.send(
             "register",
             {
+                "epoch": self.epoch,
                 "tm_id": self.tm_id,
                 "pid": os.getpid(),
                 "host": self.host,
@@ -80,14 +113,22 @@ class TaskManager:
             },
         )
 
-    def serve(self) -> None:
-        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+    def serve(self, *, follow_leader: bool = False) -> None:
+        """Handle the JobManager's messages until its connection closes; then stop (or, with
+        ``follow_leader``, return so the caller can connect to the next leader)."""
+        jm = self.jm
+        assert jm is not None
+        threading.Thread(target=self._heartbeat, args=(jm,), name="heartbeat", daemon=True).start()
         while True:
             try:
-                msg = self.jm.recv()
+                msg = jm.recv()
             except OSError:
                 msg = None
             if msg is None:
+                if follow_leader:
+                    log.warning("connection to the JobManager (epoch %s) closed; canceling tasks, following the next leader", self.epoch)
+                    self.disconnect()
+                    return
                 log.info("JobManager connection closed; stopping TaskManager %s", self.tm_id)
                 self.shutdown()
                 return
@@ -106,18 +147,22 @@ class TaskManager:
                 elif op == "registered":
                     log.info("registered at the JobManager as %s with %d slots", self.tm_id, self.slots)
                     print(f"TaskManager {self.tm_id} registered", file=sys.stderr, flush=True)
+                elif op == "refused":
+                    log.warning("the JobManager refused the registration: %s", body.get("reason"))
+                    jm.close()
                 elif op == "shutdown":
                     self.shutdown()
+                    self.stopping = True
                     return
             except Exception:  # noqa: BLE001 - one bad message must not kill the TaskManager
                 log.exception("handling %s failed", op)
 
-    def _heartbeat(self) -> None:
-        while not self.stopping:
+    def _heartbeat(self, jm: Connection) -> None:
+        while not self.stopping and self.jm is jm:
             try:
                 with self.lock:
                     running = len(self.tasks)
-                self.jm.send("heartbeat", {"tm_id": self.tm_id, "tasks": running})
+                jm.send("heartbeat", {"tm_id": self.tm_id, "tasks": running})
             except OSError:
                 return
             time.sleep(self.heartbeat_s)
@@ -146,9 +191,21 @@ class TaskManager:
         threading.Thread(target=self._supervise, args=(handle,), name=f"task-{exec_id}", daemon=True).start()
         log.info("deployed %s (pid %d)", exec_id, proc.pid)
 
-    def _report(self, handle: TaskHandle, state: str, info: Any = None) -> None:
+    def _send_jm(self, op: str, body: Any) -> None:
+        jm = self.jm
+        if jm is None:
+            return  # between leaders: old tasks' news must not reach the next one
         try:
-            self.jm.send("task_state", {"job_id": handle.job_id, "exec_id": handle.exec_id, "state": state, "info": info, "tm_id": self.tm_id})
+            jm.send(op, body)
+        except OSError:
+            pass
+
+    def _report(self, handle: TaskHandle, state: str, info: Any = None) -> None:
+        jm = self.jm
+        if jm is None:
+            return
+        try:
+            jm.send("task_state", {"job_id": handle.job_id, "exec_id": handle.exec_id, "state": state, "info": info, "tm_id": self.tm_id})
         except OSError:
             pass
 
@@ -162,14 +219,11 @@ class TaskManager:
                 break
             op, body = msg
             if op == "listening":
-                self.jm.send("task_listening", {"job_id": handle.job_id, "exec_id": handle.exec_id, **body})
+                self._send_jm("task_listening", {"job_id": handle.job_id, "exec_id": handle.exec_id, **body})
             elif op == "running":
                 self._report(handle, "RUNNING")
             elif op in ("checkpoint_ack", "checkpoint_decline"):
-                try:
-                    self.jm.send("task_event", {"job_id": handle.job_id, "exec_id": handle.exec_id, "op": op, "body": body})
-                except OSError:
-                    pass
+                self._send_jm("task_event", {"job_id": handle.job_id, "exec_id": handle.exec_id, "op": op, "body": body})
             elif op == "finished":
                 handle.final = ("FINISHED", body)
             elif op == "failed":
@@ -312,16 +366,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobmanager", help="HOST:PORT of the JobManager's RPC endpoint (default: read from the home)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--heartbeat-interval-ms", type=int, default=10000)
+    ap.add_argument("--ha", help="high availability: the HaConfig as JSON; the TaskManager follows the leader in ZooKeeper")
     args = ap.parse_args(argv)
     home = Path(args.home)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
     secret = (home / "secret").read_text().strip().encode()
-    if args.jobmanager:
-        jm_host, jm_port = args.jobmanager.rsplit(":", 1)
+    if args.ha:
+        tm = TaskManager(args.id, args.slots, home, "", 0, secret, args.host, args.heartbeat_interval_ms / 1000.0)
     else:
-        info = _wait_for_jobmanager(home)
-        jm_host, jm_port = info["rpc_host"], info["rpc_port"]
-    tm = TaskManager(args.id, args.slots, home, jm_host, int(jm_port), secret, args.host, args.heartbeat_interval_ms / 1000.0)
+        if args.jobmanager:
+            jm_host, jm_port = args.jobmanager.rsplit(":", 1)
+        else:
+            info = _wait_for_jobmanager(home)
+            jm_host, jm_port = info["rpc_host"], info["rpc_port"]
+        tm = TaskManager(args.id, args.slots, home, jm_host, int(jm_port), secret, args.host, args.heartbeat_interval_ms / 1000.0)
 
     def exit_when_tasks_are_gone() -> None:
         """Give canceled tasks a moment to end (their supervisors report them), then exit."""
@@ -339,9 +397,47 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    tm.register(os.environ.get("FLINKPY_LOG_FILE", ""), os.environ.get("FLINKPY_STDOUT_FILE", ""))
-    tm.serve()
+    logs = (os.environ.get("FLINKPY_LOG_FILE", ""), os.environ.get("FLINKPY_STDOUT_FILE", ""))
+    if args.ha:
+        _follow_leaders(tm, json.loads(args.ha), logs)
+    else:
+        tm.register(*logs)
+        tm.serve()
     exit_when_tasks_are_gone()
+
+
+def _follow_leaders(tm: TaskManager, ha_config: dict[str, Any], logs: tuple[str, str]) -> None:
+    """High availability: register with whichever JobManager ZooKeeper names the leader; when
+    the leader changes (or its connection closes), drop everything and register with the next.
+    A leader that is replaced while we are still connected is cut off at once (fencing)."""
+    from flinkpy.ha.services import HaConfig, LeaderFollower, ZooKeeperHa
+
+    ha = ZooKeeperHa(HaConfig.from_dict(ha_config)).start_patiently(f"TaskManager {tm.tm_id}")
+    follower = LeaderFollower(ha)
+
+    def cut_off_stale(info: dict[str, Any] | None) -> None:
+        if tm.jm is not None and (info is None or info.get("epoch") != tm.epoch):
+            log.warning("leader changed (epoch %s -> %s): leaving the old one", tm.epoch, (info or {}).get("epoch"))
+            tm.jm.close()
+
+    ha.watch_leader(cut_off_stale)
+    while not tm.stopping:
+        leader = follower.wait_for(lambda info: info is not None, timeout_s=1.0)
+        if leader is None:
+            continue
+        try:
+            tm.connect_to_leader(leader)
+        except OSError as e:
+            log.warning("cannot reach the leader %s (epoch %s): %s", leader.get("id"), leader.get("epoch"), e)
+            follower.wait_for(lambda info, e=leader.get("epoch"): info is None or info.get("epoch") != e, timeout_s=0.2)
+            continue
+        tm.register(*logs)
+        log.info("following leader %s (epoch %s)", leader.get("id"), leader.get("epoch"))
+        tm.serve(follow_leader=True)
+        # the same leader may still be there (a broken connection): retry after a short pause,
+        # sooner when a new leader is published
+        follower.wait_for(lambda info, e=leader.get("epoch"): info is None or info.get("epoch") != e, timeout_s=0.2)
+    ha.stop()
 
 
 def _wait_for_jobmanager(home: Path, timeout_s: float = 30.0) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""High availability: JobManager leader election and recovery data in Apache ZooKeeper."""

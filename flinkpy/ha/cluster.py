@@ -1,0 +1,193 @@
+"""Starting and finding a high-availability cluster: several JobManagers (one leads, the others
+stand by) and TaskManagers that follow whichever leads, coordinated through ZooKeeper.
+
+Used by :mod:`flinkpy.cluster` (``start_cluster`` with ``high-availability.type: zookeeper``,
+``find_cluster``) and the CLI; the processes themselves are
+:mod:`flinkpy.jobmanager.process` and :mod:`flinkpy.taskmanager.process` with ``--ha``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from flinkpy.errors import FlinkpyError, OperationTimeoutError
+from flinkpy.ha.services import HaConfig, ZooKeeperHa
+
+if TYPE_CHECKING:
+    from flinkpy.cluster import ClusterHome, ClusterInfo, ProcessInfo
+
+
+def current_leader(ha: dict[str, Any], timeout_s: float = 3.0) -> dict[str, Any] | None:
+    """The leader ZooKeeper names right now (None when none, or ZooKeeper does not answer)."""
+    cfg = HaConfig.from_dict({**ha, "connection_timeout_s": timeout_s})
+    try:
+        client = ZooKeeperHa(cfg).start()
+    except FlinkpyError:
+        return None
+    try:
+        return client.leader()
+    finally:
+        client.stop()
+
+
+def session_of(ha: dict[str, Any]) -> dict[str, Any] | None:
+    """What a fresh ZooKeeper session sees: its state and the quorum's answer (None: unreachable)."""
+    cfg = HaConfig.from_dict({**ha, "connection_timeout_s": 3.0})
+    try:
+        client = ZooKeeperHa(cfg).start()
+    except FlinkpyError:
+        return None
+    try:
+        return client.session_info()
+    finally:
+        client.stop()
+
+
+def leader_resolver(ha: dict[str, Any]) -> Callable[[], str | None]:
+    """For RestClient: the leader's REST address, from one ZooKeeper session opened on first use."""
+    holder: dict[str, ZooKeeperHa] = {}
+
+    def resolve() -> str | None:
+        if "zk" not in holder:
+            holder["zk"] = ZooKeeperHa(HaConfig.from_dict({**ha, "connection_timeout_s": 3.0})).start()
+        leader = holder["zk"].leader()
+        return leader["rest_address"] if leader else None
+
+    return resolve
+
+
+def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: int, rest_address: str, heartbeat_timeout_ms: int) -> ProcessInfo:
+    from flinkpy.cluster import ProcessInfo, _create_time, _spawn
+
+    log_path = home.log_dir / f"jobmanager-{jm_id}.log"
+    proc = _spawn(
+        [sys.executable, "-m", "flinkpy.jobmanager.process", "--home", str(home.path), "--id", jm_id,
+         "--rest-port", str(rest_port), "--rest-address", rest_address,
+         "--heartbeat-timeout-ms", str(heartbeat_timeout_ms), "--ha", json.dumps(ha.to_dict())],
+        log_path, None, detach=True, extra_env={"PYTHONUNBUFFERED": "1"},
+    )
+    return ProcessInfo(jm_id, proc.pid, _create_time(proc.pid), str(log_path))
+
+
+def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int, heartbeat_interval_ms: int) -> ProcessInfo:
+    from flinkpy.cluster import ProcessInfo, _create_time, _spawn
+
+    log_path = home.log_dir / f"taskmanager-{tm_id}.log"
+    out_path = home.log_dir / f"taskmanager-{tm_id}.out"
+    with open(out_path, "ab", buffering=0) as out:
+        proc = _spawn(
+            [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
+             "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict())],
+            log_path, out, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"},
+        )
+    return ProcessInfo(tm_id, proc.pid, _create_time(proc.pid), str(log_path), str(out_path))
+
+
+def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[ProcessInfo], timeout_s: float) -> dict[str, Any]:
+    """Until a leader is published and ``taskmanagers`` have registered with it."""
+    from flinkpy.client.rest import RestClient
+    from flinkpy.cluster import _alive, _tail
+    from pathlib import Path
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leader = zk.leader()
+        if leader is not None:
+            try:
+                if RestClient(leader["rest_address"], token, timeout_s=2).overview()["taskmanagers"] >= taskmanagers:
+                    return leader
+            except FlinkpyError:
+                pass
+        dead = [p for p in procs if not _alive(p)]
+        if dead:
+            raise FlinkpyError(
+                f"{dead[0].id} exited during start-up: {_tail(Path(dead[0].log_path), 3)}", remedy=f"see {dead[0].log_path}"
+            )
+        time.sleep(0.02)
+    raise OperationTimeoutError(
+        f"no leader with {taskmanagers} TaskManager(s) within {timeout_s:.0f}s", remedy=f"see the logs in {procs[0].log_path.rsplit('/', 1)[0]}"
+    )
+
+
+def launch_ha(
+    home: ClusterHome,
+    ha: HaConfig,
+    *,
+    jobmanagers: int,
+    taskmanagers: int,
+    slots: int,
+    rest_port: int,
+    rest_address: str,
+    heartbeat_interval_ms: int,
+    heartbeat_timeout_ms: int,
+    timeout_s: float,
+) -> ClusterInfo:
+    from flinkpy.cluster import ClusterInfo, _alive
+
+    home.ensure()
+    shutil.rmtree(home.path / "jobmanagers", ignore_errors=True)
+    zk = ZooKeeperHa(ha).start()  # fails early, with a remedy, when ZooKeeper is not there
+    started: list[ProcessInfo] = []
+    try:
+        jms = []
+        for i in range(jobmanagers):
+            port = rest_port + i if rest_port else 0
+            jms.append(spawn_jobmanager(home, ha, f"jm-{i + 1}", rest_port=port, rest_address=rest_address, heartbeat_timeout_ms=heartbeat_timeout_ms))
+        started += jms
+        tms = [spawn_taskmanager(home, ha, f"tm-{i + 1}", slots=slots, heartbeat_interval_ms=heartbeat_interval_ms) for i in range(taskmanagers)]
+        started += tms
+        leader = wait_for_leader(zk, home.token(), taskmanagers, started, timeout_s)
+    except BaseException:
+        import os
+        import signal
+
+        for p in started:
+            if _alive(p):
+                os.kill(p.pid, signal.SIGKILL)
+        raise
+    finally:
+        zk.stop()
+    first = next(jm for jm in jms if jm.id == leader["id"])
+    return ClusterInfo(
+        home=home.path, rest_address=leader["rest_address"], jobmanager_pid=first.pid, jobmanager=first,
+        taskmanagers=tms, started=time.time(), jobmanagers=jms, ha=ha.to_dict(), leader=leader,
+    )
+
+
+def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
+    """Start one more JobManager for the HA cluster in ``home``: it joins as a standby."""
+    from flinkpy.cluster import _read_record, _tail, write_record
+    from flinkpy.errors import ClusterUnreachableError, UsageError
+    from pathlib import Path
+
+    info = _read_record(home)
+    if info is None:
+        raise ClusterUnreachableError(f"no cluster is running in {home.path}", remedy="start one with 'flinkpy cluster start'")
+    if info.ha is None:
+        raise UsageError("this cluster has no high availability: it runs exactly one JobManager",
+                         remedy="start the cluster with --ha zookeeper to add standby JobManagers")
+    taken = {jm.id for jm in info.jobmanagers}
+    n = 1
+    while f"jm-{n}" in taken:
+        n += 1
+    ha = HaConfig.from_dict(info.ha)
+    timeout_ms = int(config.get("heartbeat.timeout")) if config is not None else 50000
+    jm = spawn_jobmanager(home, ha, f"jm-{n}", rest_port=0, rest_address="127.0.0.1", heartbeat_timeout_ms=timeout_ms)
+    ready = home.path / "jobmanagers" / f"{jm.id}.json"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if json.loads(ready.read_text()).get("pid") == jm.pid:
+                break
+        except (FileNotFoundError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise OperationTimeoutError(f"JobManager {jm.id} did not start within {timeout_s:.0f}s: {_tail(Path(jm.log_path), 3)}", remedy=f"see {jm.log_path}")
+        time.sleep(0.01)
+    info.jobmanagers.append(jm)
+    write_record(home, info)
+    return jm
