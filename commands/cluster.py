@@ -193,7 +193,6 @@ def cluster_status(json_: JsonFlag = False) -> None:
         flinkpy cluster status
         flinkpy cluster status --json | jq '.overview["slots-available"]'
     """
-    from flinkpy.client.rest import RestClient
     from flinkpy.cluster import find_cluster
 
     home = cluster_home()

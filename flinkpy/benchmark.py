@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency", "savepoint"], help="run one part only")
+    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency", "savepoint", "failover"], help="run one part only")
     args = ap.parse_args(argv)
 
     scale = 10 if args.quick else 1
@@ -567,8 +567,22 @@ def main(argv: list[str] | None = None) -> int:
                 runs = [recovery_time(address, token, keys) for _ in range(args.runs)]
                 best = sorted(runs, key=lambda r: r["recovery_ms"] if r["recovery_ms"] is not None else 1e12)
                 results["recovery"].append(dict(best[len(best) // 2]))
-    log("first output of `flinkpy run examples/word_count.py` ...")
-    results["first_output_s"] = statistics.median(first_output_latency() for _ in range(args.runs))
+    if not args.only or args.only == "failover":
+        from flinkpy.errors import NotFoundError
+        from flinkpy.ha.zookeeper_server import find_installation
+
+        try:
+            find_installation()
+        except NotFoundError as e:
+            log(f"JobManager failover: skipped ({e.message})")
+        else:
+            from flinkpy.ha.failover_benchmark import measure_failover
+
+            log("JobManager failover (ZooKeeper session timeout 4 s) ...")
+            results["failover"] = measure_failover(4000, args.runs)
+    if args.only in (None, "w1", "w2"):
+        log("first output of `flinkpy run examples/word_count.py` ...")
+        results["first_output_s"] = statistics.median(first_output_latency() for _ in range(args.runs))
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
@@ -605,7 +619,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"savepoint of {sp['keys']} keys ({sp['state_bytes']} bytes): {sp['savepoint_ms']} ms; submit-to-running restore from it: {sp['restore_ms']} ms")
     for rec in results.get("recovery", []):
         print(f"recovery with {rec['keys']:>9} keys ({rec['state_bytes']:>10} bytes): {rec['recovery_ms']} ms from SIGKILL to all tasks running, restored")
-    print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
+    if "failover" in results:
+        f = results["failover"]
+        print(f"JobManager failover (session timeout {f['session_timeout_ms']} ms): SIGKILL of the leader -> job RUNNING on the new one "
+              f"in {f['failover_ms_median']} ms median ({', '.join(map(str, f['failover_ms']))})")
+    if "first_output_s" in results:
+        print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
     return 0
 
 

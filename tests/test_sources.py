@@ -15,14 +15,12 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import fsspec
 import pytest
 
 from conftest import cli_json, wait_for
 from flinkpy.connectors.base import ReaderContext
-from flinkpy.connectors.file_source import FileSource, MalformedLine, MalformedLineError, StreamFormat, owner_of
+from flinkpy.connectors.file_source import FileSource, MalformedLineError, StreamFormat, owner_of
 from flinkpy.connectors.socket_source import SocketTextSource
 
 # -- kit ---------------------------------------------------------------------------------------

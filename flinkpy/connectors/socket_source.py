@@ -16,8 +16,6 @@ from __future__ import annotations
 import errno
 import socket
 import time
-from typing import Any
-
 from flinkpy.connectors.base import Boundedness, ReaderContext, Source, SourceReader
 from flinkpy.errors import ClusterUnreachableError
 

@@ -115,17 +115,28 @@ class TwoPhaseCommitSinkWriter(SinkWriter, Generic[TxnT]):
 
     def transaction_id(self, unique: str) -> str:
         """An id for a new transaction: ``<prefix>-<subtask>-<unique>`` (parse it back with
-        :meth:`subtask_of`)."""
+        :meth:`subtask_of`). ``unique`` has no ``-``, so that ids of a prefix that extends
+        another (``orders`` and ``orders-1``) can never be taken for each other's."""
+        if "-" in unique:
+            raise ValueError(f"the unique part of a transaction id must not contain '-': {unique!r}")
         return f"{self.prefix}-{self.ctx.subtask_index}-{unique}"
 
     @staticmethod
     def subtask_of(prefix: str, transaction_id: str) -> int | None:
         """The subtask index in a transaction id made by :meth:`transaction_id`, or None when
-        the id is not one of ``prefix``'s."""
+        the id is not one of ``prefix``'s.
+
+        >>> TwoPhaseCommitSinkWriter.subtask_of("orders", "orders-1-ab12")
+        1
+        >>> TwoPhaseCommitSinkWriter.subtask_of("orders", "orders-1-3-ab12") is None  # orders-1's
+        True
+        """
         if not transaction_id.startswith(prefix + "-"):
             return None
-        head = transaction_id[len(prefix) + 1 :].split("-", 1)[0]
-        return int(head) if head.isdigit() else None
+        parts = transaction_id[len(prefix) + 1 :].split("-")
+        if len(parts) != 2 or not parts[0].isdigit() or not parts[1]:
+            return None
+        return int(parts[0])
 
     def stands_in_for(self, old_subtask: int) -> bool:
         """Whether this subtask cleans up after ``old_subtask`` of a previous run: its own

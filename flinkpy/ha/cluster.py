@@ -25,7 +25,7 @@ def current_leader(ha: dict[str, Any], timeout_s: float = 3.0) -> dict[str, Any]
     """The leader ZooKeeper names right now (None when none, or ZooKeeper does not answer)."""
     cfg = HaConfig.from_dict({**ha, "connection_timeout_s": timeout_s})
     try:
-        client = ZooKeeperHa(cfg).start()
+        client = ZooKeeperHa(cfg, client=True).start()
     except FlinkpyError:
         return None
     try:
@@ -38,7 +38,7 @@ def session_of(ha: dict[str, Any]) -> dict[str, Any] | None:
     """What a fresh ZooKeeper session sees: its state and the quorum's answer (None: unreachable)."""
     cfg = HaConfig.from_dict({**ha, "connection_timeout_s": 3.0})
     try:
-        client = ZooKeeperHa(cfg).start()
+        client = ZooKeeperHa(cfg, client=True).start()
     except FlinkpyError:
         return None
     try:
@@ -53,7 +53,7 @@ def leader_resolver(ha: dict[str, Any]) -> Callable[[], str | None]:
 
     def resolve() -> str | None:
         if "zk" not in holder:
-            holder["zk"] = ZooKeeperHa(HaConfig.from_dict({**ha, "connection_timeout_s": 3.0})).start()
+            holder["zk"] = ZooKeeperHa(HaConfig.from_dict({**ha, "connection_timeout_s": 3.0}), client=True).start()
         leader = holder["zk"].leader()
         return leader["rest_address"] if leader else None
 
@@ -130,7 +130,7 @@ def launch_ha(
 
     home.ensure()
     shutil.rmtree(home.path / "jobmanagers", ignore_errors=True)
-    zk = ZooKeeperHa(ha).start()  # fails early, with a remedy, when ZooKeeper is not there
+    zk = ZooKeeperHa(ha, client=True).start()  # fails early, with a remedy, when ZooKeeper is not there
     started: list[ProcessInfo] = []
     try:
         jms = []

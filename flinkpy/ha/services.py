@@ -95,10 +95,14 @@ def _json(data: bytes) -> Any:
 class ZooKeeperHa:
     """One ZooKeeper session and the operations of a JobManager, a TaskManager or the CLI."""
 
-    def __init__(self, cfg: HaConfig) -> None:
+    def __init__(self, cfg: HaConfig, *, client: bool = False) -> None:
+        """``client``: a short-lived session of the CLI's — kazoo's connection chatter is kept
+        off the operator's terminal."""
         from kazoo.client import KazooClient
         from kazoo.retry import KazooRetry
 
+        if client:
+            logging.getLogger("flinkpy.ha.kazoo").setLevel(logging.CRITICAL)
         self.cfg = cfg
         self.zk = KazooClient(
             hosts=cfg.quorum,

@@ -20,7 +20,18 @@ from flinkpy.datastream.connectors.file_system import (
     RollingPolicy,
     StreamFormat,
 )
+from flinkpy.datastream.connectors.jdbc import JdbcConnectionOptions, JdbcExactlyOnceOptions, JdbcExecutionOptions, JdbcSink
 from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+from flinkpy.datastream.connectors.redis import (
+    RedisStreamsOffsetsInitializer,
+    RedisStreamsSink,
+    RedisStreamsSource,
+    RedisUpsertSink,
+    StreamEntry,
+)
+from flinkpy.connectors.postgres import PostgresBatchSink, PostgresSink, PostgresUpsertSink
+from flinkpy.connectors.socket_source import SocketTextSource
+from flinkpy.connectors.two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitSinkWriter
 
 __all__ = [
     "Boundedness",
@@ -29,11 +40,26 @@ __all__ = [
     "FileSink",
     "FileSource",
     "FileSourceBuilder",
+    "JdbcConnectionOptions",
+    "JdbcExactlyOnceOptions",
+    "JdbcExecutionOptions",
+    "JdbcSink",
     "NumberSequenceSource",
     "OnCheckpointRollingPolicy",
     "OutputFileConfig",
+    "PostgresBatchSink",
+    "PostgresSink",
+    "PostgresUpsertSink",
+    "RedisStreamsOffsetsInitializer",
+    "RedisStreamsSink",
+    "RedisStreamsSource",
+    "RedisUpsertSink",
     "RollingPolicy",
     "Sink",
+    "SocketTextSource",
     "Source",
+    "StreamEntry",
     "StreamFormat",
+    "TwoPhaseCommitSink",
+    "TwoPhaseCommitSinkWriter",
 ]
