@@ -66,7 +66,7 @@ def expected_running_counts(words: list[str]) -> Counter:
 
 def test_every_example_has_a_test():
     tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py", "windowed_word_count.py", "sensor_alerts.py",
-              "verification_job.py"}
+              "verification_job.py", "orders_to_postgres.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -260,3 +260,29 @@ def test_chaos_drill_runbook_runs_and_verifies(tmp_path):
     for step in ("1. start a cluster", "3. chaos for 4s", "4. stop with a savepoint", "5. verify the output"):
         assert step in res.stderr
     assert "lost 0, duplicated 0" in res.stdout
+
+
+@pytest.mark.timeout(90)
+def test_orders_to_postgres_writes_each_order_once_and_exact_totals(flinkpy_home, tmp_path, postgres):
+    rng = random.Random(7)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    orders, totals = [], Counter()
+    for f in range(3):
+        lines = []
+        for i in range(200):
+            oid, customer, amount = f"o{f}-{i}", f"c{rng.randrange(5)}", rng.randrange(1, 100)
+            orders.append((oid, customer, amount))
+            totals[customer] += amount
+            lines.append(f"{oid},{customer},{amount}".encode())
+        if f == 1:
+            lines.insert(10, b"o-bad,c1,not-a-number")
+            lines.insert(20, b"o-\xff,c1,3")  # not UTF-8: rejected by the file source
+        (inbox / f"orders-{f}.csv").write_bytes(b"\n".join(lines) + b"\n")
+    res = run_example("orders_to_postgres.py", "--dsn", postgres.dsn, "--inbox", str(inbox), "--static", timeout=80)
+    assert res.returncode == 0, res.stderr
+    assert sorted(postgres.query("SELECT order_id, customer, amount FROM orders")) == sorted(orders)
+    assert dict(postgres.query("SELECT customer, total FROM totals")) == dict(totals)
+    bad = [line for line in res.stdout.splitlines() if line.strip()]
+    assert len(bad) == 2 and any("not-a-number" in b for b in bad) and any("orders-1.csv" in b for b in bad), bad
+    assert postgres.prepared() == []

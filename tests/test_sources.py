@@ -306,3 +306,35 @@ def test_the_readme_table_is_generated_from_the_connectors() -> None:
 
     text = README.read_text()
     assert readme_with_table(text) == text, "run: python -m commands.manpages"
+
+
+# -- the data generator ------------------------------------------------------------------------
+
+
+def test_data_generator_resumes_exactly_at_another_parallelism() -> None:
+    from flinkpy.connectors.datagen import DataGeneratorSource
+
+    source = DataGeneratorSource(lambda i: i * 10, 1000)
+    readers = [source.create_reader(ReaderContext(subtask_index=i, parallelism=2)) for i in range(2)]
+    first = [x for r in readers for x in r.poll(150)]
+    states = [r.snapshot_state() for r in readers]
+    again = [source.create_reader(ReaderContext(subtask_index=i, parallelism=3, restored_state=states)) for i in range(3)]
+    rest: list[int] = []
+    for r in again:
+        while (batch := r.poll(97)) is not None:
+            rest += batch
+    assert sorted(first + rest) == [i * 10 for i in range(1000)]
+
+
+def test_data_generator_rate_limit_with_an_injected_clock() -> None:
+    from flinkpy.connectors.datagen import DataGeneratorSource
+
+    reader = DataGeneratorSource(str, None, records_per_second=100).create_reader(ReaderContext(0, 1))
+    now = [0.0]
+    reader._clock = lambda: now[0]
+    assert reader.poll(1000) == ["0"]
+    assert reader.poll(1000) == []  # ahead of the rate
+    now[0] = 0.5
+    assert len(reader.poll(1000)) == 50
+    now[0] = 10.0
+    assert len(reader.poll(10_000)) == 950

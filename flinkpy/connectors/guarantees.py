@@ -50,6 +50,7 @@ class Connector:
 CATALOG: tuple[Connector, ...] = (
     Connector("source", "Collection", "env.from_collection(items)", "flinkpy.connectors.collection:CollectionSource"),
     Connector("source", "Number sequence", "NumberSequenceSource(start, end)", "flinkpy.connectors.number_sequence:NumberSequenceSource"),
+    Connector("source", "Data generator", "DataGeneratorSource(fn, count, records_per_second)", "flinkpy.connectors.datagen:DataGeneratorSource"),
     Connector("source", "Files (static set)", "FileSource.for_record_stream_format(StreamFormat.text_line_format(), path)", "flinkpy.connectors.file_source:FileSource"),
     Connector("source", "Files (monitored directory)", "FileSource....monitor_continuously(Duration.of_seconds(n))", "flinkpy.connectors.file_source:FileSource"),
     Connector("source", "Redis Streams", "RedisStreamsSource.builder()...build()", "flinkpy.connectors.redis_streams:RedisStreamsSource"),

@@ -9,6 +9,7 @@ True
 """
 
 from flinkpy.connectors.base import Boundedness, Sink, Source
+from flinkpy.connectors.datagen import DataGeneratorSource
 from flinkpy.datastream.connectors.file_system import (
     BucketAssigner,
     DefaultRollingPolicy,
@@ -35,6 +36,7 @@ from flinkpy.connectors.two_phase_commit import TwoPhaseCommitSink, TwoPhaseComm
 
 __all__ = [
     "Boundedness",
+    "DataGeneratorSource",
     "BucketAssigner",
     "DefaultRollingPolicy",
     "FileSink",
