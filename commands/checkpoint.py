@@ -16,7 +16,7 @@ from rich.text import Text
 
 from commands.errors import PROG
 from commands.options import JobManager, JsonFlag
-from commands.output import emit_json, fmt_time, out, progress
+from commands.output import emit_json, fmt_size, fmt_time, out, progress
 from commands.session import session
 from flinkpy.errors import ExitCode
 
@@ -33,16 +33,6 @@ PathArg = Annotated[
         show_default=False,
     ),
 ]
-
-
-def _size(n: int) -> str:
-    """Bytes for people: 512 B, 3.4 KiB, 1.2 MiB."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # unreachable
 
 
 def _states(handle: dict[str, Any] | None) -> list[str]:
@@ -102,7 +92,7 @@ def inspect(path: PathArg, json_: JsonFlag = False) -> None:
         f"Checkpoint id: {doc['checkpoint_id']}; kind: {kind}; mode: {doc['mode']}",
         f"Triggered: {fmt_time(doc['trigger_timestamp'])}; completed: {fmt_time(doc['completion_timestamp'])} ({duration} ms)",
         f"Max parallelism: {doc['max_parallelism']}",
-        f"Total size: {_size(summary['total_size'])} in {summary['files']} file(s), {len(doc['operators'])} operator(s)",
+        f"Total size: {fmt_size(summary['total_size'])} in {summary['files']} file(s), {len(doc['operators'])} operator(s)",
     ):
         console.print(line, markup=False)
     table = Table(title="State", title_justify="left", show_footer=True)
@@ -110,14 +100,14 @@ def inspect(path: PathArg, json_: JsonFlag = False) -> None:
     table.add_column("Subtask")
     table.add_column("Key groups")
     table.add_column("States (kind, entries)")
-    table.add_column("Size", justify="right", footer=_size(summary["total_size"]))
+    table.add_column("Size", justify="right", footer=fmt_size(summary["total_size"]))
     table.add_column("Source offsets", overflow="fold")
     sizes = {(o["operator_id"], s["subtask"]): s["size"] for o in summary["operators"] for s in o["subtasks"]}
     for op in doc["operators"]:
         label = op["name"] + (f" [uid {op['uid']}]" if op.get("uid") else f" [id {op['operator_id']}]")
         subtasks = sorted(op["subtasks"], key=lambda s: s["subtask"])
         if not subtasks:
-            table.add_row(Text(label), "-", "", "(no state)", _size(0), "")
+            table.add_row(Text(label), "-", "", "(no state)", fmt_size(0), "")
         for i, sub in enumerate(subtasks):
             keyed = sub.get("keyed_state")
             groups = f"{keyed['key_groups'][0]}-{keyed['key_groups'][1]}" if keyed else ""
@@ -128,7 +118,7 @@ def inspect(path: PathArg, json_: JsonFlag = False) -> None:
                 f"{sub['subtask']}/{op['parallelism']}",
                 groups,
                 Text("\n".join(states) or "(no state)"),
-                _size(sizes[(op["operator_id"], sub["subtask"])]),
+                fmt_size(sizes[(op["operator_id"], sub["subtask"])]),
                 Text(_offsets(sub.get("source_offsets"))),
             )
     console.print(table)
@@ -171,7 +161,7 @@ def verify(path: PathArg, json_: JsonFlag = False) -> None:
         doc = report.metadata or {}
         out().print(
             f"Restorable: {doc.get('kind', 'checkpoint')} {doc.get('checkpoint_id')} of job {doc.get('job_id')} at {report.path} "
-            f"({report.files_checked} file(s), {_size(report.bytes_checked)} verified).",
+            f"({report.files_checked} file(s), {fmt_size(report.bytes_checked)} verified).",
             markup=False,
         )
     if not report.restorable:
@@ -229,9 +219,9 @@ def list_(
             status_text,
             fmt_time(h.get("trigger_timestamp")),
             _ms(h.get("end_to_end_duration")),
-            _size(h.get("state_size") or 0),
+            fmt_size(h.get("state_size") or 0),
             _ms(h.get("alignment_duration_max")),
-            _size(h.get("alignment_buffered") or 0),
+            fmt_size(h.get("alignment_buffered") or 0),
             f"{h.get('num_acknowledged_subtasks', 0)}/{h.get('num_subtasks', 0)}",
         )
     console = out()

@@ -72,3 +72,13 @@ def fmt_duration(ms: int | None) -> str:
     if minutes:
         return f"{minutes}m {seconds}s"
     return f"{seconds}.{millis:03d}s"
+
+
+def fmt_size(n: int) -> str:
+    """Bytes for people: 512 B, 3.4 KiB, 1.2 MiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # unreachable

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from commands.errors import PROG
 from commands.options import JobManager, JsonFlag
-from commands.output import emit_json, fmt_time, out, progress, status
+from commands.output import emit_json, fmt_size, fmt_time, out, progress, status
 from commands.session import session
 from flinkpy.errors import (
     ConflictError,
@@ -355,12 +355,6 @@ def status_(
 # --------------------------------------------------------------------------- offline commands
 
 
-def _size(n: int) -> str:
-    from commands.checkpoint import _size as size
-
-    return size(n)
-
-
 @app.command("dispose")
 def dispose(
     path: PathArg,
@@ -487,7 +481,7 @@ def list_(
             Text(r["job_name"] or ""),
             str(r["checkpoint_id"] if r["checkpoint_id"] is not None else "?"),
             fmt_time(r["completion_timestamp"]),
-            _size(r["total_size"]) if r["total_size"] is not None else "?",
+            fmt_size(r["total_size"]) if r["total_size"] is not None else "?",
             Text(", ".join(f"{k}={v}" for k, v in r["parallelism"].items())),
             "yes" if r["restorable"] else Text("no: " + "; ".join(r["problems"])),
         )

@@ -16,11 +16,14 @@ import pytest
 
 from flinkpy.common import Encoder, RestartStrategies, WatermarkStrategy
 from flinkpy.datastream import StreamExecutionEnvironment
-from flinkpy.datastream.connectors import FileSink, NumberSequenceSource, OutputFileConfig, RollingPolicy
+from flinkpy.datastream.connectors import DataGeneratorSource, FileSink, OutputFileConfig, RollingPolicy
 from flinkpy.datastream.connectors.file_system import BucketAssigner
 from test_recovery import assert_recovered, only_job, start, vertex_id  # noqa: F401 - fixture
 
 N = 400_000
+#: the source's pace (records/s): the job lasts ~2 s whatever the machine's load, so that
+#: checkpoint 2 always completes while the sink still runs
+RATE = 200_000
 
 
 def square_job(out: Path) -> StreamExecutionEnvironment:
@@ -28,7 +31,7 @@ def square_job(out: Path) -> StreamExecutionEnvironment:
     env.set_parallelism(2)
     env.enable_checkpointing(100)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
-    numbers = env.from_source(NumberSequenceSource(1, N), WatermarkStrategy.no_watermarks(), "numbers")
+    numbers = env.from_source(DataGeneratorSource(lambda i: i + 1, N, records_per_second=RATE), WatermarkStrategy.no_watermarks(), "numbers")
     sink = (
         FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
         .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())

@@ -23,7 +23,7 @@ from flinkpy.connectors.base import ReaderContext
 from flinkpy.connectors.postgres import PostgresBatchSink, PostgresSink, PostgresSinkWriter, PostgresUpsertSink
 from flinkpy.connectors.postgres_sql import is_idempotent_upsert, plain_insert, translate_placeholders
 from flinkpy.datastream import StreamExecutionEnvironment
-from flinkpy.datastream.connectors import NumberSequenceSource
+from flinkpy.datastream.connectors import DataGeneratorSource
 from flinkpy.datastream.connectors.jdbc import (
     JdbcConnectionOptions,
     JdbcExactlyOnceOptions,
@@ -319,9 +319,11 @@ def test_a_server_without_prepared_transactions_is_refused_with_the_remedy(tmp_p
 
 # -- jobs killed at every phase of the protocol -----------------------------------------------
 
-#: long enough that checkpoint 2 (every 100 ms) comes well before the end of the input (~1 s):
-#: a crash near the end would meet the end-of-input commit, which no checkpoint covers
+#: long enough that checkpoint 2 (every 100 ms) comes well before the end of the input: a crash
+#: near the end would meet the end-of-input commit, which no checkpoint covers. The source is
+#: paced (~2 s), so that this holds however loaded the machine is.
 N = 400_000
+RATE = 200_000
 K = 7
 
 
@@ -349,7 +351,7 @@ def running_sums_job(sink: Any) -> StreamExecutionEnvironment:
     env.set_parallelism(2)
     env.enable_checkpointing(100)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
-    numbers = env.from_source(NumberSequenceSource(1, N), WatermarkStrategy.no_watermarks(), "numbers").set_parallelism(1)
+    numbers = env.from_source(DataGeneratorSource(lambda i: i + 1, N, records_per_second=RATE), WatermarkStrategy.no_watermarks(), "numbers").set_parallelism(1)
     keyed = numbers.map(residue).name("residue").set_parallelism(1).key_by(first).sum(1).name("sums")
     keyed.sink_to(sink).name("table")
     return env

@@ -165,7 +165,9 @@ class MapState(State, Generic[K, V]):
 
 
 class StateTtlConfig:
-    """How long state lives after it was last written (or read). Recorded, not yet enforced.
+    """How long state lives after it was last written (or read); enforced by the heap backend
+    (see :mod:`flinkpy.state.ttl`: expiry per value, list element and map entry, visibility,
+    full-snapshot and incremental cleanup).
 
     Built with :meth:`new_builder`; see the module docstring.
     """

@@ -25,6 +25,7 @@ for the key's group, so ``ValueState.value()`` is one dict lookup.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -44,6 +45,10 @@ from flinkpy.state.key_groups import KeyGroupAssigner, check_max_parallelism
 
 SNAPSHOT_VERSION = 1
 KINDS = ("value", "list", "map", "reducing", "aggregating")
+
+#: the tables the engine keeps keyed timers in (flinkpy.task.timers), next to the user's states
+TIMER_EVENT_TABLE = "_timers.event"
+TIMER_PROCESSING_TABLE = "_timers.processing"
 
 #: A table of one state: key group -> {key: value}.
 Table = dict[int, dict[Any, Any]]
@@ -278,6 +283,13 @@ class HeapKeyedStateBackend:
         self._bound: list[_HeapState] = []
         self._current_key: Any = _NO_KEY
         self._current_group: int | None = None
+        #: state time-to-live (flinkpy.state.ttl): policies by state name, and the clock (ms)
+        self._ttl: dict[str, Any] = {}
+        self._wrapped: dict[str, Any] = {}
+        #: TTL (ms, or None) of each state as the restored snapshots recorded it
+        self._restored_ttl: dict[str, int | None] = {}
+        self.ttl_clock: Any = lambda: int(time.time() * 1000)
+        self._record_cleaners: list[Any] = []
 
     # -- current key --------------------------------------------------------------------
     def set_current_key(self, key: Any) -> None:
@@ -303,6 +315,15 @@ class HeapKeyedStateBackend:
         self._current_group = key_group
         for state in self._bound:
             state._bind(key, key_group)
+        if self._record_cleaners:
+            for cleaner in self._record_cleaners:
+                cleaner.step()
+
+    def rebind(self) -> None:
+        """Point the state objects at the current key's dicts again (after a thaw elsewhere)."""
+        if self._current_key is not _NO_KEY:
+            for state in self._bound:
+                state._bind(self._current_key, self._current_group)  # type: ignore[arg-type]
 
     def clear_current_key(self) -> None:
         """Forget the current key: further state access raises until a key is set."""
@@ -345,11 +366,21 @@ class HeapKeyedStateBackend:
             )
         state = self._states.get(name)
         if state is not None:
-            return state  # type: ignore[return-value]
+            return self._wrapped.get(name, state)  # type: ignore[return-value]
+        ttl_config = getattr(descriptor, "ttl_config", None)
+        policy = None
+        if ttl_config is not None and ttl_config.is_enabled():
+            from flinkpy.state.ttl import TtlPolicy
+
+            policy = TtlPolicy.of(ttl_config)
+        if name in self._restored_ttl and (self._restored_ttl[name] is None) != (policy is None):
+            self._check_ttl(name, policy)
         table = self.table(name)
         self._kinds[name] = kind
         cls = _STATE_CLASSES[kind]
-        if kind in ("reducing", "aggregating"):
+        if policy is not None and kind in ("reducing", "aggregating"):
+            cls = HeapValueState  # the TTL wrapper reduces; the table holds (accumulator, timestamp)
+        if cls is not HeapValueState and kind in ("reducing", "aggregating"):
             state = cls(name, table, descriptor)  # type: ignore[call-arg]
         else:
             state = cls(name, table)
@@ -359,7 +390,25 @@ class HeapKeyedStateBackend:
             state._bind(self._current_key, self._current_group)  # type: ignore[arg-type]
         self._states[name] = state
         self._bound.append(state)
-        return state  # type: ignore[return-value]
+        if policy is None:
+            return state  # type: ignore[return-value]
+        from flinkpy.state.ttl import IncrementalCleanup, wrap
+
+        self._ttl[name] = policy
+        clock = lambda: self.ttl_clock()  # noqa: E731 - late-bound: tests inject the clock after creation
+        cleaner = IncrementalCleanup(self, name, kind, policy, clock) if policy.incremental else None
+        if cleaner is not None and policy.incremental_every_record:
+            self._record_cleaners.append(cleaner)
+        wrapped = wrap(kind, state, policy, clock, descriptor, cleaner)
+        self._wrapped[name] = wrapped
+        return wrapped  # type: ignore[return-value]
+
+    def _check_ttl(self, name: str, policy: Any) -> None:
+        raise InvalidProgramError(
+            f"state {name!r} was checkpointed {'with' if self._restored_ttl.get(name) else 'without'} time-to-live and is now "
+            f"declared {'with' if policy else 'without'} it",
+            remedy="keep the state's StateTtlConfig enabled (or disabled) as it was, or give the state a new name",
+        )
 
     def table(self, state_name: str) -> Table:
         """The raw table of ``state_name`` (key group -> {key: value}), for engine fast paths."""
@@ -411,7 +460,8 @@ class HeapKeyedStateBackend:
         for name, t in self._tables.items():
             frozen[name] = (self._kinds.get(name, "value"), dict(t))
             self.frozen(name).update(t)
-        return FrozenSnapshot(frozen, self.key_group_range)
+        ttl = {name: (policy, self.ttl_clock()) for name, policy in self._ttl.items()}
+        return FrozenSnapshot(frozen, self.key_group_range, ttl)
 
     def state_names(self) -> list[str]:
         return list(self._tables)
@@ -446,7 +496,7 @@ class HeapKeyedStateBackend:
                     groups[kg] = dict(m)
                 else:
                     groups[kg] = {k: copy_value(v) for k, v in m.items()}
-            states[name] = {"kind": kind, "key_groups": groups}
+            states[name] = _ttl_entry(kind, groups, self._ttl.get(name), self.ttl_clock)
         return {"version": SNAPSHOT_VERSION, "states": states}
 
     def restore(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
@@ -475,6 +525,9 @@ class HeapKeyedStateBackend:
                         remedy="keep the state's kind, or give the new state another name",
                     )
                 self._kinds[name] = kind
+                self._restored_ttl[name] = entry.get("ttl_ms")
+                if name in self._states and (entry.get("ttl_ms") is None) != (name not in self._ttl or self._ttl[name] is None):
+                    self._check_ttl(name, self._ttl.get(name))
                 t = self.table(name)
                 copy_value = _COPY_VALUE.get(kind)
                 for kg, m in entry["key_groups"].items():
@@ -500,6 +553,18 @@ class HeapKeyedStateBackend:
         )
 
 
+def _ttl_entry(kind: str, groups: dict[int, dict[Any, Any]], policy: Any, clock: Any) -> dict[str, Any]:
+    """A state's snapshot entry; with a TTL policy it records the TTL and, when the policy asks
+    for it, leaves the expired values out (full-snapshot cleanup)."""
+    if policy is None:
+        return {"kind": kind, "key_groups": groups}
+    if policy.full_snapshot:
+        from flinkpy.state.ttl import drop_expired
+
+        groups = drop_expired(kind, groups, policy, clock())
+    return {"kind": kind, "key_groups": groups, "ttl_ms": policy.ttl_ms}
+
+
 _COPY_VALUE = {"list": list, "map": dict}
 #: value types whose objects cannot change after they are stored
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
@@ -515,19 +580,19 @@ def _immutable(value: Any) -> bool:
 class FrozenSnapshot:
     """What :meth:`HeapKeyedStateBackend.snapshot_sync` hands to the asynchronous part."""
 
-    def __init__(self, states: dict[str, tuple[str, dict[int, dict[Any, Any]]]], key_group_range: range):
+    def __init__(self, states: dict[str, tuple[str, dict[int, dict[Any, Any]]]], key_group_range: range, ttl: dict[str, tuple[Any, int]] | None = None):
         self.states = states
         self.key_group_range = key_group_range
+        #: time-to-live policies of states, with the time of the snapshot (full-snapshot cleanup)
+        self.ttl = ttl or {}
 
     def to_dict(self) -> dict[str, Any]:
         """The same document :meth:`HeapKeyedStateBackend.snapshot` returns (empty groups left out)."""
-        return {
-            "version": SNAPSHOT_VERSION,
-            "states": {
-                name: {"kind": kind, "key_groups": {kg: m for kg, m in groups.items() if m}}
-                for name, (kind, groups) in self.states.items()
-            },
-        }
+        states = {}
+        for name, (kind, groups) in self.states.items():
+            policy, now = self.ttl.get(name, (None, 0))
+            states[name] = _ttl_entry(kind, {kg: m for kg, m in groups.items() if m}, policy, lambda: now)
+        return {"version": SNAPSHOT_VERSION, "states": states}
 
     def serialize(self) -> bytes:
         import pickle

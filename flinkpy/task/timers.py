@@ -18,10 +18,9 @@ import itertools
 import time
 from typing import Any, Callable
 
+from flinkpy.state.heap import TIMER_EVENT_TABLE as EVENT
+from flinkpy.state.heap import TIMER_PROCESSING_TABLE as PROCESSING
 from flinkpy.task.watermarks import MIN_WATERMARK
-
-EVENT = "_timers.event"
-PROCESSING = "_timers.processing"
 
 
 class InternalTimerService:

@@ -1,0 +1,165 @@
+"""`flinkpy state`: what a checkpoint's or savepoint's state holds (offline, no cluster needed).
+
+``analyze`` reads every state file of a snapshot (any path or fsspec URL) through
+``flinkpy.state.analysis``, which is also the Python API.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from commands.options import JsonFlag
+from commands.output import emit_json, fmt_size, out
+from commands.session import session
+
+app = typer.Typer(
+    help="Analyze the state in checkpoint and savepoint files (offline): sizes, keys, skew.",
+    no_args_is_help=True,
+)
+
+PathArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="PATH",
+        help="The checkpoint or savepoint: its directory (.../chk-5, .../savepoint-3f2a9c-...), its _metadata file, or an fsspec URL of either (file://, s3://, ...).",
+        show_default=False,
+    ),
+]
+
+
+def _label(op: dict[str, Any]) -> str:
+    return op["name"] + (f" [uid {op['uid']}]" if op.get("uid") else f" [id {op['operator_id']}]")
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}x"
+
+
+@app.command("analyze")
+def analyze(
+    path: PathArg,
+    engine: Annotated[
+        str,
+        typer.Option("--engine", metavar="local|spark", help="Where to analyze: local (in this process). spark is reserved for snapshots too large for one process and not available yet."),
+    ] = "local",
+    top: Annotated[int, typer.Option("--top", min=0, metavar="N", help="How many of the largest keys to list (0: none).")] = 10,
+    json_: JsonFlag = False,
+) -> None:
+    """Report the state in a checkpoint or savepoint: sizes per operator, state and key group, keys, the largest keys and skew.
+
+    Every state file is verified first (sizes and checksums recorded in _metadata, as 'flinkpy
+    checkpoint verify' does), then decoded. For each operator and each keyed state it counts the
+    keys, the entries (1 per key for value, reducing and aggregating state; the elements of list
+    state; the mapped keys of map state) and the bytes: the pickled size of each key's entry, so
+    a key group's, state's or subtask's bytes are the sum over its keys (close to, usually a
+    little above, the file size). Operator (non-keyed) state is reported per operator and subtask
+    the same way.
+
+    The tables show the keyed states, the operator state, and the --top N largest keys (by
+    bytes, across every operator and state). One skew line per keyed operator gives the largest
+    key group's bytes against the mean over all max-parallelism key groups (no rescaling can do
+    better), the largest subtask against the mean over the subtasks, and the largest key's share
+    of the operator's keyed state (a hot key). 1.00x is perfectly even. The engine's own states
+    (timers, window internals; their names start with _) are listed when they hold something.
+
+    With --json, prints one document: {"path", "metadata_path", "engine", "job_id", "job_name",
+    "checkpoint_id", "kind", "savepoint_format", "max_parallelism", "files_checked",
+    "bytes_checked", "totals", "operators", "top_keys"}; each operator has its "states",
+    "key_groups" (one row per state and non-empty key group: keys, entries, bytes), "subtasks",
+    "operator_state" and "skew". The Python API is flinkpy.state.analysis.analyze(PATH), and
+    to_dataframe(result) gives a pandas DataFrame of the key-group rows (pandas is not installed
+    with flinkpy).
+
+    Exit status: 0 when the snapshot was analyzed; 2 for --engine spark (not available yet) or a
+    bad option; 4 when there is no complete checkpoint at PATH (nothing there, or a directory
+    without _metadata); 8 when the state holds objects of classes that cannot be imported (put
+    the job's modules on PYTHONPATH); 9 when _metadata or a state file is damaged or missing.
+
+    Examples:
+
+    \b
+        flinkpy state analyze /var/flinkpy/checkpoints/3f2a9c0e/chk-12
+        flinkpy state analyze s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60 --top 20
+        flinkpy state analyze ./chk-12 --json | jq '.operators[].skew'
+        flinkpy state analyze ./chk-12 --json | jq '.top_keys[0]'
+    """
+    from flinkpy.state.analysis import analyze as run_analysis
+
+    result = run_analysis(path, top=top, engine=engine)
+    if session.json:
+        emit_json(result)
+        return
+    _print(result)
+
+
+def _print(result: dict[str, Any]) -> None:
+    console = out()
+    totals = result["totals"]
+    snapshot = f"{result['kind']} {result['checkpoint_id']}" + (f" ({result['savepoint_format']})" if result.get("savepoint_format") else "")
+    stateful = [op for op in result["operators"] if op["states"] or op["operator_state"]]
+    for line in (
+        f"Snapshot: {result['path']}",
+        f"Job: {result['job_name']} ({result['job_id']}); {snapshot}; max parallelism {result['max_parallelism']}",
+        f"Verified: {result['files_checked']} file(s), {fmt_size(result['bytes_checked'])}",
+        f"Keyed state: {totals['keys']} key(s), {totals['entries']} entries, {fmt_size(totals['bytes'])} "
+        f"({fmt_size(totals['file_bytes'])} in files); operator state: {fmt_size(totals['operator_state_bytes'])}; "
+        f"{len(stateful)} of {len(result['operators'])} operator(s) hold state",
+    ):
+        console.print(line, markup=False)
+
+    keyed = [op for op in result["operators"] if op["states"]]
+    if keyed:
+        table = Table(title="Keyed state", title_justify="left")
+        for column in ("Operator", "State", "Kind", "Keys", "Entries", "Bytes", "Key groups", "Largest key group"):
+            table.add_column(column, justify="left" if column in ("Operator", "State", "Kind") else "right")
+        for op in keyed:
+            # The engine's own states (timers, window internals) only when they hold something.
+            shown = [st for st in op["states"] if st["keys"] or not st["internal"]]
+            for i, st in enumerate(shown):
+                # Text, not str: names and uids are data, never rich markup.
+                table.add_row(
+                    Text(_label(op) if i == 0 else ""),
+                    Text(st["name"]),
+                    st["kind"],
+                    str(st["keys"]),
+                    str(st["entries"]),
+                    fmt_size(st["bytes"]),
+                    f"{st['key_groups']}/{op['max_parallelism']}",
+                    fmt_size(st["max_key_group_bytes"]),
+                )
+        console.print(table)
+
+    op_state = [op for op in result["operators"] if op["operator_state"]]
+    if op_state:
+        table = Table(title="Operator state", title_justify="left")
+        for column in ("Operator", "Subtask", "State", "Kind", "Entries", "Bytes"):
+            table.add_column(column, justify="right" if column in ("Entries", "Bytes") else "left")
+        for op in op_state:
+            for i, st in enumerate(op["operator_state"]):
+                table.add_row(Text(_label(op) if i == 0 else ""), f"{st['subtask']}/{op['parallelism']}", Text(st["name"]), st["kind"], str(st["entries"]), fmt_size(st["bytes"]))
+        console.print(table)
+
+    if result["top_keys"]:
+        table = Table(title=f"Largest keys (top {len(result['top_keys'])})", title_justify="left")
+        for column in ("#", "Operator", "State", "Key", "Key group", "Subtask", "Entries", "Bytes"):
+            table.add_column(column, justify="left" if column in ("Operator", "State", "Key") else "right", overflow="fold" if column == "Key" else "ellipsis")
+        for rank, k in enumerate(result["top_keys"], 1):
+            label = k["operator"] + (f" [uid {k['uid']}]" if k.get("uid") else f" [id {k['operator_id']}]")
+            table.add_row(str(rank), Text(label), Text(k["state"]), Text(k["key"]), str(k["key_group"]), str(k["subtask"]), str(k["entries"]), fmt_size(k["bytes"]))
+        console.print(table)
+
+    for op in keyed:
+        skew = op["skew"]
+        biggest = max(op["subtasks"], key=lambda s: s["bytes"])
+        console.print(
+            f"Skew of {_label(op)}: largest key group {fmt_size(skew['key_group_max_bytes'])} = "
+            f"{_x(skew['key_group_max_to_mean'])} the mean of {op['max_parallelism']} key groups; "
+            f"largest subtask ({biggest['subtask']}) {fmt_size(skew['subtask_max_bytes'])} = "
+            f"{_x(skew['subtask_max_to_mean'])} the mean of {op['parallelism']} subtask(s); "
+            f"largest key {fmt_size(skew['largest_key_bytes'])} = {skew['largest_key_share']:.0%} of the operator's keyed state",
+            markup=False,
+        )

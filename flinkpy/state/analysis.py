@@ -1,0 +1,427 @@
+"""Snapshot analysis: what a checkpoint's or savepoint's state holds, by operator, state and key group.
+
+The read side of a state processor: :func:`analyze` opens every state file of a completed
+checkpoint or savepoint (any fsspec URL; its directory or its `_metadata`) and reports
+
+- per operator (name, uid, operator id) and per keyed state name: keys, entries and bytes, in
+  total and per key group (the unit that moves when a job is rescaled), and per subtask;
+- operator (non-keyed) state per operator, subtask and state name: entries and bytes;
+- the N largest keys, by bytes, across every operator and state;
+- skew figures per operator (see below).
+
+It is what ``flinkpy state analyze PATH`` prints; :func:`to_dataframe` turns the result into a
+pandas DataFrame (one row per operator, state and key group) for the user's own analysis.
+
+**What the numbers mean.**
+
+``bytes`` of one key of one state is ``len(pickle.dumps((key, value), protocol=5))``: the size
+of that key's entry pickled on its own, the way the heap backend writes it (pickle, protocol 5).
+It is the entry's share of the snapshot, not an exact slice of the file: a state file is one
+pickle of all key groups, which shares a frame and memoises repeated objects, so the sum of
+``bytes`` is usually a little more than the file size (about a dozen bytes of pickle framing per
+key), and less when many entries refer to one shared object. ``bytes`` of a key group, a state,
+a subtask or an operator is the sum over its keys; operator state is measured the same way, as
+the pickled size of each state's list of items (a sink's state as the pickled size of the
+sink's snapshot). ``file_bytes`` are the sizes of the files themselves, from `_metadata`.
+
+``keys`` counts distinct keys (a key with state in two states counts once per state, and once
+in the operator's total); ``entries`` counts what the state holds: 1 per key for value,
+reducing and aggregating state, the number of elements for list state, the number of mapped
+keys for map state, the number of items for operator list state. The engine's own states are
+listed too, flagged ``internal`` (their names start with ``_``): timers (``_timers.event``,
+``_timers.processing``, counted per user key, one entry per timer, each timer pickled on its own)
+and the window operator's contents and trigger state.
+
+**Skew** (per operator with keyed state; a figure of 1.0 means perfectly even):
+
+- ``key_group_max_to_mean``: the largest key group's bytes divided by the mean over *all*
+  ``max_parallelism`` key groups of the operator, empty ones included — since state is moved and
+  spread by key group, no parallelism can balance the operator better than this figure allows;
+- ``subtask_max_to_mean``: the largest subtask's keyed bytes divided by the mean over the
+  operator's subtasks (those without keyed state count as 0): the imbalance of this snapshot's
+  parallelism;
+- ``largest_key_share``: the bytes of the largest key (summed over the operator's states) as a
+  fraction of the operator's keyed bytes (``largest_key_bytes``) — a hot key shows here.
+
+Every file is verified first, as ``flinkpy checkpoint verify`` does (sizes and sha256 checksums
+recorded in `_metadata`, through ``CheckpointStorage.verify``), and read through
+``CheckpointStorage.read_state``, which checks them again as it reads: a missing or half-written
+checkpoint is refused before any state is decoded — ``NotFoundError`` (exit 4) when there is no
+`_metadata` (nothing there, or a checkpoint that was never completed), ``CorruptCheckpointError``
+(exit 9) when `_metadata` or a state file is damaged or missing.
+
+State files are Python pickles: decoding one imports the classes of the objects in it, so
+analyze only snapshots you trust, with the job's modules importable (``PYTHONPATH``) when its
+state holds instances of the job's own classes.
+
+>>> import tempfile
+>>> from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask
+>>> from flinkpy.state.heap import HeapKeyedStateBackend
+>>> from flinkpy.datastream.state import ListStateDescriptor
+>>> backend = HeapKeyedStateBackend(128, range(0, 128))
+>>> events = backend.get_partitioned_state(ListStateDescriptor("events", None))
+>>> for key, n in [("hot", 40), ("cold", 1)]:
+...     backend.set_current_key(key)
+...     events.add_all(range(n))
+>>> frozen = backend.snapshot_sync()
+>>> storage = CheckpointStorage(tempfile.mkdtemp())
+>>> handle = storage.write_state("job", 1, "sums-0-keyed", frozen.serialize())
+>>> op = new_operator(operator_id="sums", uid="sums", name="sums", vertex_id=1, parallelism=1,
+...     max_parallelism=128, subtasks=[new_subtask(0, keyed_state=keyed_state(handle, (0, 127), frozen.summary()))])
+>>> _ = storage.write_metadata("job", 1, new_metadata(job_id="job", job_name="demo", checkpoint_id=1,
+...     trigger_timestamp=1, completion_timestamp=2, operators=[op]))
+>>> result = analyze(storage.checkpoint_dir("job", 1), top=1)
+>>> [(s["name"], s["keys"], s["entries"]) for s in result["operators"][0]["states"]]
+[('events', 2, 41)]
+>>> result["top_keys"][0]["key"], result["top_keys"][0]["entries"]
+("'hot'", 40)
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import pickle
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from flinkpy.checkpoint.metadata import CorruptCheckpointError
+from flinkpy.checkpoint.storage import CheckpointStorage
+from flinkpy.errors import ConfigurationError, UsageError
+from flinkpy.state.heap import SNAPSHOT_VERSION
+from flinkpy.state.heap import TIMER_EVENT_TABLE as TIMERS_EVENT, TIMER_PROCESSING_TABLE as TIMERS_PROCESSING
+
+#: ``--engine`` values; only ``local`` (this process) is implemented so far.
+ENGINES = ("local", "spark")
+#: key reprs longer than this are cut (with "...") in the top-keys list
+KEY_REPR_LIMIT = 80
+#: columns of :func:`to_dataframe`, in order
+COLUMNS = ("operator", "state", "key_group", "keys", "entries", "bytes", "kind", "subtask", "operator_id", "uid")
+
+_PROTOCOL = 5
+_TIMER_STATES = frozenset({TIMERS_EVENT, TIMERS_PROCESSING})
+
+
+def analyze(
+    path: str,
+    *,
+    top: int = 10,
+    engine: str = "local",
+    storage_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Analyze the checkpoint or savepoint at ``path`` (its directory or `_metadata`, any fsspec URL).
+
+    Returns a plain, JSON-serializable dict::
+
+        {"path", "metadata_path", "engine", "job_id", "job_name", "checkpoint_id", "kind",
+         "savepoint_format", "max_parallelism", "files_checked", "bytes_checked",
+         "totals": {"keys", "entries", "bytes", "file_bytes", "operator_state_bytes", "operator_state_file_bytes"},
+         "operators": [{"operator_id", "uid", "name", "parallelism", "max_parallelism",
+                        "keys", "entries", "bytes", "file_bytes",
+                        "states": [{"name", "kind", "internal", "keys", "entries", "bytes", "key_groups", "max_key_group_bytes"}],
+                        "key_groups": [{"state", "kind", "key_group", "subtask", "keys", "entries", "bytes"}],
+                        "subtasks": [{"subtask", "key_groups", "keys", "entries", "bytes", "file_bytes",
+                                      "operator_state_bytes", "operator_state_file_bytes"}],
+                        "operator_state": [{"subtask", "name", "kind", "entries", "bytes"}],
+                        "operator_state_bytes", "operator_state_file_bytes",
+                        "skew": {"key_group_max_bytes", "key_group_mean_bytes", "key_group_max_to_mean",
+                                 "subtask_max_bytes", "subtask_mean_bytes", "subtask_max_to_mean",
+                                 "largest_key_bytes", "largest_key_share"} or None}],
+         "top_keys": [{"operator", "uid", "operator_id", "state", "kind", "key", "key_group",
+                       "subtask", "entries", "bytes"}]}
+
+    (the module docstring defines keys, entries, bytes and the skew figures). ``key_groups`` of a
+    state counts its non-empty key groups; of a subtask it is its ``[first, last]`` range.
+    ``top`` is how many keys ``top_keys`` lists (largest first; 0 for none). ``engine`` must be
+    ``"local"``: ``"spark"`` is reserved and refused with ``UsageError`` (exit 2) until it exists.
+    """
+    if engine not in ENGINES:
+        raise UsageError(f"unknown analysis engine {engine!r}", remedy=f"use one of {', '.join(ENGINES)}")
+    if engine == "spark":
+        raise UsageError(
+            "the spark engine of snapshot analysis is not available yet",
+            remedy="use --engine local, the default, which analyzes the snapshot in this process",
+        )
+    if top < 0:
+        raise UsageError(f"top must be 0 or more, got {top}")
+    storage = CheckpointStorage(path, storage_options=storage_options)
+    report = storage.verify(path)  # NotFoundError (exit 4) when there is no complete checkpoint
+    if not report.restorable:
+        raise _not_restorable(report)
+    doc = report.metadata
+    assert doc is not None
+    reader = _Reader(storage, report.path)
+    top_heap: list[tuple[int, int, dict[str, Any]]] = []
+    order = itertools.count()
+    operators = [_operator(op, reader, top, top_heap, order) for op in doc["operators"]]
+    top_keys = [row for _, _, row in sorted(top_heap, key=lambda t: (-t[0], -t[1]))]
+    return {
+        "path": report.path,
+        "metadata_path": report.metadata_path,
+        "engine": engine,
+        "job_id": doc["job_id"],
+        "job_name": doc["job_name"],
+        "checkpoint_id": doc["checkpoint_id"],
+        "kind": doc["kind"],
+        "savepoint_format": doc.get("savepoint_format"),
+        "max_parallelism": doc["max_parallelism"],
+        "files_checked": report.files_checked,
+        "bytes_checked": report.bytes_checked,
+        "totals": {
+            "keys": sum(o["keys"] for o in operators),
+            "entries": sum(o["entries"] for o in operators),
+            "bytes": sum(o["bytes"] for o in operators),
+            "file_bytes": sum(o["file_bytes"] for o in operators),
+            "operator_state_bytes": sum(o["operator_state_bytes"] for o in operators),
+            "operator_state_file_bytes": sum(o["operator_state_file_bytes"] for o in operators),
+        },
+        "operators": operators,
+        "top_keys": top_keys,
+    }
+
+
+def key_group_rows(result: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """One dict per operator, keyed state and non-empty key group of an :func:`analyze` result,
+    with the :data:`COLUMNS` as keys (``operator`` is the operator's name)."""
+    for op in result["operators"]:
+        for row in op["key_groups"]:
+            yield {
+                "operator": op["name"],
+                "state": row["state"],
+                "key_group": row["key_group"],
+                "keys": row["keys"],
+                "entries": row["entries"],
+                "bytes": row["bytes"],
+                "kind": row["kind"],
+                "subtask": row["subtask"],
+                "operator_id": op["operator_id"],
+                "uid": op["uid"],
+            }
+
+
+def to_dataframe(result: Mapping[str, Any]) -> Any:
+    """The keyed state of an :func:`analyze` result as a pandas DataFrame, one row per key group.
+
+    Columns: operator, state, key_group, keys, entries, bytes, then kind, subtask, operator_id,
+    uid. pandas is not a dependency of flinkpy: without it this raises ``ConfigurationError``
+    saying to ``pip install pandas``. For example::
+
+        df = to_dataframe(analyze("s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60"))
+        df.groupby(["operator", "state"])["bytes"].sum()
+    """
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ConfigurationError(
+            "to_dataframe needs pandas, which is not installed",
+            remedy="run 'pip install pandas', which flinkpy does not depend on; or use key_group_rows(result), the same rows as dicts",
+        ) from None
+    return pd.DataFrame(list(key_group_rows(result)), columns=list(COLUMNS))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Reader:
+    """Reads and decodes the state files of one checkpoint, one at a time (none is kept, so
+    memory holds one subtask's state at most)."""
+
+    def __init__(self, storage: CheckpointStorage, dir_url: str):
+        self.storage = storage
+        self.dir_url = dir_url
+
+    def load(self, handle: Mapping[str, Any]) -> Any:
+        data = self.storage.read_state(self.dir_url, handle)  # checks size and checksum again
+        url = f"{self.dir_url.rstrip('/')}/{handle['path']}"
+        try:
+            return pickle.loads(data)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"{url}: its state holds objects whose class cannot be imported here: {exc}",
+                remedy="put the directory of the job's modules on PYTHONPATH and analyze again",
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - a file that matched its checksum but does not decode
+            raise CorruptCheckpointError(url, f"not a flinkpy state file: {type(exc).__name__}: {exc}") from None
+
+
+def _not_restorable(report: Any) -> CorruptCheckpointError:
+    remedy = f"run 'flinkpy checkpoint verify {report.path}' for the details; analyze a complete checkpoint or savepoint"
+    if len(report.problems) == 1:
+        p = report.problems[0]
+        return CorruptCheckpointError(p.path, p.problem, remedy=remedy)
+    listed = "; ".join(str(p) for p in report.problems[:5]) + ("; ..." if len(report.problems) > 5 else "")
+    return CorruptCheckpointError(report.path, f"{len(report.problems)} problems: {listed}", remedy=remedy)
+
+
+def _size(obj: Any) -> int:
+    return len(pickle.dumps(obj, protocol=_PROTOCOL))
+
+
+def _entries(kind: str, value: Any) -> int:
+    if kind in ("list", "map"):
+        try:
+            return len(value)
+        except TypeError:
+            return 1
+    return 1
+
+
+def _per_key(name: str, kind: str, mapping: Mapping[Any, Any]) -> Iterator[tuple[Any, tuple[int, int]]]:
+    """(key, (entries, bytes)) of each key of one key group of one state.
+
+    Timer tables are keyed by ``(key, namespace, timestamp)`` (see ``flinkpy.task.timers``):
+    their entries are counted per user key, one per timer, each timer pickled on its own.
+    """
+    if name not in _TIMER_STATES:
+        for key, value in mapping.items():
+            yield key, (_entries(kind, value), _size((key, value)))
+        return
+    per_key: dict[Any, tuple[int, int]] = {}
+    for timer, value in mapping.items():
+        key = timer[0] if isinstance(timer, tuple) and timer else timer
+        entries, size = per_key.get(key, (0, 0))
+        per_key[key] = (entries + 1, size + _size((timer, value)))
+    yield from per_key.items()
+
+
+def _key_repr(key: Any) -> str:
+    text = repr(key)
+    return text if len(text) <= KEY_REPR_LIMIT else text[: KEY_REPR_LIMIT - 3] + "..."
+
+
+def _ratio(value: float, mean: float) -> float:
+    return round(value / mean, 3) if mean else 0.0
+
+
+def _operator(
+    op: Mapping[str, Any],
+    reader: _Reader,
+    top: int,
+    top_heap: list[tuple[int, int, dict[str, Any]]],
+    order: Iterator[int],
+) -> dict[str, Any]:
+    states: dict[str, dict[str, Any]] = {}
+    key_groups: list[dict[str, Any]] = []
+    subtasks: list[dict[str, Any]] = []
+    operator_state: list[dict[str, Any]] = []
+    op_keys = 0
+    largest_key = 0
+    file_paths: dict[str, int] = {}
+    op_file_paths: dict[str, int] = {}
+    for sub in sorted(op["subtasks"], key=lambda s: s["subtask"]):
+        index = sub["subtask"]
+        keyed, op_handle = sub.get("keyed_state"), sub.get("operator_state")
+        row = {
+            "subtask": index,
+            "key_groups": list(keyed["key_groups"]) if keyed else None,
+            "keys": 0,
+            "entries": 0,
+            "bytes": 0,
+            "file_bytes": keyed["size"] if keyed else 0,
+            "operator_state_bytes": 0,
+            "operator_state_file_bytes": op_handle["size"] if op_handle else 0,
+        }
+        if keyed:
+            file_paths[keyed["path"]] = keyed["size"]
+            snapshot = reader.load(keyed)
+            if not isinstance(snapshot, dict) or snapshot.get("version") != SNAPSHOT_VERSION:
+                version = snapshot.get("version") if isinstance(snapshot, dict) else None
+                raise CorruptCheckpointError(
+                    f"{reader.dir_url.rstrip('/')}/{keyed['path']}",
+                    f"keyed state snapshot has version {version!r}; this flinkpy reads version {SNAPSHOT_VERSION}",
+                    remedy="analyze with the flinkpy version that wrote the snapshot",
+                )
+            #: key group -> {key: its bytes over every state}; a key lives in one key group only
+            group_keys: dict[int, dict[Any, int]] = {}
+            for name, entry in snapshot["states"].items():
+                kind = entry["kind"]
+                st = states.setdefault(name, {"name": name, "kind": kind, "internal": name.startswith("_"), "keys": 0, "entries": 0, "bytes": 0, "key_groups": 0, "max_key_group_bytes": 0})
+                for kg, mapping in sorted(entry["key_groups"].items(), key=lambda item: int(item[0])):
+                    if not mapping:
+                        continue
+                    kg = int(kg)
+                    kg_entries = kg_bytes = kg_keys = 0
+                    keys_here = group_keys.setdefault(kg, {})
+                    for key, (n, size) in _per_key(name, kind, mapping):
+                        keys_here[key] = keys_here.get(key, 0) + size
+                        kg_keys += 1
+                        kg_entries += n
+                        kg_bytes += size
+                        if top and (len(top_heap) < top or size > top_heap[0][0]):
+                            # Ties keep the key seen first: the sequence number breaks them.
+                            item = (size, -next(order), {
+                                "operator": op["name"], "uid": op["uid"], "operator_id": op["operator_id"],
+                                "state": name, "kind": kind, "key": _key_repr(key), "key_group": kg,
+                                "subtask": index, "entries": n, "bytes": size,
+                            })
+                            if len(top_heap) < top:
+                                heapq.heappush(top_heap, item)
+                            else:
+                                heapq.heapreplace(top_heap, item)
+                    key_groups.append({"state": name, "kind": kind, "key_group": kg, "subtask": index, "keys": kg_keys, "entries": kg_entries, "bytes": kg_bytes})
+                    st["keys"] += kg_keys
+                    st["entries"] += kg_entries
+                    st["bytes"] += kg_bytes
+                    st["key_groups"] += 1
+                    st["max_key_group_bytes"] = max(st["max_key_group_bytes"], kg_bytes)
+                    row["entries"] += kg_entries
+                    row["bytes"] += kg_bytes
+            row["keys"] = sum(len(k) for k in group_keys.values())
+            largest_key = max([largest_key, *(max(k.values(), default=0) for k in group_keys.values())])
+            op_keys += row["keys"]
+        if op_handle:
+            op_file_paths[op_handle["path"]] = op_handle["size"]
+            for name, kind, entries, size in _operator_states(reader.load(op_handle)):
+                operator_state.append({"subtask": index, "name": name, "kind": kind, "entries": entries, "bytes": size})
+                row["operator_state_bytes"] += size
+        subtasks.append(row)
+    keyed_bytes = sum(s["bytes"] for s in subtasks)
+    result = {
+        "operator_id": op["operator_id"],
+        "uid": op["uid"],
+        "name": op["name"],
+        "parallelism": op["parallelism"],
+        "max_parallelism": op["max_parallelism"],
+        "keys": op_keys,
+        "entries": sum(s["entries"] for s in subtasks),
+        "bytes": keyed_bytes,
+        "file_bytes": sum(file_paths.values()),
+        "states": list(states.values()),
+        "key_groups": sorted(key_groups, key=lambda r: (r["key_group"], r["state"])),
+        "subtasks": subtasks,
+        "operator_state": operator_state,
+        "operator_state_bytes": sum(s["operator_state_bytes"] for s in subtasks),
+        "operator_state_file_bytes": sum(op_file_paths.values()),
+        "skew": None,
+    }
+    if file_paths:
+        per_group: dict[int, int] = {}
+        for r in key_groups:
+            per_group[r["key_group"]] = per_group.get(r["key_group"], 0) + r["bytes"]
+        kg_max = max(per_group.values(), default=0)
+        kg_mean = keyed_bytes / op["max_parallelism"]
+        st_max = max(s["bytes"] for s in subtasks)
+        st_mean = keyed_bytes / max(op["parallelism"], len(subtasks))
+        result["skew"] = {
+            "key_group_max_bytes": kg_max,
+            "key_group_mean_bytes": round(kg_mean, 3),
+            "key_group_max_to_mean": _ratio(kg_max, kg_mean),
+            "subtask_max_bytes": st_max,
+            "subtask_mean_bytes": round(st_mean, 3),
+            "subtask_max_to_mean": _ratio(st_max, st_mean),
+            "largest_key_bytes": largest_key,
+            "largest_key_share": round(largest_key / keyed_bytes, 4) if keyed_bytes else 0.0,
+        }
+    return result
+
+
+def _operator_states(state: Any) -> Iterator[tuple[str, str, int, int]]:
+    """(name, kind, entries, bytes) of each state in an operator-state file (see task.checkpointing)."""
+    if not isinstance(state, dict):
+        return
+    for name, s in (state.get("functions") or {}).get("states", {}).items():
+        items = s.get("items", [])
+        yield name, "union" if s.get("mode") == "union" else "list", len(items), _size(items)
+    if "sink" in state:
+        sink = state["sink"]
+        yield "sink", "sink", len(sink) if hasattr(sink, "__len__") else 1, _size(sink)

@@ -1,0 +1,329 @@
+"""`flinkpy state analyze` and flinkpy.state.analysis on a real savepoint of a skewed keyed job.
+
+One savepoint is made per module: a background cluster (2 TaskManagers x 2 slots) runs a keyed
+job at parallelism 2 over the numbers 1..M — one hot key gets every third number, the other
+keys share the rest — until a completed checkpoint shows that every source has read past M
+(so the keyed state covers exactly 1..M: later numbers are filtered out), then
+`flinkpy stop --savepoint-path` takes the savepoint and the cluster is stopped. Every expected
+figure (keys per state, per key group and subtask, entries) is computed here in plain Python
+from 1..M; synchronisation is by `wait_for`, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from conftest import run_cli, wait_for
+from flinkpy.errors import ExitCode
+from flinkpy.state.key_groups import assign_to_key_group, compute_operator_index_for_key_group
+
+M = 3000  #: numbers that reach the keyed operator: 1..M
+N = 10**12  #: the source's range: effectively unbounded, so the job runs until it is stopped
+MAX_PARALLELISM = 128
+PARALLELISM = 2
+
+#: shared by the job and the expectations below
+KEY_OF = textwrap.dedent(
+    """
+    def key_of(n):
+        return "hot" if n % 3 == 0 else f"k{n % 97:02d}"
+    """
+)
+namespace: dict[str, Any] = {}
+exec(KEY_OF, namespace)  # noqa: S102 - our own constant
+key_of = namespace["key_of"]
+
+JOB = (
+    textwrap.dedent(
+        f"""
+        from flinkpy.common import WatermarkStrategy
+        from flinkpy.datastream import CheckpointedFunction, FlatMapFunction, KeyedProcessFunction, StreamExecutionEnvironment
+        from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+        from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+        """
+    )
+    + KEY_OF
+    + textwrap.dedent(
+        f"""
+        class Select(FlatMapFunction, CheckpointedFunction):
+            \"\"\"Passes 1..{M} on as (key, n) and keeps how many it passed in operator state.\"\"\"
+
+            def initialize_state(self, context):
+                self.state = context.get_operator_state_store().get_list_state(ListStateDescriptor("passed", None))
+                self.passed = sum(self.state.get())
+
+            def snapshot_state(self, context):
+                self.state.update([self.passed])
+
+            def flat_map(self, n):
+                if n <= {M}:
+                    self.passed += 1
+                    yield (key_of(n), n)
+
+
+        class Track(KeyedProcessFunction):
+            def open(self, ctx):
+                self.count = ctx.get_state(ValueStateDescriptor("count"))
+                self.events = ctx.get_list_state(ListStateDescriptor("events"))
+                self.digits = ctx.get_map_state(MapStateDescriptor("digits"))
+
+            def process_element(self, pair, ctx):
+                n = pair[1]
+                self.count.update((self.count.value() or 0) + 1)
+                self.events.add(n)
+                self.digits.put(n % 10, (self.digits.get(n % 10) or 0) + 1)
+                return []
+
+
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.enable_checkpointing(100)
+        numbers = env.from_source(NumberSequenceSource(1, {N}), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
+        pairs = numbers.flat_map(Select()).uid("select").name("select")
+        pairs.key_by(lambda pair: pair[0]).process(Track()).uid("track").name("track").add_sink(lambda v: None)
+        env.execute("skewed keys")
+        """
+    )
+)
+
+
+def expected() -> dict[str, Any]:
+    """Keys, entries, keys per key group and per subtask of each state, from 1..M alone."""
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for n in range(1, M + 1):
+        per_key[key_of(n)].append(n)
+    keys = set(per_key)
+    groups = Counter(assign_to_key_group(k, MAX_PARALLELISM) for k in keys)
+    subtasks = Counter(compute_operator_index_for_key_group(MAX_PARALLELISM, PARALLELISM, assign_to_key_group(k, MAX_PARALLELISM)) for k in keys)
+    return {
+        "keys": len(keys),
+        "entries": {"count": len(keys), "events": M, "digits": sum(len({n % 10 for n in ns}) for ns in per_key.values())},
+        "key_groups": dict(groups),
+        "subtasks": dict(subtasks),
+        "hot_entries": len(per_key["hot"]),
+        "hot_group": assign_to_key_group("hot", MAX_PARALLELISM),
+    }
+
+
+def _read_past_m(offsets: list[Any]) -> bool:
+    """Every source subtask's remaining ranges start after M (its snapshot covers 1..M)."""
+    return bool(offsets) and all(o and all(int(first) > M for first, stop in o["ranges"] if int(first) < int(stop)) for o in offsets)
+
+
+@pytest.fixture(scope="module")
+def savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The savepoint directory of the skewed job (its cluster is gone by the time tests run)."""
+    from flinkpy.checkpoint import CheckpointStorage
+    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
+    from flinkpy.errors import FlinkpyError
+
+    base = tmp_path_factory.mktemp("state-analyze")
+    home = ClusterHome(base / "home")
+    (base / "home").mkdir()
+    job = base / "skewed.py"
+    job.write_text(JOB)
+    info = start_cluster(home, taskmanagers=2, slots=2, rest_port=0)
+    env = {"FLINKPY_HOME": str(base / "home"), "FLINKPY_JOBMANAGER": info.rest_address}
+    pids = [info.jobmanager_pid] + [tm.pid for tm in info.taskmanagers]
+    try:
+        res = run_cli("run", "-d", "-p", str(PARALLELISM), "--json", str(job), env=env)
+        assert res.returncode == 0, res.stderr
+        jid = json.loads(res.stdout)["jobs"][0]["jid"]
+        storage = CheckpointStorage(str(base / "home" / "checkpoints"))
+
+        def covered() -> bool:
+            for cid in reversed(storage.list_checkpoints(jid)):
+                try:
+                    doc = storage.read_metadata(storage.checkpoint_dir(jid, cid))
+                except FlinkpyError:  # discarded while we read it: a newer one exists
+                    continue
+                source = next(op for op in doc["operators"] if op["uid"] == "numbers")
+                return _read_past_m([s["source_offsets"] for s in source["subtasks"]])
+            return False
+
+        wait_for(covered, timeout=60, interval=0.05, message=f"a completed checkpoint of job {jid} past number {M}")
+        stop = run_cli("stop", "--json", "--savepoint-path", str(base / "savepoints"), jid, env=env)
+        assert stop.returncode == 0, stop.stderr
+        location = json.loads(stop.stdout)["location"]
+    finally:
+        tree = []
+        for pid in pids:
+            try:
+                root = psutil.Process(pid)
+                tree += [root, *root.children(recursive=True)]
+            except psutil.Error:
+                pass
+        stop_cluster(home, timeout_s=10)
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        assert not alive, f"processes left behind after cluster stop: {alive}"
+    path = Path(location[len("file://"):] if location.startswith("file://") else location)
+    assert (path / "_metadata").is_file(), path
+    return path
+
+
+def _op(result: dict[str, Any], uid: str) -> dict[str, Any]:
+    return next(op for op in result["operators"] if op["uid"] == uid)
+
+
+# --------------------------------------------------------------------------- the Python API
+
+
+@pytest.mark.timeout(90)
+def test_analysis_counts_keys_entries_key_groups_and_finds_the_hot_key(savepoint: Path) -> None:
+    from flinkpy.state.analysis import analyze
+
+    want = expected()
+    result = analyze(str(savepoint), top=1000)  # every (state, key) entry of the job: 3 x 98
+    assert result["kind"] == "savepoint" and result["max_parallelism"] == MAX_PARALLELISM
+    track = _op(result, "track")
+    assert track["name"] == "track" and track["parallelism"] == PARALLELISM
+
+    # keys and entries per state, exactly
+    states = {s["name"]: s for s in track["states"] if not s["internal"]}
+    # the engine's timer tables are keyed state too; this job registers no timer
+    internal = {s["name"]: (s["keys"], s["entries"], s["bytes"]) for s in track["states"] if s["internal"]}
+    assert internal == {"_timers.event": (0, 0, 0), "_timers.processing": (0, 0, 0)}
+    assert {name: s["kind"] for name, s in states.items()} == {"count": "value", "events": "list", "digits": "map"}
+    assert {name: s["keys"] for name, s in states.items()} == dict.fromkeys(states, want["keys"])
+    assert {name: s["entries"] for name, s in states.items()} == want["entries"]
+    assert track["keys"] == want["keys"]  # distinct keys over the three states
+
+    # per key group and per subtask, exactly; bytes add up at every level
+    for name, st in states.items():
+        rows = [r for r in track["key_groups"] if r["state"] == name]
+        assert {r["key_group"]: r["keys"] for r in rows} == want["key_groups"]
+        assert all(r["subtask"] == compute_operator_index_for_key_group(MAX_PARALLELISM, PARALLELISM, r["key_group"]) for r in rows)
+        assert st["key_groups"] == len(want["key_groups"])
+        assert all(r["bytes"] > 0 for r in rows)
+        assert sum(r["bytes"] for r in rows) == st["bytes"] and sum(r["entries"] for r in rows) == st["entries"]
+        assert st["max_key_group_bytes"] == max(r["bytes"] for r in rows)
+    assert {s["subtask"]: s["keys"] for s in track["subtasks"]} == want["subtasks"]
+    assert sum(s["bytes"] for s in states.values()) == track["bytes"] == sum(s["bytes"] for s in track["subtasks"]) > 0
+    assert track["file_bytes"] > 0
+    assert result["totals"]["bytes"] == sum(op["bytes"] for op in result["operators"]) == track["bytes"]
+    assert result["totals"]["keys"] == want["keys"]
+    print(f"keyed bytes {track['bytes']} vs file bytes {track['file_bytes']}; skew {track['skew']}")
+
+    # the hot key leads the top list, and skews key groups and subtasks
+    first = result["top_keys"][0]
+    assert (first["operator"], first["uid"], first["state"], first["key"]) == ("track", "track", "events", "'hot'")
+    assert first["entries"] == want["hot_entries"] and first["key_group"] == want["hot_group"]
+    assert len(result["top_keys"]) == sum(s["keys"] for s in states.values())
+    sizes = [k["bytes"] for k in result["top_keys"]]
+    assert sizes == sorted(sizes, reverse=True)
+    assert analyze(str(savepoint), top=5)["top_keys"] == result["top_keys"][:5]
+    skew = track["skew"]
+    assert skew["key_group_max_to_mean"] > 1 and skew["subtask_max_to_mean"] > 1
+    hot_bytes = sum(k["bytes"] for k in result["top_keys"] if k["key"] == "'hot'")
+    assert skew["largest_key_bytes"] == hot_bytes > first["bytes"]
+    assert skew["largest_key_share"] == pytest.approx(hot_bytes / track["bytes"], abs=1e-4) and 0 < skew["largest_key_share"] < 1
+    hot_group_bytes = sum(r["bytes"] for r in track["key_groups"] if r["key_group"] == want["hot_group"])
+    assert skew["key_group_max_bytes"] == hot_group_bytes
+    assert skew["key_group_max_to_mean"] == pytest.approx(hot_group_bytes / (track["bytes"] / MAX_PARALLELISM), rel=1e-3)
+
+    # operator (non-keyed) state: Select's count per source subtask, one item each
+    select = _op(result, "select")
+    assert select["states"] == [] and select["skew"] is None
+    assert sorted((s["subtask"], s["name"], s["kind"], s["entries"]) for s in select["operator_state"]) == [
+        (i, "passed", "list", 1) for i in range(PARALLELISM)
+    ]
+    assert all(s["bytes"] > 0 for s in select["operator_state"])
+    assert select["operator_state_bytes"] == sum(s["bytes"] for s in select["operator_state"])
+    assert select["operator_state_file_bytes"] > 0
+
+
+@pytest.mark.timeout(90)
+def test_to_dataframe(savepoint: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    from flinkpy.state.analysis import analyze, to_dataframe
+
+    result = analyze(str(savepoint))
+    df = to_dataframe(result)
+    assert isinstance(df, pd.DataFrame)
+    assert list(df.columns[:6]) == ["operator", "state", "key_group", "keys", "entries", "bytes"]
+    by_state = df.groupby("state")["bytes"].sum().to_dict()
+    assert by_state == {s["name"]: s["bytes"] for s in _op(result, "track")["states"] if s["key_groups"]}
+    assert int(df["keys"].sum()) == sum(s["keys"] for s in _op(result, "track")["states"])
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@pytest.mark.timeout(90)
+def test_command_prints_tables_top_keys_and_skew(savepoint: Path) -> None:
+    want = expected()
+    res = run_cli("state", "analyze", str(savepoint), "--top", "3", env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+    text = res.stdout
+    for line in (f"Snapshot: {savepoint}", "Keyed state", "Operator state", "Largest keys (top 3)", "Skew of track [uid track]: largest key group"):
+        assert line in text, f"{line!r} missing from:\n{text}"
+    assert f"Keyed state: {want['keys']} key(s)" in text
+    top_rows = [line for line in text.splitlines() if "'hot'" in line or "'k" in line]
+    assert len(top_rows) == 3 and "'hot'" in top_rows[0] and str(want["hot_entries"]) in top_rows[0]
+
+
+@pytest.mark.timeout(90)
+def test_command_json_is_one_document(savepoint: Path) -> None:
+    # The _metadata file as a file:// URL names the same snapshot.
+    res = run_cli("state", "analyze", (savepoint / "_metadata").as_uri(), "--json", "--top", "2")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert set(doc) == {
+        "path", "metadata_path", "engine", "job_id", "job_name", "checkpoint_id", "kind", "savepoint_format",
+        "max_parallelism", "files_checked", "bytes_checked", "totals", "operators", "top_keys",
+    }
+    assert doc["engine"] == "local" and doc["path"] == savepoint.as_uri() and doc["files_checked"] >= 3
+    assert set(doc["totals"]) == {"keys", "entries", "bytes", "file_bytes", "operator_state_bytes", "operator_state_file_bytes"}
+    track = _op(doc, "track")
+    assert set(track) >= {"operator_id", "uid", "name", "states", "key_groups", "subtasks", "operator_state", "skew"}
+    assert set(track["key_groups"][0]) == {"state", "kind", "key_group", "subtask", "keys", "entries", "bytes"}
+    assert [k["key"] for k in doc["top_keys"]][:1] == ["'hot'"] and len(doc["top_keys"]) == 2
+    assert set(doc["top_keys"][0]) == {"operator", "uid", "operator_id", "state", "kind", "key", "key_group", "subtask", "entries", "bytes"}
+
+
+@pytest.mark.timeout(30)
+def test_spark_engine_is_refused_for_now(savepoint: Path) -> None:
+    res = run_cli("state", "analyze", str(savepoint), "--engine", "spark")
+    assert res.returncode == ExitCode.USAGE == 2
+    assert res.stdout == ""
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("flinkpy: error: the spark engine of snapshot analysis is not available yet")
+    res = run_cli("state", "analyze", str(savepoint), "--engine", "spark", "--json")
+    assert res.returncode == ExitCode.USAGE and json.loads(res.stdout)["error"]["exit_code"] == ExitCode.USAGE
+    assert run_cli("state", "analyze", str(savepoint), "--engine", "hadoop").returncode == ExitCode.USAGE
+
+
+@pytest.mark.timeout(30)
+def test_a_directory_without_metadata_is_not_a_complete_checkpoint(savepoint: Path, tmp_path: Path) -> None:
+    half = tmp_path / "chk-7"
+    shutil.copytree(savepoint, half)
+    (half / "_metadata").unlink()
+    res = run_cli("state", "analyze", str(half))
+    assert res.returncode == ExitCode.NOT_FOUND == 4
+    assert res.stdout == ""
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"flinkpy: error: {half} is not a complete checkpoint: it has no _metadata")
+    res = run_cli("state", "analyze", str(half), "--json")
+    assert res.returncode == ExitCode.NOT_FOUND
+    assert json.loads(res.stdout)["error"]["message"].startswith(f"{half} is not a complete checkpoint")
+
+
+@pytest.mark.timeout(30)
+def test_a_damaged_state_file_is_refused_before_decoding(savepoint: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "damaged"
+    shutil.copytree(savepoint, copy)
+    keyed = sorted(copy.glob("*-keyed"))[0]
+    keyed.write_bytes(keyed.read_bytes()[:-7])  # half-written
+    res = run_cli("state", "analyze", str(copy))
+    assert res.returncode == ExitCode.CONFLICT == 9
+    assert res.stdout == ""
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"flinkpy: error: {keyed}: size mismatch")

@@ -1,0 +1,187 @@
+"""State time-to-live on the heap backend, with an injected clock: expiry per value, element and
+entry; both visibilities and update types; full-snapshot and incremental cleanup; timestamps
+that survive a snapshot and restore; enabling or disabling TTL across a restore refused."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from flinkpy.common import Time
+from flinkpy.datastream.functions import AggregateFunction
+from flinkpy.datastream.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateTtlConfig,
+    ValueStateDescriptor,
+)
+from flinkpy.errors import InvalidProgramError
+from flinkpy.state.heap import HeapKeyedStateBackend
+
+
+def ttl(ms: int = 1000, *, on_read: bool = False, return_expired: bool = False, full_snapshot: bool = False,
+        incremental: tuple[int, bool] | None = None, background: bool = True) -> StateTtlConfig:
+    b = StateTtlConfig.new_builder(Time.milliseconds(ms))
+    b = b.set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite if on_read else StateTtlConfig.UpdateType.OnCreateAndWrite)
+    b = b.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp if return_expired
+                               else StateTtlConfig.StateVisibility.NeverReturnExpired)
+    if full_snapshot:
+        b = b.cleanup_full_snapshot()
+    if incremental:
+        b = b.cleanup_incrementally(*incremental)
+    if not background:
+        b = b.disable_cleanup_in_background()
+    return b.build()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def backend(clock: Clock) -> HeapKeyedStateBackend:
+    b = HeapKeyedStateBackend(128, range(0, 128))
+    b.ttl_clock = clock
+    return b
+
+
+def descriptor(cls, name, *args, config: StateTtlConfig):
+    d = cls(name, *args)
+    d.enable_time_to_live(config)
+    return d
+
+
+def test_value_expires_after_its_ttl_and_writes_refresh_it() -> None:
+    clock = Clock()
+    b = backend(clock)
+    s = b.get_partitioned_state(descriptor(ValueStateDescriptor, "v", config=ttl(1000, background=False)))
+    b.set_current_key("a")
+    s.update(1)
+    clock.now += 999
+    assert s.value() == 1
+    s.update(2)  # written: lives another 1000 ms
+    clock.now += 999
+    assert s.value() == 2
+    clock.now += 1
+    assert s.value() is None
+    assert b.num_entries() == 0  # an expired value that is read is dropped (NeverReturnExpired)
+
+
+def test_update_on_read_and_return_expired_if_not_cleaned_up() -> None:
+    clock = Clock()
+    b = backend(clock)
+    reads = b.get_partitioned_state(descriptor(ValueStateDescriptor, "r", config=ttl(100, on_read=True, background=False)))
+    stale = b.get_partitioned_state(descriptor(ValueStateDescriptor, "s", config=ttl(100, return_expired=True, background=False)))
+    b.set_current_key("k")
+    reads.update("x")
+    stale.update("y")
+    for _ in range(5):
+        clock.now += 90
+        assert reads.value() == "x"  # each read renews it
+    assert stale.value() == "y"  # expired, but not cleaned up yet: still visible
+
+
+def test_list_and_map_expire_per_element_and_per_entry() -> None:
+    clock = Clock()
+    b = backend(clock)
+    lst = b.get_partitioned_state(descriptor(ListStateDescriptor, "l", config=ttl(100, background=False)))
+    mp = b.get_partitioned_state(descriptor(MapStateDescriptor, "m", config=ttl(100, background=False)))
+    b.set_current_key("k")
+    lst.add("old")
+    mp.put("old", 1)
+    clock.now += 60
+    lst.add_all(["new1", "new2"])
+    mp.put("new", 2)
+    clock.now += 50  # "old" is 110 ms old, the others 50
+    assert lst.get() == ["new1", "new2"]
+    assert mp.get("old") is None and not mp.contains("old") and mp.get("new") == 2
+    assert dict(mp.items()) == {"new": 2} and list(mp.keys()) == ["new"] and not mp.is_empty()
+    clock.now += 100
+    assert lst.get() == [] and mp.is_empty()
+
+
+def test_reducing_and_aggregating_state_expire_as_a_whole() -> None:
+    class Avg(AggregateFunction):
+        def create_accumulator(self):
+            return (0, 0)
+
+        def add(self, value, acc):
+            return (acc[0] + value, acc[1] + 1)
+
+        def get_result(self, acc):
+            return acc[0] / acc[1]
+
+        def merge(self, a, b):
+            return (a[0] + b[0], a[1] + b[1])
+
+    clock = Clock()
+    b = backend(clock)
+    total = b.get_partitioned_state(descriptor(ReducingStateDescriptor, "sum", lambda x, y: x + y, config=ttl(100, background=False)))
+    avg = b.get_partitioned_state(descriptor(AggregatingStateDescriptor, "avg", Avg(), config=ttl(100, background=False)))
+    b.set_current_key("k")
+    for v in (1, 2, 3):
+        total.add(v)
+        avg.add(v)
+    assert total.get() == 6 and avg.get() == 2.0
+    clock.now += 100
+    total.add(10)  # the expired sum is not carried over
+    assert total.get() == 10 and avg.get() is None
+
+
+def test_full_snapshot_cleanup_leaves_expired_values_out_and_timestamps_survive() -> None:
+    clock = Clock()
+    b = backend(clock)
+    s = b.get_partitioned_state(descriptor(ValueStateDescriptor, "v", config=ttl(100, full_snapshot=True, background=False)))
+    for i in range(10):
+        b.set_current_key(f"k{i}")
+        s.update(i)
+        clock.now += 20  # keys 0..5 are 100 ms old or more at the snapshot below: expired
+    frozen = b.snapshot_sync()
+    doc = pickle.loads(frozen.serialize())
+    kept = {k for groups in doc["states"]["v"]["key_groups"].values() for k in groups}
+    assert kept == {f"k{i}" for i in range(6, 10)}
+    assert doc["states"]["v"]["ttl_ms"] == 100
+
+    restored = backend(clock)
+    restored.restore([doc])
+    r = restored.get_partitioned_state(descriptor(ValueStateDescriptor, "v", config=ttl(100, background=False)))
+    restored.set_current_key("k9")
+    assert r.value() == 9
+    clock.now += 81  # k9 was written 100 ms before -> 101: expired after the restore as before it
+    assert r.value() is None
+
+
+def test_incremental_cleanup_removes_expired_entries_in_the_background() -> None:
+    clock = Clock()
+    b = backend(clock)
+    s = b.get_partitioned_state(descriptor(ValueStateDescriptor, "v", config=ttl(100, incremental=(10, True))))
+    for i in range(50):
+        b.set_current_key(f"k{i}")
+        s.update(i)
+    assert b.num_entries() == 50
+    clock.now += 200
+    frozen = b.snapshot_sync()  # a snapshot shares the dicts: the cleanup must copy, not mutate
+    for _ in range(10):  # records of one live key: every record checks 10 more entries
+        b.set_current_key("live")
+        s.update("x")
+    assert b.num_entries() == 1
+    assert sum(len(m) for m in frozen.states["v"][1].values()) == 50  # the snapshot kept its view
+
+
+def test_enabling_or_disabling_ttl_across_a_restore_is_refused() -> None:
+    clock = Clock()
+    plain = backend(clock)
+    s = plain.get_partitioned_state(ValueStateDescriptor("v"))
+    plain.set_current_key("a")
+    s.update(1)
+    doc = plain.snapshot()
+    restored = backend(clock)
+    restored.restore([doc])
+    with pytest.raises(InvalidProgramError, match="time-to-live"):
+        restored.get_partitioned_state(descriptor(ValueStateDescriptor, "v", config=ttl(100)))
