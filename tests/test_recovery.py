@@ -192,7 +192,12 @@ def test_even_odd_sums_are_exact_after_a_crash(start, point: str, vertex: str, s
     assert job["restarts"] == 1, [e["message"] for e in exception_entries(jid)]
     stats = checkpoints(jid)
     got = stats["latest"]["restored"]
-    assert (got["id"] if got else None) == restored, f"restored from {got}, expected checkpoint {restored}"
+    if point == "after-complete":
+        # the keyed task may acknowledge checkpoint 3 (its barrier comes with the data) before it
+        # reads the notification of 2 (a control message) and dies: then 3 is the latest
+        assert got is not None and got["id"] >= restored, f"restored from {got}, expected checkpoint {restored} or later"
+    else:
+        assert (got["id"] if got else None) == restored, f"restored from {got}, expected checkpoint {restored}"
 
 
 WORDS = "to be or not that is the question whether tis nobler in mind suffer slings arrows of outrageous fortune".split()
