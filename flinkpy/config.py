@@ -294,6 +294,7 @@ SCHEMA: dict[str, Option] = {
         _option("high-availability.zookeeper.path.root", StringType(), "/flinkpy", "ZooKeeper node under which every flinkpy cluster keeps its state."),
         _option("high-availability.zookeeper.client.session-timeout", DurationType(), 4000, "ZooKeeper session timeout: how long a JobManager that went silent keeps its leadership (the server may clamp it to [2, 20] tick times)."),
         _option("high-availability.zookeeper.client.connection-timeout", DurationType(), 15000, "How long to wait for a connection to ZooKeeper."),
+        _option("state.backend.type", EnumType("hashmap", "rocksdb"), "hashmap", "Where keyed state lives: hashmap (in memory, snapshotted copy-on-write); rocksdb is refused until flinkpy has an on-disk backend."),
         _option("jobmanager.execution.failover-strategy", EnumType("full", "region"), "region", "Restart all tasks after a failure, or only the failed task's pipelined region."),
         _option(
             "restart-strategy.type",

@@ -185,3 +185,36 @@ def test_enabling_or_disabling_ttl_across_a_restore_is_refused() -> None:
     restored.restore([doc])
     with pytest.raises(InvalidProgramError, match="time-to-live"):
         restored.get_partitioned_state(descriptor(ValueStateDescriptor, "v", config=ttl(100)))
+
+
+def test_state_backend_choice_hashmap_runs_and_rocksdb_is_refused_clearly(tmp_path, cli, flinkpy_home) -> None:
+    from flinkpy.datastream import StreamExecutionEnvironment
+    from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_state_backend(HashMapStateBackend())
+    assert isinstance(env.get_state_backend(), HashMapStateBackend)
+    assert sorted(env.from_collection([3, 1, 2]).map(lambda x: x * 2).execute_and_collect()) == [2, 4, 6]
+
+    job = tmp_path / "rocks.py"
+    job.write_text(
+        "from flinkpy.datastream import StreamExecutionEnvironment\n"
+        "from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.set_state_backend(EmbeddedRocksDBStateBackend())\n"
+        "env.from_collection([1]).print()\n"
+        "env.execute('rocks')\n"
+    )
+    res = cli("run", str(job))
+    assert res.returncode == 8 and "no embedded on-disk state backend" in res.stderr and "Traceback" not in res.stderr
+    plain = tmp_path / "plain.py"
+    plain.write_text(
+        "from flinkpy.datastream import StreamExecutionEnvironment\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.from_collection([1]).print()\n"
+        "env.execute('plain')\n"
+    )
+    res = cli("run", "-D", "state.backend.type=rocksdb", str(plain))
+    assert res.returncode == 8 and "state.backend.type: rocksdb" in res.stderr
+    assert cli("run", "-D", "state.backend.type=hashmap", str(plain)).returncode == 0
+    assert EmbeddedRocksDBStateBackend().type_name == "rocksdb"

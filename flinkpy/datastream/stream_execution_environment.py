@@ -124,6 +124,20 @@ class StreamExecutionEnvironment:
     def get_checkpointing_mode(self) -> str:
         return self.get_checkpoint_config().get_checkpointing_mode()
 
+    def set_state_backend(self, state_backend: Any) -> "StreamExecutionEnvironment":
+        """Where keyed state lives (``HashMapStateBackend()``; see flinkpy.datastream.state_backend)."""
+        type_name = getattr(state_backend, "type_name", None)
+        if not type_name:
+            raise InvalidProgramError(f"set_state_backend() needs a state backend, got {type(state_backend).__name__}",
+                                      remedy="pass HashMapStateBackend() (flinkpy.datastream.state_backend)")
+        self._settings["state.backend.type"] = type_name
+        return self
+
+    def get_state_backend(self) -> Any:
+        from flinkpy.datastream.state_backend import backend_of
+
+        return backend_of(self._settings.get("state.backend.type", "hashmap"))
+
     def set_restart_strategy(self, restart_strategy_configuration: Any) -> "StreamExecutionEnvironment":
         self._settings.update(restart_strategy_configuration.to_config())
         return self
@@ -209,6 +223,13 @@ class StreamExecutionEnvironment:
             raise InvalidProgramError(
                 "BATCH execution mode needs bounded sources, but this job has an unbounded one",
                 remedy="use STREAMING mode, or make the sources bounded",
+            )
+        if settings.get("state.backend.type", "hashmap").lower() == "rocksdb":
+            from flinkpy.errors import ConfigurationError
+
+            raise ConfigurationError(
+                "state.backend.type: rocksdb — flinkpy has no embedded on-disk state backend yet",
+                remedy="use hashmap (the default): keyed state in memory, checkpointed to execution.checkpointing.dir",
             )
         interval = self._config.get_auto_watermark_interval()
         if interval != 200 or "pipeline.auto-watermark-interval" not in settings:
