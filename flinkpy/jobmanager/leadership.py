@@ -161,7 +161,17 @@ class Leadership:
     def contend(self) -> None:
         """Join the election (in a thread); lead when elected; never return while leading."""
         self.ha.on_session_change(self._on_session)
-        threading.Thread(target=self.ha.run_election, args=(self.jm_id, self._lead), name="ha-election", daemon=True).start()
+        threading.Thread(target=self._elect, name="ha-election", daemon=True).start()
+
+    def _elect(self) -> None:
+        while not self.stopping:
+            try:
+                self.ha.run_election(self.jm_id, self._lead)
+            except Exception as e:  # noqa: BLE001 - ZooKeeper away while waiting: contend again
+                if self.stopping:
+                    return
+                log.warning("leader election interrupted (%s: %s); contending again", type(e).__name__, e)
+                time.sleep(0.2)
 
     def _on_session(self, state: str) -> None:
         if state in ("SUSPENDED", "LOST") and self.dispatcher.leader_epoch is not None and not self.stopping:
@@ -170,6 +180,14 @@ class Leadership:
             revoke()
 
     def _lead(self) -> None:
+        try:
+            self._take_over()
+        except Exception:  # noqa: BLE001 - half a takeover is no leadership: start afresh
+            log.exception("taking over as leader failed; JobManager %s restarts as a standby", self.jm_id)
+            revoke()
+        threading.Event().wait()  # leadership lasts as long as this process does
+
+    def _take_over(self) -> None:
         epoch = self.ha.next_epoch()
         log.info("JobManager %s was granted leadership (epoch %d)", self.jm_id, epoch)
         job_ids = self.ha.job_ids()
@@ -180,7 +198,6 @@ class Leadership:
         threading.Thread(target=self._history_loop, name="ha-history", daemon=True).start()
         for job_id in job_ids:
             threading.Thread(target=self._recover, args=(job_id,), name=f"ha-recover-{job_id[:8]}", daemon=True).start()
-        threading.Event().wait()  # leadership lasts as long as this process does
 
     def _recover(self, job_id: str) -> None:
         from flinkpy.checkpoint.storage import CheckpointStorage
