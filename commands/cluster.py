@@ -201,6 +201,8 @@ def cluster_status(json_: JsonFlag = False) -> None:
         raise ClusterUnreachableError("no cluster is running", remedy="start one with 'flinkpy cluster start'")
     from flinkpy.cluster import rest_client_for
 
+    if info.ha is not None and info.leader is None:
+        _no_leader(info)
     client = rest_client_for(info, token_of(home))
     overview, tms = client.overview(), client.taskmanagers()
     zookeeper = None
@@ -247,6 +249,25 @@ def cluster_status(json_: JsonFlag = False) -> None:
             str(tm.get("freeSlots", "?")), f"{tm.get('timeSinceLastHeartbeat', '?')} ms ago",
         )
     console.print(table)
+
+
+def _no_leader(info: Any) -> None:
+    """HA cluster with no leader right now: show what is known, then exit 3."""
+    from flinkpy.ha.cluster import session_of
+
+    zookeeper = session_of(info.ha)
+    ha_doc = info.to_dict()["high_availability"]
+    where = "no leader is elected right now" if zookeeper else f"ZooKeeper at {ha_doc['zookeeper']} does not answer"
+    if session.json:
+        emit_json({"cluster": info.to_dict(), "zookeeper": zookeeper, "overview": None, "taskmanagers": None})
+    else:
+        alive = ", ".join(f"{jm['id']} (pid {jm['pid']})" for jm in ha_doc["jobmanagers"] if jm["alive"]) or "none"
+        out().print(f"High availability: {where}. JobManagers running: {alive}.", markup=False)
+    raise ClusterUnreachableError(
+        f"no JobManager leads the cluster: {where}",
+        remedy="wait for the election to finish (about the ZooKeeper session timeout)" if zookeeper
+        else "start ZooKeeper again ('flinkpy zookeeper start' or its service): the JobManagers elect a leader when it is back",
+    )
 
 
 @app.command("logs")

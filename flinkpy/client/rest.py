@@ -91,10 +91,7 @@ class RestClient:
                 if time.monotonic() >= deadline:
                     raise
             time.sleep(0.05)
-            try:
-                found = self.leader()
-            except Exception:  # noqa: BLE001 - ZooKeeper itself may be failing over
-                found = None
+            found = self.leader()  # raises when ZooKeeper itself is down: nothing to wait for
             if found:
                 self.address = normalize_address(found)
 

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from flinkpy.errors import FlinkpyError, OperationTimeoutError
+from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
 
 if TYPE_CHECKING:
@@ -47,14 +47,31 @@ def session_of(ha: dict[str, Any]) -> dict[str, Any] | None:
         client.stop()
 
 
+class ZooKeeperDown(ClusterUnreachableError):
+    """No leader can be found because ZooKeeper itself does not answer (no failover to wait for)."""
+
+
 def leader_resolver(ha: dict[str, Any]) -> Callable[[], str | None]:
-    """For RestClient: the leader's REST address, from one ZooKeeper session opened on first use."""
+    """For RestClient: the leader's REST address (None while an election runs), from one
+    ZooKeeper session opened on first use; raises :class:`ZooKeeperDown` when ZooKeeper does
+    not answer, so that a client stops waiting for a failover that cannot happen."""
     holder: dict[str, ZooKeeperHa] = {}
 
     def resolve() -> str | None:
-        if "zk" not in holder:
-            holder["zk"] = ZooKeeperHa(HaConfig.from_dict({**ha, "connection_timeout_s": 3.0}), client=True).start()
-        leader = holder["zk"].leader()
+        try:
+            if "zk" not in holder:
+                holder["zk"] = ZooKeeperHa(HaConfig.from_dict({**ha, "connection_timeout_s": 3.0}), client=True).start()
+            leader = holder["zk"].leader()
+        except ClusterUnreachableError:
+            raise ZooKeeperDown(
+                f"no JobManager can lead: ZooKeeper at {ha['quorum']} does not answer",
+                remedy="start ZooKeeper again ('flinkpy zookeeper start' or its service); the JobManagers elect a leader when it is back",
+            ) from None
+        except Exception:  # noqa: BLE001 - kazoo's connection errors
+            raise ZooKeeperDown(
+                f"no JobManager can lead: ZooKeeper at {ha['quorum']} does not answer",
+                remedy="start ZooKeeper again ('flinkpy zookeeper start' or its service); the JobManagers elect a leader when it is back",
+            ) from None
         return leader["rest_address"] if leader else None
 
     return resolve
