@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -86,16 +87,30 @@ def cluster(flinkpy_home: Path):
     try:
         yield info
     finally:
-        tree = []
-        for pid in pids:
-            try:
-                root = psutil.Process(pid)
-                tree += [root, *root.children(recursive=True)]
-            except psutil.Error:
-                pass
-        stop_cluster(home, timeout_s=10)
-        gone, alive = psutil.wait_procs(tree, timeout=10)
-        assert not alive, f"processes left behind after cluster stop: {alive}"
+        with all_gone_after(pids):
+            stop_cluster(home, timeout_s=10)
+
+
+def tree_of(pids: list[int]) -> list[psutil.Process]:
+    """The processes ``pids`` and all their descendants (those still alive)."""
+    procs = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.Error:
+            pass
+    return procs
+
+
+@contextlib.contextmanager
+def all_gone_after(pids: list[int], timeout: float = 10):
+    """Around a cluster stop: every process of ``pids`` and their descendants (taken before the
+    stop) must have ended within ``timeout`` after it."""
+    tree = tree_of(pids)
+    yield
+    _, alive = psutil.wait_procs(tree, timeout=timeout)
+    assert not alive, f"processes left behind after cluster stop: {alive}"
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import wait_for
+from conftest import tree_of, wait_for
 from flinkpy.errors import ExitCode
 
 LONG_JOB = """
@@ -53,17 +53,6 @@ def one_line_error(res: subprocess.CompletedProcess, code: int) -> str:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     return lines[0]
-
-
-def tree_of(pids: list[int]) -> list[psutil.Process]:
-    procs = []
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            procs += [root, *root.children(recursive=True)]
-        except psutil.Error:
-            pass
-    return procs
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from conftest import EXAMPLES, cli_json, wait_for
+from conftest import EXAMPLES, all_gone_after, cli_json, wait_for
 
 SESSION_TIMEOUT = "2s"
 COUNT = 2_000_000
@@ -61,17 +61,9 @@ def ha_cluster(zookeeper, flinkpy_home: Path, cli):
     yield start
     if started:
         pids = [p["pid"] for doc in started for p in doc["high_availability"]["jobmanagers"] + doc["taskmanagers"]]
-        tree = []
-        for pid in pids:
-            try:
-                root = psutil.Process(pid)
-                tree += [root, *root.children(recursive=True)]
-            except psutil.Error:
-                pass
-        res = cli("cluster", "stop", "--timeout", "10s")
-        assert res.returncode == 0, res.stderr
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        assert not alive, f"left behind: {alive}"
+        with all_gone_after(pids):
+            res = cli("cluster", "stop", "--timeout", "10s")
+            assert res.returncode == 0, res.stderr
 
 
 def leader() -> dict[str, Any] | None:

@@ -18,10 +18,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from conftest import run_cli, wait_for
+from conftest import all_gone_after, run_cli, wait_for
 from flinkpy.errors import ExitCode
 from flinkpy.state.key_groups import assign_to_key_group, compute_operator_index_for_key_group
 
@@ -153,16 +152,8 @@ def savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert stop.returncode == 0, stop.stderr
         location = json.loads(stop.stdout)["location"]
     finally:
-        tree = []
-        for pid in pids:
-            try:
-                root = psutil.Process(pid)
-                tree += [root, *root.children(recursive=True)]
-            except psutil.Error:
-                pass
-        stop_cluster(home, timeout_s=10)
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        assert not alive, f"processes left behind after cluster stop: {alive}"
+        with all_gone_after(pids):
+            stop_cluster(home, timeout_s=10)
     path = Path(location[len("file://"):] if location.startswith("file://") else location)
     assert (path / "_metadata").is_file(), path
     return path

@@ -81,12 +81,13 @@ class RestClient:
         timeout: float | None = None,
     ) -> Any:
         """Send one request; returns parsed JSON, or text for ``text/plain`` answers."""
+        kw = {"params": params, "body": body, "timeout": timeout}
         if self.leader is None:
-            return self._request_once(method, path, params=params, body=body, timeout=timeout)
+            return self._request_once(method, path, **kw)
         deadline = time.monotonic() + self.failover_wait_s
         while True:
             try:
-                return self._request_once(method, path, params=params, body=body, timeout=timeout)
+                return self._request_once(method, path, **kw)
             except ClusterUnreachableError:
                 if time.monotonic() >= deadline:
                     raise
@@ -95,15 +96,7 @@ class RestClient:
             if found:
                 self.address = normalize_address(found)
 
-    def _request_once(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        body: bytes | dict[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> Any:
+    def _request_once(self, method: str, path: str, *, params: Mapping[str, Any] | None, body: bytes | dict[str, Any] | None, timeout: float | None) -> Any:
         url = self.address + path
         if params:
             url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
