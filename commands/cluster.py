@@ -13,9 +13,9 @@ from rich.table import Table
 
 from commands.context import cluster_home, load_cli_config, rest_client, token_of
 from commands.output import emit_json, out, progress, status
-from commands.options import Dynamic, JobManager, JsonFlag
+from commands.options import Dynamic, JobManager, JsonFlag, duration_seconds
 from commands.session import session
-from flinkpy.errors import ClusterUnreachableError, UsageError
+from flinkpy.errors import ClusterUnreachableError
 
 app = typer.Typer(help="Start, stop and inspect a standalone flinkpy cluster on this machine.", no_args_is_help=True)
 
@@ -157,12 +157,7 @@ def stop(
         flinkpy cluster stop
         flinkpy cluster stop --timeout 5s --json
     """
-    from flinkpy.config import parse_duration_ms
-
-    try:
-        timeout_s = parse_duration_ms(timeout) / 1000
-    except ValueError:
-        raise UsageError(f"invalid --timeout '{timeout}'", remedy="use a duration such as 30s, 500 ms or 2 min") from None
+    timeout_s = duration_seconds(timeout, "--timeout")
     from flinkpy.cluster import stop_cluster
 
     with progress("Stopping cluster..."):

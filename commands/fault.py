@@ -20,7 +20,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from commands.context import rest_client
-from commands.options import JobManager, JsonFlag
+from commands.options import JobManager, JsonFlag, duration_seconds
 from commands.output import emit_json, info, status
 from commands.session import session
 from flinkpy.errors import ConflictError, NotFoundError, UsageError
@@ -39,15 +39,7 @@ For = Annotated[str, typer.Option("--for", metavar="DURATION", help="How long, e
 
 
 def _seconds(text: str, flag: str) -> float:
-    from flinkpy.config import parse_duration_ms
-
-    try:
-        ms = parse_duration_ms(text)
-    except ValueError:
-        raise UsageError(f"invalid duration {text!r} for {flag}", remedy="use e.g. 30s, 500ms or 1m") from None
-    if ms <= 0:
-        raise UsageError(f"{flag} must be positive", remedy="use e.g. 30s")
-    return ms / 1000.0
+    return duration_seconds(text, flag, positive=True)
 
 
 def _rng(seed: int | None) -> tuple[int, random.Random]:

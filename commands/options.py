@@ -19,3 +19,18 @@ Dynamic = Annotated[
         help="Set a configuration option for this run (repeatable), e.g. -D parallelism.default=2; wins over flinkpy.yaml and FLINKPY_* variables.",
     ),
 ]
+
+
+def duration_seconds(text: str, flag: str, *, positive: bool = False) -> float:
+    """A duration flag in Flink's syntax ('30s', '500 ms', '2 min') as seconds, or a usage error
+    naming the flag."""
+    from flinkpy.config import parse_duration_ms
+    from flinkpy.errors import UsageError
+
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError:
+        raise UsageError(f"invalid duration {text!r} for {flag}", remedy="use e.g. 30s, 500 ms or 2 min") from None
+    if positive and ms <= 0:
+        raise UsageError(f"{flag} must be positive", remedy="use e.g. 30s")
+    return ms / 1000.0

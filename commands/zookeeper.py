@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from commands.context import cluster_home
-from commands.options import JsonFlag
+from commands.options import JsonFlag, duration_seconds
 from commands.output import emit_json, out, progress, status
 from commands.session import session
 from flinkpy.errors import UsageError
@@ -94,13 +94,9 @@ def stop(
         flinkpy zookeeper stop
         flinkpy zookeeper stop --timeout 2s --json
     """
-    from flinkpy.config import parse_duration_ms
     from flinkpy.ha.zookeeper_server import stop_zookeeper
 
-    try:
-        timeout_s = parse_duration_ms(timeout) / 1000
-    except ValueError:
-        raise UsageError(f"invalid --timeout '{timeout}'", remedy="use a duration such as 10s, 500 ms or 1 min") from None
+    timeout_s = duration_seconds(timeout, "--timeout")
     with progress("Stopping ZooKeeper..."):
         stopped = stop_zookeeper(cluster_home(), timeout_s)
     if session.json:

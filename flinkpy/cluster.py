@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
+from flinkpy.processes import create_time, running
 
 
 @dataclass
@@ -122,23 +123,8 @@ def _as_home(home: "ClusterHome | str | Path") -> ClusterHome:
     return home if isinstance(home, ClusterHome) else ClusterHome(Path(home))
 
 
-def _create_time(pid: int) -> float:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0
-
-
 def _alive(proc: ProcessInfo) -> bool:
-    import psutil
-
-    try:
-        p = psutil.Process(proc.pid)
-        return p.status() != psutil.STATUS_ZOMBIE and (not proc.create_time or abs(p.create_time() - proc.create_time) < 1.0)
-    except psutil.Error:
-        return False
+    return running(proc.pid, proc.create_time)
 
 
 def _spawn(cmd: list[str], log_path: Path, stdout: "IO[Any] | int | None", *, detach: bool, extra_env: dict[str, str]) -> subprocess.Popen:
@@ -276,7 +262,7 @@ def _launch(
                 opened.close()
             procs.append(tm)
             tm_logs.append(log_path)
-            tm_infos.append(ProcessInfo(tm_id, tm.pid, _create_time(tm.pid), str(log_path), str(out_path) if tm_stdout is None else ""))
+            tm_infos.append(ProcessInfo(tm_id, tm.pid, create_time(tm.pid), str(log_path), str(out_path) if tm_stdout is None else ""))
         info = _wait_for_jobmanager(home, jm, jm_log, timeout_s)
         _wait_for_taskmanagers(info["rest_address"], home.token(), taskmanagers, procs[1:], tm_logs, timeout_s)
     except BaseException:
@@ -289,7 +275,7 @@ def _launch(
         home=home.path,
         rest_address=info["rest_address"],
         jobmanager_pid=jm.pid,
-        jobmanager=ProcessInfo("jobmanager", jm.pid, _create_time(jm.pid), str(jm_log)),
+        jobmanager=ProcessInfo("jobmanager", jm.pid, create_time(jm.pid), str(jm_log)),
         taskmanagers=tm_infos,
         started=time.time(),
     )
@@ -384,7 +370,7 @@ def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config:
             raise OperationTimeoutError(f"TaskManager {tm_id} did not register within {timeout_s:.0f}s", remedy=f"see {log_path}")
         time.sleep(0.01)
     del before
-    tm = ProcessInfo(tm_id, proc.pid, _create_time(proc.pid), str(log_path), str(out_path))
+    tm = ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path))
     info.taskmanagers.append(tm)
     tmp = home.path / ".cluster.json.tmp"
     tmp.write_text(json.dumps(_cluster_record(info)))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
+from flinkpy.processes import create_time
 
 if TYPE_CHECKING:
     from flinkpy.cluster import ClusterHome, ClusterInfo, ProcessInfo
@@ -78,7 +79,7 @@ def leader_resolver(ha: dict[str, Any]) -> Callable[[], str | None]:
 
 
 def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: int, rest_address: str, heartbeat_timeout_ms: int) -> ProcessInfo:
-    from flinkpy.cluster import ProcessInfo, _create_time, _spawn
+    from flinkpy.cluster import ProcessInfo, _spawn
 
     log_path = home.log_dir / f"jobmanager-{jm_id}.log"
     proc = _spawn(
@@ -87,11 +88,11 @@ def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: 
          "--heartbeat-timeout-ms", str(heartbeat_timeout_ms), "--ha", json.dumps(ha.to_dict())],
         log_path, None, detach=True, extra_env={"PYTHONUNBUFFERED": "1"},
     )
-    return ProcessInfo(jm_id, proc.pid, _create_time(proc.pid), str(log_path))
+    return ProcessInfo(jm_id, proc.pid, create_time(proc.pid), str(log_path))
 
 
 def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int, heartbeat_interval_ms: int) -> ProcessInfo:
-    from flinkpy.cluster import ProcessInfo, _create_time, _spawn
+    from flinkpy.cluster import ProcessInfo, _spawn
 
     log_path = home.log_dir / f"taskmanager-{tm_id}.log"
     out_path = home.log_dir / f"taskmanager-{tm_id}.out"
@@ -101,7 +102,7 @@ def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int
              "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict())],
             log_path, out, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"},
         )
-    return ProcessInfo(tm_id, proc.pid, _create_time(proc.pid), str(log_path), str(out_path))
+    return ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path))
 
 
 def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[ProcessInfo], timeout_s: float) -> dict[str, Any]:

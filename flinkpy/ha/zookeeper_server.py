@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, NotFoundError, OperationTimeoutError
+from flinkpy.processes import create_time, running
 
 #: environment variable naming the ZooKeeper server jar to run
 JAR_ENV = "FLINKPY_ZOOKEEPER_JAR"
@@ -251,27 +252,12 @@ def _read_record(home: Any) -> ZooKeeperInfo | None:
 # --------------------------------------------------------------------------- processes
 
 
-def _create_time(pid: int) -> float:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0
-
-
 def _alive(server: ZooKeeperServer) -> bool:
     """The recorded process still runs (and is the same process: its start time matches)."""
-    import psutil
-
     child = _children.get(server.pid)
     if child is not None and child.poll() is not None:
         return False
-    try:
-        p = psutil.Process(server.pid)
-        return p.status() != psutil.STATUS_ZOMBIE and (not server.create_time or abs(p.create_time() - server.create_time) < 1.0)
-    except psutil.Error:
-        return False
+    return running(server.pid, server.create_time)
 
 
 def _wait_gone(servers: Iterable[ZooKeeperServer], timeout_s: float) -> list[ZooKeeperServer]:
@@ -483,7 +469,7 @@ def start_zookeeper(
             procs.append(proc)
             _children[proc.pid] = proc
             info.servers.append(ZooKeeperServer(
-                id=sid, pid=proc.pid, client_port=client_ports[i], create_time=_create_time(proc.pid),
+                id=sid, pid=proc.pid, client_port=client_ports[i], create_time=create_time(proc.pid),
                 peer_port=ensemble[i][1] if ensemble else None, election_port=ensemble[i][2] if ensemble else None,
                 dir=str(server_dir), log=str(log),
             ))
