@@ -38,7 +38,7 @@ PathArg = Annotated[
 def _states(handle: dict[str, Any] | None) -> list[str]:
     if not handle:
         return []
-    return [f"{name} ({desc['kind']}, {desc['entries']})" for name, desc in handle["states"].items()]
+    return [f"{name} ({desc['kind']}, {desc.get('entries', 'not counted')})" for name, desc in handle["states"].items()]
 
 
 def _offsets(value: Any) -> str:
@@ -49,7 +49,18 @@ def _offsets(value: Any) -> str:
 
 
 @app.command("inspect")
-def inspect(path: PathArg, json_: JsonFlag = False) -> None:
+def inspect(
+    path: PathArg,
+    spark_reader: Annotated[
+        bool | None,
+        typer.Option(
+            "--spark-reader/--no-spark-reader",
+            help="For a Spark checkpoint location: ask Spark's state readers for the rows per partition and the batch range of each operator's state (starts a local Spark; the default when PySpark is installed).",
+            show_default=False,
+        ),
+    ] = None,
+    json_: JsonFlag = False,
+) -> None:
     """Show what a checkpoint or savepoint holds: operators, subtasks, key groups, states, sizes.
 
     Reads only the _metadata file (no state file is opened; use 'flinkpy checkpoint verify'
@@ -60,11 +71,26 @@ def inspect(path: PathArg, json_: JsonFlag = False) -> None:
 
     With --json, prints one document: {"path", "metadata_path", "metadata", "summary"}, where
     metadata is the _metadata document itself and summary holds the totals (size per
-    operator, per subtask and per key-group range, total size, number of files).
+    operator, per subtask and per key-group range, total size, number of files). For an
+    incremental checkpoint (rocksdb backend, execution.checkpointing.incremental) the header
+    also shows its incremental size — what it uploaded itself — and its full size — everything
+    a restore reads, the shared files it references included; summary has incremental_size,
+    full_size and shared_files.
+
+    PATH may also be a Spark Structured Streaming checkpoint location (a directory with
+    metadata, offsets/, commits/, state/; a Spark job's checkpoint): then it shows the query id,
+    the latest batch and whether it is committed (an uncommitted batch runs again on restart),
+    its offsets per source, the committed batches, and each stateful operator with its
+    partitions, their files' size on disk and, through Spark's state-metadata and statestore
+    readers (--spark-reader, the default when PySpark is installed), the rows (keys) in each
+    partition at the latest committed batch. With --json: {"path", "format": "spark",
+    "query_id", "reader", "latest_batch", "latest_committed_batch", "uncommitted_batch",
+    "batches", "committed_batches", "latest", "sources", "operators"}.
 
     Exit status: 0 when the _metadata could be read; 4 when there is no complete checkpoint
-    at PATH (nothing there, or a directory without _metadata); 9 when _metadata is truncated,
-    not JSON, of another format or version, or lacks fields.
+    at PATH (nothing there, or a directory without _metadata); 8 for --spark-reader without
+    PySpark or Java; 9 when _metadata is truncated, not JSON, of another format or version, or
+    lacks fields.
 
     Examples:
 
@@ -72,9 +98,15 @@ def inspect(path: PathArg, json_: JsonFlag = False) -> None:
         flinkpy checkpoint inspect /var/flinkpy/checkpoints/3f2a9c0e/chk-12
         flinkpy checkpoint inspect s3://bucket/checkpoints/3f2a9c0e/chk-12/_metadata
         flinkpy checkpoint inspect ./chk-12 --json | jq .summary.total_size
+        flinkpy checkpoint inspect ./spark-checkpoint --json | jq .latest_committed_batch
     """
     from flinkpy.checkpoint.metadata import summarize
     from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.spark.checkpoint_inspect import is_spark_checkpoint
+
+    if is_spark_checkpoint(path):
+        _inspect_spark(path, spark_reader)
+        return
 
     storage = CheckpointStorage(path)
     dir_url, meta_url = storage.locate(path)
@@ -93,7 +125,10 @@ def inspect(path: PathArg, json_: JsonFlag = False) -> None:
         f"Triggered: {fmt_time(doc['trigger_timestamp'])}; completed: {fmt_time(doc['completion_timestamp'])} ({duration} ms)",
         f"Max parallelism: {doc['max_parallelism']}",
         f"Total size: {fmt_size(summary['total_size'])} in {summary['files']} file(s), {len(doc['operators'])} operator(s)",
-    ):
+    ) + ((
+        f"Incremental: uploaded {fmt_size(summary['incremental_size'])} (incremental size); "
+        f"full size {fmt_size(summary['full_size'])}, {summary['shared_files']} shared file(s)",
+    ) if summary["incremental"] else ()):
         console.print(line, markup=False)
     table = Table(title="State", title_justify="left", show_footer=True)
     table.add_column("Operator", footer="Total")
@@ -122,6 +157,79 @@ def inspect(path: PathArg, json_: JsonFlag = False) -> None:
                 Text(_offsets(sub.get("source_offsets"))),
             )
     console.print(table)
+
+
+def _inspect_spark(path: str, spark_reader: bool | None) -> None:
+    """The Spark branch of 'inspect' (see flinkpy.spark.checkpoint_inspect)."""
+    import importlib.util
+
+    from flinkpy.spark.checkpoint_inspect import inspect as inspect_location
+
+    if spark_reader is None:
+        spark_reader = importlib.util.find_spec("pyspark") is not None
+    spark = None
+    if spark_reader:
+        from flinkpy.spark.analysis import spark_session
+
+        spark = spark_session("local[1]", {"spark.sql.shuffle.partitions": "1"}, app_name="flinkpy checkpoint inspect")
+    try:
+        doc = inspect_location(path, spark=spark)
+    finally:
+        if spark is not None:
+            spark.stop()
+    if session.json:
+        emit_json(doc)
+        return
+    console = out()
+    latest = doc["latest"]
+    if latest is None:
+        batch = "none (the query has not started a batch)"
+    else:
+        state_ = "committed" if latest["committed"] else "not committed: a restart runs it again"
+        batch = f"{latest['batch_id']} ({state_}; started {fmt_time(latest['timestamp_ms'])}, watermark {latest['watermark_ms']} ms)"
+    committed = doc["committed_batches"]
+    for line in (
+        f"Spark checkpoint location: {doc['path']}",
+        f"Query id: {doc['query_id']}",
+        f"Latest batch: {batch}",
+        f"Committed batches: {f'{committed[0]}-{committed[-1]} ({len(committed)} retained)' if committed else 'none'}",
+    ):
+        console.print(line, markup=False)
+    if doc["sources"]:
+        table = Table(title="Sources (offsets of the latest batch)", title_justify="left")
+        table.add_column("Source", justify="right")
+        table.add_column("Offset", overflow="fold")
+        table.add_column("Files read", justify="right")
+        for src in doc["sources"]:
+            table.add_row(str(src["index"]), Text(_offsets(src["offset"]) or "-"), "" if src["files_read"] is None else str(src["files_read"]))
+        console.print(table)
+    if not doc["operators"]:
+        console.print("No stateful operators.", markup=False)
+        return
+    table = Table(title="State", title_justify="left", show_footer=True)
+    table.add_column("Operator", footer="Total")
+    table.add_column("Batches")
+    table.add_column("Partition", justify="right")
+    rows_total = [op["rows"] for op in doc["operators"]]
+    table.add_column("Rows", justify="right", footer="-" if None in rows_total else str(sum(rows_total)))
+    table.add_column("Files", justify="right", footer=str(sum(op["files"] for op in doc["operators"])))
+    table.add_column("Size on disk", justify="right", footer=fmt_size(sum(op["bytes"] for op in doc["operators"])))
+    for op in doc["operators"]:
+        label = f"{op['operator_id']} {op['name'] or ''}".strip()
+        batches = "" if op["min_batch_id"] is None else f"{op['min_batch_id']}-{op['max_batch_id']}"
+        for i, part in enumerate(op["partition_state"]):
+            table.add_row(
+                Text(label if i == 0 else ""),
+                batches if i == 0 else "",
+                f"{part['partition']}/{op['partitions']}",
+                "-" if part["rows"] is None else str(part["rows"]),
+                str(part["files"]),
+                fmt_size(part["bytes"]),
+            )
+    console.print(table)
+    for op in doc["operators"]:
+        if op.get("rows_error"):
+            console.print(f"Rows of operator {op['operator_id']}: not read ({op['rows_error']})", markup=False)
 
 
 @app.command("verify")
@@ -190,7 +298,9 @@ def list_(
     """Show a job's checkpoint history and counts.
 
     One row per checkpoint, newest first: id, status (IN_PROGRESS, COMPLETED, FAILED with its
-    reason), trigger time, end-to-end duration, checkpointed size, the longest barrier alignment
+    reason), trigger time, end-to-end duration, checkpointed size (what the checkpoint uploaded:
+    less than the full size for incremental checkpoints) and full size (everything a restore
+    reads), the longest barrier alignment
     and the bytes processed during alignment, and how many subtasks acknowledged. Then the counts
     and the latest completed, failed and restored checkpoints. The JSON document has the fields
     of Flink's /jobs/:jobid/checkpoints REST response.
@@ -201,14 +311,14 @@ def list_(
         flinkpy checkpoint list 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy checkpoint list --json JOB_ID | jq .latest.completed.external_path
     """
-    from commands.context import rest_client
+    from commands.context import job_rest_client
 
-    doc = rest_client(jobmanager).request("GET", f"/jobs/{job_id}/checkpoints", params={"history": history})
+    doc = job_rest_client(jobmanager, job_id).request("GET", f"/jobs/{job_id}/checkpoints", params={"history": history})
     if session.json:
         emit_json(doc)
         return
     table = Table(title=f"Checkpoints of job {job_id}", title_justify="left")
-    for column in ("ID", "Status", "Triggered", "Duration", "Size", "Alignment", "Aligned bytes", "Acks"):
+    for column in ("ID", "Status", "Triggered", "Duration", "Checkpointed", "Full size", "Alignment", "Aligned bytes", "Acks"):
         table.add_column(column, justify="right" if column not in ("Status", "Triggered") else "left")
     for h in doc.get("history", []):
         status_text = h.get("status", "?")
@@ -219,6 +329,7 @@ def list_(
             status_text,
             fmt_time(h.get("trigger_timestamp")),
             _ms(h.get("end_to_end_duration")),
+            fmt_size(h.get("checkpointed_size") or 0),
             fmt_size(h.get("state_size") or 0),
             _ms(h.get("alignment_duration_max")),
             fmt_size(h.get("alignment_buffered") or 0),

@@ -70,3 +70,16 @@ def rest_client(jobmanager: str | None) -> RestClient:
 
         return rest_client_for(info, token_of(home))
     return RestClient(address, token_of(home))
+
+
+def job_rest_client(jobmanager: str | None, job_id: str) -> RestClient:
+    """The client for one job: its Spark driver when it is a Spark job registered in the
+    cluster home (and no -m names a JobManager), else the cluster's REST client."""
+    if not (jobmanager or os.environ.get(JOBMANAGER_ENV)):
+        from flinkpy.spark.control_registry import driver_client
+
+        home = cluster_home()
+        client = driver_client(home.path, job_id, token_of(home))
+        if client is not None:
+            return client
+    return rest_client(jobmanager)

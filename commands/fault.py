@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from commands.context import rest_client
+from commands.context import job_rest_client, rest_client
 from commands.options import JobManager, JsonFlag, duration_seconds
 from commands.output import emit_json, info, status
 from commands.session import session
@@ -51,7 +51,8 @@ def _rng(seed: int | None) -> tuple[int, random.Random]:
 
 def _inject(jobmanager: str | None, job_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
     path = f"/jobs/{job_id}/faults" if job_id else "/cluster/faults"
-    return rest_client(jobmanager).request("POST", path, body={k: v for k, v in body.items() if v is not None})
+    client = job_rest_client(jobmanager, job_id) if job_id else rest_client(jobmanager)
+    return client.request("POST", path, body={k: v for k, v in body.items() if v is not None})
 
 
 def _report(entry: dict[str, Any], verb: str, extra: dict[str, Any] | None = None) -> None:
@@ -320,7 +321,7 @@ def history(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = Fals
     from commands.output import fmt_time
     from flinkpy.faults import describe_target
 
-    doc = rest_client(jobmanager).request("GET", f"/jobs/{job_id}/faults")
+    doc = job_rest_client(jobmanager, job_id).request("GET", f"/jobs/{job_id}/faults")
     if session.json:
         emit_json(doc)
         return

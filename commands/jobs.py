@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from commands.context import rest_client
+from commands.context import cluster_home, job_rest_client, rest_client
 from commands.output import emit_json, fmt_time, out
 from commands.options import JobManager, JsonFlag
 from commands.session import session
@@ -34,6 +34,28 @@ def select_jobs(jobs: list[dict[str, Any]], *, all_: bool, running: bool, schedu
     return [job for job in jobs if keep(job)]
 
 
+def _all_jobs(jobmanager: str | None) -> list[dict[str, Any]]:
+    """The cluster's jobs ("runner": "local") and, unless -m names a JobManager, the Spark jobs
+    registered in the cluster home ("runner": "spark"); no cluster is fine when Spark jobs exist."""
+    import os
+
+    from commands.context import JOBMANAGER_ENV
+    from flinkpy.errors import ClusterUnreachableError
+
+    spark: list[dict[str, Any]] = []
+    if not (jobmanager or os.environ.get(JOBMANAGER_ENV)):
+        from flinkpy.spark.control_registry import list_records, overview_entry
+
+        spark = [overview_entry(r) for r in list_records(cluster_home().path)]
+    try:
+        jobs = [dict(j, runner=j.get("runner", "local")) for j in rest_client(jobmanager).jobs_overview()]
+    except ClusterUnreachableError:
+        if not spark:
+            raise
+        jobs = []
+    return jobs + spark
+
+
 @app.command("list")
 def list_jobs(
     all_: Annotated[bool, typer.Option("-a", "--all", help="Show all jobs, finished ones included.")] = False,
@@ -45,7 +67,10 @@ def list_jobs(
     """List the jobs of a cluster.
 
     Without flags, shows running and scheduled jobs (like 'flink list'); -a adds finished,
-    cancelled and failed ones. Jobs are sorted by start time.
+    cancelled and failed ones. Jobs are sorted by start time. Jobs started with --runner spark
+    (registered by their drivers in the cluster home) are listed too, with runner "spark" (a
+    Runner column appears when there are any); the cluster's own jobs have runner "local". With no cluster running, only Spark jobs are
+    listed.
 
     Examples:
 
@@ -54,7 +79,7 @@ def list_jobs(
         flinkpy list -a -m 127.0.0.1:8081
         flinkpy list --json | jq -r '.jobs[] | select(.state == "RUNNING") | .jid'
     """
-    jobs = select_jobs(rest_client(jobmanager).jobs_overview(), all_=all_, running=running, scheduled=scheduled)
+    jobs = select_jobs(_all_jobs(jobmanager), all_=all_, running=running, scheduled=scheduled)
     jobs.sort(key=lambda j: j.get("start-time") or 0)
     if session.json:
         emit_json({"jobs": jobs})
@@ -64,12 +89,13 @@ def list_jobs(
         out().print(f"No {what}.")
         return
     table = Table()
-    for column in ("Start time", "JobID", "Name", "State", "Restarts"):
+    # the Runner column only when some job runs on Spark: the usual table stays as it was
+    runners = any(job.get("runner", "local") != "local" for job in jobs)
+    for column in ("Start time", "JobID", "Name", "State", "Restarts") + (("Runner",) if runners else ()):
         table.add_column(column, no_wrap=column != "Name", justify="right" if column == "Restarts" else "left")
     for job in jobs:
-        table.add_row(
-            fmt_time(job.get("start-time")), job.get("jid", "?"), job.get("name", ""), job.get("state", "?"), str(job.get("restarts", 0))
-        )
+        row = [fmt_time(job.get("start-time")), job.get("jid", "?"), job.get("name", ""), job.get("state", "?"), str(job.get("restarts", 0))]
+        table.add_row(*row, *([job.get("runner", "local")] if runners else []))
     out().print(table)
 
 
@@ -91,7 +117,7 @@ def cancel(
         flinkpy cancel 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy list --json | jq -r '.jobs[].jid' | xargs -n1 flinkpy cancel
     """
-    rest_client(jobmanager).cancel_job(job_id)
+    job_rest_client(jobmanager, job_id).cancel_job(job_id)
     if session.json:
         emit_json({"jid": job_id, "cancel": "requested"})
     else:

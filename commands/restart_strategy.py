@@ -131,9 +131,9 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
         flinkpy restart-strategy show 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy restart-strategy show --json JOB_ID | jq .restarts
     """
-    from commands.context import rest_client
+    from commands.context import job_rest_client
 
-    doc = rest_client(jobmanager).request("GET", f"/jobs/{job_id}/restart-strategy")
+    doc = job_rest_client(jobmanager, job_id).request("GET", f"/jobs/{job_id}/restart-strategy")
     if session.json:
         emit_json(doc)
         return

@@ -58,6 +58,17 @@ def run(
             help="With -s: allow state of operators the job no longer has to be dropped instead of refusing to run.",
         ),
     ] = False,
+    claim_mode: Annotated[
+        Optional[str],
+        typer.Option(
+            "--claim-mode",
+            "--claimMode",
+            "-rm",
+            "--restoreMode",
+            metavar="claim|no_claim",
+            help="With -s: who owns a retained checkpoint restored from. no_claim (default): it is left alone and the first checkpoint is full; claim: the job owns it and deletes it once newer checkpoints subsume it (execution.state-recovery.claim-mode).",
+        ),
+    ] = None,
     from_latest: Annotated[
         Optional[str],
         typer.Option(
@@ -65,6 +76,18 @@ def run(
             metavar="DIR",
             help="Restore from the newest complete checkpoint or savepoint found under DIR (by completion time).",
         ),
+    ] = None,
+    runner: Annotated[
+        Optional[str],
+        typer.Option("--runner", metavar="local|spark", help="Engine to run on: local (flinkpy's own, the default) or spark (Spark Structured Streaming through PySpark); execution.runner."),
+    ] = None,
+    spark_master: Annotated[
+        Optional[str],
+        typer.Option("--spark-master", metavar="MASTER", help="With --runner spark: the Spark master, e.g. local[2], spark://HOST:7077, yarn (spark.master; default local[2])."),
+    ] = None,
+    spark_conf: Annotated[
+        Optional[list[str]],
+        typer.Option("--spark-conf", metavar="KEY=VALUE", help="With --runner spark: a Spark setting for the job's SparkSession (repeatable)."),
     ] = None,
     jobmanager: JobManager = None,
     dynamic: Dynamic = None,
@@ -84,21 +107,38 @@ def run(
     to operators by uid (or generated id). If the savepoint holds state of an operator the
     job no longer has, the run is refused with exit 7 unless -n drops that state. --from-latest
     DIR restores from the newest complete checkpoint or savepoint under DIR and says which on
-    stderr. Dry-run a restore first with 'flinkpy savepoint plan'.
+    stderr. --claim-mode claim hands a retained checkpoint to the new job (it deletes the
+    checkpoint once newer ones subsume it); no_claim, the default, never touches it and makes
+    the first checkpoint a full one. Dry-run a restore first with 'flinkpy savepoint plan'.
+
+    With --runner spark (or execution.runner: spark) the same job file runs on Spark Structured
+    Streaming: a driver process translates it (refusing what does not translate, exit 7), owns
+    the SparkSession and the streaming query, restarts the query from its checkpoint location
+    as the restart strategy allows, and answers the lifecycle commands (list, cancel, stop,
+    savepoint, checkpoint list, job exceptions, fault kill-task) like a cluster does. -d
+    returns the job id at once. A Spark savepoint restores only with the same parallelism
+    (spark.sql.shuffle.partitions): a rescale is refused with exit 7. See README "Running on
+    Spark".
 
     Examples:
 
     \b
         flinkpy run examples/word_count.py --input words.txt
+        flinkpy run --runner spark --spark-master 'local[2]' examples/even_odd_sum.py
         flinkpy run -d -p 4 -m 127.0.0.1:8081 job.py
         flinkpy run -D execution.checkpointing.interval=10s job.py
         flinkpy run --json -d job.py | jq -r '.jobs[0].jid'
         flinkpy run -s /savepoints/savepoint-3f2a9c-1b2c3d4e5f60 -p 3 job.py
         flinkpy run --from-latest /var/flinkpy/checkpoints/3f2a9c0e job.py
+        flinkpy run -s /var/flinkpy/checkpoints/3f2a9c0e/chk-42 --claim-mode claim job.py
     """
     path = _check_job_file(job)
     overrides = dict(parse_override(item) for item in dynamic or [])
-    load_cli_config(dynamic)  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
+    if runner is not None:
+        overrides["execution.runner"] = runner
+    if spark_master is not None:
+        overrides["spark.master"] = spark_master
+    load_cli_config([f"{k}={v}" for k, v in overrides.items()])  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
     from flinkpy.client.program import run_program
 
     restore: dict[str, Any] = {}
@@ -113,6 +153,13 @@ def run(
         doc = snap.metadata or {}
         status(f"Restoring from {snap.path} ({doc.get('kind')} {doc.get('checkpoint_id')} of job {doc.get('job_id')})")
         from_savepoint = snap.path
+    if claim_mode is not None:
+        mode = claim_mode.strip().upper().replace("-", "_")
+        if mode not in ("CLAIM", "NO_CLAIM"):
+            raise UsageError(f"--claim-mode {claim_mode!r} is not a claim mode", remedy="use claim or no_claim")
+        if not (from_savepoint or from_latest):
+            raise UsageError("--claim-mode needs -s PATH or --from-latest DIR", remedy="pass the checkpoint to restore from")
+        overrides["execution.state-recovery.claim-mode"] = mode
     if from_savepoint:
         restore = {"savepoint_path": from_savepoint, "allow_non_restored_state": allow_non_restored}
 
@@ -125,6 +172,7 @@ def run(
         overrides=overrides,
         job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
         on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
+        spark_conf=_spark_conf(spark_conf),
         **restore,
     )
     for sub in submitted:
@@ -159,12 +207,24 @@ def run(
                 raise JobCanceledError(f"job {sub.job_id} ({sub.name}) was cancelled", remedy="run it again if that was not intended")
 
 
+def _spark_conf(items: list[str] | None) -> dict[str, str] | None:
+    if not items:
+        return None
+    from flinkpy.spark.driver import parse_spark_conf
+
+    return parse_spark_conf(items)
+
+
 @app.command("info", context_settings=_PASS_THROUGH)
 def info(
     job: JobFile,
     args: JobArgs = None,
     parallelism: Parallelism = None,
     json_: JsonFlag = False,
+    runner: Annotated[
+        Optional[str],
+        typer.Option("--runner", metavar="local|spark", help="Show the plan for this engine: local (the job graph, the default) or spark (the Spark Structured Streaming query it translates to)."),
+    ] = None,
 ) -> None:
     """Show the execution plan of a job without running it.
 
@@ -179,8 +239,19 @@ def info(
     \b
         flinkpy info examples/word_count.py
         flinkpy info -p 4 --json job.py > plan.json
+        flinkpy info --runner spark examples/word_count.py
+
+    With --runner spark it shows the Spark plan instead: each step of the query (the flinkpy
+    data source, mapInArrow chains, transformWithStateInPandas for keyed operators, foreachBatch
+    for the sink) with the operators it runs, or refuses the job naming the operator Spark
+    cannot run with the same results, and why (exit code 7).
     """
     path = _check_job_file(job)
+    if runner not in (None, "local", "spark"):
+        raise UsageError(f"--runner {runner!r} is not a runner", remedy="use --runner local or --runner spark")
+    if runner == "spark":
+        _info_spark(path, list(args or []), parallelism)
+        return
     from flinkpy.client.program import plan_program
 
     plan = plan_program(path, list(args or []), parallelism=parallelism)
@@ -190,6 +261,22 @@ def info(
     out().print(plan_table(plan))
     if plan.get("guarantees"):
         out().print(guarantees_table(plan["guarantees"]))
+
+
+def _info_spark(path: str, args: list[str], parallelism: int | None) -> None:
+    from flinkpy.errors import InvalidProgramError
+    from flinkpy.spark.capture import capture_job
+    from flinkpy.spark.plan import translate
+
+    jobs = capture_job(path, args, parallelism=parallelism)
+    if not jobs:
+        raise InvalidProgramError(f"the job program {path} did not call execute()", remedy="build the pipeline and call env.execute()")
+    plans = [translate(job.env, config={}, job_name=job.job_name) for job in jobs]
+    if session.json:
+        emit_json(plans[0].to_dict() if len(plans) == 1 else [p.to_dict() for p in plans])
+        return
+    for plan in plans:
+        out().print(plan.explain(), markup=False, highlight=False)
 
 
 def guarantees_table(g: dict[str, Any]) -> Table:

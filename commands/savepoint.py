@@ -207,7 +207,9 @@ def _dispose_files(storage: Any, dir_url: str, doc: dict[str, Any]) -> int:
     storage._fresh(fs)
     root = root.rstrip("/")
     fs.rm_file(f"{root}/{METADATA_FILE}")
-    files = sorted({h["path"] for _op, _sub, _kind, h in handles(doc)})
+    # a Spark savepoint's files (its copied checkpoint location) are listed in its "spark" section
+    spark_files = {h["path"] for h in (doc.get("spark") or {}).get("files", [])}
+    files = sorted({h["path"] for _op, _sub, _kind, h in handles(doc)} | spark_files)
     removed = 0
     for rel in files:
         try:
@@ -283,7 +285,7 @@ def trigger(
         flinkpy savepoint trigger --detached JOB_ID
         path=$(flinkpy savepoint trigger --json JOB_ID | jq -r .location)
     """
-    from commands.context import rest_client
+    from commands.context import job_rest_client
 
     fmt = type_.lower()
     if fmt not in _FORMATS:
@@ -291,7 +293,7 @@ def trigger(
     if if_busy not in ("fail", "wait"):
         raise UsageError(f"--if-busy {if_busy!r} is not fail or wait", remedy="use --if-busy fail or --if-busy wait")
     deadline = time.monotonic() + timeout_s(timeout)
-    client = rest_client(jobmanager)
+    client = job_rest_client(jobmanager, job_id)
     body = {"target-directory": target_dir, "formatType": fmt.upper(), "cancel-job": False}
     trigger_id = post_operation(client, job_id, f"/jobs/{job_id}/savepoints", body, if_busy=if_busy, deadline=deadline)
     if detached:
@@ -334,9 +336,9 @@ def status_(
         flinkpy savepoint status JOB_ID 1b2c3d4e5f60
         flinkpy savepoint status --json JOB_ID TRIGGER_ID | jq -r .status.id
     """
-    from commands.context import rest_client
+    from commands.context import job_rest_client
 
-    doc = rest_client(jobmanager).request("GET", f"/jobs/{job_id}/savepoints/{trigger_id}")
+    doc = job_rest_client(jobmanager, job_id).request("GET", f"/jobs/{job_id}/savepoints/{trigger_id}")
     if session.json:
         emit_json(doc)
         try:

@@ -52,10 +52,10 @@ def stop(
         flinkpy stop --savepoint-path s3://bucket/savepoints --drain JOB_ID
         path=$(flinkpy stop --json JOB_ID | jq -r .location)
     """
-    from commands.context import rest_client
+    from commands.context import job_rest_client
 
     deadline = time.monotonic() + timeout_s(timeout)
-    client = rest_client(jobmanager)
+    client = job_rest_client(jobmanager, job_id)
     body = {"targetDirectory": savepoint_path, "drain": drain}
     request_id = post_operation(client, job_id, f"/jobs/{job_id}/stop", body, if_busy="fail", deadline=deadline)
     location = wait_for_savepoint(client, job_id, request_id, deadline, what="stop-with-savepoint")

@@ -6,6 +6,8 @@ Workloads (as in ../shared/PEERS.md):
   words, seed 42): lines -> flat_map split -> map (word, 1) -> key_by word -> reduce -> sink.
 - W2: even/odd running sums over 1..5,000,000: numbers -> key_by parity -> reduce -> sink.
 
+``--only spark`` runs W1 and W2 on the Spark runner instead (see flinkpy.benchmark_spark).
+
 Each runs on flinkpy at parallelism 1 and 2 on one embedded cluster (real JobManager,
 TaskManager and task processes), and, in the same run, as a plain single-process Python loop
 that calls the same user functions (flat_map, map, key selector, reduce) with no engine in
@@ -102,32 +104,36 @@ def loop_w2(count: int) -> tuple[int, float]:
 # -- the jobs --------------------------------------------------------------------------------
 
 
-def job_w1(env: Any, paths: list[str]) -> None:
-    from flinkpy.common import WatermarkStrategy
+def _discard(stream: Any) -> Any:
     from flinkpy.connectors.print_sink import DiscardingSink
+
+    return stream.sink_to(DiscardingSink())
+
+
+def job_w1(env: Any, paths: list[str], sink: Callable[[Any], Any] = _discard) -> None:
+    """W1; ``sink`` ends the stream (default: a DiscardingSink)."""
+    from flinkpy.common import WatermarkStrategy
     from flinkpy.datastream.connectors.file_system import FileSource, StreamFormat
 
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), *paths).build()
-    (
+    sink(
         env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
         .flat_map(split)
         .map(to_pair)
         .key_by(word_key)
         .reduce(add_counts)
-        .sink_to(DiscardingSink())
     )
 
 
-def job_w2(env: Any, count: int) -> None:
+def job_w2(env: Any, count: int, sink: Callable[[Any], Any] = _discard) -> None:
+    """W2; ``sink`` ends the stream (default: a DiscardingSink)."""
     from flinkpy.common import WatermarkStrategy
-    from flinkpy.connectors.print_sink import DiscardingSink
     from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
 
-    (
+    sink(
         env.from_source(NumberSequenceSource(1, count), WatermarkStrategy.no_watermarks(), "numbers")
         .key_by(parity)
         .reduce(add)
-        .sink_to(DiscardingSink())
     )
 
 
@@ -486,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency", "savepoint", "failover"], help="run one part only")
+    ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"],
+                    help="run one part only (spark: W1 and W2 on the Spark runner against flinkpy at p=2; only run when asked)")
     args = ap.parse_args(argv)
 
     scale = 10 if args.quick else 1
@@ -509,6 +516,17 @@ def main(argv: list[str] | None = None) -> int:
             "w1": (n_words, lambda: loop_w1(lines)[1], lambda env: job_w1(env, paths), "words/s"),
             "w2": (w2_count, lambda: loop_w2(w2_count)[1], lambda env: job_w2(env, w2_count), "ints/s"),
         }
+        if args.only == "spark":
+            from flinkpy.benchmark_spark import compare
+
+            results["spark"] = compare(address, token, paths, n_words, w2_count, args.runs, log)
+        if args.only == "backends":
+            from flinkpy import benchmark_backends
+
+            results["backends"] = {"throughput": benchmark_backends.throughput(address, token, args.runs, workloads, run_job, log), "large_state": []}
+            for keys in (10_000, 100_000, 1_000_000) if args.quick else (100_000, 1_000_000, 10_000_000):
+                log(f"large state: {keys} keys on rocksdb, incremental checkpoints ...")
+                results["backends"]["large_state"].append(benchmark_backends.large_state(address, token, keys, log))
         for name, (n, loop, build, unit) in workloads.items():
             if args.only and args.only != name:
                 continue
@@ -587,6 +605,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results, indent=2))
         return 0
     print(f"flinkpy benchmark, {results['date']}, median of {args.runs} run(s){' (quick)' if args.quick else ''}")
+    if "spark" in results:
+        from flinkpy.benchmark_spark import report
+
+        print(report(results["spark"]))
+        return 0
     print(f"{'workload':10} {'loop':>12} {'flinkpy p1':>12} {'ratio':>6} {'flinkpy p2':>12} {'ratio':>6}")
     for name, e in results["workloads"].items():
         print(
@@ -623,6 +646,11 @@ def main(argv: list[str] | None = None) -> int:
         f = results["failover"]
         print(f"JobManager failover (session timeout {f['session_timeout_ms']} ms): SIGKILL of the leader -> job RUNNING on the new one "
               f"in {f['failover_ms_median']} ms median ({', '.join(map(str, f['failover_ms']))})")
+    if "backends" in results:
+        from flinkpy.benchmark_backends import report
+
+        for line in report(results["backends"]):
+            print(line)
     if "first_output_s" in results:
         print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
     return 0

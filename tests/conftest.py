@@ -23,14 +23,15 @@ import psutil
 import pytest
 
 #: real PostgreSQL, Redis and ZooKeeper servers (fixtures ``postgres``, ``redis_server``, ``zookeeper``)
-pytest_plugins = ["servers", "zookeeper"]
+pytest_plugins = ["servers", "zookeeper", "backends"]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, message: str = "") -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail the test at the deadline."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, message: str = "", describe: Callable[[], Any] | None = None) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test at the deadline
+    (saying what ``describe()`` returns then, when given)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -38,7 +39,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {message or predicate!r} (last value: {last!r})")
+    detail = f"; {describe()!r}" if describe is not None else ""
+    pytest.fail(f"timed out after {timeout}s waiting for {message or predicate!r} (last value: {last!r}{detail})")
 
 
 def flinkpy_processes() -> list[psutil.Process]:

@@ -14,6 +14,7 @@ from flinkpy.jobmanager.checkpoint_coordinator import (
     CheckpointTriggerRefused,
     CompletedCheckpoint,
     Discard,
+    SweepShared,
     FailJob,
     Finalize,
     NotifyComplete,
@@ -407,3 +408,70 @@ def test_from_config_errors_name_key_value_and_allowed(key, value, allowed):
         CheckpointingOptions.from_config({f"execution.checkpointing.{key}": value})
     text = str(err.value)
     assert f"execution.checkpointing.{key}" in text and repr(value) in text and allowed in text
+
+
+# -- shared state of incremental checkpoints ------------------------------------------------
+
+
+def _incremental(files: list[str], checkpoint_id: int = 1) -> dict:
+    """A task's ack (as the dispatcher passes it): one operator whose keyed state references
+    ``files`` in shared/."""
+    shared = [{"file": f.rsplit("/", 1)[-1], "url": f, "size": 1, "checksum": "sha256:" + "0" * 64, "checkpoint_id": checkpoint_id} for f in files]
+    return {"state": [{"operator_id": "op", "keyed_state": {"path": "k", "format": "rocksdb-incremental", "shared": shared}, "operator_state": None, "source_offsets": None}]}
+
+
+def _complete(cc, cid: int, files: dict, now: int) -> list:
+    """Trigger checkpoint ``cid`` and acknowledge it from every task with ``files`` per task."""
+    assert cc.tick(now)[0].checkpoint_id == cid
+    for task in sorted(cc.tasks):
+        actions = cc.acknowledge(task, cid, _incremental(files.get(task, []), cid), {}, now + 1)
+    assert [type(a) for a in actions] == [Finalize]
+    return cc.finalized(cid, f"p{cid}", now + 2)
+
+
+def test_shared_files_are_deleted_when_the_last_retained_checkpoint_referencing_them_goes():
+    cc = coordinator(interval_ms=100, retained=2)
+    _complete(cc, 1, {SOURCE: ["s/a", "s/b"]}, 0)
+    assert cc.base_checkpoint_id == 1
+    _complete(cc, 2, {SOURCE: ["s/b", "s/c"]}, 100)
+    discards = [a for a in _complete(cc, 3, {SOURCE: ["s/c", "s/d"], MAP: ["s/e"]}, 200) if isinstance(a, Discard)]
+    assert [(d.checkpoint_id, d.shared) for d in discards] == [(1, ("s/a",))]  # s/b: still in 2
+    discards = [a for a in _complete(cc, 4, {SOURCE: ["s/d"]}, 300) if isinstance(a, Discard)]
+    assert [(d.checkpoint_id, d.shared) for d in discards] == [(2, ("s/b",))]  # s/c: still in 3
+    assert cc.shared.files() == {"s/c", "s/d", "s/e"}
+    shutdown = cc.shutdown(400, job_state="FINISHED")
+    assert sorted(f for a in shutdown if isinstance(a, Discard) for f in a.shared) == ["s/c", "s/d", "s/e"]
+    assert [a.keep for a in shutdown if isinstance(a, SweepShared)] == [frozenset()]
+
+
+def test_a_failed_checkpoint_deletes_only_the_shared_files_nobody_registered():
+    cc = coordinator(interval_ms=100, retained=1)
+    _complete(cc, 1, {SOURCE: ["s/a"]}, 0)
+    cc.tick(100)
+    cc.acknowledge(SOURCE, 2, _incremental(["s/a", "s/new"], 2), {}, 101)
+    actions = cc.decline(MAP, 2, "boom", 102)
+    assert [d.shared for d in actions if isinstance(d, Discard)] == [("s/new",)]
+    # an acknowledgement arriving after the checkpoint ended: its new uploads go too
+    late = cc.acknowledge(SINK, 2, _incremental(["s/a", "s/late"], 2), {}, 103)
+    assert [(d.checkpoint_id, d.shared) for d in late] == [(2, ("s/late",))]
+    assert cc.shared.files() == {"s/a"}
+
+
+def test_a_claimed_checkpoint_is_built_on_and_discarded_once_subsumed():
+    cc = coordinator(interval_ms=100, retained=1)
+    old = {"checkpoint_id": 7, "operators": [{"operator_id": "op", "subtasks": [{"subtask": 0, "keyed_state": _incremental(["o/x", "o/y"], 7)["state"][0]["keyed_state"]}]}]}
+    cc.restored(7, "file:///old/chk-7", 0, metadata=old, owned=True, foreign=True)
+    assert cc.base_checkpoint_id == 7 and cc.next_id == 8
+    actions = _complete(cc, 8, {SOURCE: ["o/x", "s/z"]}, 100)
+    [adopted] = [a for a in actions if isinstance(a, Discard)]
+    assert (adopted.checkpoint_id, adopted.external_path, adopted.shared, adopted.foreign) == (7, "file:///old/chk-7", ("o/y",), True)
+
+
+def test_no_claim_neither_builds_on_nor_deletes_the_restored_checkpoint():
+    cc = coordinator(interval_ms=100, retained=1)
+    old = {"checkpoint_id": 7, "operators": [{"operator_id": "op", "subtasks": [{"subtask": 0, "keyed_state": _incremental(["o/x"], 7)["state"][0]["keyed_state"]}]}]}
+    cc.restored(7, "file:///old/chk-7", 0, metadata=old, owned=False, foreign=True)
+    assert cc.base_checkpoint_id is None
+    actions = _complete(cc, 8, {SOURCE: ["s/z"]}, 100)
+    assert not [a for a in actions if isinstance(a, Discard)]
+    assert not [a for a in cc.shutdown(200, job_state="FINISHED") if isinstance(a, Discard) and a.foreign]

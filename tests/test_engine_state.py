@@ -30,6 +30,8 @@ from flinkpy.datastream.state import (
 )
 from flinkpy.errors import JobExecutionError
 
+from backends import BACKENDS, engine_backend
+
 
 class MinMaxMean(AggregateFunction):
     def create_accumulator(self):
@@ -103,7 +105,8 @@ def every_state_model(records: list[tuple[str, int]]) -> dict[str, list]:
 
 
 @pytest.mark.timeout(30)
-def test_keyed_process_function_with_every_kind_of_state():
+@pytest.mark.parametrize("backend_type", BACKENDS)
+def test_keyed_process_function_with_every_kind_of_state(backend_type):
     seed = random.randrange(2**32)
     print(f"seed={seed}")
     rng = random.Random(seed)
@@ -111,6 +114,7 @@ def test_keyed_process_function_with_every_kind_of_state():
     records = [(rng.choice(keys), rng.randint(-50, 50)) for _ in range(3000)]
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
+    env.set_state_backend(engine_backend(backend_type))
     got = env.from_collection(records).key_by(lambda r: r[0]).process(EveryState()).execute_and_collect()
     per_key: dict[str, list] = defaultdict(list)
     for out in got:
@@ -155,13 +159,15 @@ class FirstOfKey(FilterFunction):
 
 
 @pytest.mark.timeout(30)
-def test_keyed_map_flat_map_and_filter_use_keyed_state():
+@pytest.mark.parametrize("backend_type", BACKENDS)
+def test_keyed_map_flat_map_and_filter_use_keyed_state(backend_type):
     seed = random.randrange(2**32)
     print(f"seed={seed}")
     rng = random.Random(seed)
     words = [rng.choice(["ant", "bee", "cat", "dog", "eel", "fox", "gnu"]) + str(rng.randint(0, 4)) for _ in range(500)]
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
+    env.set_state_backend(engine_backend(backend_type))
     keyed = env.from_collection(words).key_by(lambda w: w)
     mapped = keyed.map(RunningCount())
     flat = keyed.flat_map(EmitOnThird())

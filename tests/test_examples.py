@@ -66,7 +66,7 @@ def expected_running_counts(words: list[str]) -> Counter:
 
 def test_every_example_has_a_test():
     tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py", "windowed_word_count.py", "sensor_alerts.py",
-              "verification_job.py", "orders_to_postgres.py"}
+              "verification_job.py", "orders_to_postgres.py", "click_sessions.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -286,3 +286,33 @@ def test_orders_to_postgres_writes_each_order_once_and_exact_totals(flinkpy_home
     bad = [line for line in res.stdout.splitlines() if line.strip()]
     assert len(bad) == 2 and any("not-a-number" in b for b in bad) and any("orders-1.csv" in b for b in bad), bad
     assert postgres.prepared() == []
+
+
+def expected_click_sessions(clicks: list[tuple[str, str, int]], gap_ms: int) -> Counter:
+    """Each user's clicks in time order, cut where the next click comes gap_ms or more after the last."""
+    by_user: dict[str, list[tuple[int, str]]] = {}
+    for user, page, ts in clicks:
+        by_user.setdefault(user, []).append((ts, page))
+    out: Counter = Counter()
+    for user, items in by_user.items():
+        items.sort()
+        session: list[tuple[int, str]] = []
+        for ts, page in items + [(None, None)]:
+            if session and (ts is None or ts >= session[-1][0] + gap_ms):
+                pages = Counter(p for _, p in session)
+                top = sorted(pages.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+                out[(user, session[0][0], session[-1][0], len(session), top)] += 1
+                session = []
+            if ts is not None:
+                session.append((ts, page))
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_click_sessions_closes_every_session_once(flinkpy_home):
+    example = load_example("click_sessions.py")
+    res = run_example("click_sessions.py", "--users", "3", "--seconds", "40")
+    assert res.returncode == 0, res.stdout + res.stderr
+    expected = expected_click_sessions(example.clicks(3, 40), example.GAP_MS)
+    assert Counter(printed_records(res.stdout)) == expected
+    assert len(expected) > 10

@@ -1,4 +1,4 @@
-"""The heap keyed state backend: every state kind, snapshots, rescaling and errors."""
+"""Keyed state backends (heap and RocksDB, one suite): every state kind, snapshots, rescaling and errors."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from flinkpy.datastream.state import (
     ValueStateDescriptor,
 )
 from flinkpy.errors import FlinkpyError, InvalidProgramError
-from flinkpy.state.heap import HeapKeyedStateBackend
+from backends import new_backend, use_backend
 from flinkpy.state.key_groups import (
     assign_to_key_group,
     compute_operator_index_for_key_group,
@@ -45,8 +45,13 @@ class Average(AggregateFunction):
         return (acc_a[0] + acc_b[0], acc_a[1] + acc_b[1])
 
 
-def full_backend() -> HeapKeyedStateBackend:
-    return HeapKeyedStateBackend(MAXP, range(MAXP))
+@pytest.fixture(autouse=True)
+def _each_backend(state_backend) -> None:
+    use_backend(state_backend)
+
+
+def full_backend():
+    return new_backend(MAXP, range(MAXP))
 
 
 def test_value_state_is_per_key() -> None:
@@ -182,14 +187,14 @@ def test_access_without_current_key_raises() -> None:
 def test_key_outside_range_raises_naming_key_group_and_range() -> None:
     kg = assign_to_key_group("a", MAXP)
     other = range(0, kg) if kg > 0 else range(kg + 1, MAXP)
-    b = HeapKeyedStateBackend(MAXP, other)
+    b = new_backend(MAXP, other)
     with pytest.raises(FlinkpyError) as err:
         b.set_current_key("a")
     msg = str(err.value)
     assert "'a'" in msg and f"key group {kg}" in msg and f"{other.start}..{other.stop - 1}" in msg
 
 
-def fill(b: HeapKeyedStateBackend, keys: range) -> None:
+def fill(b, keys: range) -> None:
     v = b.get_partitioned_state(ValueStateDescriptor("v"))
     lst = b.get_partitioned_state(ListStateDescriptor("l"))
     m = b.get_partitioned_state(MapStateDescriptor("m"))
@@ -205,7 +210,7 @@ def fill(b: HeapKeyedStateBackend, keys: range) -> None:
         a.add(i)
 
 
-def check(b: HeapKeyedStateBackend, keys: list[int]) -> None:
+def check(b, keys: list[int]) -> None:
     v = b.get_partitioned_state(ValueStateDescriptor("v"))
     lst = b.get_partitioned_state(ListStateDescriptor("l"))
     m = b.get_partitioned_state(MapStateDescriptor("m"))
@@ -242,12 +247,12 @@ def test_snapshot_restore_round_trip_through_pickle() -> None:
 @pytest.mark.parametrize("old_p,new_p", [(1, 2), (2, 1), (3, 5), (4, 4)])
 def test_rescale_keeps_every_key_exactly_once(old_p: int, new_p: int) -> None:
     keys = range(1000)
-    old = [HeapKeyedStateBackend(MAXP, key_group_range_for_operator(MAXP, old_p, i)) for i in range(old_p)]
+    old = [new_backend(MAXP, key_group_range_for_operator(MAXP, old_p, i)) for i in range(old_p)]
     for i in keys:
         owner = compute_operator_index_for_key_group(MAXP, old_p, assign_to_key_group(f"key-{i}", MAXP))
         fill(old[owner], range(i, i + 1))
     snaps = [pickle.loads(pickle.dumps(b.snapshot())) for b in old]
-    new = [HeapKeyedStateBackend(MAXP, key_group_range_for_operator(MAXP, new_p, i)) for i in range(new_p)]
+    new = [new_backend(MAXP, key_group_range_for_operator(MAXP, new_p, i)) for i in range(new_p)]
     for b in new:
         b.restore(snaps)
     assert sum(b.num_keys() for b in new) == len(keys)
@@ -292,6 +297,6 @@ def test_raw_table_is_the_state_storage() -> None:
 
 def test_backend_rejects_bad_ranges() -> None:
     with pytest.raises(FlinkpyError):
-        HeapKeyedStateBackend(128, range(0, 129))
+        new_backend(128, range(0, 129))
     with pytest.raises(FlinkpyError):
-        HeapKeyedStateBackend(128, range(0, 128, 2))
+        new_backend(128, range(0, 128, 2))

@@ -281,15 +281,13 @@ def test_command_json_is_one_document(savepoint: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_spark_engine_is_refused_for_now(savepoint: Path) -> None:
-    res = run_cli("state", "analyze", str(savepoint), "--engine", "spark")
-    assert res.returncode == ExitCode.USAGE == 2
-    assert res.stdout == ""
-    (line,) = res.stderr.splitlines()
-    assert line.startswith("flinkpy: error: the spark engine of snapshot analysis is not available yet")
-    res = run_cli("state", "analyze", str(savepoint), "--engine", "spark", "--json")
+def test_an_unknown_engine_or_spark_conf_is_a_usage_error(savepoint: Path) -> None:
+    res = run_cli("state", "analyze", str(savepoint), "--engine", "hadoop")
+    assert res.returncode == ExitCode.USAGE == 2 and res.stdout == ""
+    assert res.stderr.startswith("flinkpy: error: unknown analysis engine 'hadoop'")
+    # a bad --spark-conf is refused before Spark starts
+    res = run_cli("state", "analyze", str(savepoint), "--engine", "spark", "--spark-conf", "no-equals-sign", "--json")
     assert res.returncode == ExitCode.USAGE and json.loads(res.stdout)["error"]["exit_code"] == ExitCode.USAGE
-    assert run_cli("state", "analyze", str(savepoint), "--engine", "hadoop").returncode == ExitCode.USAGE
 
 
 @pytest.mark.timeout(30)
@@ -318,3 +316,217 @@ def test_a_damaged_state_file_is_refused_before_decoding(savepoint: Path, tmp_pa
     assert res.stdout == ""
     (line,) = res.stderr.splitlines()
     assert line.startswith(f"flinkpy: error: {keyed}: size mismatch")
+
+
+# --------------------------------------------------------------------------- the spark engine
+# One local[2] SparkSession for the module (5-15 s to start); PySpark and Java are needed.
+
+
+@pytest.fixture(scope="module")
+def spark() -> Any:
+    pytest.importorskip("pyspark")
+    from flinkpy.spark.analysis import spark_session
+
+    session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+    yield session
+    session.stop()
+
+
+def _without_engine(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != "engine"}
+
+
+@pytest.mark.timeout(180)
+def test_spark_engine_gives_the_local_report(savepoint: Path, spark: Any) -> None:
+    from flinkpy.state.analysis import analyze
+
+    for top in (1000, 7, 0):  # 7: the cut falls among keys of equal size; ties go to the key stored first
+        local = analyze(str(savepoint), top=top)
+        distributed = analyze(str(savepoint), top=top, engine="spark", spark=spark)
+        assert local["engine"] == "local" and distributed["engine"] == "spark"
+        assert _without_engine(distributed) == _without_engine(local), f"top={top}"
+    sizes = [k["bytes"] for k in local["top_keys"]]
+    assert len(set(sizes)) < len(sizes) or top == 0  # the savepoint does have ties
+
+
+def _canonical_snapshot(base: Path) -> str:
+    """A hand-made checkpoint in the canonical format with what the job above lacks: timers
+    (counted per user key), a key repr longer than the cut, 1 and True (one key for Python), a
+    state without keys, two keyed operators and ties in size."""
+    import pickle
+
+    from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask
+    from flinkpy.state.heap import TIMER_EVENT_TABLE
+
+    storage = CheckpointStorage(str(base))
+    long_key = "x" * 200
+    keys = ["a", "b", "c", 1, long_key, ("t", 2)]
+    operators = []
+    for o, parallelism in enumerate((2, 3)):
+        subtasks = []
+        for index in range(parallelism):
+            first, last = (index * 128 // parallelism, (index + 1) * 128 // parallelism - 1)
+            states: dict[str, Any] = {"counts": {}, "seen": {}, "never": {}, TIMER_EVENT_TABLE: {}}
+            for key in keys:
+                kg = assign_to_key_group(key, MAX_PARALLELISM)
+                if not first <= kg <= last:
+                    continue
+                states["counts"].setdefault(kg, {})[key] = 10 + o
+                states["seen"].setdefault(kg, {})[True if key == 1 else key] = list(range(len(str(key)) % 5))
+                for ts in range(3 if key == "a" else 1):
+                    states[TIMER_EVENT_TABLE].setdefault(kg, {})[(key, None, 1000 + ts)] = None
+            kinds = {"counts": "value", "seen": "list", "never": "map", TIMER_EVENT_TABLE: "value"}
+            doc = {"version": 1, "states": {name: {"kind": kinds[name], "key_groups": groups} for name, groups in states.items()}}
+            handle = storage.write_state("hand", 3, f"op{o}-{index}-keyed", pickle.dumps(doc, protocol=5))
+            summary = {name: {"kind": kinds[name], "entries": sum(len(m) for m in g.values())} for name, g in states.items()}
+            subtasks.append(new_subtask(index, keyed_state=keyed_state(handle, (first, last), summary)))
+        operators.append(new_operator(operator_id=f"op{o}", uid=None, name=f"keyed {o}", vertex_id=o + 1, parallelism=parallelism, max_parallelism=MAX_PARALLELISM, subtasks=subtasks))
+    storage.write_metadata("hand", 3, new_metadata(job_id="hand", job_name="hand-made", checkpoint_id=3, trigger_timestamp=1, completion_timestamp=2, operators=operators))
+    return storage.checkpoint_dir("hand", 3)
+
+
+@pytest.mark.timeout(120)
+def test_spark_engine_matches_on_timers_long_keys_and_empty_states(spark: Any, tmp_path: Path) -> None:
+    from flinkpy.state.analysis import analyze
+
+    path = _canonical_snapshot(tmp_path)
+    local = analyze(path, top=4)
+    assert _without_engine(analyze(path, top=4, engine="spark", spark=spark)) == _without_engine(local)
+    op = local["operators"][0]
+    states = {s["name"]: s for s in op["states"]}
+    assert states["never"]["keys"] == 0 and states["_timers.event"]["entries"] == 8 and states["_timers.event"]["keys"] == 6
+    assert op["keys"] == 6  # 1 and True are one key
+    everything = analyze(path, top=100)
+    assert any(k["key"].endswith("...") and len(k["key"]) == 80 for k in everything["top_keys"])
+    assert _without_engine(analyze(path, top=100, engine="spark", spark=spark)) == _without_engine(everything)
+
+
+@pytest.mark.timeout(120)
+def test_read_keyed_state_is_a_dataframe_of_keys(savepoint: Path, spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from flinkpy.spark.analysis import KEY_COLUMNS, read_keyed_state
+    from flinkpy.state.analysis import analyze
+
+    want = expected()
+    keys = read_keyed_state(spark, str(savepoint))
+    assert tuple(keys.columns) == KEY_COLUMNS
+    track = keys.where(F.col("uid") == "track")
+    per_state = {r.state: (r.n, r.entries) for r in track.groupBy("state").agg(F.count(F.lit(1)).alias("n"), F.sum("entries").alias("entries")).collect()}
+    assert per_state == {name: (want["keys"], entries) for name, entries in want["entries"].items()}
+    (hot,) = track.where((F.col("state") == "events") & (F.col("key") == "'hot'")).collect()
+    assert hot.entries == want["hot_entries"] and hot.key_group == want["hot_group"] and hot.subtask == compute_operator_index_for_key_group(MAX_PARALLELISM, PARALLELISM, want["hot_group"])
+    report = _op(analyze(str(savepoint)), "track")
+    assert track.agg(F.sum("bytes")).first()[0] == report["bytes"]
+
+
+@pytest.mark.timeout(120)
+def test_spark_engine_refuses_damaged_and_undecodable_files_like_the_local_one(savepoint: Path, spark: Any, tmp_path: Path) -> None:
+    import pickle
+
+    from flinkpy.checkpoint import CheckpointStorage
+    from flinkpy.checkpoint.metadata import CorruptCheckpointError
+    from flinkpy.state.analysis import analyze
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(savepoint, damaged)
+    keyed = sorted(damaged.glob("*-keyed"))
+    for f in keyed:
+        f.write_bytes(f.read_bytes()[:-7])
+    errors = []
+    for engine in ("local", "spark"):
+        with pytest.raises(CorruptCheckpointError) as info:
+            analyze(str(damaged), engine=engine, spark=spark)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1] and f"{len(keyed)} problems" in errors[0] and "size mismatch" in errors[0]
+
+    # A file that matches _metadata but is not a snapshot this flinkpy reads: found by a task.
+    other = tmp_path / "other-version"
+    shutil.copytree(savepoint, other)
+    storage = CheckpointStorage(str(other))
+    doc = storage.read_metadata(str(other))
+    sub = next(s for op in doc["operators"] if op["uid"] == "track" for s in op["subtasks"] if s["subtask"] == 1)
+    sub["keyed_state"].update(storage.write_state_in(str(other), sub["keyed_state"]["path"], pickle.dumps({"version": 99, "states": {}})))
+    storage.write_metadata_in(str(other), doc)
+    errors = []
+    for engine in ("local", "spark"):
+        with pytest.raises(CorruptCheckpointError) as info:
+            analyze(str(other), engine=engine, spark=spark)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1] and "keyed state snapshot has version 99" in errors[0]
+
+
+
+
+def _incremental_and_full(tmp_path: Path) -> tuple[Path, Path]:
+    """The same keyed state of a RocksDB backend written twice: as an incremental checkpoint
+    (native store files, SSTs under shared/) and as a full canonical one."""
+    from flinkpy.checkpoint import CheckpointStorage
+    from flinkpy.checkpoint.metadata import keyed_state, new_metadata, new_operator, new_subtask
+    from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+    from flinkpy.state.incremental import IncrementalSnapshot
+    from flinkpy.state.rocksdb import RocksDBKeyedStateBackend
+
+    backend = RocksDBKeyedStateBackend(128, range(0, 128), local_dir=str(tmp_path / "db"))
+    count = backend.get_partitioned_state(ValueStateDescriptor("count", None))
+    seen = backend.get_partitioned_state(ListStateDescriptor("seen", None))
+    attrs = backend.get_partitioned_state(MapStateDescriptor("attrs", None, None))
+    for n in range(3000):
+        backend.set_current_key(f"k{n % 400}")
+        count.update((count.value() or 0) + 1)
+        seen.add(n)
+        if n % 3 == 0:
+            attrs.put(n % 7, "x" * (n % 50))
+    storage = CheckpointStorage(str(tmp_path / "cp"))
+    out = []
+    for cid, incremental in ((1, True), (2, False)):
+        if incremental:
+            local = str(tmp_path / "native")
+            backend.native_checkpoint(local)
+            snap = IncrementalSnapshot(local, backend.key_group_range, backend.state_summary(), {})
+            handle = snap.upload(cid, lambda data: storage.write_state("job", cid, "sums-0-keyed.rocksdb", data),
+                                 lambda path, name: storage.write_shared("job", path, name))
+            states = snap.summary()
+        else:
+            frozen = backend.snapshot_sync()
+            handle = storage.write_state("job", cid, "sums-0-keyed", frozen.serialize())
+            states = frozen.summary()
+        doc = new_metadata(job_id="job", job_name="counts", checkpoint_id=cid, trigger_timestamp=1, completion_timestamp=2, operators=[
+            new_operator(operator_id="sums", uid="sums", name="counts", vertex_id=1, parallelism=1, max_parallelism=128,
+                         subtasks=[new_subtask(0, keyed_state=keyed_state(handle, (0, 127), states))])])
+        storage.write_metadata("job", cid, doc)
+        out.append(Path(storage.checkpoint_dir("job", cid)))
+    backend.close()
+    return out[0], out[1]
+
+
+def test_incremental_checkpoints_are_analyzed_like_full_ones(spark: Any, tmp_path: Path) -> None:
+    from flinkpy.state.analysis import analyze
+
+    incremental, full = _incremental_and_full(tmp_path)
+    assert list((incremental.parent / "shared").iterdir()), "the incremental checkpoint has shared files"
+    def logical(result: dict[str, Any]) -> Any:  # what the state holds, not how the files store it
+        def strip(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: strip(v) for k, v in x.items() if k != "file_bytes"}
+            if isinstance(x, list):
+                return sorted((strip(v) for v in x), key=lambda v: json.dumps(v, sort_keys=True, default=str))
+            return x
+
+        return strip(result["operators"]), result["top_keys"]
+
+    want = logical(analyze(str(full), top=20))
+    for engine in ("local", "spark"):
+        assert logical(analyze(str(incremental), engine=engine, spark=spark, top=20)) == want, engine
+
+
+@pytest.mark.timeout(180)
+def test_command_with_the_spark_engine_prints_the_local_document(savepoint: Path) -> None:
+    pytest.importorskip("pyspark")
+    local = run_cli("state", "analyze", str(savepoint), "--json", "--top", "5")
+    res = run_cli("state", "analyze", str(savepoint), "--json", "--top", "5", "--engine", "spark", "--spark-master", "local[2]",
+                  "--spark-conf", "spark.sql.shuffle.partitions=2", timeout=150)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["engine"] == "spark"
+    assert _without_engine(doc) == _without_engine(json.loads(local.stdout))

@@ -4,6 +4,7 @@ that survive a snapshot and restore; enabling or disabling TTL across a restore 
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -19,7 +20,7 @@ from flinkpy.datastream.state import (
     ValueStateDescriptor,
 )
 from flinkpy.errors import InvalidProgramError
-from flinkpy.state.heap import HeapKeyedStateBackend
+from backends import new_backend, use_backend
 
 
 def ttl(ms: int = 1000, *, on_read: bool = False, return_expired: bool = False, full_snapshot: bool = False,
@@ -45,8 +46,13 @@ class Clock:
         return self.now
 
 
-def backend(clock: Clock) -> HeapKeyedStateBackend:
-    b = HeapKeyedStateBackend(128, range(0, 128))
+@pytest.fixture
+def each_backend(state_backend) -> None:
+    use_backend(state_backend)
+
+
+def backend(clock: Clock):
+    b = new_backend(128, range(0, 128))
     b.ttl_clock = clock
     return b
 
@@ -57,6 +63,7 @@ def descriptor(cls, name, *args, config: StateTtlConfig):
     return d
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_value_expires_after_its_ttl_and_writes_refresh_it() -> None:
     clock = Clock()
     b = backend(clock)
@@ -73,6 +80,7 @@ def test_value_expires_after_its_ttl_and_writes_refresh_it() -> None:
     assert b.num_entries() == 0  # an expired value that is read is dropped (NeverReturnExpired)
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_update_on_read_and_return_expired_if_not_cleaned_up() -> None:
     clock = Clock()
     b = backend(clock)
@@ -87,6 +95,7 @@ def test_update_on_read_and_return_expired_if_not_cleaned_up() -> None:
     assert stale.value() == "y"  # expired, but not cleaned up yet: still visible
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_list_and_map_expire_per_element_and_per_entry() -> None:
     clock = Clock()
     b = backend(clock)
@@ -106,6 +115,7 @@ def test_list_and_map_expire_per_element_and_per_entry() -> None:
     assert lst.get() == [] and mp.is_empty()
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_reducing_and_aggregating_state_expire_as_a_whole() -> None:
     class Avg(AggregateFunction):
         def create_accumulator(self):
@@ -134,6 +144,7 @@ def test_reducing_and_aggregating_state_expire_as_a_whole() -> None:
     assert total.get() == 10 and avg.get() is None
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_full_snapshot_cleanup_leaves_expired_values_out_and_timestamps_survive() -> None:
     clock = Clock()
     b = backend(clock)
@@ -157,6 +168,7 @@ def test_full_snapshot_cleanup_leaves_expired_values_out_and_timestamps_survive(
     assert r.value() is None
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_incremental_cleanup_removes_expired_entries_in_the_background() -> None:
     clock = Clock()
     b = backend(clock)
@@ -171,9 +183,10 @@ def test_incremental_cleanup_removes_expired_entries_in_the_background() -> None
         b.set_current_key("live")
         s.update("x")
     assert b.num_entries() == 1
-    assert sum(len(m) for m in frozen.states["v"][1].values()) == 50  # the snapshot kept its view
+    assert sum(len(m) for m in frozen.to_dict()["states"]["v"]["key_groups"].values()) == 50  # the snapshot kept its view
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_enabling_or_disabling_ttl_across_a_restore_is_refused() -> None:
     clock = Clock()
     plain = backend(clock)
@@ -187,34 +200,38 @@ def test_enabling_or_disabling_ttl_across_a_restore_is_refused() -> None:
         restored.get_partitioned_state(descriptor(ValueStateDescriptor, "v", config=ttl(100)))
 
 
-def test_state_backend_choice_hashmap_runs_and_rocksdb_is_refused_clearly(tmp_path, cli, flinkpy_home) -> None:
+def test_state_backend_choice_runs_on_both_backends_and_unknown_types_are_refused(tmp_path, cli, flinkpy_home) -> None:
     from flinkpy.datastream import StreamExecutionEnvironment
     from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_state_backend(HashMapStateBackend())
     assert isinstance(env.get_state_backend(), HashMapStateBackend)
-    assert sorted(env.from_collection([3, 1, 2]).map(lambda x: x * 2).execute_and_collect()) == [2, 4, 6]
+    env.set_state_backend(EmbeddedRocksDBStateBackend())
+    assert isinstance(env.get_state_backend(), EmbeddedRocksDBStateBackend)
 
-    job = tmp_path / "rocks.py"
+    # the job lists the working directories of its keyed tasks while it runs: they exist only on rocksdb
+    local = tmp_path / "local"
+    job = tmp_path / "keyed.py"
     job.write_text(
-        "from flinkpy.datastream import StreamExecutionEnvironment\n"
-        "from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend\n"
-        "env = StreamExecutionEnvironment.get_execution_environment()\n"
-        "env.set_state_backend(EmbeddedRocksDBStateBackend())\n"
-        "env.from_collection([1]).print()\n"
-        "env.execute('rocks')\n"
-    )
-    res = cli("run", str(job))
-    assert res.returncode == 8 and "no embedded on-disk state backend" in res.stderr and "Traceback" not in res.stderr
-    plain = tmp_path / "plain.py"
-    plain.write_text(
+        "import os, sys\n"
         "from flinkpy.datastream import StreamExecutionEnvironment\n"
         "env = StreamExecutionEnvironment.get_execution_environment()\n"
-        "env.from_collection([1]).print()\n"
-        "env.execute('plain')\n"
+        f"local = {str(local)!r}\n"
+        "env.from_collection(['a', 'b', 'a']).key_by(lambda w: w)"
+        ".map(lambda w: len([d for d in os.listdir(local) if d.startswith('flinkpy-rocksdb-')]) if os.path.isdir(local) else 0)"
+        ".print()\n"
+        "env.execute('keyed')\n"
     )
-    res = cli("run", "-D", "state.backend.type=rocksdb", str(plain))
-    assert res.returncode == 8 and "state.backend.type: rocksdb" in res.stderr
-    assert cli("run", "-D", "state.backend.type=hashmap", str(plain)).returncode == 0
-    assert EmbeddedRocksDBStateBackend().type_name == "rocksdb"
+    on_local = ("-D", f"state.backend.rocksdb.localdir={local}")
+    res = cli("run", "-D", "state.backend.type=rocksdb", *on_local, str(job))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["1", "1", "1"], res.stdout
+    assert os.listdir(local) == [], "a finished task deletes its RocksDB working directory"
+    res = cli("run", "-D", "state.backend.type=hashmap", *on_local, str(job))
+    assert res.returncode == 0 and res.stdout.split() == ["0", "0", "0"], (res.stdout, res.stderr)
+
+    res = cli("run", "-D", "state.backend.type=filesystem", str(job))
+    assert res.returncode == 8 and "state.backend.type" in res.stderr and "Traceback" not in res.stderr
+    res = cli("run", "-D", "state.backend.type=rocksdb", "-D", "state.backend.rocksdb.block.cache-size=lots", str(job))
+    assert res.returncode == 8 and "state.backend.rocksdb.block.cache-size" in res.stderr and "Traceback" not in res.stderr

@@ -44,7 +44,7 @@ from flinkpy.datastream.window import (
 )
 from flinkpy.datastream.window_stream import AllWindowedStream, WindowedStream, count_window, count_window_all
 from flinkpy.errors import InvalidProgramError
-from flinkpy.state import HeapKeyedStateBackend
+from backends import new_backend, use_backend
 from flinkpy.task.window_operator import WindowOperator, WindowSpec
 
 MIN_WM = -(2**63)
@@ -54,6 +54,12 @@ MAX_WM = 2**63 - 1
 # ---------------------------------------------------------------------------------------------
 # Harness
 # ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _each_backend(state_backend) -> None:
+    """Window contents, trigger and window state live in the keyed backend: run on both."""
+    use_backend(state_backend)
 
 
 class Collect:
@@ -71,7 +77,7 @@ class Collect:
 class FakeTimers:
     """Per-operator timers on (timestamp, key, namespace), deduplicated, fired in time order."""
 
-    def __init__(self, backend: HeapKeyedStateBackend) -> None:
+    def __init__(self, backend: Any) -> None:
         self.backend = backend
         self.watermark = MIN_WM
         self.now = 0
@@ -132,8 +138,8 @@ class FakeTimers:
 
 
 class Harness:
-    def __init__(self, spec: WindowSpec, key_selector: Any, backend: HeapKeyedStateBackend | None = None) -> None:
-        self.backend = backend or HeapKeyedStateBackend(128, range(0, 128))
+    def __init__(self, spec: WindowSpec, key_selector: Any, backend: Any = None) -> None:
+        self.backend = backend or new_backend(128, range(0, 128))
         self.out = Collect()
         self.late = Collect()
         self.op = WindowOperator("Window", spec, self.out, key_selector, self.backend, False)
@@ -615,7 +621,7 @@ def test_snapshot_and_restore_mid_stream_gives_the_same_output(build: Any, async
     if asynchronous:
         snapshot = frozen.serialize()
 
-    backend = HeapKeyedStateBackend(128, range(0, 128))
+    backend = new_backend(128, range(0, 128))
     backend.restore([pickle.loads(snapshot)])
     spec, selector = spec_of(build())
     resumed = Harness(spec, selector, backend)

@@ -199,7 +199,7 @@ def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _check_states(states: Any, where: str, kinds: tuple[str, ...]) -> None:
+def _check_states(states: Any, where: str, kinds: tuple[str, ...], *, incremental: bool = False) -> None:
     if not isinstance(states, dict):
         raise _Invalid(where, f"expected an object of state names, got {type(states).__name__}")
     for name, desc in states.items():
@@ -207,7 +207,8 @@ def _check_states(states: Any, where: str, kinds: tuple[str, ...]) -> None:
         if not isinstance(desc, dict):
             raise _Invalid(at, f"expected an object with kind and entries, got {desc!r}")
         _one_of(desc, "kind", at, kinds)
-        _int(desc, "entries", at)
+        if "entries" in desc or not incremental:  # a native (incremental) snapshot does not count them
+            _int(desc, "entries", at)
 
 
 def _check_handle(handle: Any, where: str) -> None:
@@ -222,6 +223,26 @@ def _check_handle(handle: Any, where: str) -> None:
     checksum = _need(handle, "checksum", where)
     if not isinstance(checksum, str) or not _CHECKSUM.match(checksum):
         raise _Invalid(_join(where, "checksum"), f"expected 'sha256:' and 64 hex digits, got {checksum!r}")
+
+
+def _check_shared(shared: Any, where: str) -> None:
+    """The shared files an incremental keyed-state handle references (absent for full snapshots)."""
+    if shared is None:
+        return
+    if not isinstance(shared, list):
+        raise _Invalid(where, f"expected a list of shared file handles, got {type(shared).__name__}")
+    for i, f in enumerate(shared):
+        at = f"{where}[{i}]"
+        if not isinstance(f, dict):
+            raise _Invalid(at, f"expected a shared file handle, got {type(f).__name__}")
+        url = _str(f, "url", at)
+        assert url is not None
+        _str(f, "file", at)
+        _int(f, "size", at)
+        _int(f, "checkpoint_id", at)
+        checksum = _need(f, "checksum", at)
+        if not isinstance(checksum, str) or not _CHECKSUM.match(checksum):
+            raise _Invalid(_join(at, "checksum"), f"expected 'sha256:' and 64 hex digits, got {checksum!r}")
 
 
 def _check_subtask(sub: Any, where: str, parallelism: int, max_parallelism: int) -> int:
@@ -245,7 +266,8 @@ def _check_subtask(sub: Any, where: str, parallelism: int, max_parallelism: int)
                 _join(at, "key_groups"),
                 f"expected [first, last] with 0 <= first <= last < max parallelism {max_parallelism}, got {groups!r}",
             )
-        _check_states(_need(keyed, "states", at), _join(at, "states"), KEYED_STATE_KINDS)
+        _check_states(_need(keyed, "states", at), _join(at, "states"), KEYED_STATE_KINDS, incremental="shared" in keyed)
+        _check_shared(keyed.get("shared"), _join(at, "shared"))
     op_state = _need(sub, "operator_state", where)
     if op_state is not None:
         at = _join(where, "operator_state")
@@ -350,6 +372,8 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
     key-group range, per operator, in key-group order.
     """
     files: dict[str, int] = {}
+    shared: dict[str, int] = {}
+    new_shared: dict[str, int] = {}
     operators = []
     ranges = []
     for op in doc["operators"]:
@@ -364,6 +388,11 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
                 if handle:
                     files[handle["path"]] = handle["size"]
                     op_files.add(handle["path"])
+            for f in (keyed or {}).get("shared") or ():
+                shared[f["url"]] = f["size"]
+                if f["checkpoint_id"] == doc.get("checkpoint_id"):
+                    new_shared[f["url"]] = f["size"]
+                keyed_size += f["size"]
             subtasks.append(
                 {
                     "subtask": sub["subtask"],
@@ -388,9 +417,16 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
             }
         )
     ranges.sort(key=lambda r: (r["operator_id"], r["key_groups"][0]))
+    private = sum(files.values())
     return {
-        "total_size": sum(files.values()),
-        "files": len(files),
+        "total_size": private + sum(shared.values()),
+        "files": len(files) + len(shared),
+        "incremental": bool(shared),
+        #: what this checkpoint uploaded (its own files and the shared files it added) ...
+        "incremental_size": private + sum(new_shared.values()),
+        #: ... and everything it needs to be restored (its files and every shared file it references)
+        "full_size": private + sum(shared.values()),
+        "shared_files": len(shared),
         "operators": operators,
         "key_group_ranges": ranges,
     }

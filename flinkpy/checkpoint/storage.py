@@ -41,7 +41,7 @@ import re
 import secrets
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -175,6 +175,10 @@ class CheckpointStorage:
         """URL of the directory holding a job's checkpoints."""
         return f"{self.base_url.rstrip('/')}/{job_id}"
 
+    def shared_dir(self, job_id: str) -> str:
+        """URL of the files incremental checkpoints of ``job_id`` share: ``<base>/<job_id>/shared``."""
+        return f"{self.job_dir(job_id)}/shared"
+
     def checkpoint_dir(self, job_id: str, checkpoint_id: int) -> str:
         """URL of checkpoint ``checkpoint_id`` of ``job_id``: ``<base>/<job_id>/chk-<n>``."""
         return f"{self.job_dir(job_id)}/chk-{int(checkpoint_id)}"
@@ -198,6 +202,64 @@ class CheckpointStorage:
             raise UsageError(f"invalid state file name {name!r}", remedy="use a relative name inside the checkpoint directory, not _metadata")
         self._put(f"{directory.rstrip('/')}/{name}", bytes(data))
         return {"path": name, "size": len(data), "checksum": checksum_of(data)}
+
+    def write_shared(self, job_id: str, local_path: str, name: str) -> dict[str, Any]:
+        """Upload a local store file into the job's ``shared/`` directory under a name no other
+        upload takes; return its shared handle ``{"url", "size", "checksum"}`` (absolute URL:
+        a checkpoint that claims another job's checkpoint references files in that job's
+        ``shared/``)."""
+        with open(local_path, "rb") as f:
+            data = f.read()
+        url = f"{self.shared_dir(job_id)}/{uuid.uuid4().hex}-{posixpath.basename(name)}"
+        self._put(url, data)
+        return {"url": url, "size": len(data), "checksum": checksum_of(data)}
+
+    def read_shared(self, handle: Mapping[str, Any]) -> bytes:
+        """The bytes of a shared file, checked against its handle (CorruptCheckpointError if not)."""
+        return self._read_checked(handle["url"], handle, "shared state file is missing")
+
+    def discard_files(self, urls: Iterable[str]) -> None:
+        """Delete shared files (idempotent)."""
+        for url in urls:
+            fs, path = self._fs(url)
+            try:
+                fs.rm_file(path)
+            except FileNotFoundError:
+                pass
+
+    def sweep_shared(self, job_id: str, keep: Iterable[str]) -> int:
+        """Delete every file of the job's ``shared/`` directory not in ``keep``; return how many."""
+        fs, shared = self._fs(self.shared_dir(job_id))
+        self._fresh(fs)
+        keep_paths = {self._fs(u)[1].rstrip("/") for u in keep}
+        try:
+            entries = fs.ls(shared, detail=False)
+        except FileNotFoundError:
+            return 0
+        gone = 0
+        for entry in entries:
+            if entry.rstrip("/") not in keep_paths:
+                try:
+                    fs.rm_file(entry)
+                    gone += 1
+                except FileNotFoundError:
+                    pass
+        if not keep_paths:
+            try:
+                fs.rmdir(shared)
+            except OSError:
+                pass
+        return gone
+
+    def list_shared(self, job_id: str) -> list[str]:
+        """URLs of every file in the job's ``shared/`` directory."""
+        fs, shared = self._fs(self.shared_dir(job_id))
+        try:
+            entries = self._fresh(fs).ls(shared, detail=False)
+        except FileNotFoundError:
+            return []
+        prefix = self.shared_dir(job_id)
+        return sorted(f"{prefix}/{posixpath.basename(e.rstrip('/'))}" for e in entries)
 
     def write_metadata_in(self, directory: str, doc: dict[str, Any]) -> str:
         """Validate ``doc`` and write ``<directory>/_metadata`` atomically; return its URL."""
@@ -286,12 +348,14 @@ class CheckpointStorage:
 
         Raises ``CorruptCheckpointError`` naming the file, the recorded and the actual value.
         """
-        url = f"{checkpoint_dir_url.rstrip('/')}/{handle['path']}"
+        return self._read_checked(f"{checkpoint_dir_url.rstrip('/')}/{handle['path']}", handle, "state file is missing")
+
+    def _read_checked(self, url: str, handle: Mapping[str, Any], missing: str) -> bytes:
         fs, path = self._fs(url)
         try:
             data = self._fresh(fs).cat_file(path)
         except (FileNotFoundError, IsADirectoryError):
-            raise CorruptCheckpointError(url, "state file is missing") from None
+            raise CorruptCheckpointError(url, missing) from None
         problem = _mismatch(handle, len(data), checksum_of(data))
         if problem:
             raise CorruptCheckpointError(url, problem)
@@ -364,6 +428,21 @@ class CheckpointStorage:
             problem = _mismatch(handle, size, checksum)
             if problem:
                 problems.append(Problem(url, problem))
+            for shared in handle.get("shared") or ():
+                if shared["url"] in seen:
+                    continue
+                seen.add(shared["url"])
+                fs, file_path = self._fs(shared["url"])
+                try:
+                    size, checksum = _hash_file(self._fresh(fs), file_path)
+                except (FileNotFoundError, IsADirectoryError):
+                    problems.append(Problem(shared["url"], "shared state file is missing"))
+                    continue
+                files += 1
+                bytes_read += size
+                problem = _mismatch(shared, size, checksum)
+                if problem:
+                    problems.append(Problem(shared["url"], problem))
         return VerifyReport(dir_url, meta_url, doc, files, bytes_read, problems)
 
 

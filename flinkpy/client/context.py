@@ -44,6 +44,9 @@ class ExecutionContext:
     allow_non_restored_state: bool = False
     #: high availability: finds the leader's REST address (the client follows a failover)
     leader: Any = None
+    #: when a list: execute() runs nothing and appends (environment, job name) — how the Spark
+    #: runner gets a job's StreamGraph (flinkpy.spark.capture)
+    capture: list | None = None
 
 
 _stack: list[ExecutionContext] = []

@@ -44,6 +44,11 @@ def _restore_point(job: JobGraph, path: str, allow_non_restored: bool) -> list[A
     storage = CheckpointStorage(path)
     directory, _ = storage.locate(path)
     metadata = storage.read_metadata(path)
+    if metadata.get("runner") == "spark":
+        raise InvalidProgramError(
+            f"{directory} is a savepoint of a Spark job: flinkpy's engine cannot read Spark's state",
+            remedy="restore it with --runner spark",
+        )
     ids = {op_id: (v, i) for v in job.vertices.values() for i, op_id in enumerate(v.operator_ids)}
     dropped = unmatched_state(metadata, set(ids))
     if dropped and not allow_non_restored:

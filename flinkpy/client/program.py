@@ -84,8 +84,12 @@ def run_program(
     on_submit: Callable[[str, str], None] | None = None,
     savepoint_path: str | None = None,
     allow_non_restored_state: bool = False,
+    spark_conf: dict[str, str] | None = None,
 ) -> list[SubmittedJob]:
     """Run JOB.py; returns the jobs it submitted (with their final state unless detached).
+
+    With ``execution.runner: spark`` the job runs on Spark under a supervising driver process
+    (``flinkpy.spark.control_launch``); ``spark_conf`` adds Spark settings.
 
     ``address`` None means: the cluster running in the cluster home, if any, else an embedded one.
     """
@@ -108,6 +112,11 @@ def run_program(
         except LookupError:
             token = None
     config = _config(home, overrides or {})
+    if config.get("execution.runner") == "spark":
+        from flinkpy.spark.control_launch import run_on_spark
+
+        return run_on_spark(path, args, home=home, config=config, parallelism=parallelism, detached=detached,
+                            savepoint_path=savepoint_path, spark_conf=spark_conf, job_stdout=job_stdout, on_submit=on_submit)
     ctx = ExecutionContext(
         address=address,
         token=token,

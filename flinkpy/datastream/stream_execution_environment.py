@@ -125,18 +125,19 @@ class StreamExecutionEnvironment:
         return self.get_checkpoint_config().get_checkpointing_mode()
 
     def set_state_backend(self, state_backend: Any) -> "StreamExecutionEnvironment":
-        """Where keyed state lives (``HashMapStateBackend()``; see flinkpy.datastream.state_backend)."""
-        type_name = getattr(state_backend, "type_name", None)
-        if not type_name:
+        """Where keyed state lives: ``HashMapStateBackend()`` or ``EmbeddedRocksDBStateBackend()``
+        (see flinkpy.datastream.state_backend)."""
+        settings = getattr(state_backend, "settings", None)
+        if not getattr(state_backend, "type_name", None) or not callable(settings):
             raise InvalidProgramError(f"set_state_backend() needs a state backend, got {type(state_backend).__name__}",
-                                      remedy="pass HashMapStateBackend() (flinkpy.datastream.state_backend)")
-        self._settings["state.backend.type"] = type_name
+                                      remedy="pass HashMapStateBackend() or EmbeddedRocksDBStateBackend() (flinkpy.datastream.state_backend)")
+        self._settings.update(settings())
         return self
 
     def get_state_backend(self) -> Any:
         from flinkpy.datastream.state_backend import backend_of
 
-        return backend_of(self._settings.get("state.backend.type", "hashmap"))
+        return backend_of(self._settings.get("state.backend.type", "hashmap"), self._settings)
 
     def set_restart_strategy(self, restart_strategy_configuration: Any) -> "StreamExecutionEnvironment":
         self._settings.update(restart_strategy_configuration.to_config())
@@ -224,13 +225,9 @@ class StreamExecutionEnvironment:
                 "BATCH execution mode needs bounded sources, but this job has an unbounded one",
                 remedy="use STREAMING mode, or make the sources bounded",
             )
-        if settings.get("state.backend.type", "hashmap").lower() == "rocksdb":
-            from flinkpy.errors import ConfigurationError
+        from flinkpy.datastream.state_backend import backend_of
 
-            raise ConfigurationError(
-                "state.backend.type: rocksdb — flinkpy has no embedded on-disk state backend yet",
-                remedy="use hashmap (the default): keyed state in memory, checkpointed to execution.checkpointing.dir",
-            )
+        backend_of(settings.get("state.backend.type", "hashmap"), settings)  # refuses unknown types and bad options
         interval = self._config.get_auto_watermark_interval()
         if interval != 200 or "pipeline.auto-watermark-interval" not in settings:
             settings["pipeline.auto-watermark-interval"] = f"{interval} ms"
@@ -265,13 +262,31 @@ class StreamExecutionEnvironment:
         """Run the job; returns a JobExecutionResult when it finished (raises if it failed)."""
         from flinkpy.client.executor import execute_job_graph
 
-        return execute_job_graph(self._job_graph(job_name), detached=False)
+        job = self._job_graph(job_name)
+        if self._captured(job.job_name):
+            from flinkpy.client.job_client import JobExecutionResult
+
+            return JobExecutionResult("", 0, job.job_name)
+        return execute_job_graph(job, detached=False)
 
     def execute_async(self, job_name: str = "Flink Streaming Job") -> Any:
         """Submit the job and return a JobClient at once."""
         from flinkpy.client.executor import execute_job_graph
 
-        return execute_job_graph(self._job_graph(job_name), detached=True)
+        job = self._job_graph(job_name)
+        if self._captured(job.job_name):
+            return None
+        return execute_job_graph(job, detached=True)
+
+    def _captured(self, job_name: str) -> bool:
+        """In a capturing context (the Spark runner), hand this environment over instead of running it."""
+        from flinkpy.client.context import current_context
+
+        capture = current_context().capture
+        if capture is None:
+            return False
+        capture.append((self, job_name))
+        return True
 
     def close(self) -> None:
         """Nothing to release: embedded clusters live only as long as one execute()."""

@@ -37,6 +37,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from flinkpy.checkpoint.shared_state import SharedStateRegistry, metadata_shared_files, shared_files
 from flinkpy.config import parse_duration_ms
 from flinkpy.errors import ConfigurationError, ConflictError
 
@@ -305,10 +306,23 @@ class Abort:
 
 @dataclass(frozen=True)
 class Discard:
-    """Delete the files of checkpoint N: its directory, or only partial files when path is None."""
+    """Delete the files of checkpoint N: its directory, or only partial files when path is None;
+    and the shared files (incremental checkpoints) no retained checkpoint references any more.
+
+    ``foreign`` marks a claimed checkpoint of another job: its directory is ``external_path``."""
 
     checkpoint_id: int
     external_path: str | None
+    shared: tuple[str, ...] = ()
+    foreign: bool = False
+
+
+@dataclass(frozen=True)
+class SweepShared:
+    """The job ended: delete every file under its ``shared/`` directory except ``keep`` (uploads
+    of tasks killed mid-checkpoint that no checkpoint ever registered)."""
+
+    keep: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -316,7 +330,7 @@ class FailJob:
     reason: str
 
 
-Action = TriggerCheckpoint | Finalize | NotifyComplete | Abort | Discard | FailJob
+Action = TriggerCheckpoint | Finalize | NotifyComplete | Abort | Discard | SweepShared | FailJob
 
 
 class CheckpointTriggerRefused(ConflictError):
@@ -377,6 +391,13 @@ class CheckpointCoordinator:
             "alignment_buffered": RunningSummary(),
         }
         self._records: OrderedDict[int, CheckpointRecord] = OrderedDict()
+        #: reference counts of the shared files of incremental checkpoints
+        self.shared = SharedStateRegistry()
+        #: a restored checkpoint this job owns (claim mode, or its own after a JobManager
+        #: failover): (id, directory); discarded once ``retained`` newer checkpoints completed
+        self._adopted: tuple[int, str, bool] | None = None
+        #: some task acknowledged an incremental snapshot (the job has a shared/ directory)
+        self._saw_shared = False
         self._last_trigger_ms: int | None = None
         #: end of the last checkpoint (completed or failed): the minimum pause counts from here
         self._last_end_ms: int | None = None
@@ -436,10 +457,15 @@ class CheckpointCoordinator:
         cp = self.pending.get(checkpoint_id)
         if cp is None:
             self.num_late_messages += 1
-            return []
+            if checkpoint_id >= self.next_id or any(c.checkpoint_id == checkpoint_id for c in self.completed):
+                return []
+            # the checkpoint ended without this task: what it wrote belongs to nobody
+            return [Discard(checkpoint_id, None, tuple(self.shared.unregistered(shared_files({task: state}))))]
         if task not in cp.tasks or task in cp.states:
             return []
         cp.states[task] = state
+        if not self._saw_shared and next(shared_files({task: state}), None) is not None:
+            self._saw_shared = True
         cp.metrics[task] = dict(metrics)
         cp.ack_ms[task] = now_ms
         if cp.waiting_for or cp.finalizing:
@@ -468,6 +494,8 @@ class CheckpointCoordinator:
             ack_ms=cp.ack_ms,
         )
         self.completed.append(done)
+        if not done.is_savepoint:
+            self.shared.register(checkpoint_id, shared_files(done.states))
         self._remember(done)
         self.num_completed += 1
         self._last_end_ms = now_ms
@@ -485,7 +513,9 @@ class CheckpointCoordinator:
         checkpoints = [c for c in self.completed if not c.is_savepoint]
         for old in checkpoints[: max(0, len(checkpoints) - self.options.retained)]:
             self.completed.remove(old)
-            actions.append(Discard(old.checkpoint_id, old.external_path))
+            actions.append(self._discard(old.checkpoint_id, old.external_path))
+        if self._adopted is not None and len(checkpoints) >= self.options.retained:
+            actions.append(self._discard_adopted())
         return actions
 
     def finalize_failed(self, checkpoint_id: int, reason: str, now_ms: int) -> list[Action]:
@@ -537,7 +567,12 @@ class CheckpointCoordinator:
             doomed = []
         for old in doomed:
             self.completed.remove(old)
-            actions.append(Discard(old.checkpoint_id, old.external_path))
+            actions.append(self._discard(old.checkpoint_id, old.external_path))
+        if job_state in ("CANCELED", "FINISHED", "FAILED"):
+            if self._adopted is not None and (job_state == "FINISHED" or (job_state == "CANCELED" and not self.options.retain_on_cancellation)):
+                actions.append(self._discard_adopted())
+            if self._saw_shared:
+                actions.append(SweepShared(self.shared.files()))
         return actions
 
     def failover(self, tasks: Iterable[TaskKey], now_ms: int) -> list[Action]:
@@ -550,14 +585,44 @@ class CheckpointCoordinator:
             self.finished_tasks.discard(tuple(task))  # type: ignore[arg-type]
         return actions
 
-    def restored(self, checkpoint_id: int, external_path: str, now_ms: int, *, is_savepoint: bool = False) -> list[Action]:
-        """The job (re)started from this checkpoint; new ids continue after it."""
+    def restored(
+        self, checkpoint_id: int, external_path: str, now_ms: int, *, is_savepoint: bool = False,
+        metadata: Mapping[str, Any] | None = None, owned: bool = False, foreign: bool = False,
+    ) -> list[Action]:
+        """The job (re)started from this checkpoint; new ids continue after it.
+
+        ``owned``: the job takes ownership of a checkpoint it did not complete itself (restore
+        mode claim, or its own checkpoint after a JobManager failover): its shared files are
+        registered, new checkpoints may build on it, and it is discarded like one of the job's
+        own once ``retained`` newer checkpoints completed. ``foreign``: it is another job's, in
+        ``external_path`` (not under this job's directory)."""
         self.restored_from = RestoredCheckpoint(checkpoint_id, now_ms, external_path, is_savepoint)
         self.num_restored += 1
         self.next_id = max(self.next_id, checkpoint_id + 1)
+        if owned and not is_savepoint and metadata is not None and not any(c.checkpoint_id == checkpoint_id for c in self.completed):
+            self.shared.register(checkpoint_id, metadata_shared_files(metadata))
+            self._adopted = (checkpoint_id, external_path, foreign)
         return []
 
+    @property
+    def base_checkpoint_id(self) -> int | None:
+        """What the next checkpoint's tasks may build on (incremental snapshots): the newest
+        completed checkpoint, or the adopted restored one; savepoints never."""
+        for c in reversed(self.completed):
+            if not c.is_savepoint:
+                return c.checkpoint_id
+        return self._adopted[0] if self._adopted is not None else None
+
     # -- internals ---------------------------------------------------------------------------
+
+    def _discard(self, checkpoint_id: int, external_path: str | None) -> Discard:
+        return Discard(checkpoint_id, external_path, tuple(self.shared.release(checkpoint_id)))
+
+    def _discard_adopted(self) -> Discard:
+        assert self._adopted is not None
+        cid, path, foreign = self._adopted
+        self._adopted = None
+        return Discard(cid, path, tuple(self.shared.release(cid)), foreign=foreign)
 
     def _periodic_due(self, now_ms: int) -> bool:
         opts = self.options
@@ -616,7 +681,7 @@ class CheckpointCoordinator:
         self._remember(failed)
         self.num_failed += 1
         self.latest_failed = failed
-        return [Abort(cp.checkpoint_id, reason), Discard(cp.checkpoint_id, None)]
+        return [Abort(cp.checkpoint_id, reason), Discard(cp.checkpoint_id, None, tuple(self.shared.unregistered(shared_files(cp.states))))]
 
     def _remember(self, record: CheckpointRecord) -> None:
         self._records[record.checkpoint_id] = record

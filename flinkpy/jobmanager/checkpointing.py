@@ -18,6 +18,7 @@ from flinkpy.jobmanager.checkpoint_coordinator import (
     CheckpointCoordinator,
     CheckpointingOptions,
     Discard,
+    SweepShared,
     FailJob,
     Finalize,
     NotifyComplete,
@@ -174,6 +175,8 @@ class JobCheckpointing:
                     continue  # fenced: no longer the leader; the checkpoint times out unheard
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
                 body = {"checkpoint_id": a.checkpoint_id, "timestamp": a.timestamp, "mode": a.mode, "kind": a.kind}
+                if a.kind == "checkpoint":
+                    body["base"] = self.coordinator.base_checkpoint_id  # incremental snapshots build on it
                 record = self.savepoint_of(a.checkpoint_id)
                 if record is not None:
                     body.update(dir=record["dir"], stop=record["stop"], drain=record["drain"])
@@ -195,7 +198,9 @@ class JobCheckpointing:
                     if ex.state == "RUNNING":
                         send(ex, "notify_checkpoint_aborted", {"checkpoint_id": a.checkpoint_id})
             elif isinstance(a, Discard):
-                _io.submit(self._discard, a.checkpoint_id, a.external_path)
+                _io.submit(self._discard, a)
+            elif isinstance(a, SweepShared):
+                _io.submit(self._sweep_shared, a.keep)
             elif isinstance(a, FailJob):
                 fail_job(a.reason)
 
@@ -265,9 +270,23 @@ class JobCheckpointing:
             subtask=ex.subtask, parallelism=v["parallelism"], max_parallelism=v["max_parallelism"],
         )
 
-    def _discard(self, checkpoint_id: int, external_path: str | None) -> None:
-        self.metadata_docs.pop(checkpoint_id, None)
+    def _discard(self, a: Discard) -> None:
+        self.metadata_docs.pop(a.checkpoint_id, None)
         try:
-            self.storage.discard(self.graph.job_id, checkpoint_id)
+            if a.foreign:
+                if a.external_path:
+                    self.storage.discard_path(a.external_path)
+            else:
+                self.storage.discard(self.graph.job_id, a.checkpoint_id)
+            self.storage.discard_files(a.shared)
         except Exception as e:  # noqa: BLE001
-            log.warning("could not delete checkpoint %d of job %s: %s", checkpoint_id, self.graph.job_id, e)
+            log.warning("could not delete checkpoint %d of job %s: %s", a.checkpoint_id, self.graph.job_id, e)
+
+    def _sweep_shared(self, keep: frozenset[str]) -> None:
+        try:
+            gone = self.storage.sweep_shared(self.graph.job_id, keep)
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not clean the shared state of job %s: %s", self.graph.job_id, e)
+            return
+        if gone:
+            log.info("job %s: deleted %d shared file(s) no checkpoint references", self.graph.job_id, gone)

@@ -182,8 +182,11 @@ class Dispatcher:
             if restore_from:
                 directory, metadata = restore_from
                 checkpointing.initial_restore = (directory, metadata)
+                own = metadata.get("job_id") == job_id  # a JobManager failover recovers the job's own checkpoint
+                claim = str(config.get("execution.state-recovery.claim-mode", "NO_CLAIM")).upper() == "CLAIM"
                 checkpointing.coordinator.restored(
-                    int(metadata.get("checkpoint_id", 0)), directory, now_ms(), is_savepoint=metadata.get("kind") == "savepoint"
+                    int(metadata.get("checkpoint_id", 0)), directory, now_ms(), is_savepoint=metadata.get("kind") == "savepoint",
+                    metadata=metadata, owned=own or claim, foreign=not own,
                 )
                 graph.events.append({"timestamp": now_ms(), "type": "restored", "from": directory, "kind": metadata.get("kind")})
             self._perform(job_id, graph.schedule(assignment, now_ms()))
@@ -578,6 +581,8 @@ def _task_config(config: dict[str, str]) -> dict[str, Any]:
         "buffer_timeout_ms": parse_duration_ms(get("execution.buffer-timeout.interval", "100 ms")),
         "auto_watermark_ms": parse_duration_ms(get("pipeline.auto-watermark-interval", "200 ms")),
         "segment_size": _parse_bytes(get("taskmanager.memory.segment-size", "32 kb")),
+        "incremental": str(get("execution.checkpointing.incremental", "false")).lower() == "true",
+        "state_backend": {k: v for k, v in config.items() if k.startswith("state.backend.")},
         "credit": int(get("taskmanager.network.memory.buffers-per-channel", "2"))
         + max(0, int(get("taskmanager.network.memory.floating-buffers-per-gate", "8")) // 4),
     }

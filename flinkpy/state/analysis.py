@@ -12,6 +12,12 @@ checkpoint or savepoint (any fsspec URL; its directory or its `_metadata`) and r
 It is what ``flinkpy state analyze PATH`` prints; :func:`to_dataframe` turns the result into a
 pandas DataFrame (one row per operator, state and key group) for the user's own analysis.
 
+Two engines compute it. ``local`` reads the state files one at a time in this process.
+``spark`` (:mod:`flinkpy.spark.analysis`) reads them in Spark tasks, one row per key, and
+aggregates with Spark, for snapshots too large for one process; its
+``read_keyed_state(spark, path)`` returns that DataFrame of keys for the user's own queries.
+Both feed the same :func:`build_report`, so they give the same report.
+
 **What the numbers mean.**
 
 ``bytes`` of one key of one state is ``len(pickle.dumps((key, value), protocol=5))``: the size
@@ -83,6 +89,7 @@ import heapq
 import itertools
 import pickle
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from flinkpy.checkpoint.metadata import CorruptCheckpointError
@@ -91,7 +98,7 @@ from flinkpy.errors import ConfigurationError, UsageError
 from flinkpy.state.heap import SNAPSHOT_VERSION
 from flinkpy.state.heap import TIMER_EVENT_TABLE as TIMERS_EVENT, TIMER_PROCESSING_TABLE as TIMERS_PROCESSING
 
-#: ``--engine`` values; only ``local`` (this process) is implemented so far.
+#: ``--engine`` values: ``local`` (this process) and ``spark`` (Spark tasks, see flinkpy.spark.analysis)
 ENGINES = ("local", "spark")
 #: key reprs longer than this are cut (with "...") in the top-keys list
 KEY_REPR_LIMIT = 80
@@ -108,6 +115,7 @@ def analyze(
     top: int = 10,
     engine: str = "local",
     storage_options: Mapping[str, Any] | None = None,
+    spark: Any = None,
 ) -> dict[str, Any]:
     """Analyze the checkpoint or savepoint at ``path`` (its directory or `_metadata`, any fsspec URL).
 
@@ -132,52 +140,34 @@ def analyze(
 
     (the module docstring defines keys, entries, bytes and the skew figures). ``key_groups`` of a
     state counts its non-empty key groups; of a subtask it is its ``[first, last]`` range.
-    ``top`` is how many keys ``top_keys`` lists (largest first; 0 for none). ``engine`` must be
-    ``"local"``: ``"spark"`` is reserved and refused with ``UsageError`` (exit 2) until it exists.
+    ``top`` is how many keys ``top_keys`` lists (largest first, ties in the order the snapshot
+    holds them; 0 for none).
+
+    ``engine="local"`` reads the files one at a time in this process. ``engine="spark"`` reads
+    them in Spark tasks (one per state file) and computes the same report with DataFrame
+    aggregations (see :mod:`flinkpy.spark.analysis`): pass a ``SparkSession`` as ``spark``, or
+    one is started on ``local[*]``. Both engines give the same result, ``engine`` aside.
     """
     if engine not in ENGINES:
         raise UsageError(f"unknown analysis engine {engine!r}", remedy=f"use one of {', '.join(ENGINES)}")
-    if engine == "spark":
-        raise UsageError(
-            "the spark engine of snapshot analysis is not available yet",
-            remedy="use --engine local, the default, which analyzes the snapshot in this process",
-        )
     if top < 0:
         raise UsageError(f"top must be 0 or more, got {top}")
+    if engine == "spark":
+        from flinkpy.spark.analysis import analyze as analyze_with_spark
+
+        return analyze_with_spark(path, top=top, storage_options=storage_options, spark=spark)
     storage = CheckpointStorage(path, storage_options=storage_options)
     report = storage.verify(path)  # NotFoundError (exit 4) when there is no complete checkpoint
     if not report.restorable:
-        raise _not_restorable(report)
+        raise not_restorable(report)
     doc = report.metadata
     assert doc is not None
     reader = _Reader(storage, report.path)
     top_heap: list[tuple[int, int, dict[str, Any]]] = []
     order = itertools.count()
-    operators = [_operator(op, reader, top, top_heap, order) for op in doc["operators"]]
+    facts = [_scan_operator(op, reader, top, top_heap, order) for op in doc["operators"]]
     top_keys = [row for _, _, row in sorted(top_heap, key=lambda t: (-t[0], -t[1]))]
-    return {
-        "path": report.path,
-        "metadata_path": report.metadata_path,
-        "engine": engine,
-        "job_id": doc["job_id"],
-        "job_name": doc["job_name"],
-        "checkpoint_id": doc["checkpoint_id"],
-        "kind": doc["kind"],
-        "savepoint_format": doc.get("savepoint_format"),
-        "max_parallelism": doc["max_parallelism"],
-        "files_checked": report.files_checked,
-        "bytes_checked": report.bytes_checked,
-        "totals": {
-            "keys": sum(o["keys"] for o in operators),
-            "entries": sum(o["entries"] for o in operators),
-            "bytes": sum(o["bytes"] for o in operators),
-            "file_bytes": sum(o["file_bytes"] for o in operators),
-            "operator_state_bytes": sum(o["operator_state_bytes"] for o in operators),
-            "operator_state_file_bytes": sum(o["operator_state_file_bytes"] for o in operators),
-        },
-        "operators": operators,
-        "top_keys": top_keys,
-    }
+    return build_report(report, facts, top_keys, engine="local")
 
 
 def key_group_rows(result: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
@@ -208,6 +198,9 @@ def to_dataframe(result: Mapping[str, Any]) -> Any:
 
         df = to_dataframe(analyze("s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60"))
         df.groupby(["operator", "state"])["bytes"].sum()
+
+    For a Spark DataFrame with one row per key instead, see
+    ``flinkpy.spark.analysis.read_keyed_state``.
     """
     try:
         import pandas as pd
@@ -219,38 +212,79 @@ def to_dataframe(result: Mapping[str, Any]) -> Any:
     return pd.DataFrame(list(key_group_rows(result)), columns=list(COLUMNS))
 
 
-# --------------------------------------------------------------------------- reading
+# --------------------------------------------------------------------------- reading (both engines)
 
 
 class _Reader:
     """Reads and decodes the state files of one checkpoint, one at a time (none is kept, so
-    memory holds one subtask's state at most)."""
+    memory holds one subtask's state at most). Picklable: Spark tasks use it too."""
 
     def __init__(self, storage: CheckpointStorage, dir_url: str):
         self.storage = storage
         self.dir_url = dir_url
 
+    def url(self, handle: Mapping[str, Any]) -> str:
+        return f"{self.dir_url.rstrip('/')}/{handle['path']}"
+
     def load(self, handle: Mapping[str, Any]) -> Any:
-        data = self.storage.read_state(self.dir_url, handle)  # checks size and checksum again
-        url = f"{self.dir_url.rstrip('/')}/{handle['path']}"
+        from flinkpy.state.incremental import is_incremental, read_keyed_state
+
         try:
+            if is_incremental(handle):  # native store files: read out key group by key group
+                return read_keyed_state(self.storage, self.dir_url, handle)
+            data = self.storage.read_state(self.dir_url, handle)  # checks size and checksum again
             return pickle.loads(data)
         except (ImportError, AttributeError) as exc:
             raise ConfigurationError(
-                f"{url}: its state holds objects whose class cannot be imported here: {exc}",
+                f"{self.url(handle)}: its state holds objects whose class cannot be imported here: {exc}",
                 remedy="put the directory of the job's modules on PYTHONPATH and analyze again",
             ) from None
         except Exception as exc:  # noqa: BLE001 - a file that matched its checksum but does not decode
-            raise CorruptCheckpointError(url, f"not a flinkpy state file: {type(exc).__name__}: {exc}") from None
+            raise CorruptCheckpointError(self.url(handle), f"not a flinkpy state file: {type(exc).__name__}: {exc}") from None
 
 
-def _not_restorable(report: Any) -> CorruptCheckpointError:
+def not_restorable(report: Any) -> CorruptCheckpointError:
+    """The error for a ``VerifyReport`` with problems: the one problem, or the first five."""
     remedy = f"run 'flinkpy checkpoint verify {report.path}' for the details; analyze a complete checkpoint or savepoint"
     if len(report.problems) == 1:
         p = report.problems[0]
         return CorruptCheckpointError(p.path, p.problem, remedy=remedy)
     listed = "; ".join(str(p) for p in report.problems[:5]) + ("; ..." if len(report.problems) > 5 else "")
     return CorruptCheckpointError(report.path, f"{len(report.problems)} problems: {listed}", remedy=remedy)
+
+
+def keyed_entries(snapshot: Any, url: str) -> Iterator[tuple[str, str, int | None, Any, int, int]]:
+    """``(state, kind, key_group, key, entries, bytes)`` for every key of every state of one
+    keyed-state file, in the file's order: states as stored, key groups ascending, keys as
+    stored. Each state first yields ``(state, kind, None, None, 0, 0)``, so a state without
+    keys is still seen. ``url`` names the file in errors.
+    """
+    if not isinstance(snapshot, dict) or snapshot.get("version") != SNAPSHOT_VERSION:
+        version = snapshot.get("version") if isinstance(snapshot, dict) else None
+        raise CorruptCheckpointError(
+            url,
+            f"keyed state snapshot has version {version!r}; this flinkpy reads version {SNAPSHOT_VERSION}",
+            remedy="analyze with the flinkpy version that wrote the snapshot",
+        )
+    for name, entry in snapshot["states"].items():
+        kind = entry["kind"]
+        yield name, kind, None, None, 0, 0
+        for kg, mapping in sorted(entry["key_groups"].items(), key=lambda item: int(item[0])):
+            if mapping:
+                for key, (n, size) in _per_key(name, kind, mapping):
+                    yield name, kind, int(kg), key, n, size
+
+
+def operator_states(state: Any) -> Iterator[tuple[str, str, int, int]]:
+    """(name, kind, entries, bytes) of each state in an operator-state file (see task.checkpointing)."""
+    if not isinstance(state, dict):
+        return
+    for name, s in (state.get("functions") or {}).get("states", {}).items():
+        items = s.get("items", [])
+        yield name, "union" if s.get("mode") == "union" else "list", len(items), _size(items)
+    if "sink" in state:
+        sink = state["sink"]
+        yield "sink", "sink", len(sink) if hasattr(sink, "__len__") else 1, _size(sink)
 
 
 def _size(obj: Any) -> int:
@@ -284,8 +318,13 @@ def _per_key(name: str, kind: str, mapping: Mapping[Any, Any]) -> Iterator[tuple
     yield from per_key.items()
 
 
-def _key_repr(key: Any) -> str:
-    text = repr(key)
+def key_repr(key: Any) -> str:
+    """``repr(key)``, cut to :data:`KEY_REPR_LIMIT` characters (see :func:`cut_repr`)."""
+    return cut_repr(repr(key))
+
+
+def cut_repr(text: str) -> str:
+    """A key's repr as the top-keys list shows it: at most :data:`KEY_REPR_LIMIT` characters, "..." ending a cut one."""
     return text if len(text) <= KEY_REPR_LIMIT else text[: KEY_REPR_LIMIT - 3] + "..."
 
 
@@ -293,88 +332,97 @@ def _ratio(value: float, mean: float) -> float:
     return round(value / mean, 3) if mean else 0.0
 
 
-def _operator(
-    op: Mapping[str, Any],
-    reader: _Reader,
-    top: int,
-    top_heap: list[tuple[int, int, dict[str, Any]]],
-    order: Iterator[int],
-) -> dict[str, Any]:
-    states: dict[str, dict[str, Any]] = {}
-    key_groups: list[dict[str, Any]] = []
-    subtasks: list[dict[str, Any]] = []
-    operator_state: list[dict[str, Any]] = []
-    op_keys = 0
-    largest_key = 0
+# --------------------------------------------------------------------------- facts -> report (both engines)
+
+
+@dataclass
+class OperatorFacts:
+    """What an engine measured of one operator's state files; :func:`build_report` derives
+    every total and figure of the report from these (and `_metadata`), the same way for both
+    engines."""
+
+    #: keyed state name -> kind, in order of first appearance (subtasks ascending, file order)
+    declared: dict[str, str] = field(default_factory=dict)
+    #: {state, kind, key_group, subtask, keys, entries, bytes} per state and non-empty key group
+    key_groups: list[dict[str, Any]] = field(default_factory=list)
+    #: subtask -> (distinct keys over all states, bytes of its largest key summed over the states)
+    subtask_keys: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: {subtask, name, kind, entries, bytes} per operator state, subtasks ascending, file order
+    operator_state: list[dict[str, Any]] = field(default_factory=list)
+
+
+def build_report(report: Any, facts: list[OperatorFacts], top_keys: list[dict[str, Any]], *, engine: str) -> dict[str, Any]:
+    """The :func:`analyze` result from a verified checkpoint (``VerifyReport``), one
+    :class:`OperatorFacts` per operator of its `_metadata` (in order), and the top keys."""
+    doc = report.metadata
+    operators = [_operator_report(op, f) for op, f in zip(doc["operators"], facts, strict=True)]
+    return {
+        "path": report.path,
+        "metadata_path": report.metadata_path,
+        "engine": engine,
+        "job_id": doc["job_id"],
+        "job_name": doc["job_name"],
+        "checkpoint_id": doc["checkpoint_id"],
+        "kind": doc["kind"],
+        "savepoint_format": doc.get("savepoint_format"),
+        "max_parallelism": doc["max_parallelism"],
+        "files_checked": report.files_checked,
+        "bytes_checked": report.bytes_checked,
+        "totals": {
+            "keys": sum(o["keys"] for o in operators),
+            "entries": sum(o["entries"] for o in operators),
+            "bytes": sum(o["bytes"] for o in operators),
+            "file_bytes": sum(o["file_bytes"] for o in operators),
+            "operator_state_bytes": sum(o["operator_state_bytes"] for o in operators),
+            "operator_state_file_bytes": sum(o["operator_state_file_bytes"] for o in operators),
+        },
+        "operators": operators,
+        "top_keys": top_keys,
+    }
+
+
+def _operator_report(op: Mapping[str, Any], facts: OperatorFacts) -> dict[str, Any]:
+    states = {
+        name: {"name": name, "kind": kind, "internal": name.startswith("_"), "keys": 0, "entries": 0, "bytes": 0, "key_groups": 0, "max_key_group_bytes": 0}
+        for name, kind in facts.declared.items()
+    }
+    per_subtask: dict[int, list[int]] = {}
+    per_group: dict[int, int] = {}
+    for r in facts.key_groups:
+        st = states[r["state"]]
+        st["keys"] += r["keys"]
+        st["entries"] += r["entries"]
+        st["bytes"] += r["bytes"]
+        st["key_groups"] += 1
+        st["max_key_group_bytes"] = max(st["max_key_group_bytes"], r["bytes"])
+        sums = per_subtask.setdefault(r["subtask"], [0, 0])
+        sums[0] += r["entries"]
+        sums[1] += r["bytes"]
+        per_group[r["key_group"]] = per_group.get(r["key_group"], 0) + r["bytes"]
+    op_state_bytes: dict[int, int] = {}
+    for r in facts.operator_state:
+        op_state_bytes[r["subtask"]] = op_state_bytes.get(r["subtask"], 0) + r["bytes"]
+    subtasks = []
     file_paths: dict[str, int] = {}
     op_file_paths: dict[str, int] = {}
     for sub in sorted(op["subtasks"], key=lambda s: s["subtask"]):
         index = sub["subtask"]
         keyed, op_handle = sub.get("keyed_state"), sub.get("operator_state")
-        row = {
-            "subtask": index,
-            "key_groups": list(keyed["key_groups"]) if keyed else None,
-            "keys": 0,
-            "entries": 0,
-            "bytes": 0,
-            "file_bytes": keyed["size"] if keyed else 0,
-            "operator_state_bytes": 0,
-            "operator_state_file_bytes": op_handle["size"] if op_handle else 0,
-        }
         if keyed:
             file_paths[keyed["path"]] = keyed["size"]
-            snapshot = reader.load(keyed)
-            if not isinstance(snapshot, dict) or snapshot.get("version") != SNAPSHOT_VERSION:
-                version = snapshot.get("version") if isinstance(snapshot, dict) else None
-                raise CorruptCheckpointError(
-                    f"{reader.dir_url.rstrip('/')}/{keyed['path']}",
-                    f"keyed state snapshot has version {version!r}; this flinkpy reads version {SNAPSHOT_VERSION}",
-                    remedy="analyze with the flinkpy version that wrote the snapshot",
-                )
-            #: key group -> {key: its bytes over every state}; a key lives in one key group only
-            group_keys: dict[int, dict[Any, int]] = {}
-            for name, entry in snapshot["states"].items():
-                kind = entry["kind"]
-                st = states.setdefault(name, {"name": name, "kind": kind, "internal": name.startswith("_"), "keys": 0, "entries": 0, "bytes": 0, "key_groups": 0, "max_key_group_bytes": 0})
-                for kg, mapping in sorted(entry["key_groups"].items(), key=lambda item: int(item[0])):
-                    if not mapping:
-                        continue
-                    kg = int(kg)
-                    kg_entries = kg_bytes = kg_keys = 0
-                    keys_here = group_keys.setdefault(kg, {})
-                    for key, (n, size) in _per_key(name, kind, mapping):
-                        keys_here[key] = keys_here.get(key, 0) + size
-                        kg_keys += 1
-                        kg_entries += n
-                        kg_bytes += size
-                        if top and (len(top_heap) < top or size > top_heap[0][0]):
-                            # Ties keep the key seen first: the sequence number breaks them.
-                            item = (size, -next(order), {
-                                "operator": op["name"], "uid": op["uid"], "operator_id": op["operator_id"],
-                                "state": name, "kind": kind, "key": _key_repr(key), "key_group": kg,
-                                "subtask": index, "entries": n, "bytes": size,
-                            })
-                            if len(top_heap) < top:
-                                heapq.heappush(top_heap, item)
-                            else:
-                                heapq.heapreplace(top_heap, item)
-                    key_groups.append({"state": name, "kind": kind, "key_group": kg, "subtask": index, "keys": kg_keys, "entries": kg_entries, "bytes": kg_bytes})
-                    st["keys"] += kg_keys
-                    st["entries"] += kg_entries
-                    st["bytes"] += kg_bytes
-                    st["key_groups"] += 1
-                    st["max_key_group_bytes"] = max(st["max_key_group_bytes"], kg_bytes)
-                    row["entries"] += kg_entries
-                    row["bytes"] += kg_bytes
-            row["keys"] = sum(len(k) for k in group_keys.values())
-            largest_key = max([largest_key, *(max(k.values(), default=0) for k in group_keys.values())])
-            op_keys += row["keys"]
         if op_handle:
             op_file_paths[op_handle["path"]] = op_handle["size"]
-            for name, kind, entries, size in _operator_states(reader.load(op_handle)):
-                operator_state.append({"subtask": index, "name": name, "kind": kind, "entries": entries, "bytes": size})
-                row["operator_state_bytes"] += size
-        subtasks.append(row)
+        entries, size = per_subtask.get(index, (0, 0))
+        subtasks.append({
+            "subtask": index,
+            "key_groups": list(keyed["key_groups"]) if keyed else None,
+            "keys": facts.subtask_keys.get(index, (0, 0))[0] if keyed else 0,
+            "entries": entries,
+            "bytes": size,
+            "file_bytes": keyed["size"] if keyed else 0,
+            "operator_state_bytes": op_state_bytes.get(index, 0),
+            "operator_state_file_bytes": op_handle["size"] if op_handle else 0,
+        })
     keyed_bytes = sum(s["bytes"] for s in subtasks)
     result = {
         "operator_id": op["operator_id"],
@@ -382,22 +430,20 @@ def _operator(
         "name": op["name"],
         "parallelism": op["parallelism"],
         "max_parallelism": op["max_parallelism"],
-        "keys": op_keys,
+        "keys": sum(s["keys"] for s in subtasks),
         "entries": sum(s["entries"] for s in subtasks),
         "bytes": keyed_bytes,
         "file_bytes": sum(file_paths.values()),
         "states": list(states.values()),
-        "key_groups": sorted(key_groups, key=lambda r: (r["key_group"], r["state"])),
+        "key_groups": sorted(facts.key_groups, key=lambda r: (r["key_group"], r["state"])),
         "subtasks": subtasks,
-        "operator_state": operator_state,
+        "operator_state": list(facts.operator_state),
         "operator_state_bytes": sum(s["operator_state_bytes"] for s in subtasks),
         "operator_state_file_bytes": sum(op_file_paths.values()),
         "skew": None,
     }
     if file_paths:
-        per_group: dict[int, int] = {}
-        for r in key_groups:
-            per_group[r["key_group"]] = per_group.get(r["key_group"], 0) + r["bytes"]
+        largest_key = max((largest for _, largest in facts.subtask_keys.values()), default=0)
         kg_max = max(per_group.values(), default=0)
         kg_mean = keyed_bytes / op["max_parallelism"]
         st_max = max(s["bytes"] for s in subtasks)
@@ -415,13 +461,53 @@ def _operator(
     return result
 
 
-def _operator_states(state: Any) -> Iterator[tuple[str, str, int, int]]:
-    """(name, kind, entries, bytes) of each state in an operator-state file (see task.checkpointing)."""
-    if not isinstance(state, dict):
-        return
-    for name, s in (state.get("functions") or {}).get("states", {}).items():
-        items = s.get("items", [])
-        yield name, "union" if s.get("mode") == "union" else "list", len(items), _size(items)
-    if "sink" in state:
-        sink = state["sink"]
-        yield "sink", "sink", len(sink) if hasattr(sink, "__len__") else 1, _size(sink)
+# --------------------------------------------------------------------------- the local engine
+
+
+def _scan_operator(
+    op: Mapping[str, Any],
+    reader: _Reader,
+    top: int,
+    top_heap: list[tuple[int, int, dict[str, Any]]],
+    order: Iterator[int],
+) -> OperatorFacts:
+    facts = OperatorFacts()
+    for sub in sorted(op["subtasks"], key=lambda s: s["subtask"]):
+        index = sub["subtask"]
+        keyed, op_handle = sub.get("keyed_state"), sub.get("operator_state")
+        if keyed:
+            #: (state, key group) -> its row; key group -> {key: its bytes over every state}
+            rows: dict[tuple[str, int], dict[str, Any]] = {}
+            group_keys: dict[int, dict[Any, int]] = {}
+            for name, kind, kg, key, n, size in keyed_entries(reader.load(keyed), reader.url(keyed)):
+                if kg is None:
+                    facts.declared.setdefault(name, kind)
+                    continue
+                row = rows.get((name, kg))
+                if row is None:
+                    row = rows[(name, kg)] = {"state": name, "kind": kind, "key_group": kg, "subtask": index, "keys": 0, "entries": 0, "bytes": 0}
+                row["keys"] += 1
+                row["entries"] += n
+                row["bytes"] += size
+                keys_here = group_keys.setdefault(kg, {})
+                keys_here[key] = keys_here.get(key, 0) + size
+                if top and (len(top_heap) < top or size > top_heap[0][0]):
+                    # Ties keep the key seen first: the sequence number breaks them.
+                    item = (size, -next(order), {
+                        "operator": op["name"], "uid": op["uid"], "operator_id": op["operator_id"],
+                        "state": name, "kind": kind, "key": key_repr(key), "key_group": kg,
+                        "subtask": index, "entries": n, "bytes": size,
+                    })
+                    if len(top_heap) < top:
+                        heapq.heappush(top_heap, item)
+                    else:
+                        heapq.heapreplace(top_heap, item)
+            facts.key_groups.extend(rows.values())
+            facts.subtask_keys[index] = (
+                sum(len(k) for k in group_keys.values()),
+                max((max(k.values()) for k in group_keys.values() if k), default=0),
+            )
+        if op_handle:
+            for name, kind, entries, size in operator_states(reader.load(op_handle)):
+                facts.operator_state.append({"subtask": index, "name": name, "kind": kind, "entries": entries, "bytes": size})
+    return facts

@@ -25,7 +25,6 @@ for the key's group, so ``ValueState.value()`` is one dict lookup.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -40,11 +39,15 @@ from flinkpy.datastream.state import (
     StateDescriptor,
     ValueState,
 )
-from flinkpy.errors import FlinkpyError, InvalidProgramError
-from flinkpy.state.key_groups import KeyGroupAssigner, check_max_parallelism
+from flinkpy.state.backend import (
+    KINDS,
+    NO_KEY,
+    SNAPSHOT_VERSION,
+    KeyedStateBackendBase,
+    check_snapshot_version,
+    no_current_key,
+)
 
-SNAPSHOT_VERSION = 1
-KINDS = ("value", "list", "map", "reducing", "aggregating")
 
 #: the tables the engine keeps keyed timers in (flinkpy.task.timers), next to the user's states
 TIMER_EVENT_TABLE = "_timers.event"
@@ -61,17 +64,13 @@ class _NoCurrentKey(dict):
     """
 
     def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        raise FlinkpyError(
-            "keyed state was accessed without a current key",
-            remedy="use keyed state only in functions applied after key_by(), while "
-            "processing a record or a timer",
-        )
+        raise no_current_key()
 
     get = __getitem__ = __setitem__ = __delitem__ = __contains__ = pop = setdefault = _fail
 
 
 _NO_KEY_MAP = _NoCurrentKey()
-_NO_KEY: Any = object()
+_NO_KEY: Any = NO_KEY
 
 
 class _HeapState:
@@ -254,7 +253,7 @@ _STATE_CLASSES: dict[str, type[_HeapState]] = {
 }
 
 
-class HeapKeyedStateBackend:
+class HeapKeyedStateBackend(KeyedStateBackendBase):
     """Keyed state of one subtask: the key groups in ``key_group_range`` of ``max_parallelism``.
 
     Not thread-safe: the task's processing thread owns it. ``snapshot()`` copies the tables'
@@ -265,50 +264,12 @@ class HeapKeyedStateBackend:
     """
 
     def __init__(self, max_parallelism: int, key_group_range: range) -> None:
-        check_max_parallelism(max_parallelism)
-        if key_group_range.step != 1 or not (
-            0 <= key_group_range.start <= key_group_range.stop <= max_parallelism
-        ):
-            raise FlinkpyError(
-                f"key group range {key_group_range} is not a contiguous range inside "
-                f"0..{max_parallelism - 1}"
-            )
-        self.max_parallelism = max_parallelism
-        self.key_group_range = key_group_range
-        self._assign = KeyGroupAssigner(max_parallelism)
+        super().__init__(max_parallelism, key_group_range)
         self._tables: dict[str, Table] = {}
         self._frozen: dict[str, set[int]] = {}
-        self._kinds: dict[str, str] = {}
-        self._states: dict[str, _HeapState] = {}
         self._bound: list[_HeapState] = []
-        self._current_key: Any = _NO_KEY
-        self._current_group: int | None = None
-        #: state time-to-live (flinkpy.state.ttl): policies by state name, and the clock (ms)
-        self._ttl: dict[str, Any] = {}
-        self._wrapped: dict[str, Any] = {}
-        #: TTL (ms, or None) of each state as the restored snapshots recorded it
-        self._restored_ttl: dict[str, int | None] = {}
-        self.ttl_clock: Any = lambda: int(time.time() * 1000)
-        self._record_cleaners: list[Any] = []
 
     # -- current key --------------------------------------------------------------------
-    def set_current_key(self, key: Any) -> None:
-        """Make ``key`` the key that state reads and writes refer to.
-
-        Raises if the key's group does not belong to this backend: the record was routed to
-        the wrong subtask, which means the key's hash is not stable across processes.
-        """
-        key_group = self._assign(key)
-        if key_group not in self.key_group_range:
-            raise FlinkpyError(
-                f"key {key!r} belongs to key group {key_group}, which is outside this "
-                f"subtask's key group range {self.key_group_range.start}.."
-                f"{self.key_group_range.stop - 1} (max parallelism {self.max_parallelism})",
-                remedy="the key must hash identically in every process: use str, bytes, int, "
-                "tuples or Rows of them, or objects that pickle deterministically",
-            )
-        self.set_current_key_and_group(key, key_group)
-
     def set_current_key_and_group(self, key: Any, key_group: int) -> None:
         """Fast path for callers that already know the key group (it is not checked)."""
         self._current_key = key
@@ -332,55 +293,11 @@ class HeapKeyedStateBackend:
         for state in self._bound:
             state._unbind()
 
-    @property
-    def current_key(self) -> Any:
-        if self._current_key is _NO_KEY:
-            raise FlinkpyError(
-                "there is no current key",
-                remedy="keyed state and get_current_key() are only available while a "
-                "keyed function processes a record or timer",
-            )
-        return self._current_key
-
-    @property
-    def current_key_group(self) -> int | None:
-        return self._current_group
-
     # -- states -------------------------------------------------------------------------
-    def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
-        """The state object for ``descriptor``: the same object for the same name."""
-        name = descriptor.name
-        kind = descriptor.kind
-        if kind not in _STATE_CLASSES:
-            raise InvalidProgramError(
-                f"{type(descriptor).__name__} {name!r} is not a keyed state descriptor "
-                f"this backend supports (kinds: {', '.join(KINDS)})"
-            )
-        known = self._kinds.get(name)
-        if known is not None and known != kind:
-            raise InvalidProgramError(
-                f"state {name!r} is already registered as {known} state and cannot be "
-                f"registered again as {kind} state",
-                remedy="give each state of an operator its own name; to change a state's kind "
-                "in a savepoint-restored job, use a new name",
-            )
-        state = self._states.get(name)
-        if state is not None:
-            return self._wrapped.get(name, state)  # type: ignore[return-value]
-        ttl_config = getattr(descriptor, "ttl_config", None)
-        policy = None
-        if ttl_config is not None and ttl_config.is_enabled():
-            from flinkpy.state.ttl import TtlPolicy
-
-            policy = TtlPolicy.of(ttl_config)
-        if name in self._restored_ttl and (self._restored_ttl[name] is None) != (policy is None):
-            self._check_ttl(name, policy)
+    def _new_state(self, name: str, kind: str, descriptor: StateDescriptor) -> _HeapState:
         table = self.table(name)
-        self._kinds[name] = kind
         cls = _STATE_CLASSES[kind]
-        if policy is not None and kind in ("reducing", "aggregating"):
-            cls = HeapValueState  # the TTL wrapper reduces; the table holds (accumulator, timestamp)
-        if cls is not HeapValueState and kind in ("reducing", "aggregating"):
+        if kind in ("reducing", "aggregating"):
             state = cls(name, table, descriptor)  # type: ignore[call-arg]
         else:
             state = cls(name, table)
@@ -388,27 +305,8 @@ class HeapKeyedStateBackend:
         state._thaw = self.thaw
         if self._current_key is not _NO_KEY:
             state._bind(self._current_key, self._current_group)  # type: ignore[arg-type]
-        self._states[name] = state
         self._bound.append(state)
-        if policy is None:
-            return state  # type: ignore[return-value]
-        from flinkpy.state.ttl import IncrementalCleanup, wrap
-
-        self._ttl[name] = policy
-        clock = lambda: self.ttl_clock()  # noqa: E731 - late-bound: tests inject the clock after creation
-        cleaner = IncrementalCleanup(self, name, kind, policy, clock) if policy.incremental else None
-        if cleaner is not None and policy.incremental_every_record:
-            self._record_cleaners.append(cleaner)
-        wrapped = wrap(kind, state, policy, clock, descriptor, cleaner)
-        self._wrapped[name] = wrapped
-        return wrapped  # type: ignore[return-value]
-
-    def _check_ttl(self, name: str, policy: Any) -> None:
-        raise InvalidProgramError(
-            f"state {name!r} was checkpointed {'with' if self._restored_ttl.get(name) else 'without'} time-to-live and is now "
-            f"declared {'with' if policy else 'without'} it",
-            remedy="keep the state's StateTtlConfig enabled (or disabled) as it was, or give the state a new name",
-        )
+        return state
 
     def table(self, state_name: str) -> Table:
         """The raw table of ``state_name`` (key group -> {key: value}), for engine fast paths."""
@@ -496,7 +394,7 @@ class HeapKeyedStateBackend:
                     groups[kg] = dict(m)
                 else:
                     groups[kg] = {k: copy_value(v) for k, v in m.items()}
-            states[name] = _ttl_entry(kind, groups, self._ttl.get(name), self.ttl_clock)
+            states[name] = ttl_entry(kind, groups, self._ttl.get(name), self.ttl_clock)
         return {"version": SNAPSHOT_VERSION, "states": states}
 
     def restore(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
@@ -506,28 +404,9 @@ class HeapKeyedStateBackend:
         every old subtask whose range overlaps this one.
         """
         for snap in snapshots:
-            version = snap.get("version")
-            if version != SNAPSHOT_VERSION:
-                raise FlinkpyError(
-                    f"keyed state snapshot has version {version!r}; this flinkpy reads "
-                    f"version {SNAPSHOT_VERSION}",
-                    remedy="restore with the flinkpy version that wrote the snapshot",
-                )
+            check_snapshot_version(snap)
             for name, entry in snap["states"].items():
-                kind = entry["kind"]
-                if kind not in _STATE_CLASSES:
-                    raise FlinkpyError(f"keyed state {name!r} in snapshot has unknown kind {kind!r}")
-                known = self._kinds.get(name)
-                if known is not None and known != kind:
-                    raise InvalidProgramError(
-                        f"state {name!r} is {kind} state in the snapshot but {known} state "
-                        f"in this job",
-                        remedy="keep the state's kind, or give the new state another name",
-                    )
-                self._kinds[name] = kind
-                self._restored_ttl[name] = entry.get("ttl_ms")
-                if name in self._states and (entry.get("ttl_ms") is None) != (name not in self._ttl or self._ttl[name] is None):
-                    self._check_ttl(name, self._ttl.get(name))
+                kind = self._check_restored(name, entry)
                 t = self.table(name)
                 copy_value = _COPY_VALUE.get(kind)
                 for kg, m in entry["key_groups"].items():
@@ -546,14 +425,10 @@ class HeapKeyedStateBackend:
             self.set_current_key_and_group(self._current_key, self._current_group)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
-        r = self.key_group_range
-        return (
-            f"HeapKeyedStateBackend(max_parallelism={self.max_parallelism}, "
-            f"key_groups={r.start}..{r.stop - 1}, states={sorted(self._tables)})"
-        )
+        return f"HeapKeyedStateBackend({self._range_text()}, states={sorted(self._tables)})"
 
 
-def _ttl_entry(kind: str, groups: dict[int, dict[Any, Any]], policy: Any, clock: Any) -> dict[str, Any]:
+def ttl_entry(kind: str, groups: dict[int, dict[Any, Any]], policy: Any, clock: Any) -> dict[str, Any]:
     """A state's snapshot entry; with a TTL policy it records the TTL and, when the policy asks
     for it, leaves the expired values out (full-snapshot cleanup)."""
     if policy is None:
@@ -591,7 +466,7 @@ class FrozenSnapshot:
         states = {}
         for name, (kind, groups) in self.states.items():
             policy, now = self.ttl.get(name, (None, 0))
-            states[name] = _ttl_entry(kind, {kg: m for kg, m in groups.items() if m}, policy, lambda: now)
+            states[name] = ttl_entry(kind, {kg: m for kg, m in groups.items() if m}, policy, lambda: now)
         return {"version": SNAPSHOT_VERSION, "states": states}
 
     def serialize(self) -> bytes:

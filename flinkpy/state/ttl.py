@@ -1,4 +1,4 @@
-"""State time-to-live on the heap backend (``StateTtlConfig``, as PyFlink configures it).
+"""State time-to-live on both keyed state backends (``StateTtlConfig``, as PyFlink configures it).
 
 A state whose descriptor has ``enable_time_to_live(config)`` stores each value with the time it
 was last written (or, with ``OnReadAndWrite``, read): value, reducing and aggregating state as
@@ -12,7 +12,8 @@ cleanup removes it. Cleanups:
   savepoints), so a restore never sees them;
 - ``cleanup_incrementally(n, every_record)``: each state access (and, with ``every_record``,
   each record) also checks the next ``n`` entries of the state, round-robin over its key groups,
-  and removes the expired ones — the heap backend's background cleanup, as in Flink.
+  and removes the expired ones — the background cleanup of both backends (Flink's RocksDB
+  backend cleans up in compactions instead; rocksdict has no compaction filter).
 
 Time is processing time in milliseconds from the backend's ``ttl_clock`` (injected in tests).
 Timestamps are checkpointed with the values, so a restored state expires when it would have.
@@ -257,7 +258,10 @@ class TtlMapState(_Ttl, MapState):
 
 class IncrementalCleanup:
     """Checks ``size`` entries of one state's table per step, round-robin, removing the
-    expired ones (copying a key group first if a snapshot shares it)."""
+    expired ones (copying a key group first if a snapshot shares it).
+
+    The round goes key group by key group and lists one group's keys at a time, so it holds
+    at most one key group's keys (on the RocksDB backend, the rest stay on disk)."""
 
     def __init__(self, backend: Any, name: str, kind: str, policy: TtlPolicy, clock: Clock) -> None:
         self._backend = backend
@@ -265,20 +269,31 @@ class IncrementalCleanup:
         self._kind = kind
         self._policy = policy
         self._clock = clock
-        self._pending: list[tuple[int, Any]] = []
+        self._pending: Iterator[tuple[int, Any]] = iter(())
+
+    def _round(self, table: Any) -> Iterator[tuple[int, Any]]:
+        for kg in list(table):
+            for k in list(table.get(kg) or ()):
+                yield kg, k
 
     def step(self) -> None:
         size = self._policy.incremental
         if size <= 0:
             return
         table = self._backend.table(self._name)
-        if not self._pending:
-            self._pending = [(kg, k) for kg, m in table.items() for k in m]
         now = self._clock()
         expired = self._policy.expired
         frozen = self._backend.frozen(self._name)
-        for _ in range(min(size, len(self._pending))):
-            kg, k = self._pending.pop()
+        for i in range(size):
+            nxt = next(self._pending, None)
+            if nxt is None:
+                if i:
+                    return  # the round ended: the next step starts a new one
+                self._pending = self._round(table)
+                nxt = next(self._pending, None)
+                if nxt is None:
+                    return
+            kg, k = nxt
             m = table.get(kg)
             if m is None or k not in m:
                 continue

@@ -58,6 +58,9 @@ class OperatorChain:
         #: operator state of CheckpointedFunctions, by node id
         self.operator_backends: dict[int, Any] = {}
         self.restore = RestoredState(tdd.get("restore"))
+        #: (checkpoint id, keyed-state handle) when the on-disk backend continues the very store
+        #: of an incremental checkpoint (its next checkpoint may reference that store's files)
+        self.restored_native: tuple[int, dict[str, Any]] | None = None
         #: timer services of the keyed operators (the task loop fires processing-time timers)
         self.timer_services: list[Any] = []
         #: operators that emit periodic watermarks (assign_timestamps_and_watermarks)
@@ -134,9 +137,7 @@ class OperatorChain:
 
         for spec, op in zip(self.payload.operators, self.operators):
             if self.is_keyed(op):
-                snapshots = self.restore.keyed(spec.operator_id)
-                if snapshots:
-                    self.backend.restore(snapshots)
+                self._restore_keyed(spec.operator_id)
                 op.timers = InternalTimerService(self.backend, op.on_event_time, op.on_processing_time)
                 self.timer_services.append(op.timers)
             operator_states = self.restore.operator(spec.operator_id)
@@ -150,6 +151,28 @@ class OperatorChain:
                 old_p = len(operator_states)
                 mine = [s.get("sink") for i, s in enumerate(operator_states) if s and i % t["parallelism"] == t["subtask"] and s.get("sink") is not None]
                 op.set_restored_state(mine if old_p else [])
+
+    def _restore_keyed(self, operator_id: str) -> None:
+        """Restore the keyed backend from full snapshots (any backend) and from incremental ones
+        (the on-disk backend opens the stores; the heap backend reads them out)."""
+        from flinkpy.state.incremental import is_incremental
+
+        handles = self.restore.keyed_handles(operator_id)
+        natives = [h for h in handles if is_incremental(h)]
+        snapshots = [self.restore.read(h) for h in handles if not is_incremental(h)]
+        if natives:
+            stores = [(self.restore.download(h, getattr(self.backend, "working_root", None)), range(h["key_groups"][0], h["key_groups"][1] + 1)) for h in natives]
+            if hasattr(self.backend, "restore_native"):
+                self.backend.restore_native(stores)
+                if len(natives) == 1 and stores[0][1] == self.backend.key_group_range:
+                    # the store continues as it was: later checkpoints may build on its files
+                    self.restored_native = (self.restore.spec.get("checkpoint_id"), natives[0])
+            else:
+                from flinkpy.state.incremental import read_canonical
+
+                snapshots += [read_canonical(path, groups) for path, groups in stores]
+        if snapshots:
+            self.backend.restore(snapshots)
 
     def open(self) -> None:
         self.initialize_state()
@@ -234,18 +257,36 @@ class RestoredState:
     def _op(self, operator_id: str) -> dict[str, Any]:
         return self.spec.get("operators", {}).get(operator_id, {})
 
-    def _read(self, handle: dict[str, Any]) -> Any:
+    def _read(self, handle: dict[str, Any] | None) -> Any:
         import pickle
 
         if self._storage is None:
             from flinkpy.checkpoint.storage import CheckpointStorage
 
             self._storage = CheckpointStorage(self.spec["dir"])
+        if handle is None:
+            return None
         data = self._storage.read_state(self.spec["dir"], handle)
         return pickle.loads(data)
 
     def keyed(self, operator_id: str) -> list[Any]:
-        return [self._read(h) for h in self._op(operator_id).get("keyed", []) if h]
+        return [self._read(h) for h in self.keyed_handles(operator_id)]
+
+    def keyed_handles(self, operator_id: str) -> list[dict[str, Any]]:
+        return [h for h in self._op(operator_id).get("keyed", []) if h]
+
+    def read(self, handle: dict[str, Any]) -> Any:
+        return self._read(handle)
+
+    def download(self, handle: dict[str, Any], parent: str | None) -> str:
+        """Fetch an incremental keyed-state handle's store into a new local directory."""
+        import tempfile
+
+        from flinkpy.state.incremental import download
+
+        self._read(None)  # opens the storage
+        target = tempfile.mkdtemp(prefix="restore-", dir=parent)
+        return download(handle, lambda h: self._storage.read_state(self.spec["dir"], h), self._storage.read_shared, target)
 
     def operator(self, operator_id: str) -> list[Any]:
         return [self._read(h) if h else None for h in self._op(operator_id).get("operator", [])]

@@ -12,6 +12,7 @@ the JobManager. A failure anywhere declines the checkpoint instead.
 
 from __future__ import annotations
 
+import os
 import pickle
 import queue
 import threading
@@ -52,6 +53,10 @@ class TaskCheckpointer:
         from flinkpy.task.fault_points import FaultPoints
 
         self.faults = FaultPoints(tdd)
+        #: incremental snapshots: the shared files each recent checkpoint of this task uploaded
+        #: or referenced, by checkpoint id (what a later checkpoint may build on)
+        self.incremental = bool(tdd.get("config", {}).get("incremental"))
+        self._uploads: dict[int, dict[str, dict[str, Any]]] = {}
 
     @property
     def storage(self) -> Any:
@@ -63,14 +68,14 @@ class TaskCheckpointer:
 
     # -- the synchronous part (task thread) --------------------------------------------------
 
-    def snapshot(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0, directory: str | None = None) -> None:
+    def snapshot(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0, directory: str | None = None, base: int | None = None) -> None:
         if self.decline_next > 0:
             self.decline_next -= 1
             self.decline(checkpoint_id, f"injected fault (flinkpy fault fail-checkpoint): {self.tdd['vertex_name']} ({self.subtask + 1}) declined checkpoint {checkpoint_id}")
             return
         started = time.perf_counter()
         try:
-            parts = self._take(checkpoint_id, timestamp, source_offsets)
+            parts = self._take(checkpoint_id, timestamp, source_offsets, None if directory else base, incremental=self.incremental and not directory)
         except Exception as e:  # noqa: BLE001 - a failed snapshot declines, it does not crash the task
             self.decline(checkpoint_id, f"snapshot of {self.tdd['vertex_name']} failed: {type(e).__name__}: {e}", traceback.format_exc())
             return
@@ -79,7 +84,7 @@ class TaskCheckpointer:
         metrics = {"sync_ms": round(sync_ms, 3), "alignment_ms": alignment_ms, "alignment_bytes": alignment_bytes}
         self._queue.put(_Upload(checkpoint_id, timestamp, parts, metrics, directory))
 
-    def _take(self, checkpoint_id: int, timestamp: int, source_offsets: Any) -> list[dict[str, Any]]:
+    def _take(self, checkpoint_id: int, timestamp: int, source_offsets: Any, base: int | None = None, *, incremental: bool = False) -> list[dict[str, Any]]:
         ctx = FunctionSnapshotContext(checkpoint_id, timestamp)
         parts: list[dict[str, Any]] = []
         keyed_owner = None
@@ -109,9 +114,31 @@ class TaskCheckpointer:
                 part["operator"] = operator_state
             parts.append(part)
         if keyed_owner is not None and self.chain.backend is not None:
-            frozen = self.chain.backend.snapshot_sync()
-            keyed_owner["keyed"] = frozen
+            backend = self.chain.backend
+            if incremental and hasattr(backend, "native_checkpoint"):
+                keyed_owner["keyed"] = self._native_snapshot(backend, checkpoint_id, base)
+            else:
+                keyed_owner["keyed"] = backend.snapshot_sync()
         return parts
+
+    def _native_snapshot(self, backend: Any, checkpoint_id: int, base: int | None) -> Any:
+        """The synchronous part of an incremental snapshot: a native checkpoint of the store
+        (hard links, flat in the state size) and the shared files of ``base`` to build on."""
+        import tempfile
+
+        from flinkpy.state.incremental import IncrementalSnapshot, shared_by_file
+
+        restored = getattr(self.chain, "restored_native", None)
+        if restored is not None and base is not None and restored[0] == base and base not in self._uploads:
+            self._uploads[base] = shared_by_file(restored[1])
+        for old in [c for c in self._uploads if base is None or c < base]:
+            del self._uploads[old]  # never built on again: bases only move forward
+        parent = getattr(backend, "working_root", None) or tempfile.gettempdir()
+        local = tempfile.mkdtemp(prefix=f"chk-{checkpoint_id}-", dir=parent)
+        os.rmdir(local)  # the store creates the checkpoint directory itself
+        backend.native_checkpoint(local)
+        summary = backend.state_summary() if hasattr(backend, "state_summary") else {}
+        return IncrementalSnapshot(local, backend.key_group_range, summary, self._uploads.get(base, {}) if base is not None else {})
 
     # -- the asynchronous part (uploader thread) ---------------------------------------------
 
@@ -126,12 +153,14 @@ class TaskCheckpointer:
                 self.decline(job.checkpoint_id, f"upload of {self.tdd['vertex_name']} ({self.subtask + 1}) failed: {type(e).__name__}: {e}", traceback.format_exc())
                 continue
             job.metrics["async_ms"] = round((time.monotonic() - job.started) * 1000, 3)
-            job.metrics["state_size"] = sum(
-                (p["keyed_state"] or {}).get("size", 0) + (p["operator_state"] or {}).get("size", 0) for p in state
-            )
+            # Flink's figures: what this checkpoint uploaded, and the full size a restore reads
+            job.metrics["checkpointed_size"] = sum(_sizes(p, job.checkpoint_id)[0] for p in state)
+            job.metrics["state_size"] = sum(_sizes(p, job.checkpoint_id)[1] for p in state)
             self.send("checkpoint_ack", {"checkpoint_id": job.checkpoint_id, "state": state, "metrics": job.metrics})
 
     def _upload(self, job: _Upload) -> list[dict[str, Any]]:
+        from flinkpy.state.incremental import IncrementalSnapshot, shared_by_file
+
         if self.faults:
             self.faults.reach("upload", job.checkpoint_id)
         out = []
@@ -143,7 +172,18 @@ class TaskCheckpointer:
                 "source_offsets": part["source_offsets"],
             }
             frozen = part["keyed"]
-            if frozen is not None and not frozen.empty:
+            if isinstance(frozen, IncrementalSnapshot):
+                name = f"{part['operator_id']}-{self.subtask}-keyed.rocksdb"
+                handle = frozen.upload(
+                    job.checkpoint_id,
+                    lambda data: self._write(job, name, data),
+                    lambda path, file: self.storage.write_shared(self.job_id, path, file),
+                )
+                self._uploads[job.checkpoint_id] = shared_by_file(handle)
+                r = frozen.key_group_range
+                handle.update({"key_groups": [r.start, r.stop - 1], "states": frozen.summary()})
+                entry["keyed_state"] = handle
+            elif frozen is not None and not frozen.empty:
                 name = f"{part['operator_id']}-{self.subtask}-keyed"
                 handle = self._write(job, name, frozen.serialize())
                 r = frozen.key_group_range
@@ -184,6 +224,15 @@ class TaskCheckpointer:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=60)
+
+
+def _sizes(entry: dict[str, Any], checkpoint_id: int) -> tuple[int, int]:
+    """(bytes this checkpoint uploaded, bytes a restore reads) of one operator's state."""
+    keyed, op_state = entry["keyed_state"] or {}, entry["operator_state"] or {}
+    own = keyed.get("size", 0) + op_state.get("size", 0)
+    shared = keyed.get("shared") or ()
+    new = sum(f["size"] for f in shared if f["checkpoint_id"] == checkpoint_id)
+    return own + new, own + sum(f["size"] for f in shared)
 
 
 def _operator_summary(state: dict[str, Any]) -> dict[str, Any]:

@@ -393,6 +393,8 @@ class KeyedReduceOperator(KeyedOperator):
         self._frozen = self.backend.frozen(self.STATE)
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
+        if not isinstance(self._table, dict):
+            return self._process_buffered(values, timestamps)
         f, key, table, frozen = self._f, self.key, self._table, self._frozen
         group_of = self.assign.memo  # key -> key group, filled by the assigner on a miss
         out: list | None = None if self.batch_mode else []
@@ -413,6 +415,27 @@ class KeyedReduceOperator(KeyedOperator):
             d[k] = new
             if append is not None:
                 append(new)
+        if out:
+            self.output.process(out, timestamps)
+
+    def _process_buffered(self, values: list, timestamps: list[int] | None) -> None:
+        """The same, on a backend whose tables are views of a store (RocksDB): each distinct key
+        of the batch is read once and written once, in one write batch, at the end of the batch
+        (no snapshot can come between: barriers are handled between batches)."""
+        f, key, table, assign = self._f, self.key, self._table, self.assign
+        out: list | None = None if self.batch_mode else []
+        append = out.append if out is not None else None
+        missing = _MISSING
+        keys = [key(r) for r in values]
+        groups = {k: assign(k) for k in keys}
+        latest = table.get_many(groups.items(), missing)  # one multi-get for the batch's keys
+        for k, r in zip(keys, values):
+            old = latest[k]
+            new = r if old is missing else f(old, r)
+            latest[k] = new
+            if append is not None:
+                append(new)
+        table.put_many((groups[k], k, v) for k, v in latest.items())
         if out:
             self.output.process(out, timestamps)
 

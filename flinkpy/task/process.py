@@ -243,6 +243,7 @@ class Task:
         self.checkpointer.snapshot(
             barrier["checkpoint_id"], barrier["timestamp"], source_offsets=source_offsets,
             alignment_ms=alignment_ms, alignment_bytes=alignment_bytes, directory=barrier.get("dir"),
+            base=barrier.get("base"),
         )
 
     def _await_savepoint(self, checkpoint_id: int) -> bool:
@@ -256,7 +257,6 @@ class Task:
     # -- run ---------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from flinkpy.state.heap import HeapKeyedStateBackend
         from flinkpy.state.key_groups import key_group_range_for_operator
         from flinkpy.task.chain import OperatorChain
         from flinkpy.task.checkpointing import TaskCheckpointer
@@ -272,8 +272,11 @@ class Task:
             self._build_writers(payload)
 
             def backend() -> Any:
+                from flinkpy.datastream.state_backend import create_keyed_backend
+
                 maxp = t["max_parallelism"]
-                return HeapKeyedStateBackend(maxp, key_group_range_for_operator(maxp, t["parallelism"], t["subtask"]))
+                kg_range = key_group_range_for_operator(maxp, t["parallelism"], t["subtask"])
+                return create_keyed_backend(t["config"].get("state_backend") or {}, maxp, kg_range)
 
             chain = OperatorChain(payload, dict(self.writers), tdd=t, backend_factory=backend)
             self.chain = chain
@@ -293,6 +296,8 @@ class Task:
                 w.finish(stopped=self.stopped_without_drain)
             self.checkpointer.close()
             chain.close()
+            if chain.backend is not None:
+                chain.backend.close()  # the RocksDB backend deletes its working directory
             sys.stdout.flush()
             self.ctrl.send("finished", self._metrics())
             return 0

@@ -104,8 +104,9 @@ def _iterate(result: Any) -> Iterable:
 
 class _NamespacedState:
     """One state of the current key and one namespace, kept in a backend value state whose
-    value is ``{namespace: raw}``. Values are changed in place: the heap backend copies a key
-    group (deeply) before the first write after a snapshot, so a snapshot never sees it."""
+    value is ``{namespace: raw}``. Every change is written back with ``update()``: a value read
+    from the RocksDB backend is a private copy (the heap backend hands out its own dict, which
+    it copies before the first write after a snapshot)."""
 
     __slots__ = ("_cell", "_ns", "_descriptor")
 
@@ -123,12 +124,12 @@ class _NamespacedState:
         if raw is None:
             if d is not None and self._ns in d:
                 del d[self._ns]
-                if not d:
-                    self._cell.update(None)
+                self._cell.update(d or None)
         elif d is None:
             self._cell.update({self._ns: raw})
         else:
             d[self._ns] = raw
+            self._cell.update(d)
 
     def clear(self) -> None:
         self._set(None)
@@ -298,8 +299,7 @@ class NamespacedStates:
                 )
         if acc is not None:
             d[target] = acc
-        if not d:
-            cell.update(None)
+        cell.update(d or None)
 
 
 class _StateStore:
@@ -603,9 +603,10 @@ class WindowOperator:
         if elements is not None:
             self._window_ctx._window = window
             self.evictor.evict_after(elements, len(elements), window, self._window_ctx)  # type: ignore[union-attr]
-            d = self._contents.value()
             if elements:
+                d = self._contents.value()
                 d[state_window] = [(e.value, e.timestamp) for e in elements]
+                self._contents.update(d)
             else:
                 self._clear_contents(state_window)
 
@@ -665,7 +666,6 @@ class WindowOperator:
         d = self._contents.value()
         if d is None:
             d = {}
-            self._contents.update(d)
         new = state_window not in d
         if self._keep_elements:
             entry = (value, ts) if self.evictor is not None else value
@@ -680,14 +680,14 @@ class WindowOperator:
         else:
             acc = d.get(state_window, _MISSING)
             d[state_window] = self._add(value, self._create_acc() if acc is _MISSING else acc)
+        self._contents.update(d)  # a private copy on the RocksDB backend: write it back
         return new
 
     def _clear_contents(self, state_window: Any) -> None:
         d = self._contents.value()
         if d is not None and state_window in d:
             del d[state_window]
-            if not d:
-                self._contents.update(None)
+            self._contents.update(d or None)
 
     def _merge_contents(self, target: Any, sources: list) -> None:
         d = self._contents.value()
@@ -708,6 +708,7 @@ class WindowOperator:
                 acc = self._merge_acc(acc, raw)
         if acc is not _MISSING:
             d[target] = acc
+        self._contents.update(d)
 
     def _clear_all(self, window: Any, state_window: Any, mset: dict | None) -> None:
         """The window's end plus lateness has passed: drop everything it kept."""

@@ -1,0 +1,230 @@
+"""The state-backend part of the benchmark (``python -m flinkpy.benchmark --only backends``).
+
+- W1 and W2 on the RocksDB backend against the heap backend, in the same run (p=2).
+- For a keyed state of N keys (each value a 96-byte incompressible payload, about 130 bytes a
+  key in the store): the first incremental checkpoint (which uploads everything), incremental
+  checkpoints after about 1% of the keys changed, and a full snapshot of the same state (a
+  canonical savepoint) — sizes and durations; the synchronous pause of the incremental ones.
+- Restoring a job from the last incremental checkpoint: submit to every task running, restored.
+
+The job: a generator emits 0, 1, 2, ... on each source subtask; up to N as fast as it can (the
+load), after that at a rate that changes about 1% of the keys between two checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+SPREAD = 2**61  # the endless generator's second subtask starts here
+
+
+def _value(n: int) -> tuple[int, bytes]:
+    return n, hashlib.blake2b(str(n).encode(), digest_size=48).digest() * 2
+
+
+def _load_then_trickle(keys: int, rate: float, marker_dir: str) -> Any:
+    """An endless generator source: each subtask emits 0, 1, 2, ... (the first ``keys`` as fast
+    as it can, leaving a marker file when done), then ``rate`` numbers a second."""
+    from flinkpy.connectors.datagen import DataGeneratorReader, DataGeneratorSource
+    from flinkpy.connectors.number_sequence import NumberSequenceReader, restore_ranges
+
+    class Reader(DataGeneratorReader):
+        def __init__(self, numbers: Any, subtask: int) -> None:
+            super().__init__(numbers, lambda n: n % SPREAD, None)
+            self.subtask = subtask
+
+        def poll(self, max_records: int) -> list | None:
+            if self._rate is None and self._emitted >= keys:
+                Path(marker_dir, f"loaded-{self.subtask}").touch()
+                self._rate, self._started, self._emitted = rate, None, 0
+            elif self._rate is None:
+                max_records = min(max_records, keys - self._emitted)
+            return super().poll(max_records)
+
+    class LoadThenTrickle(DataGeneratorSource):
+        def create_reader(self, ctx: Any) -> Any:
+            numbers = NumberSequenceReader(ctx, restore_ranges(ctx.restored_state, ctx, [(0, 2**62)]))
+            return Reader(numbers, ctx.subtask_index)
+
+    return LoadThenTrickle(lambda n: n, None)
+
+
+def _keep(keys: int) -> Any:
+    from flinkpy.common import Types
+    from flinkpy.datastream import KeyedProcessFunction
+    from flinkpy.datastream.state import ValueStateDescriptor
+
+    class Keep(KeyedProcessFunction):
+        def open(self, runtime_context: Any) -> None:
+            self.last = runtime_context.get_state(ValueStateDescriptor("last", Types.PICKLED_BYTE_ARRAY()))
+
+        def process_element(self, value: int, ctx: Any) -> Any:
+            self.last.update(_value(value))
+            return []
+
+    return Keep()
+
+
+def job_large_state(env: Any, keys: int, rate: float, marker_dir: str) -> None:
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.connectors.print_sink import DiscardingSink
+
+    (
+        env.from_source(_load_then_trickle(keys, rate, marker_dir), WatermarkStrategy.no_watermarks(), "numbers")
+        .uid("numbers")
+        .key_by(lambda v, k=keys: v % k)
+        .process(_keep(keys))
+        .uid("keep")
+        .sink_to(DiscardingSink())
+    )
+
+
+def _rocksdb(incremental: bool = False) -> Any:
+    from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend
+
+    return EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=incremental)
+
+
+def throughput(address: str, token: str, runs: int, workloads: dict[str, tuple[int, Callable[[], float], Callable[[Any], None], str]], run_job: Callable[..., float], log: Callable[[str], None]) -> dict[str, Any]:
+    """W1 and W2 at p=2 on both backends (records/s, ratios to the loop and to the heap)."""
+    out: dict[str, Any] = {}
+    for name, (n, loop, build, unit) in workloads.items():
+        loop_s = statistics.median(loop() for _ in range(runs))
+        entry: dict[str, Any] = {"records": n, "unit": unit, "loop_rate": n / loop_s}
+        for backend in ("hashmap", "rocksdb"):
+            log(f"{name} on {backend}, p=2 ...")
+
+            def with_backend(env: Any, backend: str = backend) -> None:
+                if backend == "rocksdb":
+                    env.set_state_backend(_rocksdb())
+                build(env)
+
+            secs = statistics.median(run_job(address, token, with_backend, 2, f"bench-{name}-{backend}") for _ in range(runs))
+            entry[f"{backend}_rate"] = n / secs
+            entry[f"{backend}_ratio"] = (n / secs) / entry["loop_rate"]
+        entry["rocksdb_vs_hashmap"] = entry["rocksdb_rate"] / entry["hashmap_rate"]
+        out[name] = entry
+    return out
+
+
+def large_state(address: str, token: str, keys: int, log: Callable[[str], None], *, changed: float = 0.01, interval_s: float = 5.0) -> dict[str, Any]:
+    """Checkpoints of ``keys`` keys on RocksDB: incremental (first, then with ``changed`` of the
+    keys changed), a full canonical snapshot, and a restore from the last incremental one."""
+    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.client.rest import RestClient
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    rest = RestClient(address, token)
+    work = tempfile.mkdtemp(prefix="flinkpy-bench-backends-")
+    rate = keys * changed / interval_s / 2  # per source subtask
+
+    def submit(savepoint: str | None = None) -> str:
+        with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)], savepoint_path=savepoint)):
+            env = StreamExecutionEnvironment.get_execution_environment()
+            env.set_parallelism(2)
+            env.set_state_backend(_rocksdb(incremental=True))
+            env.get_checkpoint_config().set_externalized_checkpoint_cleanup("RETAIN_ON_CANCELLATION")
+            job_large_state(env, keys, rate, work)
+            return env.execute_async(f"bench-large-state-{keys}").get_job_id()
+
+    def running(jid: str) -> bool:
+        doc = rest.job(jid)
+        return doc["state"] == "RUNNING" and all(s["status"] == "RUNNING" for v in doc["vertices"] for s in v["subtasks"])
+
+    def cancel(jid: str) -> None:
+        """Cancel and wait until the job is over (its slots are free for the next one)."""
+        if rest.job(jid)["state"] in ("RUNNING", "CREATED", "RESTARTING"):
+            rest.cancel_job(jid)
+        while rest.job(jid)["state"] not in ("CANCELED", "FAILED", "FINISHED"):
+            time.sleep(0.05)
+
+    def checkpoint(jid: str) -> dict[str, Any]:
+        cid = rest.request("POST", f"/jobs/{jid}/checkpoints")["checkpoint_id"]
+        while (d := rest.request("GET", f"/jobs/{jid}/checkpoints/details/{cid}"))["status"] == "IN_PROGRESS":
+            time.sleep(0.02)
+        return d
+
+    def figures(d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "status": d["status"],
+            "uploaded_bytes": d.get("checkpointed_size"),
+            "full_bytes": d.get("state_size"),
+            "duration_ms": d.get("end_to_end_duration"),
+            "sync_ms_max": d.get("sync_duration_max"),
+        }
+
+    jid = submit()
+    try:
+        deadline = time.monotonic() + 3600
+        started = time.monotonic()
+        while not all(os.path.exists(os.path.join(work, f"loaded-{i}")) for i in range(2)):
+            if time.monotonic() > deadline or rest.job(jid)["state"] in ("FAILED", "CANCELED"):
+                cause = rest.request("GET", f"/jobs/{jid}/exceptions").get("root-exception")
+                raise RuntimeError(f"loading {keys} keys did not finish: {cause}")
+            time.sleep(0.5)
+        load_s = time.monotonic() - started
+        log(f"  {keys} keys loaded in {load_s:.0f} s; first checkpoint ...")
+        first = figures(checkpoint(jid))
+        increments = []
+        for _ in range(3):
+            time.sleep(interval_s)  # let about `changed` of the keys change (the throttled phase)
+            increments.append(figures(checkpoint(jid)))
+        log("  full snapshot (canonical savepoint) ...")
+        target = os.path.join(work, "savepoints")
+        t0 = time.perf_counter()
+        tid = rest.request("POST", f"/jobs/{jid}/savepoints", body={"target-directory": target})["request-id"]
+        while (st := rest.request("GET", f"/jobs/{jid}/savepoints/{tid}"))["status"]["id"] != "COMPLETED":
+            if st.get("operation", {}).get("failure-cause"):
+                raise RuntimeError(f"savepoint failed: {st['operation']['failure-cause']}")
+            time.sleep(0.05)
+        full_ms = (time.perf_counter() - t0) * 1000
+        location = st["operation"]["location"]
+        full_bytes = sum(f.stat().st_size for f in Path(location).rglob("*") if f.is_file())
+        last = rest.request("GET", f"/jobs/{jid}/checkpoints")["latest"]["completed"]["external_path"]
+    finally:
+        cancel(jid)
+    log("  restore from the last incremental checkpoint ...")
+    t0 = time.perf_counter()
+    jid2 = submit(str(Path(last).parent) if last.endswith("_metadata") else last)
+    while not running(jid2):
+        if rest.job(jid2)["state"] in ("FAILED", "CANCELED"):
+            raise RuntimeError(f"the restored job ended: {rest.request('GET', f'/jobs/{jid2}/exceptions').get('root-exception')}")
+        time.sleep(0.01)
+    restore_ms = (time.perf_counter() - t0) * 1000
+    cancel(jid2)
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "keys": keys,
+        "changed": changed,
+        "load_s": round(load_s, 1),
+        "first": first,
+        "incremental": increments,
+        "full_snapshot": {"bytes": full_bytes, "duration_ms": round(full_ms)},
+        "restore_ms": round(restore_ms),
+    }
+
+
+def report(results: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, e in results.get("throughput", {}).items():
+        lines.append(
+            f"{name} p2: hashmap {e['hashmap_rate'] / 1e3:.0f} k ({e['hashmap_ratio']:.2f} of the loop), rocksdb {e['rocksdb_rate'] / 1e3:.0f} k "
+            f"({e['rocksdb_ratio']:.2f} of the loop, {e['rocksdb_vs_hashmap']:.2f} of hashmap)  ({e['unit']})"
+        )
+    for s in results.get("large_state", []):
+        inc = [i for i in s["incremental"] if i["status"] == "COMPLETED"]
+        mib = lambda b: (b or 0) / 2**20  # noqa: E731
+        lines.append(
+            f"{s['keys']} keys (rocksdb, loaded in {s['load_s']} s): first checkpoint uploads {mib(s['first']['uploaded_bytes']):.0f} MiB in {s['first']['duration_ms']} ms; "
+            f"with {s['changed']:.0%} of keys changed, incremental uploads "
+            + ", ".join(f"{mib(i['uploaded_bytes']):.1f} MiB of {mib(i['full_bytes']):.0f} MiB in {i['duration_ms']} ms (sync {i['sync_ms_max']} ms)" for i in inc)
+            + f"; a full snapshot: {mib(s['full_snapshot']['bytes']):.0f} MiB in {s['full_snapshot']['duration_ms']} ms; restore (submit to running): {s['restore_ms']} ms"
+        )
+    return lines

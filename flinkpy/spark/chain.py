@@ -1,0 +1,254 @@
+"""The stateless part of a job on Spark: chained operators applied batch-wise with mapInArrow.
+
+Consecutive map / flat_map / filter / process / timestamp-assigning operators of a non-keyed
+stream run as one Python function over Arrow record batches — the same operator classes the
+engine's tasks chain (:mod:`flinkpy.task.operators`), so a function sees the same calls and
+contexts on both runners. A batch's records go through the chain as one list; only the pickled
+values cross the Arrow boundary. When a keyed operator follows, the chain also computes each
+record's key (pickled: Spark groups by its bytes) — or, before a keyed reduce that runs per key
+group (:func:`flinkpy.spark.keyed.by_key_group`), each record's key group, and sends a batch's
+records of one key group as one bundle row (:data:`~flinkpy.spark.records.BUNDLE`). Bundles
+coming in (from a source or a keyed reduce) are opened first.
+
+Outputs keep their input's order: the ordering key of the ``j``-th output of a batch is the first
+input's key plus ``j``. Watermarks: a timestamp assigner's generator runs here; its watermark is
+written into each following record's ``w`` and, when a periodic generator advances at the end of a
+batch, into a watermark row, so that Spark's watermark (hence timers downstream) follows it.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from flinkpy.spark.records import BUNDLE, MARKER_KEY, MIN_W, RECORD, WATERMARK, child_seq, to_batch, unbundle
+
+
+@dataclass
+class Stage:
+    """One operator of the chain, as translated from a StreamGraph node."""
+
+    kind: str  # map | flat_map | filter | process | timestamps
+    name: str
+    fn: Any
+    uid: str | None = None
+
+
+@dataclass
+class ChainSpec:
+    stages: list[Stage] = field(default_factory=list)
+    #: the key selector of the keyed operator that follows, if any
+    key_selector: Callable | None = None
+    job_parameters: dict[str, str] = field(default_factory=dict)
+    #: group by key group (of this many) in bundles, not by key (see the module docstring)
+    key_groups: int = 0
+
+
+class _Collector:
+    """The end of the operator chain: gathers records, timestamps and the watermark."""
+
+    def __init__(self) -> None:
+        self.values: list = []
+        self.ts: list = []
+        self.w: list = []
+        self.watermark = MIN_W
+
+    def process(self, values: list, timestamps: list | None) -> None:
+        self.values.extend(values)
+        self.ts.extend(timestamps if timestamps is not None else [None] * len(values))
+        self.w.extend([self.watermark] * len(values))
+
+    def process_watermark(self, watermark: int) -> None:
+        if watermark > self.watermark:
+            self.watermark = watermark
+
+    def process_watermark_status(self, idle: bool) -> None:
+        pass
+
+
+def _operators(spec: ChainSpec, out: _Collector) -> tuple[list, Any]:
+    from flinkpy.task import operators as ops
+
+    classes = {
+        "map": ops.MapOperator,
+        "flat_map": ops.FlatMapOperator,
+        "filter": ops.FilterOperator,
+        "process": ops.ProcessOperator,
+        "timestamps": ops.TimestampsAndWatermarksOperator,
+    }
+    chain: list = []
+    downstream: Any = out
+    for stage in reversed(spec.stages):
+        op = classes[stage.kind](stage.name, stage.fn, downstream)
+        chain.insert(0, op)
+        downstream = op
+    return chain, downstream
+
+
+def _runtime_context(name: str, params: dict[str, str]) -> Any:
+    from pyspark import TaskContext
+
+    from flinkpy.task.runtime_context import TaskRuntimeContext
+
+    tc = TaskContext.get()
+    return TaskRuntimeContext(
+        task_name=name,
+        subtask_index=tc.partitionId() if tc else 0,
+        parallelism=tc.numPartitions() if tc and hasattr(tc, "numPartitions") else 1,
+        max_parallelism=128,
+        attempt=tc.attemptNumber() if tc else 0,
+        job_parameters=params,
+        operator_name=name,
+    )
+
+
+def chain_function(spec: ChainSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The mapInArrow function of ``spec``."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        out = _Collector()
+        chain, head = _operators(spec, out)
+        for op in chain:
+            op.open(_runtime_context(op.name, spec.job_parameters))
+        stampers = [op for op in chain if hasattr(op, "emit_periodic_watermark")]
+        stamped = bool(stampers)
+        if spec.key_selector is None:
+            encode: Callable = _plain_rows
+        elif spec.key_groups:
+            encode = _bundles(spec.key_selector, spec.key_groups)
+        else:
+            encode = _keyed_rows(spec.key_selector)
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                yield encode(*_run_batch(_columns(batch), head, out, stamped, stampers))
+        finally:
+            for op in chain:
+                op.close()
+
+    return run
+
+
+def _columns(batch: Any) -> tuple[list, ...]:
+    """An input batch as columns (value, ts, w, seq, kind, src), records unpickled and bundles
+    opened: a bundle's records take its ``w`` and its ``seq`` (of a batch's records, only the
+    first one's ordering key is read, see :func:`_run_batch`)."""
+    cols = batch.to_pydict()
+    kinds = cols["kind"]
+    loads = pickle.loads
+    if BUNDLE not in kinds:
+        values = [loads(v) if k == RECORD else None for v, k in zip(cols["value"], kinds)]
+        return values, cols["ts"], cols["w"], cols["seq"], kinds, cols["src"]
+    out: tuple[list, ...] = ([], [], [], [], [], [])
+    values, ts, ws, seqs, kind, srcs = out
+    for v, t, w, s, k, src in zip(cols["value"], cols["ts"], cols["w"], cols["seq"], kinds, cols["src"]):
+        if k == BUNDLE:
+            records, stamps = unbundle(v)
+            n = len(records)
+            values.extend(records), ts.extend(stamps), ws.extend([w] * n), seqs.extend([s] * n)
+            kind.extend([RECORD] * n), srcs.extend([src] * n)
+        else:
+            values.append(loads(v) if k == RECORD else None), ts.append(t), ws.append(w), seqs.append(s)
+            kind.append(k), srcs.append(src)
+    return out
+
+
+def _run_batch(columns: tuple[list, ...], head: Any, out: _Collector, stamped: bool, stampers: list) -> tuple[list, ...]:
+    """The chain's output rows of one batch, as columns (records not pickled)."""
+    raw, tss, ws, seqs, kinds, srcs = columns
+    rows_v: list = []
+    rows_ts: list = []
+    rows_w: list = []
+    rows_seq: list = []
+    rows_kind: list = []
+    rows_src: list = []
+    first_seq = seqs[0]
+    src = srcs[0]
+    produced = 0
+    i, n = 0, len(kinds)
+    while i < n:
+        if kinds[i] != RECORD:
+            # markers keep their place; the end of event time also ends the chain's own clock
+            rows_v.append(None), rows_ts.append(None), rows_w.append(ws[i]), rows_seq.append(seqs[i])
+            rows_kind.append(kinds[i]), rows_src.append(srcs[i])
+            i += 1
+            continue
+        j = i
+        while j < n and kinds[j] == RECORD and ws[j] == ws[i]:
+            j += 1
+        if not stamped:
+            out.watermark = ws[i]
+        values = raw[i:j]
+        ts = tss[i:j]
+        head.process(values, None if ts[0] is None else ts)
+        m = len(out.values)
+        rows_v.extend(out.values), rows_ts.extend(out.ts), rows_w.extend(out.w)
+        rows_seq.extend(child_seq(first_seq, produced + k) for k in range(m))
+        rows_kind.extend([RECORD] * m), rows_src.extend([src] * m)
+        produced += m
+        out.values, out.ts, out.w = [], [], []
+        i = j
+    if stampers:
+        before = out.watermark
+        for op in stampers:
+            op.emit_periodic_watermark()
+        if out.watermark > before:
+            rows_v.append(None), rows_ts.append(None), rows_w.append(out.watermark), rows_seq.append(child_seq(first_seq, produced))
+            rows_kind.append(WATERMARK), rows_src.append(src)
+    return rows_v, rows_ts, rows_w, rows_seq, rows_kind, rows_src
+
+
+def _plain_rows(*columns: list) -> Any:
+    return to_batch(*columns)
+
+
+def _keyed_rows(selector: Callable) -> Callable[..., Any]:
+    """Rows with the pickled key of each record (markers: :data:`MARKER_KEY`)."""
+    dumps = pickle.dumps
+
+    def encode(values: list, ts: list, w: list, seq: list, kind: list, src: list) -> Any:
+        keys = [dumps(selector(v), protocol=5) if k == RECORD else MARKER_KEY for v, k in zip(values, kind)]
+        return to_batch(values, ts, w, seq, kind, src, keys)
+
+    return encode
+
+
+def _bundles(selector: Callable, key_groups: int) -> Callable[..., Any]:
+    """One row per key group of a batch: its records pickled together, in order; markers as rows.
+
+    A bundle's ``w`` is the largest of its records' (Spark's watermark is taken over rows); its
+    grouping key is the key group as two bytes (never :data:`MARKER_KEY`, which is empty).
+    """
+    import struct
+
+    from flinkpy.state.key_groups import KeyGroupAssigner
+
+    assign = KeyGroupAssigner(key_groups)
+    group_keys = [struct.pack(">H", g) for g in range(key_groups)]
+
+    def encode(values: list, ts: list, w: list, seq: list, kind: list, src: list) -> Any:
+        groups: dict[int, tuple[list, list, list]] = {}  # key group -> (records, timestamps, [first row, largest w])
+        cols: tuple[list, ...] = ([], [], [], [], [], [], [])
+        for i, (v, k) in enumerate(zip(values, kind)):
+            if k != RECORD:
+                for col, x in zip(cols, (None, None, w[i], seq[i], k, src[i], MARKER_KEY)):
+                    col.append(x)
+                continue
+            g = assign(selector(v))
+            b = groups.get(g)
+            if b is None:
+                b = groups[g] = ([], [], [i, w[i]])
+            b[0].append(v)
+            b[1].append(ts[i])
+            if w[i] > b[2][1]:
+                b[2][1] = w[i]
+        for g, (records, stamps, (first, high)) in groups.items():
+            timed = any(t is not None for t in stamps)
+            row = ((records, stamps if timed else None), None, high, seq[first], BUNDLE, src[first], group_keys[g])
+            for col, x in zip(cols, row):
+                col.append(x)
+        return to_batch(*cols[:6], cols[6])
+
+    return encode

@@ -1,0 +1,570 @@
+"""The Spark driver process: one flinkpy job on Spark Structured Streaming, supervised.
+
+``flinkpy run --runner spark JOB.py`` starts ``python -m flinkpy.spark.driver SPEC.json``. The
+driver runs the job file up to ``execute()``, translates the captured graph into a Spark plan
+(refusing what does not translate before anything starts), registers itself in the cluster
+home, serves its control endpoint, then owns a SparkSession and the StreamingQuery:
+
+- the query's checkpoint location is ``<execution.checkpointing.dir>/<job_id>/spark``; the
+  checkpoint interval is the trigger interval (bounded jobs run with Trigger.AvailableNow);
+- when the query fails, the job's restart strategy decides whether and when it starts again
+  from that checkpoint location; each failure goes to the exception history;
+- cancel, stop-with-savepoint and savepoints arrive on the control endpoint and are carried
+  out here, between micro-batches; ``kill-task`` SIGKILLs a Python worker of the JVM.
+
+Exit status: 0 FINISHED, 5 FAILED, 10 CANCELED, 7 the job could not be translated or restored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+from flinkpy.errors import ConflictError, ExitCode, FlinkpyError, NotFoundError
+from flinkpy.spark import control_registry as registry
+from flinkpy.spark import supervisor_snapshots as snapshots
+from flinkpy.spark.supervisor import GiveUp, SparkJobSupervisor
+
+log = logging.getLogger("flinkpy.spark.driver")
+
+#: how long a savepoint waits for the running micro-batch to end before stopping the query
+#: anyway (an unfinished batch is replayed from its offsets: the copy stays consistent)
+BATCH_BOUNDARY_WAIT_S = 2.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_spark_conf(items: list[str] | str | None) -> dict[str, str]:
+    """``["k=v", ...]`` or ``"k=v,k=v"`` to a dict; a malformed pair is a usage error.
+
+    >>> parse_spark_conf("spark.sql.shuffle.partitions=4, spark.executor.memory=1g")
+    {'spark.sql.shuffle.partitions': '4', 'spark.executor.memory': '1g'}
+    """
+    from flinkpy.errors import UsageError
+
+    if isinstance(items, str):
+        items = [p for p in items.split(",") if p.strip()]
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"malformed Spark setting {item!r}", remedy="write it as key=value, e.g. spark.sql.shuffle.partitions=4")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def failure_cause(exc: BaseException) -> dict[str, Any]:
+    """A Spark or Python failure as an exception-history cause; names the user's Python
+    exception (``ValueError: ...``) when a Python worker's traceback is inside."""
+    text = str(exc)
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    java = getattr(exc, "getStackTrace", None)
+    if callable(java):
+        try:
+            trace = f"{trace}\nJVM stack trace:\n{java()}"
+        except Exception:  # noqa: BLE001
+            pass
+    name, message = type(exc).__name__, text.strip().splitlines()[0] if text.strip() else ""
+    import re
+
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Fault)): (.+)$", line)
+        if m and "Py4J" not in m.group(1) and not m.group(1).startswith(("org.", "java.", "py4j.", "pyspark.")):
+            name, message = m.group(1), m.group(2).strip()
+    if "Python worker exited unexpectedly" in text:
+        name, message = "PythonWorkerCrashed", "a Spark Python worker exited unexpectedly (crashed or killed)"
+    return {"class": name, "message": message[:2000], "stack-trace": trace}
+
+
+class SparkDriver:
+    """Runs one job: see the module docstring. Methods called by the control endpoint are
+    thread-safe; everything that touches Spark runs on the driver's main thread."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        from flinkpy.cluster import ClusterHome
+        from flinkpy.processes import create_time
+
+        self.spec = spec
+        self.home = ClusterHome(Path(spec["home"]))
+        self.job_id: str = spec["job_id"]
+        self.name: str = spec.get("name") or "Flink Streaming Job"
+        self.config: dict[str, str] = dict(spec.get("config") or {})
+        self.lock = threading.Condition()
+        self.commands: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.supervisor = SparkJobSupervisor(self.job_id, self.name, None, now_ms=now_ms())
+        self.savepoints: dict[str, dict[str, Any]] = {}
+        self.faults: list[dict[str, Any]] = []
+        self.restored: dict[str, Any] | None = None
+        self.busy_savepoint: str | None = None
+        self.control_address: str | None = None
+        self.query: Any = None
+        self.spark: Any = None
+        self.plan: Any = None
+        self.error: dict[str, Any] | None = None
+        checkpoint_dir = self.config.get("execution.checkpointing.dir") or str(self.home.path / "checkpoints")
+        self.checkpoint_dir = checkpoint_dir
+        self.location = snapshots.checkpoint_location(checkpoint_dir, self.job_id)
+        self.savepoint_dir = self.config.get("execution.checkpointing.savepoint-dir") or f"{checkpoint_dir.rstrip('/')}/savepoints"
+        self.spark_conf = parse_spark_conf(self.config.get("spark.conf")) | dict(spec.get("spark_conf") or {})
+        self.master = self.config.get("spark.master") or "local[2]"
+        self.parallelism = int(spec.get("parallelism") or self.config.get("parallelism.default") or 1)
+        self.shuffle_partitions = int(self.spark_conf.get("spark.sql.shuffle.partitions") or self.parallelism)
+        self.pid, self.create_time = os.getpid(), create_time(os.getpid())
+        self.submitted = False
+
+    # ------------------------------------------------------------------ registry
+
+    def record(self) -> dict[str, Any]:
+        with self.lock:
+            sup = self.supervisor
+            rec: dict[str, Any] = {
+                "jid": self.job_id, "name": sup.name, "runner": "spark", "state": sup.state, "pid": self.pid,
+                "create_time": self.create_time, "control": self.control_address, "start-time": sup.timestamps["CREATED"],
+                "master": self.master, "checkpoint_location": self.location, "submitted": self.submitted,
+                "summary": sup.summary(now_ms()), "error": self.error,
+            }
+            if sup.is_terminal():
+                rec["final"] = {"job": self._job_document_locked(), "exceptions": sup.exceptions_document(),
+                                "execution-result": sup.execution_result(), "checkpoints": self._checkpoints_locked(10),
+                                "restart-strategy": sup.restart_strategy(), "faults": {"jid": self.job_id, "faults": self.faults}}
+            return rec
+
+    def publish(self) -> None:
+        registry.write_record(self.home.path, self.record())
+
+    # ------------------------------------------------------------------ control endpoint verbs
+
+    def standby_message(self) -> str | None:
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        with self.lock:
+            return self.supervisor.summary(now_ms())
+
+    def _job_document_locked(self) -> dict[str, Any]:
+        sup = self.supervisor
+        doc = sup.summary(now_ms())
+        doc.update({
+            "now": now_ms(), "timestamps": dict(sup.timestamps), "runner": "spark",
+            "vertices": [{"id": 1, "name": f"Spark query ({self.master})", "parallelism": self.shuffle_partitions,
+                          "maxParallelism": self.shuffle_partitions, "status": sup.state,
+                          "tasks": {sup.state: 1}, "metrics": {}, "subtasks": []}],
+            "plan": self._plan_dict(), "failover-strategy": "full", "restart-strategy": sup.restart_strategy(),
+            "events": list(sup.events), "spark": {"master": self.master, "checkpoint_location": self.location,
+                                                   "shuffle_partitions": self.shuffle_partitions, "attempt": sup.attempt},
+        })
+        return doc
+
+    def _plan_dict(self) -> dict[str, Any]:
+        try:
+            return self.plan.to_dict() if self.plan is not None else {}
+        except Exception as e:  # noqa: BLE001
+            return {"error": str(e)}
+
+    def job_document(self) -> dict[str, Any]:
+        with self.lock:
+            return self._job_document_locked()
+
+    def exceptions_document(self) -> dict[str, Any]:
+        with self.lock:
+            return self.supervisor.exceptions_document()
+
+    def wait_result(self, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            while not self.supervisor.is_terminal() and time.monotonic() < deadline:
+                self.lock.wait(max(0.0, deadline - time.monotonic()))
+            return self.supervisor.execution_result()
+
+    def request_cancel(self) -> None:
+        with self.lock:
+            if self.supervisor.is_terminal():
+                raise ConflictError(f"job {self.job_id} is {self.supervisor.state}: nothing to cancel", remedy="see 'flinkpy list -a'")
+        self.commands.put(("cancel",))
+
+    def _checkpoints_locked(self, history: int) -> dict[str, Any]:
+        return snapshots.checkpoint_stats(self.location, restored=self.restored, history=history)
+
+    def checkpoints(self, history: int) -> dict[str, Any]:
+        return snapshots.checkpoint_stats(self.location, restored=self.restored, history=history)
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        interval = self.config.get("execution.checkpointing.interval")
+        return {"mode": "exactly_once", "interval": _duration_ms(interval) if interval else 0x7FFFFFFFFFFFFFFF,
+                "checkpoint_storage": self.location, "runner": "spark"}
+
+    def request_savepoint(self, target_dir: str | None, *, stop: bool) -> str:
+        with self.lock:
+            if self.supervisor.state != "RUNNING":
+                raise ConflictError(f"job {self.job_id} is {self.supervisor.state}, not RUNNING: no savepoint can be taken",
+                                    remedy="savepoints are taken of running jobs; see 'flinkpy list -a'")
+            if self.busy_savepoint is not None:
+                raise ConflictError(f"a savepoint of job {self.job_id} is already in progress ({self.busy_savepoint})",
+                                    remedy="wait for it ('flinkpy savepoint status')")
+            tid = uuid.uuid4().hex
+            self.busy_savepoint = tid
+            self.savepoints[tid] = {"status": {"id": "IN_PROGRESS"}}
+        self.commands.put(("savepoint", tid, target_dir or self.savepoint_dir, stop))
+        return tid
+
+    def savepoint_status(self, trigger_id: str) -> dict[str, Any]:
+        with self.lock:
+            doc = self.savepoints.get(trigger_id)
+        if doc is None:
+            raise NotFoundError(f"no savepoint {trigger_id} of job {self.job_id}", remedy="use the id 'flinkpy savepoint trigger --detached' printed")
+        return doc
+
+    def restart_strategy(self) -> dict[str, Any]:
+        with self.lock:
+            return self.supervisor.restart_strategy()
+
+    def fault_history(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.faults)
+
+    def fault(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
+        """kill-task: SIGKILL (or TERM) one Python worker process of this driver's JVM."""
+        from flinkpy import faults as f
+        from flinkpy.errors import ConfigurationError
+
+        if kind != "kill-task":
+            raise ConfigurationError(f"{kind!r} is not a fault a Spark job supports", remedy="use kill-task (it kills a Spark Python worker)")
+        with self.lock:
+            if self.supervisor.state != "RUNNING":
+                raise ConflictError(f"job {self.job_id} is {self.supervisor.state}, not RUNNING", remedy="wait for it to run")
+        workers = busy(python_workers(self.pid))
+        if not workers:
+            raise ConflictError(f"no Spark Python worker of job {self.job_id} is running Python code right now",
+                                remedy="retry while a micro-batch runs (an idle worker's death fails nothing)")
+        pid = workers[0] if params.get("pick") is None else f.choose(workers, float(params["pick"]))
+        sig = signal.SIGTERM if str(params.get("signal", "KILL")).upper() == "TERM" else signal.SIGKILL
+        with self.lock:
+            entry = f.journal_entry(now_ms(), kind, {"what": "Spark Python worker", "pid": pid}, self.supervisor.state,
+                                    self.supervisor.restarts, signal=params.get("signal", "KILL"))
+            self.faults.append(entry)
+            self.supervisor.note(now_ms(), "fault", fault=kind, pid=pid)
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        log.warning("fault kill-task: sent %s to Spark Python worker pid %d of job %s", sig.name, pid, self.job_id)
+        return entry
+
+    # ------------------------------------------------------------------ the job's life
+
+    def prepare(self) -> None:
+        """Capture and translate the job, check a restore: everything that can refuse the job
+        before Spark starts. Raises FlinkpyError."""
+        from flinkpy.jobmanager.restart_strategies import strategy_from_config
+
+        plan, name, job_config = _load_plan(self.spec, self.config)
+        self.plan = plan
+        self.config.update(job_config)
+        self.parallelism = int(job_config.get("parallelism.default") or self.spec.get("parallelism")
+                               or self.config.get("parallelism.default") or 1)
+        self.shuffle_partitions = int(self.spark_conf.get("spark.sql.shuffle.partitions") or self.parallelism)
+        with self.lock:
+            self.name = self.supervisor.name = name
+            interval = self.config.get("execution.checkpointing.interval")
+            self.supervisor.strategy = strategy_from_config(
+                {k: v for k, v in self.config.items() if k.startswith("restart-strategy.")}, checkpointing_enabled=bool(interval))
+        if self.spec.get("savepoint_path"):
+            directory, doc = snapshots.read_savepoint(self.spec["savepoint_path"])
+            snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory)
+            snapshots.restore_savepoint(directory, doc, self.location)
+            self.restored = {"id": doc["checkpoint_id"], "is_savepoint": True, "external_path": directory,
+                             "restore_timestamp": now_ms()}
+            self.supervisor.note(now_ms(), "restored", **{"from": directory, "kind": "savepoint", "batch": doc["spark"]["batch_id"]})
+
+    def start_session(self) -> None:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        from pyspark.sql import SparkSession
+
+        builder = (SparkSession.builder.master(self.master).appName(f"flinkpy {self.name} {self.job_id}")
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.shuffle.partitions", str(self.shuffle_partitions)))
+        for key, value in self.spark_conf.items():
+            builder = builder.config(key, value)
+        self.spark = builder.getOrCreate()
+        self.spark.sparkContext.setLogLevel(os.environ.get("FLINKPY_SPARK_LOG_LEVEL", "WARN"))
+
+    def _start_query(self) -> Any:
+        interval = self.config.get("execution.checkpointing.interval")
+        return self.plan.start(self.spark, checkpoint_location=self.location,
+                               trigger_interval_ms=_duration_ms(interval) if interval else None,
+                               query_name=f"flinkpy_{self.job_id}")
+
+    def supervise(self) -> None:
+        """Start the query and keep it going as the restart strategy allows."""
+        while True:
+            with self.lock:
+                if self.supervisor.is_terminal():
+                    return
+            try:
+                query = self._start_query()
+            except Exception as e:  # noqa: BLE001 - a failure to start counts like a failure
+                if self._on_failure(e):
+                    continue
+                return
+            with self.lock:
+                self.query = query
+                self.supervisor.started(now_ms())
+                self.lock.notify_all()
+            log.info("job %s: query started (attempt %d)", self.job_id, self.supervisor.attempt)
+            self.publish()
+            outcome = self._watch(query)
+            if outcome == "restart":
+                continue
+            return
+
+    def _on_failure(self, exc: BaseException) -> bool:
+        """Record a failure; wait out the backoff. True to start again."""
+        cause = failure_cause(exc)
+        log.error("job %s: query failed: %s: %s", self.job_id, cause["class"], cause["message"])
+        with self.lock:
+            action = self.supervisor.failed(now_ms(), cause)
+            self.lock.notify_all()
+        self.publish()
+        if isinstance(action, GiveUp):
+            return False
+        while now_ms() < action.at_ms:
+            try:
+                command = self.commands.get(timeout=max(0.0, (action.at_ms - now_ms()) / 1000))
+            except queue.Empty:
+                break
+            if command[0] == "cancel":
+                with self.lock:
+                    self.supervisor.cancel(now_ms())
+                    self.lock.notify_all()
+                return False
+            self._refuse_savepoint(command, "the job is restarting")
+        return True
+
+    def _refuse_savepoint(self, command: tuple[Any, ...], why: str) -> None:
+        if command[0] == "savepoint":
+            self._finish_savepoint(command[1], None, f"savepoint of job {self.job_id} aborted: {why}")
+
+    def _watch(self, query: Any) -> str:
+        """Wait for the query to end or for a command; returns "restart" or "done"."""
+        while True:
+            try:
+                ended = query.awaitTermination(0.2)
+            except Exception as e:  # noqa: BLE001 - StreamingQueryException and friends
+                return "restart" if self._on_failure(e) else "done"
+            if ended:
+                with self.lock:
+                    self.supervisor.finished(now_ms())
+                    self.lock.notify_all()
+                return "done"
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                continue
+            if command[0] == "cancel":
+                with self.lock:
+                    self.supervisor.cancel(now_ms())
+                query.stop()
+                with self.lock:
+                    self.supervisor.canceled(now_ms())
+                    self.lock.notify_all()
+                return "done"
+            if command[0] == "savepoint":
+                _, tid, target, stop = command
+                # after a savepoint the query starts again from the same checkpoint location
+                # (not a restart: nothing failed); after stop-with-savepoint the job is done
+                done = self._savepoint(query, tid, target, stop)
+                return "done" if done and stop else "restart"
+
+    def _savepoint(self, query: Any, tid: str, target: str, stop: bool) -> bool:
+        """Stop at a batch boundary, copy the checkpoint location, then (unless stop) go on."""
+        trigger = now_ms()
+        deadline = time.monotonic() + BATCH_BOUNDARY_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                if not query.status.get("isTriggerActive"):
+                    break
+            except Exception:  # noqa: BLE001
+                break
+            time.sleep(0.02)
+        query.stop()
+        try:
+            failure = query.exception()
+        except Exception:  # noqa: BLE001
+            failure = None
+        try:
+            doc = snapshots.savepoint_metadata(self.location, job_id=self.job_id, job_name=self.name, trigger_ms=trigger,
+                                               parallelism=self.parallelism, master=self.master)
+            location = snapshots.write_savepoint(self.location, target, doc, job_id=self.job_id)
+        except Exception as e:  # noqa: BLE001
+            self._finish_savepoint(tid, None, f"{type(e).__name__}: {e}")
+            if failure is not None:
+                self._on_failure(failure)
+            return False
+        self._finish_savepoint(tid, location, None)
+        with self.lock:
+            self.supervisor.note(now_ms(), "savepoint", location=location, batch=doc["spark"]["batch_id"], stop=stop)
+            if stop:
+                self.supervisor.finished(now_ms())
+            self.lock.notify_all()
+        log.info("job %s: savepoint %s written (batch %s)", self.job_id, location, doc["spark"]["batch_id"])
+        return True
+
+    def _finish_savepoint(self, tid: str, location: str | None, failure: str | None) -> None:
+        with self.lock:
+            op: dict[str, Any] = {"location": location} if location else {
+                "failure-cause": {"class": "SavepointFailed", "stack-trace": failure or ""}}
+            self.savepoints[tid] = {"status": {"id": "COMPLETED"}, "operation": op}
+            self.busy_savepoint = None
+        self.publish()
+
+    def shutdown(self) -> None:
+        with self.lock:
+            pending = [tid for tid, d in self.savepoints.items() if d["status"]["id"] != "COMPLETED"]
+        for tid in pending:
+            self._finish_savepoint(tid, None, "the job ended before the savepoint was taken")
+        try:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _duration_ms(value: Any) -> int:
+    from flinkpy.config import parse_duration_ms
+
+    return parse_duration_ms(value)
+
+
+def python_workers(driver_pid: int) -> list[int]:
+    """Pids of the Spark Python workers under this driver: processes of ``pyspark.daemon``
+    forked by the daemon (the daemon itself only forks, it runs no task)."""
+    import psutil
+
+    try:
+        tree = psutil.Process(driver_pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    out = []
+    for p in tree:
+        try:
+            if "pyspark.daemon" in " ".join(p.cmdline()) and "pyspark.daemon" in " ".join(p.parent().cmdline()) \
+                    and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return sorted(out)
+
+
+def busy(pids: list[int], sample_s: float = 0.1, share: float = 0.25) -> list[int]:
+    """The workers among ``pids`` that spent at least ``share`` of ``sample_s`` on a CPU: those
+    running a task (an idle worker waits on its socket; killing it fails no task)."""
+    import psutil
+
+    def cpu(pid: int) -> float:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            return t.user + t.system
+        except psutil.Error:
+            return -1.0
+
+    before = {pid: cpu(pid) for pid in pids}
+    time.sleep(sample_s)
+    return [pid for pid in pids if before[pid] >= 0 and cpu(pid) - before[pid] >= share * sample_s]
+
+
+def _load_plan(spec: dict[str, Any], config: dict[str, str]) -> tuple[Any, str, dict[str, str]]:
+    """(SparkPlan, job name, the job's own settings) from the job file."""
+    from flinkpy.spark.capture import capture_job
+    from flinkpy.spark.plan import translate
+
+    jobs = capture_job(spec["job_file"], list(spec.get("args") or []), config=config, parallelism=spec.get("parallelism"))
+    if not jobs:
+        from flinkpy.errors import InvalidProgramError
+
+        raise InvalidProgramError(f"the job program {spec['job_file']} did not call execute()",
+                                  remedy="build the pipeline and call env.execute()")
+    if len(jobs) > 1:
+        from flinkpy.errors import InvalidProgramError
+
+        raise InvalidProgramError(f"the job program {spec['job_file']} calls execute() {len(jobs)} times; the Spark runner runs one job per file",
+                                  remedy="split the program into one job file per execute()")
+    job = jobs[0]
+    # the environment carries the configuration and what the program set itself
+    # (enable_checkpointing, set_restart_strategy, set_parallelism)
+    plan = translate(job.env, job_name=job.job_name)
+    settings = dict(job.settings)
+    settings["parallelism.default"] = str(getattr(job.env, "_parallelism", 0) or settings.get("parallelism.default", 1))
+    return plan, job.job_name, settings
+
+
+def _error_doc(e: BaseException) -> dict[str, Any]:
+    if isinstance(e, FlinkpyError):
+        return {"kind": type(e).__name__, "message": e.message, "remedy": e.remedy, "exit_code": e.exit_code, "details": e.details}
+    return {"kind": type(e).__name__, "message": f"{type(e).__name__}: {e}", "remedy": None, "exit_code": ExitCode.INTERNAL,
+            "details": "".join(traceback.format_exception(type(e), e, e.__traceback__))}
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    driver = SparkDriver(spec)
+    driver.publish()
+
+    def on_term(signum: int, frame: Any) -> None:
+        driver.commands.put(("cancel",))
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)  # Ctrl-C on an attached run reaches the driver too
+    try:
+        driver.prepare()
+    except BaseException as e:  # noqa: BLE001 - refused before the job started
+        driver.error = _error_doc(e)
+        with driver.lock:
+            driver.supervisor.failed(now_ms(), {"class": type(e).__name__, "message": getattr(e, "message", str(e)),
+                                                "stack-trace": driver.error.get("details") or ""})
+        driver.publish()
+        return driver.error["exit_code"] if isinstance(e, FlinkpyError) else ExitCode.INTERNAL
+    from flinkpy.spark.control import ControlServer
+
+    server = ControlServer(driver, driver.home.token())
+    server.serve_in_background()
+    driver.control_address = f"{server.address[0]}:{server.address[1]}"
+    driver.submitted = True
+    driver.publish()
+    try:
+        driver.start_session()
+        driver.supervise()
+    except BaseException as e:  # noqa: BLE001 - the session itself failed
+        log.exception("job %s: the Spark driver failed", driver.job_id)
+        with driver.lock:
+            driver.supervisor.strategy = None  # the session is gone: nothing to restart in
+            driver.supervisor.failed(now_ms(), failure_cause(e))
+    finally:
+        driver.shutdown()
+        driver.publish()
+        server.shutdown()
+    state = driver.supervisor.state
+    try:
+        if driver.spark is not None:
+            driver.spark.stop()
+    except Exception:  # noqa: BLE001
+        pass
+    return {"FINISHED": 0, "CANCELED": ExitCode.JOB_CANCELED}.get(state, ExitCode.JOB_FAILED)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,286 @@
+"""Sinks on Spark: foreachBatch writers made idempotent by the micro-batch id.
+
+Spark replays a micro-batch after a failure with the same batch id and the same records (the
+sources are replayable, see :mod:`flinkpy.spark.sources`), so a write keyed by the batch id is
+exactly-once end to end:
+
+- FileSink: one part file per bucket and batch, ``<prefix>-spark-<batch id><suffix>``, written
+  hidden and renamed into place (a replay rewrites the same name);
+- collect (``execute_and_collect``): one pickled file per batch in the collect directory;
+- PostgreSQL sinks: the rows and a row ``(sink id, batch id)`` in ``flinkpy_spark_batches`` in one
+  transaction; a batch whose id is already recorded is skipped;
+- print and SinkFunctions: at-least-once, as on the engine.
+
+A query attempt's first micro-batch is the first one its checkpoint has not committed. Before
+writing it, file and collect writers remove their files of that batch id and later ones: what an
+earlier attempt wrote without committing (in another time bucket, say), or what the cancelled run
+wrote after the savepoint a job is restored from — the restored run's batches after it may hold
+other records (other batch sizes, other data available), so overwriting by name is not enough.
+
+The writer runs on the driver with the batch's records in their original order. It also watches
+for the final rows of a bounded input (see :mod:`flinkpy.spark.records`): once it has seen one
+from every source, ``finished`` is set with the batch id.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import sys
+import threading
+from typing import Any
+
+from flinkpy.errors import InvalidProgramError
+from flinkpy.spark.records import BUNDLE, FINAL, RECORD, unbundle
+
+
+class BatchWriter:
+    """Writes a micro-batch of records; ``write(records, batch_id)`` must be idempotent per id."""
+
+    guarantee = "at-least-once"
+
+    def write(self, records: list, batch_id: int) -> None:
+        raise NotImplementedError
+
+    def begin(self, batch_id: int) -> None:
+        """Called before the first batch of a query attempt (the first uncommitted batch)."""
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+class PrintWriter(BatchWriter):
+    def __init__(self, sink: Any) -> None:
+        from flinkpy.connectors.print_sink import print_prefix
+
+        self.prefix = print_prefix(sink.sink_identifier, 0, 1)
+        self.to_stderr = sink.to_stderr
+
+    def write(self, records: list, batch_id: int) -> None:
+        if records:
+            stream = sys.stderr if self.to_stderr else sys.stdout
+            stream.write("".join(f"{self.prefix}{r}\n" for r in records))
+            stream.flush()
+
+    def describe(self) -> str:
+        return "print to stdout (at-least-once)"
+
+
+class FunctionWriter(BatchWriter):
+    def __init__(self, sink: Any) -> None:
+        self.fn = sink.fn if hasattr(sink, "fn") else sink
+
+    def write(self, records: list, batch_id: int) -> None:
+        invoke = self.fn.invoke if hasattr(self.fn, "invoke") else self.fn
+        for r in records:
+            invoke(r, None)
+
+    def describe(self) -> str:
+        return "SinkFunction.invoke per record on the driver (at-least-once)"
+
+
+class DiscardWriter(BatchWriter):
+    guarantee = "exactly-once"
+
+    def write(self, records: list, batch_id: int) -> None:
+        pass
+
+
+def _atomic_write(fs: Any, path: str, data: bytes) -> None:
+    parent, name = path.rsplit("/", 1)
+    hidden = f"{parent}/.{name}.inprogress"
+    with fs.open(hidden, "wb") as f:
+        f.write(data)
+    if fs.exists(path):
+        fs.rm(path)
+    fs.mv(hidden, path)
+
+
+def _remove_batches_from(fs: Any, root: str, name: re.Pattern[str], batch_id: int) -> None:
+    """Delete the files under ``root`` whose name (or hidden in-progress name) matches ``name``
+    with a batch id (its group 1) of ``batch_id`` or later."""
+    if not fs.exists(root):
+        return
+    for path in fs.find(root):
+        m = name.match(path.rsplit("/", 1)[-1])
+        if m and int(m.group(1)) >= batch_id:
+            fs.rm(path)
+
+
+class CollectWriter(BatchWriter):
+    guarantee = "exactly-once"
+
+    def __init__(self, sink: Any) -> None:
+        self.directory = sink.directory
+
+    def write(self, records: list, batch_id: int) -> None:
+        import fsspec
+
+        fs = fsspec.filesystem("file")
+        _atomic_write(fs, os.path.join(self.directory, f"spark-batch-{batch_id:012d}"), pickle.dumps(records, protocol=5))
+
+    def begin(self, batch_id: int) -> None:
+        import fsspec
+
+        _remove_batches_from(fsspec.filesystem("file"), self.directory, re.compile(r"^\.?spark-batch-(\d{12})(\.inprogress)?$"), batch_id)
+
+    def describe(self) -> str:
+        return f"collect into {self.directory} (a file per batch id: exactly-once)"
+
+
+def read_collected(directory: str) -> list:
+    """The records a collect sink wrote, in batch order."""
+    out: list = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("spark-batch-"):
+            with open(os.path.join(directory, name), "rb") as f:
+                out.extend(pickle.load(f))
+    return out
+
+
+class FileWriter(BatchWriter):
+    guarantee = "exactly-once"
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+
+    def write(self, records: list, batch_id: int) -> None:
+        import time
+
+        from fsspec.core import url_to_fs
+
+        from flinkpy.checkpoint.storage import storage_options
+
+        fs, root = url_to_fs(self.sink.base_path, **storage_options(self.sink.base_path))
+        root = root.rstrip("/") or "/"
+        config = self.sink.output_file_config
+        now = int(time.time() * 1000)
+        buckets: dict[str, list[bytes]] = {}
+        encode = self.sink.encoder.encode
+        for r in records:
+            buckets.setdefault(self.sink.bucket_assigner.bucket_id(r, now), []).append(encode(r))
+        for bucket, lines in buckets.items():
+            directory = f"{root}/{bucket}" if bucket else root
+            fs.makedirs(directory, exist_ok=True)
+            name = f"{config.get_part_prefix()}-spark-{batch_id:012d}{config.get_part_suffix()}"
+            _atomic_write(fs, f"{directory}/{name}", b"".join(lines))
+
+    def begin(self, batch_id: int) -> None:
+        from fsspec.core import url_to_fs
+
+        from flinkpy.checkpoint.storage import storage_options
+
+        fs, root = url_to_fs(self.sink.base_path, **storage_options(self.sink.base_path))
+        config = self.sink.output_file_config
+        name = re.compile(rf"^\.?{re.escape(config.get_part_prefix())}-spark-(\d{{12}}){re.escape(config.get_part_suffix())}(\.inprogress)?$")
+        _remove_batches_from(fs, root.rstrip("/") or "/", name, batch_id)
+
+    def describe(self) -> str:
+        return f"FileSink {self.sink.base_path} (a part file per bucket and batch id, renamed into place: exactly-once)"
+
+
+class PostgresWriter(BatchWriter):
+    """PostgresSink / PostgresUpsertSink / PostgresBatchSink: a transaction per batch that also
+    records the batch id, so a replayed batch is skipped."""
+
+    guarantee = "exactly-once"
+    TABLE = "flinkpy_spark_batches"
+
+    def __init__(self, sink: Any, sink_id: str) -> None:
+        self.sink = sink
+        self.sink_id = sink_id
+
+    def write(self, records: list, batch_id: int) -> None:
+        import psycopg
+
+        from flinkpy.connectors.postgres import _Statement
+
+        statement = _Statement(self.sink.sql, getattr(self.sink, "row_mapper", None), getattr(self.sink, "columns", None))
+        with psycopg.connect(self.sink.dsn) as conn:
+            with conn.cursor() as cur:
+                cur.execute(f"CREATE TABLE IF NOT EXISTS {self.TABLE} (sink_id text, batch_id bigint, PRIMARY KEY (sink_id, batch_id))")
+            conn.commit()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(f"INSERT INTO {self.TABLE} VALUES (%s, %s) ON CONFLICT DO NOTHING", (self.sink_id, batch_id))
+                if cur.rowcount == 0:
+                    return  # this batch was written before a failure: skip the replay
+                if records:
+                    rows = statement.params(records)
+                    statement.check(rows)
+                    statement.write(cur, rows)
+
+    def describe(self) -> str:
+        return f"PostgreSQL (rows and batch id in one transaction, table {self.TABLE}: exactly-once)"
+
+
+def writer_for(sink: Any, sink_id: str, operator: str) -> BatchWriter:
+    """The batch writer of a flinkpy Sink, or UntranslatableError."""
+    from flinkpy.client.collect import CollectSink
+    from flinkpy.connectors.file_sink import FileSink
+    from flinkpy.connectors.function_sink import FunctionSink
+    from flinkpy.connectors.print_sink import DiscardingSink, PrintSink
+
+    if isinstance(sink, PrintSink):
+        return PrintWriter(sink)
+    if isinstance(sink, CollectSink):
+        return CollectWriter(sink)
+    if isinstance(sink, FileSink):
+        return FileWriter(sink)
+    if isinstance(sink, DiscardingSink):
+        return DiscardWriter()
+    if isinstance(sink, FunctionSink):
+        return FunctionWriter(sink)
+    if type(sink).__name__ in ("PostgresSink", "PostgresUpsertSink", "PostgresBatchSink") and hasattr(sink, "dsn") and hasattr(sink, "sql"):
+        return PostgresWriter(sink, sink_id)
+    from flinkpy.spark.plan import UntranslatableError
+
+    raise UntranslatableError(operator, f"the sink {type(sink).__name__} has no Spark translation")
+
+
+class SinkDriver:
+    """The foreachBatch function: orders a batch, writes its records, watches for the end."""
+
+    def __init__(self, writer: BatchWriter, sources: set[int]) -> None:
+        self.writer = writer
+        self.sources = set(sources)
+        self.finals: set[int] = set()
+        self.finished = threading.Event()
+        self.final_batch: int | None = None
+        self.records_written = 0
+        self.begun = False
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if not self.begun:
+            self.writer.begin(batch_id)
+            self.begun = True
+        table = df.toArrow()
+        if table.num_rows == 0:
+            return
+        table = table.sort_by([("seq", "ascending")])
+        kinds = table.column("kind").to_pylist()
+        raw = table.column("value").to_pylist()
+        srcs = table.column("src").to_pylist()
+        loads = pickle.loads
+        records: list = []
+        for v, k in zip(raw, kinds):
+            if k == RECORD:
+                records.append(loads(v))
+            elif k == BUNDLE:  # a keyed reduce's updates, in order
+                records.extend(unbundle(v)[0])
+        self.writer.write(records, batch_id)
+        self.records_written += len(records)
+        for s, k in zip(srcs, kinds):
+            if k == FINAL:
+                self.finals.add(s)
+        if self.sources and self.finals >= self.sources and not self.finished.is_set():
+            self.final_batch = batch_id
+            self.finished.set()
+
+
+def check_sink(sink: Any, operator: str) -> None:
+    """Refuse at translation what cannot be written (raises UntranslatableError)."""
+    writer_for(sink, "check", operator)
+
+
+__all__ = ["BatchWriter", "SinkDriver", "writer_for", "read_collected", "check_sink", "InvalidProgramError"]

@@ -1,0 +1,139 @@
+"""Incremental snapshots of the on-disk keyed state backend: upload what changed, reference the rest.
+
+The store (RocksDB, an LSM tree) writes immutable sorted files (SSTs) and never changes one
+after it is written; compaction replaces files by new ones. A checkpoint of the store is a set
+of files, so checkpoint *N* only has to upload the SSTs that the checkpoint it builds on did
+not have, and reference the others. The synchronous part (:class:`IncrementalSnapshot` made by
+the task thread) is a native checkpoint of the store into a local directory — hard links, flat in
+the state size; the asynchronous part (:meth:`IncrementalSnapshot.upload`) uploads:
+
+- every SST the base checkpoint did not upload into the job's ``shared/`` directory (a fresh
+  name each time), referencing the base's files for the others;
+- the store's small private files (CURRENT, MANIFEST, OPTIONS) as one bundle in ``chk-<n>/``.
+
+The keyed-state handle in `_metadata` is then a full description of the store::
+
+    {"path": "<op>-<subtask>-keyed.rocksdb", "size", "checksum",      # the private bundle
+     "format": "rocksdb-incremental", "key_groups": [a, b], "states": {...},
+     "shared": [{"file": "000042.sst", "url": ".../shared/<uuid>-000042.sst",
+                 "size", "checksum", "checkpoint_id": <the checkpoint that uploaded it>}]}
+
+Restoring (:func:`download`) fetches the bundle and every shared file into a local directory the
+store opens as it was. The JobManager counts references to shared files
+(flinkpy.checkpoint.shared_state) and deletes one when no retained checkpoint needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from typing import Any, Callable, Mapping
+
+FORMAT = "rocksdb-incremental"
+
+
+def is_incremental(handle: Mapping[str, Any] | None) -> bool:
+    return bool(handle) and handle.get("format") == FORMAT  # type: ignore[union-attr]
+
+
+class IncrementalSnapshot:
+    """What the synchronous part of an incremental snapshot hands to the uploader thread.
+
+    ``local_dir`` holds the store's native checkpoint (deleted after the upload); ``base`` maps
+    SST file names to the shared handles of the checkpoint this one builds on.
+    """
+
+    empty = False
+
+    def __init__(self, local_dir: str, key_group_range: range, summary: dict[str, dict[str, Any]], base: Mapping[str, dict[str, Any]]):
+        self.local_dir = local_dir
+        self.key_group_range = key_group_range
+        self._summary = summary
+        self.base = dict(base)
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        return self._summary
+
+    def upload(
+        self,
+        checkpoint_id: int,
+        write_private: Callable[[bytes], dict[str, Any]],
+        write_shared: Callable[[str, str], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Upload new SSTs (``write_shared(local_path, file_name)``) and the private bundle
+        (``write_private(data)``); return the keyed-state handle (without key groups/states)."""
+        try:
+            shared: list[dict[str, Any]] = []
+            private: dict[str, bytes] = {}
+            for name in sorted(os.listdir(self.local_dir)):
+                path = os.path.join(self.local_dir, name)
+                if not name.endswith(".sst"):
+                    with open(path, "rb") as f:
+                        private[name] = f.read()
+                    continue
+                known = self.base.get(name)
+                if known is not None and known["size"] == os.path.getsize(path):
+                    shared.append(dict(known))
+                    continue
+                handle = write_shared(path, name)
+                shared.append({"file": name, **handle, "checkpoint_id": checkpoint_id})
+            handle = write_private(pickle.dumps(private, protocol=5))
+            return {**handle, "format": FORMAT, "shared": shared}
+        finally:
+            shutil.rmtree(self.local_dir, ignore_errors=True)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.local_dir, ignore_errors=True)
+
+
+def download(handle: Mapping[str, Any], read_private: Callable[[Mapping[str, Any]], bytes], read_shared: Callable[[Mapping[str, Any]], bytes], target_dir: str) -> str:
+    """Materialise the store an incremental handle describes in ``target_dir``; return it.
+
+    Every file is checked against its size and checksum while it is read.
+    """
+    os.makedirs(target_dir, exist_ok=True)
+    for name, data in pickle.loads(read_private(handle)).items():
+        with open(os.path.join(target_dir, name), "wb") as f:
+            f.write(data)
+    for f in handle.get("shared") or ():
+        with open(os.path.join(target_dir, f["file"]), "wb") as out:
+            out.write(read_shared(f))
+    return target_dir
+
+
+def shared_by_file(handle: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The shared files of a handle by SST name: what a store restored from it may build on."""
+    return {f["file"]: dict(f) for f in handle.get("shared") or ()}
+
+
+def read_keyed_state(storage: Any, checkpoint_dir: str, handle: Mapping[str, Any]) -> dict[str, Any]:
+    """The canonical keyed-state document of one handle, whichever way it was written (a full
+    snapshot file, or an incremental store read out key group by key group)."""
+    if not is_incremental(handle):
+        return pickle.loads(storage.read_state(checkpoint_dir, handle))
+    import tempfile
+
+    target = tempfile.mkdtemp(prefix="flinkpy-keyed-")
+    try:
+        download(handle, lambda h: storage.read_state(checkpoint_dir, h), storage.read_shared, target)
+        first, last = handle["key_groups"]
+        return read_canonical(target, range(first, last + 1))
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def read_canonical(path: str, key_groups: range) -> dict[str, Any]:
+    """The canonical keyed-state document of a store directory (restored from an incremental
+    checkpoint), key groups in ``key_groups`` only: how the heap backend restores from one."""
+    from flinkpy.state import rocksdb_keys as rk
+    from flinkpy.state.rocksdb import RocksDBOptions, open_db
+    from flinkpy.state.rocksdb_snapshot import RocksDBSnapshot
+    from flinkpy.state.rocksdb_states import scan
+
+    db = open_db(path, RocksDBOptions(), read_only=True)
+    try:
+        meta = {k[len(rk.META):].decode("utf-8"): rk.load(v) for k, v in scan(db, rk.META)}
+        return RocksDBSnapshot(db.iter(), meta, key_groups, {}).to_dict()
+    finally:
+        db.close()

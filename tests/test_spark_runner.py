@@ -1,0 +1,212 @@
+"""The Spark runner's translation: the same jobs give the same results on Spark as on flinkpy.
+
+One SparkSession (local[2]) for the module. The four example jobs are captured from their files
+(as ``flinkpy run --runner spark`` does), translated, and run side by side as four streaming
+queries — their print sinks swapped for collect sinks so that each query's records come back
+separately — then compared with results computed independently of both engines (the same
+references tests/test_examples.py holds flinkpy's engine to). A restart from the checkpoint
+location in the middle of a paced query must continue exactly: every running sum once, none
+missing. Untranslatable jobs are refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, run_cli, wait_for
+
+pyspark = pytest.importorskip("pyspark", reason="PySpark is not installed (pip install -e '.[spark]')")
+
+from flinkpy.client.collect import CollectSink  # noqa: E402
+from flinkpy.spark.capture import capture_job  # noqa: E402
+from flinkpy.spark.plan import MAX_RECORDS_KEY, UntranslatableError, translate  # noqa: E402
+from flinkpy.spark.sinks import read_collected  # noqa: E402
+from test_examples import (  # noqa: E402  (tests/ is on sys.path)
+    example_text,
+    expected_click_sessions,
+    expected_running_counts,
+    expected_windowed_word_counts,
+    load_example,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("flinkpy-spark-runner-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        # a loaded 2-core machine can take longer than the default 15 s to start a Python worker
+        .config("spark.python.authenticate.socketTimeout", "120s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    for q in session.streams.active:
+        q.stop()
+    session.stop()
+
+
+def captured_plan(job: str, args: list[str], collect_dir: Path, config: dict | None = None):
+    """Capture JOB's graph, send its print output to a collect sink in ``collect_dir``, translate."""
+    (captured,) = capture_job(str(EXAMPLES / job), args)
+    graph = captured.stream_graph
+    (sink,) = [n for n in graph.nodes.values() if n.is_sink]
+    collect_dir.mkdir(parents=True, exist_ok=True)
+    sink.fn = CollectSink(str(collect_dir))
+    return translate(captured.env, config=config or {}, job_name=captured.job_name)
+
+
+@pytest.fixture(scope="module")
+def example_runs(spark, tmp_path_factory):
+    """The four example jobs as four concurrent queries; {job: (records, plan)}."""
+    base = tmp_path_factory.mktemp("spark-examples")
+    jobs = {
+        "word_count.py": [],
+        "even_odd_sum.py": ["--count", "1000"],
+        "windowed_word_count.py": ["--seconds", "20"],
+        "click_sessions.py": ["--users", "3", "--seconds", "40"],
+    }
+    started = {}
+    for job, args in jobs.items():
+        plan = captured_plan(job, args, base / job / "out")
+        query = plan.start(spark, checkpoint_location=str(base / job / "chk"), trigger_interval_ms=None, query_name=job.removesuffix(".py"))
+        started[job] = (plan, query)
+    for job, (plan, query) in started.items():
+        query.awaitTermination(420)
+        assert not query.isActive, f"{job}: the bounded query did not end by itself"
+        assert query.exception() is None, f"{job}: {query.exception()}"
+    return {job: (read_collected(str(base / job / "out")), plan) for job, (plan, _) in started.items()}
+
+
+def test_word_count_gives_every_running_count_once(example_runs):
+    records, plan = example_runs["word_count.py"]
+    assert plan.bounded
+    words = [w for line in example_text() for w in line.split()]
+    assert Counter(records) == expected_running_counts(words)
+
+
+def test_even_odd_sum_running_sums_are_exact(example_runs):
+    records, _ = example_runs["even_odd_sum.py"]
+    n = 1000
+    evens = [sum(range(2, k + 1, 2)) for k in range(2, n + 1, 2)]
+    odds = [sum(range(1, k + 1, 2)) for k in range(1, n + 1, 2)]
+    assert Counter(records) == Counter([("even", s) for s in evens] + [("odd", s) for s in odds])
+
+
+def test_windowed_word_count_equals_the_reference(example_runs):
+    records, _ = example_runs["windowed_word_count.py"]
+    events = load_example("windowed_word_count.py").lines(20)
+    assert Counter(records) == expected_windowed_word_counts(events)
+
+
+def test_keyed_process_function_with_state_and_timers(example_runs):
+    records, plan = example_runs["click_sessions.py"]
+    example = load_example("click_sessions.py")
+    expected = expected_click_sessions(example.clicks(3, 40), example.GAP_MS)
+    assert len(expected) > 10
+    assert Counter(records) == expected
+    assert "transformWithStateInPandas" in plan.explain() and "click-sessions" in plan.explain()
+
+
+def test_restart_from_the_checkpoint_location_continues_exactly(spark, tmp_path):
+    """A paced even/odd running sum (100 numbers per micro-batch, a batch every 200 ms) is stopped
+    after two committed batches and started again on the same checkpoint location."""
+    n = 800
+    out, chk = tmp_path / "out", str(tmp_path / "chk")
+    config = {MAX_RECORDS_KEY: "100"}
+    first = captured_plan("even_odd_sum.py", ["--count", str(n)], out, config)
+    query = first.start(spark, checkpoint_location=chk, trigger_interval_ms=200, query_name="paced_sums_1")
+    wait_for(lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 1, timeout=300,
+             message="two committed micro-batches", describe=lambda: query.exception())
+    query.stop()
+    done_before = len(read_collected(str(out)))
+    assert 0 < done_before < n, "the query should have been stopped in the middle of its input"
+    second = captured_plan("even_odd_sum.py", ["--count", str(n)], out, config)
+    query = second.start(spark, checkpoint_location=chk, trigger_interval_ms=200, query_name="paced_sums_2")
+    query.awaitTermination(300)
+    assert not query.isActive and query.exception() is None
+    records = read_collected(str(out))
+    evens = [sum(range(2, k + 1, 2)) for k in range(2, n + 1, 2)]
+    odds = [sum(range(1, k + 1, 2)) for k in range(1, n + 1, 2)]
+    assert Counter(records) == Counter([("even", s) for s in evens] + [("odd", s) for s in odds])
+
+
+# -- refusals: before anything starts (no Spark needed) --------------------------------------------
+
+
+def _env():
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    return StreamExecutionEnvironment.get_execution_environment()
+
+
+def test_a_processing_time_window_is_refused_naming_the_operator():
+    from flinkpy.common import Time
+    from flinkpy.datastream.window import TumblingProcessingTimeWindows
+
+    env = _env()
+    (env.from_collection([("a", 1)]).key_by(lambda t: t[0]).window(TumblingProcessingTimeWindows.of(Time.seconds(1)))
+     .reduce(lambda a, b: (a[0], a[1] + b[1])).uid("per-second").print())
+    with pytest.raises(UntranslatableError) as e:
+        translate(env, config={})
+    assert "uid 'per-second'" in str(e.value) and "processing-time window" in str(e.value)
+    assert e.value.remedy
+
+
+def test_a_side_output_and_a_source_function_are_refused():
+    from flinkpy.datastream import OutputTag, ProcessFunction
+
+    class Split(ProcessFunction):
+        def process_element(self, value, ctx):
+            ctx.output(OutputTag("odd"), value)
+
+    env = _env()
+    main = env.from_collection([1, 2, 3]).process(Split()).name("split")
+    main.get_side_output(OutputTag("odd")).print()
+    with pytest.raises(UntranslatableError, match="'split'.*side output"):
+        translate(env, config={})
+
+    class Forever:
+        def run(self, ctx):
+            ctx.collect(1)
+
+        def cancel(self):
+            pass
+
+    env = _env()
+    env.add_source(Forever(), "forever").print()
+    with pytest.raises(UntranslatableError, match="'forever'.*cannot be read again"):
+        translate(env, config={})
+
+
+def test_info_runner_spark_shows_the_spark_plan(flinkpy_home):
+    res = run_cli("info", "--runner", "spark", str(EXAMPLES / "word_count.py"))
+    assert res.returncode == 0, res.stderr
+    assert "transformWithStateInPandas" in res.stdout and "mapInArrow" in res.stdout and "foreachBatch" in res.stdout
+    bad = Path(tempfile.mkdtemp()) / "bad.py"
+    bad.write_text(
+        "from flinkpy.common import Time\n"
+        "from flinkpy.datastream import StreamExecutionEnvironment\n"
+        "from flinkpy.datastream.window import TumblingProcessingTimeWindows\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.from_collection([('a', 1)]).key_by(lambda t: t[0]).window(TumblingProcessingTimeWindows.of(Time.seconds(1)))"
+        ".reduce(lambda a, b: a).uid('w').print()\n"
+        "env.execute('bad')\n"
+    )
+    res = run_cli("info", "--runner", "spark", "--json", str(bad))
+    assert res.returncode == 7 and "processing-time window" in res.stderr and "Traceback" not in res.stderr
