@@ -301,6 +301,7 @@ SCHEMA: dict[str, Option] = {
         _option("state.backend.rocksdb.block.cache-size", MemorySizeType(), 8 << 20, "rocksdb: block cache of each subtask's instance (memory for reads)."),
         _option("state.backend.rocksdb.writebuffer.size", MemorySizeType(), 8 << 20, "rocksdb: size of one memtable (write buffer) before it is flushed to disk."),
         _option("state.backend.rocksdb.writebuffer.count", IntType(1), 2, "rocksdb: memtables kept in memory at most, per instance."),
+        _option("state.backend.rocksdb.use-bloom-filter", BoolType(), True, "rocksdb: a bloom filter per file (10 bits a key), so that reading a key a file does not hold skips it (on by default here: keyed state reads are point lookups)."),
         _option("execution.runner", EnumType("local", "spark"), "local", "Engine that runs the job: local (flinkpy's own processes) or spark (Spark Structured Streaming through PySpark, supervised by a flinkpy driver process)."),
         _option("spark.master", StringType(), "local[2]", "execution.runner spark: the Spark master (local[N], spark://HOST:PORT, yarn, ...)."),
         _option("spark.conf", StringType(), None, "execution.runner spark: more Spark settings as 'key=value' pairs separated by commas (--spark-conf adds to them)."),

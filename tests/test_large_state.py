@@ -83,8 +83,12 @@ class RssWatch:
         self._thread.start()
 
     def _run(self) -> None:
+        pids: list[int] = []
+        refreshed = 0.0
         while not self._stop.wait(0.2):
-            for pid in self.pids():
+            if time.monotonic() - refreshed > 5:  # asking the cluster costs a CLI process: not every sample
+                pids, refreshed = self.pids(), time.monotonic()
+            for pid in pids:
                 try:
                     self.peak = max(self.peak, psutil.Process(pid).memory_info().rss)
                 except psutil.Error:
@@ -125,7 +129,7 @@ def du(path: Path) -> int:
     return total
 
 
-@pytest.mark.timeout(1800 if LARGE else 240)
+@pytest.mark.timeout(3600 if LARGE else 240)
 def test_state_larger_than_memory_checkpoints_incrementally_and_restores_exactly(cluster, cli, flinkpy_home: Path, tmp_path: Path) -> None:
     job = tmp_path / "large_state.py"
     job.write_text(JOB)
@@ -151,7 +155,7 @@ def test_state_larger_than_memory_checkpoints_incrementally_and_restores_exactly
     started = time.monotonic()
     # every key has state: the sources emitted more than KEYS numbers before a checkpoint
     wait_for(lambda: (doc := latest_checkpoint(storage, jid)) is not None and emitted(doc) >= KEYS * 1.2,
-             timeout=1500 if LARGE else 180, interval=0.5, message=f"a checkpoint after {KEYS} keys")
+             timeout=3000 if LARGE else 180, interval=0.5, message=f"a checkpoint after {KEYS} keys")
     on_disk = du(local)
     print(f"{KEYS} keys loaded in {time.monotonic() - started:.1f}s; stores on disk: {on_disk / 2**20:.0f} MiB")
 

@@ -70,11 +70,14 @@ class RocksDBOptions:
     block_cache_size: int = 8 * MB
     write_buffer_size: int = 8 * MB
     write_buffer_count: int = 2
+    #: a bloom filter per SST (10 bits a key): a read of a key a file does not hold skips the
+    #: file — state reads are point lookups, many of keys seen for the first time
+    use_bloom_filter: bool = True
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RocksDBOptions:
         """From ``state.backend.rocksdb.*`` settings (strings, as a job's configuration has them)."""
-        from flinkpy.config import IntType, MemorySizeType
+        from flinkpy.config import BoolType, IntType, MemorySizeType
 
         def parse(key: str, type_: Any, default: Any) -> Any:
             raw = config.get(key)
@@ -90,6 +93,7 @@ class RocksDBOptions:
             block_cache_size=parse("state.backend.rocksdb.block.cache-size", MemorySizeType(), cls.block_cache_size),
             write_buffer_size=parse("state.backend.rocksdb.writebuffer.size", MemorySizeType(), cls.write_buffer_size),
             write_buffer_count=parse("state.backend.rocksdb.writebuffer.count", IntType(1), cls.write_buffer_count),
+            use_bloom_filter=parse("state.backend.rocksdb.use-bloom-filter", BoolType(), cls.use_bloom_filter),
         )
 
 
@@ -104,6 +108,8 @@ def open_db(path: str, options: RocksDBOptions, *, read_only: bool = False) -> A
     opts.set_keep_log_file_num(2)
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(rocksdict.Cache(options.block_cache_size))
+    if options.use_bloom_filter:
+        table.set_bloom_filter(10, False)
     table.set_cache_index_and_filter_blocks(True)
     opts.set_block_based_table_factory(table)
     if read_only:
