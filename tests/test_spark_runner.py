@@ -11,8 +11,6 @@ missing. Untranslatable jobs are refused before anything starts.
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -40,21 +38,9 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from flinkpy.spark.session import spark_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("flinkpy-spark-runner-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        # a loaded 2-core machine can take longer than the default 15 s to start a Python worker
-        .config("spark.python.authenticate.socketTimeout", "120s")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2"}, app_name="flinkpy-spark-runner-tests")
     yield session
     for q in session.streams.active:
         q.stop()

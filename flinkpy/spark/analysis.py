@@ -32,8 +32,6 @@ Example (needs PySpark and Java)::
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
@@ -68,35 +66,11 @@ _MARK = "@@flinkpy-error@@"
 
 
 def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = None, *, app_name: str = "flinkpy state analyze") -> Any:
-    """A SparkSession on ``master`` with ``conf``, its Python workers on this interpreter.
+    """A SparkSession on ``master`` with ``conf`` (flinkpy.spark.session); exit 8 when PySpark or
+    Java is missing."""
+    from flinkpy.spark.session import spark_session as start
 
-    Raises ``ConfigurationError`` (exit 8) when PySpark is not installed or Spark cannot start
-    (no Java, a bad master URL).
-    """
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise ConfigurationError(
-            "the spark engine needs PySpark, which is not installed",
-            remedy="run \"pip install 'pyspark[sql]>=4'\" (Spark needs Java 17), or use --engine local",
-        ) from None
-    # Workers must run this interpreter (flinkpy and the job's classes importable there).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master).appName(app_name)
-    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "8", **dict(conf or {})}
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    try:
-        spark = builder.getOrCreate()
-    except Exception as exc:  # noqa: BLE001 - the JVM did not start: say what to check
-        raise ConfigurationError(
-            f"could not start Spark on {master}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
-            remedy="check that Java 17 is installed (JAVA_HOME) and that the master URL is right",
-        ) from None
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return start(master, {"spark.sql.shuffle.partitions": "8", **dict(conf or {})}, app_name=app_name)
 
 
 def read_keyed_state(spark: Any, path: str, *, storage_options: Mapping[str, Any] | None = None) -> Any:

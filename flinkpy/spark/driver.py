@@ -289,17 +289,12 @@ class SparkDriver:
             self.supervisor.note(now_ms(), "restored", **{"from": directory, "kind": "savepoint", "batch": doc["spark"]["batch_id"]})
 
     def start_session(self) -> None:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        from pyspark.sql import SparkSession
+        from flinkpy.spark.session import spark_session
 
-        builder = (SparkSession.builder.master(self.master).appName(f"flinkpy {self.name} {self.job_id}")
-                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", str(self.shuffle_partitions)))
-        for key, value in self.spark_conf.items():
-            builder = builder.config(key, value)
-        self.spark = builder.getOrCreate()
-        self.spark.sparkContext.setLogLevel(os.environ.get("FLINKPY_SPARK_LOG_LEVEL", "WARN"))
+        self.spark = spark_session(
+            self.master, {"spark.sql.shuffle.partitions": str(self.shuffle_partitions), **self.spark_conf},
+            app_name=f"flinkpy {self.name} {self.job_id}", log_level=os.environ.get("FLINKPY_SPARK_LOG_LEVEL", "WARN"),
+        )
 
     def _start_query(self) -> Any:
         interval = self.config.get("execution.checkpointing.interval")
