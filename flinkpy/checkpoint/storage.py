@@ -207,16 +207,35 @@ class CheckpointStorage:
         """Upload a local store file into the job's ``shared/`` directory under a name no other
         upload takes; return its shared handle ``{"url", "size", "checksum"}`` (absolute URL:
         a checkpoint that claims another job's checkpoint references files in that job's
-        ``shared/``)."""
-        with open(local_path, "rb") as f:
-            data = f.read()
+        ``shared/``). The file is streamed, never held in memory whole."""
+        size, checksum = _hash_file(LocalFileSystem(), local_path)
         url = f"{self.shared_dir(job_id)}/{uuid.uuid4().hex}-{posixpath.basename(name)}"
-        self._put(url, data)
-        return {"url": url, "size": len(data), "checksum": checksum_of(data)}
+        self._put_file(url, local_path)
+        return {"url": url, "size": size, "checksum": checksum}
 
     def read_shared(self, handle: Mapping[str, Any]) -> bytes:
         """The bytes of a shared file, checked against its handle (CorruptCheckpointError if not)."""
         return self._read_checked(handle["url"], handle, "shared state file is missing")
+
+    def fetch_shared(self, handle: Mapping[str, Any], local_path: str) -> None:
+        """Stream a shared file to ``local_path``, checking size and checksum on the way
+        (CorruptCheckpointError, and no file left, if they do not match)."""
+        url = handle["url"]
+        fs, path = self._fs(url)
+        digest, size = hashlib.sha256(), 0
+        try:
+            with self._fresh(fs).open(path, "rb") as src, open(local_path, "wb") as out:
+                while chunk := src.read(_CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+        except (FileNotFoundError, IsADirectoryError):
+            _unlink(local_path)
+            raise CorruptCheckpointError(url, "shared state file is missing") from None
+        problem = _mismatch(handle, size, "sha256:" + digest.hexdigest())
+        if problem:
+            _unlink(local_path)
+            raise CorruptCheckpointError(url, problem)
 
     def discard_files(self, urls: Iterable[str]) -> None:
         """Delete shared files (idempotent)."""
@@ -268,12 +287,39 @@ class CheckpointStorage:
         self._put(url, (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
         return url
 
-    def _put(self, url: str, data: bytes) -> None:
+    @staticmethod
+    def _check_outage(url: str) -> None:
         if _outage_until:
             import time
 
             if time.time() < _outage_until:  # an injected fault, as a real outage would fail
                 raise OSError(errno.EIO, f"checkpoint storage unavailable (injected storage outage for {_outage_until - time.time():.1f}s more)", url)
+
+    def _put_file(self, url: str, local_path: str) -> None:
+        """Like ``_put``, from a local file streamed in chunks (a temporary name and a rename on
+        a local file system; one upload, visible whole or not at all, on object stores)."""
+        self._check_outage(url)
+        fs, path = self._fs(url)
+        if not isinstance(fs, LocalFileSystem):
+            fs.put_file(local_path, path)
+            return
+        directory = posixpath.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        try:
+            with open(local_path, "rb") as src, open(tmp, "wb") as out:
+                while chunk := src.read(_CHUNK):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        _fsync_dir(directory)
+
+    def _put(self, url: str, data: bytes) -> None:
+        self._check_outage(url)
         fs, path = self._fs(url)
         if isinstance(fs, LocalFileSystem):
             # Write aside, fsync, rename into place: readers see no file or the whole file.
@@ -292,11 +338,7 @@ class CheckpointStorage:
                 except OSError:
                     pass
                 raise
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)  # the rename itself survives a crash
-            finally:
-                os.close(dir_fd)
+            _fsync_dir(directory)
         else:
             # One PUT: object stores (and memory://) make an object visible whole or not at all.
             fs.pipe_file(path, data)
@@ -444,6 +486,21 @@ class CheckpointStorage:
                 if problem:
                     problems.append(Problem(shared["url"], problem))
         return VerifyReport(dir_url, meta_url, doc, files, bytes_read, problems)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _fsync_dir(directory: str) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a crash
+    finally:
+        os.close(dir_fd)
 
 
 def _hash_file(fs: fsspec.AbstractFileSystem, path: str) -> tuple[int, str]:

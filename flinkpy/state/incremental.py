@@ -87,18 +87,18 @@ class IncrementalSnapshot:
         shutil.rmtree(self.local_dir, ignore_errors=True)
 
 
-def download(handle: Mapping[str, Any], read_private: Callable[[Mapping[str, Any]], bytes], read_shared: Callable[[Mapping[str, Any]], bytes], target_dir: str) -> str:
+def download(handle: Mapping[str, Any], read_private: Callable[[Mapping[str, Any]], bytes], fetch_shared: Callable[[Mapping[str, Any], str], None], target_dir: str) -> str:
     """Materialise the store an incremental handle describes in ``target_dir``; return it.
 
-    Every file is checked against its size and checksum while it is read.
+    Every file is checked against its size and checksum while it is read; shared files are
+    streamed to disk (``fetch_shared(handle, local_path)``), never held in memory whole.
     """
     os.makedirs(target_dir, exist_ok=True)
     for name, data in pickle.loads(read_private(handle)).items():
         with open(os.path.join(target_dir, name), "wb") as f:
             f.write(data)
     for f in handle.get("shared") or ():
-        with open(os.path.join(target_dir, f["file"]), "wb") as out:
-            out.write(read_shared(f))
+        fetch_shared(f, os.path.join(target_dir, f["file"]))
     return target_dir
 
 
@@ -116,7 +116,7 @@ def read_keyed_state(storage: Any, checkpoint_dir: str, handle: Mapping[str, Any
 
     target = tempfile.mkdtemp(prefix="flinkpy-keyed-")
     try:
-        download(handle, lambda h: storage.read_state(checkpoint_dir, h), storage.read_shared, target)
+        download(handle, lambda h: storage.read_state(checkpoint_dir, h), storage.fetch_shared, target)
         first, last = handle["key_groups"]
         return read_canonical(target, range(first, last + 1))
     finally:

@@ -286,7 +286,7 @@ class RestoredState:
 
         self._read(None)  # opens the storage
         target = tempfile.mkdtemp(prefix="restore-", dir=parent)
-        return download(handle, lambda h: self._storage.read_state(self.spec["dir"], h), self._storage.read_shared, target)
+        return download(handle, lambda h: self._storage.read_state(self.spec["dir"], h), self._storage.fetch_shared, target)
 
     def operator(self, operator_id: str) -> list[Any]:
         return [self._read(h) if h else None for h in self._op(operator_id).get("operator", [])]
