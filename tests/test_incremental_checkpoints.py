@@ -169,8 +169,10 @@ def test_a_hundred_checkpoints_with_retention_3_leave_no_orphan_and_lose_no_file
         return sorted(present - referenced), sorted(referenced - present)
 
     wait_for(lambda: orphans_and_missing() == ([], []), timeout=20, message=f"shared/ to hold exactly the {len(referenced)} referenced files", describe=orphans_and_missing)
-    inspect = cli_json("checkpoint", "inspect", str(dirs[-1]))["summary"]
-    assert inspect["incremental"] and inspect["incremental_size"] < inspect["full_size"], inspect
+    # inspect shows both sizes; a checkpoint right after a compaction may upload all it references
+    summaries = [cli_json("checkpoint", "inspect", str(d))["summary"] for d in dirs]
+    assert all(x["incremental"] for x in summaries)
+    assert any(x["incremental_size"] < x["full_size"] for x in summaries), summaries
 
 
 def _keyed_task(jid: str) -> int:
