@@ -29,16 +29,22 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+def poll(predicate: Callable[[], Any], timeout: float, interval: float = 0.02) -> Any:
+    """Call ``predicate`` until it returns a truthy value or ``timeout`` passes; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = predicate()
+        if last or time.monotonic() >= deadline:
+            return last
+        time.sleep(interval)
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, message: str = "", describe: Callable[[], Any] | None = None) -> Any:
     """Poll ``predicate`` until it returns a truthy value; fail the test at the deadline
     (saying what ``describe()`` returns then, when given)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
+    last = poll(predicate, timeout, interval)
+    if last:
+        return last
     detail = f"; {describe()!r}" if describe is not None else ""
     pytest.fail(f"timed out after {timeout}s waiting for {message or predicate!r} (last value: {last!r}{detail})")
 

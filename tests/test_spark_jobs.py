@@ -17,14 +17,13 @@ import json
 import os
 import random
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import psutil
 import pytest
 
-from conftest import ROOT, run_cli, wait_for
+from conftest import ROOT, poll, run_cli, wait_for
 from flinkpy.jobmanager.restart_strategies import ExponentialDelay, FailureRate, FixedDelay, NoRestart
 from flinkpy.spark.control_registry import read_record
 from flinkpy.spark.supervisor import GiveUp, Restart, SparkJobSupervisor
@@ -310,11 +309,7 @@ def test_kill_task_kills_a_python_worker_and_the_query_recovers_exactly(spark_en
         res = run_cli("fault", "kill-task", jid, "--seed", str(seed), "--json")
         if res.returncode == 0:
             kills.append(json.loads(res.stdout))
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                if restarted():
-                    return True
-                time.sleep(0.2)
+            return bool(poll(restarted, timeout=5, interval=0.2))
         return restarted()
 
     wait_for(kill_until_the_query_fails, timeout=90, interval=0.1, message="a killed Python worker to fail the query")
