@@ -66,22 +66,9 @@ class SharedStateRegistry:
         """Those of ``files`` that no registered checkpoint references (a failed checkpoint's uploads)."""
         return sorted({f for f in files if f not in self._count})
 
-    def references(self, checkpoint_id: int) -> frozenset[str]:
-        return self._files_of.get(checkpoint_id, frozenset())
-
     def files(self) -> frozenset[str]:
         """Every file some registered checkpoint references."""
         return frozenset(self._count)
-
-    def __contains__(self, file: str) -> bool:
-        return file in self._count
-
-    def __len__(self) -> int:
-        return len(self._count)
-
-    @property
-    def checkpoints(self) -> list[int]:
-        return sorted(self._files_of)
 
 
 # -- what the state handles of a checkpoint reference ------------------------------------------

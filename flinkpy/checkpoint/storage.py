@@ -213,10 +213,6 @@ class CheckpointStorage:
         self._put_file(url, local_path)
         return {"url": url, "size": size, "checksum": checksum}
 
-    def read_shared(self, handle: Mapping[str, Any]) -> bytes:
-        """The bytes of a shared file, checked against its handle (CorruptCheckpointError if not)."""
-        return self._read_checked(handle["url"], handle, "shared state file is missing")
-
     def fetch_shared(self, handle: Mapping[str, Any], local_path: str) -> None:
         """Stream a shared file to ``local_path``, checking size and checksum on the way
         (CorruptCheckpointError, and no file left, if they do not match)."""
@@ -269,16 +265,6 @@ class CheckpointStorage:
             except OSError:
                 pass
         return gone
-
-    def list_shared(self, job_id: str) -> list[str]:
-        """URLs of every file in the job's ``shared/`` directory."""
-        fs, shared = self._fs(self.shared_dir(job_id))
-        try:
-            entries = self._fresh(fs).ls(shared, detail=False)
-        except FileNotFoundError:
-            return []
-        prefix = self.shared_dir(job_id)
-        return sorted(f"{prefix}/{posixpath.basename(e.rstrip('/'))}" for e in entries)
 
     def write_metadata_in(self, directory: str, doc: dict[str, Any]) -> str:
         """Validate ``doc`` and write ``<directory>/_metadata`` atomically; return its URL."""
