@@ -230,7 +230,9 @@ def info(
 
     Runs JOB.py up to env.execute(), then prints the job graph that would be submitted: the
     chains of operators that share a task, their parallelism and how records are partitioned
-    between them (FORWARD, HASH, REBALANCE, ...), then the delivery guarantee of each source
+    between them (FORWARD, HASH, REBALANCE, ...), the state backend the job's keyed state would
+    live in (hashmap or rocksdb, and whether its checkpoints are incremental, from the job and
+    the cluster's configuration), then the delivery guarantee of each source
     and sink and of the job end to end (the weakest of them and the checkpointing mode; see
     flinkpy-connectors(7)). Nothing is submitted.
 
@@ -259,6 +261,9 @@ def info(
         emit_json(plan)
         return
     out().print(plan_table(plan))
+    backend = plan.get("state_backend")
+    if backend:
+        out().print(f"State backend: {backend['type']}" + (", incremental checkpoints" if backend["incremental"] else ""), markup=False)
     if plan.get("guarantees"):
         out().print(guarantees_table(plan["guarantees"]))
 

@@ -494,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"],
                     help="run one part only (spark: W1 and W2 on the Spark runner against flinkpy at p=2; only run when asked)")
+    ap.add_argument("--keys", type=lambda v: [int(float(k)) for k in v.split(",")], metavar="N[,N...]",
+                    help="with --only backends: the state sizes of the large-state step (default 1e5,1e6,1e7; quick 1e4,1e5,1e6)")
     args = ap.parse_args(argv)
 
     scale = 10 if args.quick else 1
@@ -524,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             from flinkpy import benchmark_backends
 
             results["backends"] = {"throughput": benchmark_backends.throughput(address, token, args.runs, workloads, run_job, log), "large_state": []}
-            for keys in (10_000, 100_000, 1_000_000) if args.quick else (100_000, 1_000_000, 10_000_000):
+            for keys in args.keys or ((10_000, 100_000, 1_000_000) if args.quick else (100_000, 1_000_000, 10_000_000)):
                 log(f"large state: {keys} keys on rocksdb, incremental checkpoints ...")
                 results["backends"]["large_state"].append(benchmark_backends.large_state(address, token, keys, log))
         for name, (n, loop, build, unit) in workloads.items():

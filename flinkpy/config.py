@@ -269,6 +269,7 @@ SCHEMA: dict[str, Option] = {
         _option("execution.runtime-mode", EnumType("STREAMING", "BATCH", "AUTOMATIC"), "STREAMING", "Runtime execution mode of DataStream programs."),
         _option("heartbeat.interval", DurationType(), 10_000, "Time between heartbeats from TaskManagers to the JobManager."),
         _option("heartbeat.timeout", DurationType(), 50_000, "Silence after which a TaskManager is declared lost."),
+        _option("slot.request.timeout", DurationType(), 300_000, "How long a submitted job waits for slots that other jobs still hold (a job that needs more slots than the cluster has fails at once)."),
         _option("taskmanager.network.memory.buffers-per-channel", IntType(0), 2, "Exclusive network buffers (credit) per input channel."),
         _option("taskmanager.network.memory.floating-buffers-per-gate", IntType(0), 8, "Floating network buffers shared by the channels of an input gate."),
         _option("taskmanager.memory.segment-size", MemorySizeType(), 32 * 1024, "Size of one network buffer."),

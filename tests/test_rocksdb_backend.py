@@ -6,7 +6,6 @@ working directories, and configuration. The shared semantics are in the conforma
 from __future__ import annotations
 
 import os
-import pickle
 import random
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from flinkpy.datastream.state import (
     ValueStateDescriptor,
 )
 from flinkpy.errors import ConfigurationError
+from flinkpy.state import canonical
 from flinkpy.state.heap import HeapKeyedStateBackend
 from flinkpy.state.key_groups import assign_to_key_group, key_group_range_for_operator
 from flinkpy.state.rocksdb import DIR_PREFIX, RocksDBKeyedStateBackend, RocksDBOptions
@@ -69,7 +69,7 @@ def test_snapshot_is_point_in_time_and_canonical_like_the_heap(rocks) -> None:
     expected = heap.snapshot()
     # writes after the synchronous part do not reach the snapshot
     fill(rdb, keys[:50] + ["late"], random.Random(seed + 1))
-    doc = pickle.loads(frozen.serialize())
+    doc = canonical.loads(frozen.serialize())
     assert doc == expected
     assert frozen.summary() == heap.snapshot_sync().summary()
     assert not frozen.empty and frozen.key_group_range == range(MAXP)

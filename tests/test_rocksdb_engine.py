@@ -141,3 +141,25 @@ def test_savepoints_move_between_backends_and_parallelisms_exactly(cluster, tmp_
         final.update({int(k): v for k, v in json.loads(f.read_text()).items()})
     assert final == {r: sum(range(r or 97, n + 1, 97)) for r in range(97)}
     assert not list((tmp_path / "local").glob("flinkpy-rocksdb-*")), "stopped tasks delete their RocksDB directories"
+
+
+@pytest.mark.timeout(60)
+def test_info_shows_the_state_backend_the_job_would_run_with(tmp_path: Path) -> None:
+    job = tmp_path / "backend_job.py"
+    job.write_text(textwrap.dedent('''
+        from flinkpy.datastream import StreamExecutionEnvironment
+        from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend
+
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_state_backend(EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True))
+        env.from_collection([1, 2, 3]).key_by(lambda x: x % 2).reduce(lambda a, b: a + b).print()
+        env.execute("backend job")
+    '''))
+    res = run_cli("info", "--json", str(job))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["state_backend"] == {"type": "rocksdb", "incremental": True}
+    res = run_cli("info", str(job))
+    assert "State backend: rocksdb, incremental checkpoints" in res.stdout
+    plain = tmp_path / "plain.py"
+    plain.write_text(job.read_text().replace("env.set_state_backend(EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True))", ""))
+    assert json.loads(run_cli("info", "--json", str(plain)).stdout)["state_backend"] == {"type": "hashmap", "incremental": False}

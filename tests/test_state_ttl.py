@@ -5,7 +5,6 @@ that survive a snapshot and restore; enabling or disabling TTL across a restore 
 from __future__ import annotations
 
 import os
-import pickle
 
 import pytest
 
@@ -20,6 +19,8 @@ from flinkpy.datastream.state import (
     ValueStateDescriptor,
 )
 from flinkpy.errors import InvalidProgramError
+from flinkpy.state import canonical
+
 from backends import new_backend, use_backend
 
 
@@ -154,7 +155,7 @@ def test_full_snapshot_cleanup_leaves_expired_values_out_and_timestamps_survive(
         s.update(i)
         clock.now += 20  # keys 0..5 are 100 ms old or more at the snapshot below: expired
     frozen = b.snapshot_sync()
-    doc = pickle.loads(frozen.serialize())
+    doc = canonical.loads(frozen.serialize())
     kept = {k for groups in doc["states"]["v"]["key_groups"].values() for k in groups}
     assert kept == {f"k{i}" for i in range(6, 10)}
     assert doc["states"]["v"]["ttl_ms"] == 100

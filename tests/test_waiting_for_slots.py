@@ -68,3 +68,50 @@ def test_restart_waits_for_a_taskmanager_and_resumes_when_one_is_added(flinkpy_h
         wait_for(lambda: show()["state"] == "CANCELED", timeout=30)
     finally:
         stop_cluster(home, timeout_s=10)
+
+
+@pytest.mark.timeout(120)
+def test_a_submitted_job_waits_for_slots_other_jobs_hold(flinkpy_home: Path, cli, tmp_path: Path) -> None:
+    """Flink's slot.request.timeout: a job submitted while its slots are taken (the runbook's
+    `cancel` then `run`) waits and runs when they are released; it fails when the wait times out,
+    can be cancelled while it waits, and a job that needs more slots than the cluster has fails at
+    once."""
+    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
+
+    home = ClusterHome(flinkpy_home)
+    start_cluster(home, taskmanagers=1, slots=2, rest_port=0)
+    try:
+        job = tmp_path / "job.py"
+        job.write_text(JOB)
+
+        def submit(*extra: str) -> str:
+            res = cli("run", "-d", "-p", "2", "--json", *extra, str(job))
+            assert res.returncode == 0, res.stderr
+            return json.loads(res.stdout)["jobs"][0]["jid"]
+
+        def show(jid: str) -> dict:
+            return json.loads(cli("job", "show", jid, "--json").stdout)
+
+        first = submit()
+        wait_for(lambda: show(first)["state"] == "RUNNING", timeout=30, message="the first job running")
+        second = submit()  # both slots are the first job's
+        wait_for(lambda: any(e["type"] == "waiting-for-resources" for e in show(second)["events"]), timeout=30,
+                 message="the second job to say it waits for slots")
+        assert show(second)["state"] == "CREATED"
+        impatient = submit("-D", "slot.request.timeout=1s")
+        cancelled = submit()
+        assert cli("cancel", cancelled).returncode == 0
+        wait_for(lambda: show(cancelled)["state"] == "CANCELED", timeout=30, message="the waiting job CANCELED")
+        wait_for(lambda: show(impatient)["state"] == "FAILED", timeout=30, message="the impatient job FAILED")
+        cause = json.loads(cli("job", "exceptions", impatient, "--json").stdout)["root-exception"]
+        assert "slot.request.timeout" in cause and "NoResourceAvailable" in cause
+        assert cli("cancel", first).returncode == 0
+        wait_for(lambda: show(second)["state"] == "RUNNING" and all(v["status"] == "RUNNING" for v in show(second)["vertices"]),
+                 timeout=30, message="the waiting job running on the released slots")
+        res = cli("run", "-d", "-p", "3", "--json", str(job))  # more than the cluster has: no waiting
+        assert res.returncode == 0, res.stderr
+        failed = json.loads(res.stdout)["jobs"][0]["jid"]
+        assert show(failed)["state"] == "FAILED"
+        assert cli("cancel", second).returncode == 0
+    finally:
+        stop_cluster(home, timeout_s=10)

@@ -44,6 +44,7 @@ from flinkpy.datastream.window import (
 )
 from flinkpy.datastream.window_stream import AllWindowedStream, WindowedStream, count_window, count_window_all
 from flinkpy.errors import InvalidProgramError
+from flinkpy.state import canonical
 from backends import new_backend, use_backend
 from flinkpy.task.window_operator import WindowOperator, WindowSpec
 
@@ -622,7 +623,7 @@ def test_snapshot_and_restore_mid_stream_gives_the_same_output(build: Any, async
         snapshot = frozen.serialize()
 
     backend = new_backend(128, range(0, 128))
-    backend.restore([pickle.loads(snapshot)])
+    backend.restore([canonical.loads(snapshot)])  # a serialized snapshot is a canonical file
     spec, selector = spec_of(build())
     resumed = Harness(spec, selector, backend)
     resumed.timers.watermark = watermark

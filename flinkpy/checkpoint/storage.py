@@ -41,7 +41,7 @@ import re
 import secrets
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import IO, Any, Callable, Iterable, Mapping
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -203,6 +203,43 @@ class CheckpointStorage:
         self._put(f"{directory.rstrip('/')}/{name}", bytes(data))
         return {"path": name, "size": len(data), "checksum": checksum_of(data)}
 
+    def write_state_stream(self, directory: str, name: str, produce: Callable[[IO[bytes]], Any]) -> tuple[dict[str, Any], Any]:
+        """Like ``write_state_in``, for a state file ``produce(out)`` writes as a stream (never
+        held in memory whole); return its handle and what ``produce`` returned."""
+        if not name or name.startswith("/") or ".." in name.split("/") or name == METADATA_FILE:
+            raise UsageError(f"invalid state file name {name!r}", remedy="use a relative name inside the checkpoint directory, not _metadata")
+        url = f"{directory.rstrip('/')}/{name}"
+        self._check_outage(url)
+        fs, path = self._fs(url)
+        local = isinstance(fs, LocalFileSystem)
+        if local:
+            os.makedirs(posixpath.dirname(path), exist_ok=True)
+        target = f"{path}.tmp-{uuid.uuid4().hex}" if local else path
+        raw = open(target, "wb") if local else fs.open(target, "wb")
+        out = _HashingWriter(raw)
+        try:
+            result = produce(out)
+            if local:
+                raw.flush()
+                os.fsync(raw.fileno())
+            raw.close()
+        except BaseException:
+            if hasattr(raw, "discard"):
+                raw.discard()  # an object store upload aborted: nothing becomes visible
+            else:
+                raw.close()
+            if local:
+                _unlink(target)
+            raise
+        if local:
+            os.replace(target, path)
+            _fsync_dir(posixpath.dirname(path))
+        return {"path": name, "size": out.size, "checksum": "sha256:" + out.digest.hexdigest()}, result
+
+    def fetch_state(self, checkpoint_dir_url: str, handle: Mapping[str, Any], local_path: str) -> None:
+        """Stream one state file to ``local_path``, checked against its handle on the way."""
+        self._fetch_checked(f"{checkpoint_dir_url.rstrip('/')}/{handle['path']}", handle, local_path, "state file is missing")
+
     def write_shared(self, job_id: str, local_path: str, name: str) -> dict[str, Any]:
         """Upload a local store file into the job's ``shared/`` directory under a name no other
         upload takes; return its shared handle ``{"url", "size", "checksum"}`` (absolute URL:
@@ -216,7 +253,9 @@ class CheckpointStorage:
     def fetch_shared(self, handle: Mapping[str, Any], local_path: str) -> None:
         """Stream a shared file to ``local_path``, checking size and checksum on the way
         (CorruptCheckpointError, and no file left, if they do not match)."""
-        url = handle["url"]
+        self._fetch_checked(handle["url"], handle, local_path, "shared state file is missing")
+
+    def _fetch_checked(self, url: str, handle: Mapping[str, Any], local_path: str, missing: str) -> None:
         fs, path = self._fs(url)
         digest, size = hashlib.sha256(), 0
         try:
@@ -227,7 +266,7 @@ class CheckpointStorage:
                     out.write(chunk)
         except (FileNotFoundError, IsADirectoryError):
             _unlink(local_path)
-            raise CorruptCheckpointError(url, "shared state file is missing") from None
+            raise CorruptCheckpointError(url, missing) from None
         problem = _mismatch(handle, size, "sha256:" + digest.hexdigest())
         if problem:
             _unlink(local_path)
@@ -487,6 +526,20 @@ def _fsync_dir(directory: str) -> None:
         os.fsync(dir_fd)  # the rename itself survives a crash
     finally:
         os.close(dir_fd)
+
+
+class _HashingWriter:
+    """A binary writer that counts and hashes what passes through it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
 
 
 def _hash_file(fs: fsspec.AbstractFileSystem, path: str) -> tuple[int, str]:

@@ -81,13 +81,21 @@ def _restore_point(job: JobGraph, path: str, allow_non_restored: bool) -> list[A
     return [directory, metadata]
 
 
+def _state_backend(config: dict[str, str]) -> dict[str, Any]:
+    """Where the job's keyed state lives and how it is checkpointed, as the job would run."""
+    return {
+        "type": config.get("state.backend.type", "hashmap"),
+        "incremental": config.get("execution.checkpointing.incremental", "false").lower() == "true",
+    }
+
+
 def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
     from flinkpy.connectors.guarantees import job_guarantees
 
     ctx = current_context()
     guarantees = job_guarantees(job)
     if ctx.mode == "plan":
-        raise PlanCaptured({**job.plan(), "guarantees": guarantees})
+        raise PlanCaptured({**job.plan(), "state_backend": _state_backend(job.config), "guarantees": guarantees})
     for warning in guarantees["warnings"]:
         print(f"flinkpy: warning: {warning}", file=sys.stderr, flush=True)
     restore = _restore_point(job, ctx.savepoint_path, ctx.allow_non_restored_state) if ctx.savepoint_path else None

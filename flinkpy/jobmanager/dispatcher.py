@@ -64,6 +64,8 @@ class Dispatcher:
         self.taskmanagers: dict[str, TaskManagerRecord] = {}
         self.slots = SlotPool()
         self.jobs: dict[str, JobRecord] = {}
+        #: submitted jobs waiting for slots other jobs hold: job id -> (deadline, timeout ms, restore point)
+        self.waiting: dict[str, tuple[float, int, Any]] = {}
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.started_ms = now_ms()
         #: faults aimed at the cluster (TaskManagers, storage), also journaled in the jobs they hit
@@ -102,6 +104,7 @@ class Dispatcher:
         with self.lock:
             self.taskmanagers[rec.tm_id] = rec
             self.slots.add_taskmanager(rec.tm_id, rec.slots)
+            self._schedule_waiting()
             self.changed.notify_all()
         conn.send("registered", {"tm_id": rec.tm_id})
         log.info("TaskManager %s registered (pid %d, %d slots)", rec.tm_id, rec.pid, rec.slots)
@@ -175,23 +178,60 @@ class Dispatcher:
             try:
                 assignment = self.slots.allocate(job_id, graph.required_slots)
             except NotEnoughSlots as e:
-                message = f"could not schedule job {job_id} ({graph.name}): {e}"
-                log.error(message)
-                self._perform(job_id, graph.fail_before_running(message + "; start more TaskManagers or lower the parallelism", now_ms()))
+                timeout_ms = _slot_request_timeout_ms(config)
+                if graph.required_slots > self.slots.total or timeout_ms <= 0:
+                    message = f"could not schedule job {job_id} ({graph.name}): {e}"
+                    log.error(message)
+                    self._perform(job_id, graph.fail_before_running(message + "; start more TaskManagers or lower the parallelism", now_ms()))
+                    return job_id
+                # the slots exist but other jobs hold them (one being cancelled, say): wait, as Flink does
+                log.info("job %s (%s) waits up to %d ms for %d slot(s): %s", job_id, graph.name, timeout_ms, graph.required_slots, e)
+                self.waiting[job_id] = (time.monotonic() + timeout_ms / 1000, timeout_ms, restore_from)
+                graph.events.append({"timestamp": now_ms(), "type": "waiting-for-resources",
+                                     "message": f"waiting up to {timeout_ms} ms (slot.request.timeout) for slots: {e}"})
                 return job_id
-            if restore_from:
-                directory, metadata = restore_from
-                checkpointing.initial_restore = (directory, metadata)
-                own = metadata.get("job_id") == job_id  # a JobManager failover recovers the job's own checkpoint
-                claim = str(config.get("execution.state-recovery.claim-mode", "NO_CLAIM")).upper() == "CLAIM"
-                checkpointing.coordinator.restored(
-                    int(metadata.get("checkpoint_id", 0)), directory, now_ms(), is_savepoint=metadata.get("kind") == "savepoint",
-                    metadata=metadata, owned=own or claim, foreign=not own,
-                )
-                graph.events.append({"timestamp": now_ms(), "type": "restored", "from": directory, "kind": metadata.get("kind")})
-            self._perform(job_id, graph.schedule(assignment, now_ms()))
-            self.changed.notify_all()
+            self._schedule(job_id, assignment, restore_from)
         return job_id
+
+    def _schedule(self, job_id: str, assignment: dict[int, str], restore_from: Any) -> None:
+        """Deploy a job on the slots it was given, restored from ``restore_from`` when set."""
+        rec = self.jobs[job_id]
+        graph, checkpointing, config = rec.graph, rec.checkpointing, rec.config
+        if restore_from:
+            directory, metadata = restore_from
+            checkpointing.initial_restore = (directory, metadata)
+            own = metadata.get("job_id") == job_id  # a JobManager failover recovers the job's own checkpoint
+            claim = str(config.get("execution.state-recovery.claim-mode", "NO_CLAIM")).upper() == "CLAIM"
+            checkpointing.coordinator.restored(
+                int(metadata.get("checkpoint_id", 0)), directory, now_ms(), is_savepoint=metadata.get("kind") == "savepoint",
+                metadata=metadata, owned=own or claim, foreign=not own,
+            )
+            graph.events.append({"timestamp": now_ms(), "type": "restored", "from": directory, "kind": metadata.get("kind")})
+        self._perform(job_id, graph.schedule(assignment, now_ms()))
+        self.changed.notify_all()
+
+    def _schedule_waiting(self) -> None:
+        """Give waiting jobs the slots that are free now (in submission order); fail those whose
+        slot.request.timeout passed. Called when slots are released or added, and on every tick."""
+        for job_id, (deadline, timeout_ms, restore_from) in list(self.waiting.items()):
+            if job_id not in self.waiting:  # scheduled or failed by a nested call
+                continue
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.graph.state != "CREATED":  # cancelled while waiting
+                self.waiting.pop(job_id, None)
+                continue
+            try:
+                assignment = self.slots.allocate(job_id, rec.graph.required_slots)
+            except NotEnoughSlots as e:
+                if time.monotonic() >= deadline:
+                    self.waiting.pop(job_id, None)
+                    message = f"could not schedule job {job_id} ({rec.graph.name}) within slot.request.timeout ({timeout_ms} ms): {e}"
+                    log.error(message)
+                    self._perform(job_id, rec.graph.fail_before_running(message + "; cancel jobs that hold slots, start more TaskManagers or lower the parallelism", now_ms()))
+                continue
+            self.waiting.pop(job_id, None)
+            log.info("job %s (%s) got its %d slot(s)", job_id, rec.graph.name, rec.graph.required_slots)
+            self._schedule(job_id, assignment, restore_from)
 
     def job(self, job_id: str) -> JobRecord:
         rec = self.jobs.get(job_id)
@@ -506,6 +546,8 @@ class Dispatcher:
                 if self.ha is not None:
                     self.ha.job_terminated(job_id)
                 self._checkpoint_actions(job_id, rec.checkpointing.coordinator.shutdown(now_ms(), job_state=a.state))
+                self.waiting.pop(job_id, None)
+                self._schedule_waiting()  # its slots may be what a waiting job needs
             elif isinstance(a, Failover):
                 log.info("job %s: restarting %d task(s) after a failure (%s failover)", job_id, len(a.keys), g.failover)
                 self._checkpoint_actions(job_id, rec.checkpointing.coordinator.failover(a.keys, now_ms()))
@@ -541,6 +583,9 @@ class Dispatcher:
                 if rec.graph.pending_restarts:
                     self._perform(job_id, rec.graph.due_restarts(now_ms()))
                     self.changed.notify_all()
+            if self.waiting:
+                self._schedule_waiting()
+                self.changed.notify_all()
         self.tick_checkpoints()
 
     def restart_strategy(self, job_id: str) -> dict[str, Any]:
@@ -611,3 +656,10 @@ def _resolve_vertex(g: ExecutionGraph, job_id: str, ref: Any) -> tuple[int, str 
                 return vid, name
     known = ", ".join(f"{vid} ({v['name']})" for vid, v in g.vertices.items())
     raise NotFoundError(f"job {job_id} has no vertex or operator {text or '(none)'}", remedy=f"its vertices: {known}")
+
+
+def _slot_request_timeout_ms(config: dict[str, Any]) -> int:
+    from flinkpy.config import parse_duration_ms
+
+    raw = config.get("slot.request.timeout")
+    return 300_000 if raw in (None, "") else parse_duration_ms(raw)

@@ -361,6 +361,11 @@ class ExecutionGraph:
     def cancel(self, now_ms: int) -> list[Action]:
         if self.is_terminal() or self.state in ("CANCELLING", "FAILING"):
             return []
+        if self.state == "CREATED":  # still waiting for slots: nothing was deployed
+            for ex in self.executions.values():
+                ex.state = "CANCELED"
+            self._transition("CANCELED", now_ms)
+            return [JobTerminated("CANCELED")]
         self.pending_restarts.clear()
         self._transition("CANCELLING", now_ms)
         actions = self._cancel_others()

@@ -95,6 +95,7 @@ from typing import Any
 from flinkpy.checkpoint.metadata import CorruptCheckpointError
 from flinkpy.checkpoint.storage import CheckpointStorage
 from flinkpy.errors import ConfigurationError, UsageError
+from flinkpy.state import canonical
 from flinkpy.state.heap import SNAPSHOT_VERSION
 from flinkpy.state.heap import TIMER_EVENT_TABLE as TIMERS_EVENT, TIMER_PROCESSING_TABLE as TIMERS_PROCESSING
 
@@ -233,7 +234,7 @@ class _Reader:
             if is_incremental(handle):  # native store files: read out key group by key group
                 return read_keyed_state(self.storage, self.dir_url, handle)
             data = self.storage.read_state(self.dir_url, handle)  # checks size and checksum again
-            return pickle.loads(data)
+            return canonical.loads(data)  # a keyed-state file's document, or an operator-state object
         except (ImportError, AttributeError) as exc:
             raise ConfigurationError(
                 f"{self.url(handle)}: its state holds objects whose class cannot be imported here: {exc}",

@@ -11,8 +11,9 @@ one conformance suite (tests/backends.py) runs the keyed-state tests against eac
   with time-to-live (flinkpy.state.ttl) when the descriptor enables it;
 - ``snapshot()`` (the canonical document), ``snapshot_sync()`` (the synchronous part of an
   asynchronous snapshot; its result has ``serialize()``, ``summary()``, ``to_dict()``, ``empty``
-  and ``key_group_range``), ``restore(snapshots)`` (canonical documents, any backend, any old
-  parallelism: only the key groups of this backend's range are kept);
+  and ``key_group_range``; ``write(out)`` streams it as a canonical file, flinkpy.state.canonical),
+  ``restore(snapshots)`` (canonical documents, any backend, any old parallelism: only the key
+  groups of this backend's range are kept), ``restore_file(f)`` (a canonical file, streamed);
 - ``table(name)``, ``frozen(name)``, ``thaw(name, kg)``, ``rebind()``: the raw per-key-group
   tables the engine's fast paths (timers, keyed reduce, TTL cleanup) use;
 - ``state_names()``, ``num_keys()``, ``num_entries()``, ``close()``.
@@ -27,8 +28,8 @@ where a list state's value is the list, and a map state's value is the dict of i
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import IO, Any
 
 from flinkpy.datastream.state import State, StateDescriptor
 from flinkpy.errors import FlinkpyError, InvalidProgramError
@@ -182,6 +183,27 @@ class KeyedStateBackendBase:
             f"declared {'with' if policy else 'without'} it",
             remedy="keep the state's StateTtlConfig enabled (or disabled) as it was, or give the state a new name",
         )
+
+    def restore(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
+        """Load canonical documents (from either backend, any old parallelism), keeping only the
+        key groups of this backend's range; several are merged (the old subtasks a new range
+        overlaps)."""
+        from flinkpy.state.canonical import document_frames
+
+        for snap in snapshots:
+            self.restore_frames(*document_frames(snap))
+
+    def restore_file(self, f: IO[bytes]) -> None:
+        """Load a canonical file (flinkpy.state.canonical) frame by frame: a backend that keeps
+        state on disk never holds the whole file's state in memory."""
+        from flinkpy.state.canonical import read_frames
+
+        self.restore_frames(*read_frames(f))
+
+    def restore_frames(self, states: Mapping[str, Mapping[str, Any]], frames: Iterable[tuple[str, int, list[tuple[Any, Any]]]]) -> None:
+        """Load ``(state, key group, entries)`` frames of states described by ``states`` (name →
+        kind and TTL), skipping key groups outside this range."""
+        raise NotImplementedError
 
     def _check_restored(self, name: str, entry: Mapping[str, Any]) -> str:
         """Check one state of a snapshot being restored against this job; returns its kind."""

@@ -44,7 +44,6 @@ from flinkpy.state.backend import (
     NO_KEY,
     SNAPSHOT_VERSION,
     KeyedStateBackendBase,
-    check_snapshot_version,
     no_current_key,
 )
 
@@ -397,29 +396,23 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             states[name] = ttl_entry(kind, groups, self._ttl.get(name), self.ttl_clock)
         return {"version": SNAPSHOT_VERSION, "states": states}
 
-    def restore(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
-        """Load snapshots, keeping only key groups in this backend's range.
-
-        Several snapshots are merged: restoring at a new parallelism passes the snapshots of
-        every old subtask whose range overlaps this one.
-        """
-        for snap in snapshots:
-            check_snapshot_version(snap)
-            for name, entry in snap["states"].items():
-                kind = self._check_restored(name, entry)
-                t = self.table(name)
-                copy_value = _COPY_VALUE.get(kind)
-                for kg, m in entry["key_groups"].items():
-                    kg = int(kg)
-                    if kg not in self.key_group_range or not m:
-                        continue
-                    target = t.get(kg)
-                    if target is None:
-                        target = t[kg] = {}
-                    if copy_value is None:
-                        target.update(m)
-                    else:
-                        target.update({k: copy_value(v) for k, v in m.items()})
+    def restore_frames(self, states: Mapping[str, Mapping[str, Any]], frames: Iterable[tuple[str, int, list[tuple[Any, Any]]]]) -> None:
+        kinds = {}
+        for name, entry in states.items():
+            kinds[name] = self._check_restored(name, entry)
+            self.table(name)  # a restored state is known even with no key in this range
+        for name, kg, entries in frames:
+            if kg not in self.key_group_range or not entries:
+                continue
+            t = self.table(name)
+            target = t.get(kg)
+            if target is None:
+                target = t[kg] = {}
+            copy_value = _COPY_VALUE.get(kinds[name])
+            if copy_value is None:
+                target.update(entries)
+            else:
+                target.update((k, copy_value(v)) for k, v in entries)
         # Re-point bound states at their (possibly new) key group dicts.
         if self._current_key is not _NO_KEY:
             self.set_current_key_and_group(self._current_key, self._current_group)  # type: ignore[arg-type]
@@ -469,10 +462,20 @@ class FrozenSnapshot:
             states[name] = ttl_entry(kind, {kg: m for kg, m in groups.items() if m}, policy, lambda: now)
         return {"version": SNAPSHOT_VERSION, "states": states}
 
-    def serialize(self) -> bytes:
-        import pickle
+    def write(self, out: Any) -> dict[str, int]:
+        """Write the canonical file (flinkpy.state.canonical) to ``out``; return each state's key count."""
+        from flinkpy.state.canonical import write_groups
 
-        return pickle.dumps(self.to_dict(), protocol=5)
+        doc = self.to_dict()
+        states = {name: {k: v for k, v in e.items() if k != "key_groups"} for name, e in doc["states"].items()}
+        return write_groups(out, states, ((name, kg, m) for name, e in doc["states"].items() for kg, m in e["key_groups"].items()))
+
+    def serialize(self) -> bytes:
+        import io
+
+        out = io.BytesIO()
+        self.write(out)
+        return out.getvalue()
 
     def summary(self) -> dict[str, dict[str, Any]]:
         return {name: {"kind": kind, "entries": sum(len(m) for m in groups.values())} for name, (kind, groups) in self.states.items()}

@@ -111,7 +111,9 @@ def read_keyed_state(storage: Any, checkpoint_dir: str, handle: Mapping[str, Any
     """The canonical keyed-state document of one handle, whichever way it was written (a full
     snapshot file, or an incremental store read out key group by key group)."""
     if not is_incremental(handle):
-        return pickle.loads(storage.read_state(checkpoint_dir, handle))
+        from flinkpy.state.canonical import loads
+
+        return loads(storage.read_state(checkpoint_dir, handle))
     import tempfile
 
     target = tempfile.mkdtemp(prefix="flinkpy-keyed-")

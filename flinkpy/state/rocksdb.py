@@ -18,8 +18,10 @@ mapped file) rewrites pages in place, so a checkpoint is a copy of the whole fil
 
 Snapshots. ``snapshot_sync()`` (on the task thread) creates a RocksDB iterator: RocksDB pins the
 sequence number and the memtables and files of that moment, O(1) in the state size; the
-uploader thread then walks it to write the canonical, backend-independent document (a savepoint
-taken here restores on the heap backend and vice versa). (rocksdict 0.3's ``Snapshot.iter()``
+uploader thread then walks it, streaming the canonical, backend-independent file
+(flinkpy.state.canonical: a frame of keys at a time, so a savepoint of a store larger than memory
+needs no more memory than a frame; it restores on the heap backend and vice versa, and
+``restore_file`` reads one back frame by frame). (rocksdict 0.3's ``Snapshot.iter()``
 reads the latest data rather than the snapshot's, so the iterator is the point-in-time view.)
 ``native_checkpoint(dir)`` flushes the memtables and hard-links the DB's files into ``dir``
 (incremental checkpoints, flinkpy.state.incremental); ``restore_native(dirs)`` opens such
@@ -52,7 +54,7 @@ from typing import Any
 from flinkpy.datastream.state import StateDescriptor
 from flinkpy.errors import ConfigurationError, FlinkpyError
 from flinkpy.state import rocksdb_keys as rk
-from flinkpy.state.backend import NO_KEY, KeyedStateBackendBase, check_snapshot_version
+from flinkpy.state.backend import NO_KEY, KeyedStateBackendBase
 from flinkpy.state.rocksdb_snapshot import RocksDBSnapshot
 from flinkpy.state.rocksdb_states import STATE_CLASSES, RocksTable, scan
 
@@ -278,33 +280,30 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         """The canonical document (flinkpy.state.backend), read from the DB now."""
         return self.snapshot_sync().to_dict()
 
-    def restore(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
-        """Load canonical snapshots (from either backend), keeping only this range's key groups."""
+    def restore_frames(self, states: Mapping[str, Mapping[str, Any]], frames: Iterable[tuple[str, int, list[tuple[Any, Any]]]]) -> None:
         import rocksdict
 
-        for snap in snapshots:
-            check_snapshot_version(snap)
-            for name, entry in snap["states"].items():
-                kind = self._check_restored(name, entry)
-                self._register(name, kind)
-                sid = rk.state_id(name)
-                batch = rocksdict.WriteBatch(raw_mode=True)
-                for kg, m in entry["key_groups"].items():
-                    kg = int(kg)
-                    if kg not in self.key_group_range or not m:
-                        continue
-                    prefix = rk.group_prefix(kg, sid)
-                    for key, value in m.items():
-                        k = prefix + rk.key_part(key)
-                        if kind == "map":
-                            for uk, v in value.items():
-                                batch.put(k + rk.user_key_bytes(uk), rk.dump(v))
-                        elif kind == "list":
-                            if value:
-                                batch.put(k, rk.dump_list(list(value)))
-                        else:
-                            batch.put(k, rk.dump(value))
-                self.db.write(batch)
+        kinds = {}
+        for name, entry in states.items():
+            kinds[name] = self._check_restored(name, entry)
+            self._register(name, kinds[name])
+        for name, kg, entries in frames:
+            if kg not in self.key_group_range or not entries:
+                continue
+            kind = kinds[name]
+            prefix = rk.group_prefix(kg, rk.state_id(name))
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for key, value in entries:
+                k = prefix + rk.key_part(key)
+                if kind == "map":
+                    for uk, v in value.items():
+                        batch.put(k + rk.user_key_bytes(uk), rk.dump(v))
+                elif kind == "list":
+                    if value:
+                        batch.put(k, rk.dump_list(list(value)))
+                else:
+                    batch.put(k, rk.dump(value))
+            self.db.write(batch)
 
     # -- native checkpoints (incremental checkpoints build on them) ----------------------
     def native_checkpoint(self, target_dir: str) -> list[str]:

@@ -1,21 +1,22 @@
 """The asynchronous part of a RocksDB backend snapshot: walk a point-in-time iterator into the
-canonical document (flinkpy.state.backend), on the checkpoint uploader thread.
+canonical encoding (flinkpy.state.canonical), on the checkpoint uploader thread.
 
-It has the surface of the heap backend's FrozenSnapshot (``to_dict``, ``serialize``,
-``summary``, ``empty``, ``key_group_range``), so the task checkpointer treats both alike. The
-document is built once, on first use, and the iterator released (RocksDB frees the files and
-memtables it pinned).
+It has the surface of the heap backend's FrozenSnapshot (``write``, ``serialize``, ``to_dict``,
+``summary``, ``empty``, ``key_group_range``), so the task checkpointer treats both alike.
+``write`` streams: it holds one frame of keys at a time, never the state, so a savepoint of a
+store larger than memory fits in a task's memory. The iterator is released once the snapshot
+has been written (RocksDB frees the files and memtables it pinned).
 """
 
 from __future__ import annotations
 
-import pickle
+import io
 import threading
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 from flinkpy.state import rocksdb_keys as rk
-from flinkpy.state.backend import SNAPSHOT_VERSION
-from flinkpy.state.heap import ttl_entry
+from flinkpy.state.canonical import FrameWriter, loads
 
 
 class RocksDBSnapshot:
@@ -25,68 +26,108 @@ class RocksDBSnapshot:
         self.key_group_range = key_group_range
         #: time-to-live policies of states, with the time of the snapshot (full-snapshot cleanup)
         self.ttl = ttl
+        self._counts: dict[str, int] | None = None
         self._doc: dict[str, Any] | None = None
-        self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def _groups(self) -> dict[str, dict[int, dict[Any, Any]]]:
-        """Every state's key groups, read from the iterator."""
+    def _states(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name, m in self.meta.items():
+            policy, _ = self.ttl.get(name, (None, 0))
+            out[name] = {"kind": m["kind"]} if policy is None else {"kind": m["kind"], "ttl_ms": policy.ttl_ms}
+        return out
+
+    def _walk(self) -> Iterator[tuple[str, int, Any, Any]]:
+        """``(state, key group, key, value)`` of every key in range, in the store's order (a map
+        state's key with all its entries), without what full-snapshot TTL cleanup drops."""
+        from flinkpy.state.ttl import alive_value
+
         names = {rk.state_id(name): name for name in self.meta}
-        out: dict[str, dict[int, dict[Any, Any]]] = {name: {} for name in self.meta}
+        cleanup = {name: (policy, now) for name, (policy, now) in self.ttl.items() if policy is not None and policy.full_snapshot}
         r = self.key_group_range
         upper = rk.group_bytes(r.stop)
         it = self._it
         it.seek(rk.group_bytes(r.start))
         load, load_list, split = rk.load, rk.load_list, rk.split_key_part
-        map_of: dict[Any, Any] | None = None
-        last_map: tuple[bytes, bytes] | None = None
+        pending: tuple[str, int, Any, dict[Any, Any]] | None = None  # a map key being gathered
+        pending_id: tuple[bytes, bytes] | None = None
+
+        def finish(item: tuple[str, int, Any, Any]) -> Iterator[tuple[str, int, Any, Any]]:
+            name, kg, key, value = item
+            if name in cleanup:
+                policy, now = cleanup[name]
+                value = alive_value(self.meta[name]["kind"], value, policy, now)
+                if value is None:
+                    return
+            yield name, kg, key, value
+
         while it.valid():
             k = it.key()
             if k >= upper:
                 break
             name = names.get(k[2:6])
             if name is not None:
-                kg = int.from_bytes(k[:2], "big")
                 kpart, rest = split(k)
                 kind = self.meta[name]["kind"]
-                group = out[name].get(kg)
-                if group is None:
-                    group = out[name][kg] = {}
                 if kind == "map":
-                    # the entries of one key (one per user key) are adjacent
-                    if last_map != (k[:6], kpart):
-                        last_map = (k[:6], kpart)
-                        map_of = group[load(kpart[4:])] = {}
-                    map_of[load(rest)] = load(it.value())  # type: ignore[index]
-                elif kind == "list":
-                    group[load(kpart[4:])] = load_list(it.value())
+                    if pending_id != (k[:6], kpart):
+                        if pending is not None:
+                            yield from finish(pending)
+                        pending_id = (k[:6], kpart)
+                        pending = (name, int.from_bytes(k[:2], "big"), load(kpart[4:]), {})
+                    pending[3][load(rest)] = load(it.value())  # type: ignore[index]
                 else:
-                    group[load(kpart[4:])] = load(it.value())
+                    if pending is not None:
+                        yield from finish(pending)
+                        pending, pending_id = None, None
+                    value = load_list(it.value()) if kind == "list" else load(it.value())
+                    yield from finish((name, int.from_bytes(k[:2], "big"), load(kpart[4:]), value))
             it.next()
-        return out
+        if pending is not None:
+            yield from finish(pending)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The canonical document (the same a heap backend with this state would write)."""
+    def write(self, out: IO[bytes]) -> dict[str, int]:
+        """Stream the canonical file to ``out``; return each state's key count."""
         with self._lock:
-            if self._doc is None:
-                groups = self._groups()
-                self._it = None  # release what the iterator pins
-                states = {}
-                for name, m in self.meta.items():
-                    policy, now = self.ttl.get(name, (None, 0))
-                    states[name] = ttl_entry(m["kind"], groups[name], policy, lambda now=now: now)
-                    self._counts[name] = sum(len(g) for g in states[name]["key_groups"].values())
-                self._doc = {"version": SNAPSHOT_VERSION, "states": states}
-            return self._doc
+            if self._it is None:
+                raise RuntimeError("this snapshot has been written already")
+            writer = FrameWriter(out, self._states())
+            for name, kg, key, value in self._walk():
+                writer.add(name, kg, key, value)
+            self._counts = writer.close()
+            self._it = None  # release what the iterator pins
+            return self._counts
 
     def serialize(self) -> bytes:
-        return pickle.dumps(self.to_dict(), protocol=5)
+        out = io.BytesIO()
+        self.write(out)
+        return out.getvalue()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical document (the same a heap backend with this state would write), in
+        memory: for small states and tools; checkpoints stream with ``write``."""
+        if self._doc is None:
+            self._doc = loads(self.serialize())
+        return self._doc
 
     def summary(self) -> dict[str, dict[str, Any]]:
-        self.to_dict()
+        if self._counts is None:
+            self.to_dict()
+        assert self._counts is not None
         return {name: {"kind": m["kind"], "entries": self._counts[name]} for name, m in self.meta.items()}
 
     @property
     def empty(self) -> bool:
-        self.to_dict()
-        return not any(self._counts.values())
+        """Whether no registered state has a key in range (a seek, not a walk)."""
+        if self._counts is not None:
+            return not any(self._counts.values())
+        with self._lock:
+            ids = {rk.state_id(name) for name in self.meta}
+            upper = rk.group_bytes(self.key_group_range.stop)
+            it = self._it
+            it.seek(rk.group_bytes(self.key_group_range.start))
+            while it.valid() and it.key() < upper:
+                if it.key()[2:6] in ids:
+                    return False
+                it.next()
+            return True

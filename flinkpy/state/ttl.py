@@ -67,23 +67,27 @@ class TtlPolicy:
 def drop_expired(kind: str, groups: Mapping[int, dict[Any, Any]], policy: TtlPolicy, now: int) -> dict[int, dict[Any, Any]]:
     """A copy of a table's key groups without expired values (full-snapshot cleanup)."""
     out: dict[int, dict[Any, Any]] = {}
-    expired = policy.expired
     for kg, m in groups.items():
         kept: dict[Any, Any] = {}
         for k, v in m.items():
-            if kind == "list":
-                alive = [e for e in v if not expired(e[1], now)]
-                if alive:
-                    kept[k] = alive
-            elif kind == "map":
-                alive_map = {mk: e for mk, e in v.items() if not expired(e[1], now)}
-                if alive_map:
-                    kept[k] = alive_map
-            elif not expired(v[1], now):
-                kept[k] = v
+            alive = alive_value(kind, v, policy, now)
+            if alive is not None:
+                kept[k] = alive
         if kept:
             out[kg] = kept
     return out
+
+
+def alive_value(kind: str, value: Any, policy: TtlPolicy, now: int) -> Any:
+    """One key's stored value without its expired parts (None when nothing is left)."""
+    expired = policy.expired
+    if kind == "list":
+        alive = [e for e in value if not expired(e[1], now)]
+        return alive or None
+    if kind == "map":
+        alive_map = {mk: e for mk, e in value.items() if not expired(e[1], now)}
+        return alive_map or None
+    return None if expired(value[1], now) else value
 
 
 class _Ttl:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from flinkpy.connectors.base import ReaderContext
@@ -159,7 +160,15 @@ class OperatorChain:
 
         handles = self.restore.keyed_handles(operator_id)
         natives = [h for h in handles if is_incremental(h)]
-        snapshots = [self.restore.read(h) for h in handles if not is_incremental(h)]
+        for h in handles:
+            if not is_incremental(h):
+                # streamed through a local file: a store larger than memory restores in bounded memory
+                path = self.restore.fetch(h, getattr(self.backend, "working_root", None))
+                try:
+                    with open(path, "rb") as f:
+                        self.backend.restore_file(f)
+                finally:
+                    os.unlink(path)
         if natives:
             stores = [(self.restore.download(h, getattr(self.backend, "working_root", None)), range(h["key_groups"][0], h["key_groups"][1] + 1)) for h in natives]
             if hasattr(self.backend, "restore_native"):
@@ -170,9 +179,7 @@ class OperatorChain:
             else:
                 from flinkpy.state.incremental import read_canonical
 
-                snapshots += [read_canonical(path, groups) for path, groups in stores]
-        if snapshots:
-            self.backend.restore(snapshots)
+                self.backend.restore([read_canonical(path, groups) for path, groups in stores])
 
     def open(self) -> None:
         self.initialize_state()
@@ -269,14 +276,18 @@ class RestoredState:
         data = self._storage.read_state(self.spec["dir"], handle)
         return pickle.loads(data)
 
-    def keyed(self, operator_id: str) -> list[Any]:
-        return [self._read(h) for h in self.keyed_handles(operator_id)]
-
     def keyed_handles(self, operator_id: str) -> list[dict[str, Any]]:
         return [h for h in self._op(operator_id).get("keyed", []) if h]
 
-    def read(self, handle: dict[str, Any]) -> Any:
-        return self._read(handle)
+    def fetch(self, handle: dict[str, Any], parent: str | None) -> str:
+        """Stream a full keyed-state file to a new local file (checked); the caller removes it."""
+        import tempfile
+
+        self._read(None)  # opens the storage
+        fd, path = tempfile.mkstemp(prefix="restore-", suffix=".keyed", dir=parent)
+        os.close(fd)
+        self._storage.fetch_state(self.spec["dir"], handle, path)
+        return path
 
     def download(self, handle: dict[str, Any], parent: str | None) -> str:
         """Fetch an incremental keyed-state handle's store into a new local directory."""

@@ -185,7 +185,8 @@ class TaskCheckpointer:
                 entry["keyed_state"] = handle
             elif frozen is not None and not frozen.empty:
                 name = f"{part['operator_id']}-{self.subtask}-keyed"
-                handle = self._write(job, name, frozen.serialize())
+                directory = job.directory or self.storage.checkpoint_dir(self.job_id, job.checkpoint_id)
+                handle, _ = self.storage.write_state_stream(directory, name, frozen.write)  # streamed: state may exceed memory
                 r = frozen.key_group_range
                 handle.update({"key_groups": [r.start, r.stop - 1], "states": frozen.summary()})
                 entry["keyed_state"] = handle
