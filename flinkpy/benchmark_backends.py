@@ -82,6 +82,7 @@ def job_large_state(env: Any, keys: int, rate: float, marker_dir: str) -> None:
         .uid("numbers")
         .key_by(lambda v, k=keys: v % k)
         .process(_keep(keys))
+        .name("keep")
         .uid("keep")
         .sink_to(DiscardingSink())
     )
@@ -91,6 +92,36 @@ def _rocksdb(incremental: bool = False) -> Any:
     from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend
 
     return EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=incremental)
+
+
+class _RssPeak:
+    """The largest resident memory of a job's keyed tasks, sampled on a thread while in use."""
+
+    def __init__(self, rest: Any, jid: str) -> None:
+        import threading
+
+        self.peak = 0
+        self._pids = [s["pid"] for v in rest.job(jid)["vertices"] if "keep" in v["name"].lower() for s in v["subtasks"] if s.get("pid")]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(0.1):
+            for pid in self._pids:
+                try:
+                    self.peak = max(self.peak, psutil.Process(pid).memory_info().rss)
+                except psutil.Error:
+                    pass
+
+    def __enter__(self) -> _RssPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def throughput(address: str, token: str, runs: int, workloads: dict[str, tuple[int, Callable[[], float], Callable[[Any], None], str]], run_job: Callable[..., float], log: Callable[[str], None]) -> dict[str, Any]:
@@ -185,11 +216,12 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
         log("  full snapshot (canonical savepoint) ...")
         target = os.path.join(work, "savepoints")
         t0 = time.perf_counter()
-        tid = rest.request("POST", f"/jobs/{jid}/savepoints", body={"target-directory": target})["request-id"]
-        while (st := rest.request("GET", f"/jobs/{jid}/savepoints/{tid}"))["status"]["id"] != "COMPLETED":
-            if st.get("operation", {}).get("failure-cause"):
-                raise RuntimeError(f"savepoint failed: {st['operation']['failure-cause']}")
-            time.sleep(0.05)
+        with _RssPeak(rest, jid) as rss:  # the canonical file is streamed: memory stays flat
+            tid = rest.request("POST", f"/jobs/{jid}/savepoints", body={"target-directory": target})["request-id"]
+            while (st := rest.request("GET", f"/jobs/{jid}/savepoints/{tid}"))["status"]["id"] != "COMPLETED":
+                if st.get("operation", {}).get("failure-cause"):
+                    raise RuntimeError(f"savepoint failed: {st['operation']['failure-cause']}")
+                time.sleep(0.05)
         full_ms = (time.perf_counter() - t0) * 1000
         location = st["operation"]["location"]
         full_bytes = sum(f.stat().st_size for f in Path(location).rglob("*") if f.is_file())
@@ -212,7 +244,7 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
         "load_s": round(load_s, 1),
         "first": first,
         "incremental": increments,
-        "full_snapshot": {"bytes": full_bytes, "duration_ms": round(full_ms)},
+        "full_snapshot": {"bytes": full_bytes, "duration_ms": round(full_ms), "task_rss_peak": rss.peak},
         "restore_ms": round(restore_ms),
     }
 
@@ -231,6 +263,7 @@ def report(results: dict[str, Any]) -> list[str]:
             f"{s['keys']} keys (rocksdb, loaded in {s['load_s']} s): first checkpoint uploads {mib(s['first']['uploaded_bytes']):.0f} MiB in {s['first']['duration_ms']} ms; "
             f"with {s['changed']:.0%} of keys changed, incremental uploads "
             + ", ".join(f"{mib(i['uploaded_bytes']):.1f} MiB of {mib(i['full_bytes']):.0f} MiB in {i['duration_ms']} ms (sync {i['sync_ms_max']} ms)" for i in inc)
-            + f"; a full snapshot: {mib(s['full_snapshot']['bytes']):.0f} MiB in {s['full_snapshot']['duration_ms']} ms; restore (submit to running): {s['restore_ms']} ms"
+            + f"; a full snapshot: {mib(s['full_snapshot']['bytes']):.0f} MiB in {s['full_snapshot']['duration_ms']} ms"
+            + f" (keyed task RSS peak {mib(s['full_snapshot'].get('task_rss_peak')):.0f} MiB); restore (submit to running): {s['restore_ms']} ms"
         )
     return lines
