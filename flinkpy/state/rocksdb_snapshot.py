@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from flinkpy.state import rocksdb_keys as rk
-from flinkpy.state.canonical import FrameWriter, loads
+from flinkpy.state.backend import SNAPSHOT_VERSION
+from flinkpy.state.canonical import FrameWriter
 
 
 class RocksDBSnapshot:
@@ -89,9 +90,14 @@ class RocksDBSnapshot:
     def write(self, out: IO[bytes]) -> dict[str, int]:
         """Stream the canonical file to ``out``; return each state's key count."""
         with self._lock:
-            if self._it is None:
-                raise RuntimeError("this snapshot has been written already")
             writer = FrameWriter(out, self._states())
+            if self._it is None:
+                if self._doc is None:
+                    raise RuntimeError("this snapshot has been written already")
+                for name, entry in self._doc["states"].items():  # read out by to_dict() before
+                    for kg, group in entry["key_groups"].items():
+                        writer.add_group(name, kg, group)
+                return writer.close()
             for name, kg, key, value in self._walk():
                 writer.add(name, kg, key, value)
             self._counts = writer.close()
@@ -106,9 +112,21 @@ class RocksDBSnapshot:
     def to_dict(self) -> dict[str, Any]:
         """The canonical document (the same a heap backend with this state would write), in
         memory: for small states and tools; checkpoints stream with ``write``."""
-        if self._doc is None:
-            self._doc = loads(self.serialize())
-        return self._doc
+        with self._lock:
+            if self._doc is None:
+                if self._it is None:
+                    raise RuntimeError("this snapshot has been written already")
+                states = {name: dict(entry, key_groups={}) for name, entry in self._states().items()}
+                counts = dict.fromkeys(states, 0)
+                for name, kg, key, value in self._walk():
+                    groups = states[name]["key_groups"]
+                    group = groups.get(kg)
+                    if group is None:
+                        group = groups[kg] = {}
+                    group[key] = value
+                    counts[name] += 1
+                self._doc, self._counts, self._it = {"version": SNAPSHOT_VERSION, "states": states}, counts, None
+            return self._doc
 
     def summary(self) -> dict[str, dict[str, Any]]:
         if self._counts is None:
