@@ -7,8 +7,9 @@
   canonical savepoint) — sizes and durations; the synchronous pause of the incremental ones.
 - Restoring a job from the last incremental checkpoint: submit to every task running, restored.
 
-The job: a generator emits 0, 1, 2, ... on each source subtask; up to N as fast as it can (the
-load), after that at a rate that changes about 1% of the keys between two checkpoints.
+The job: a generator's two subtasks emit the numbers of two halves of the key space, each up to
+N/2 as fast as they can (the load: every key gets state once), after that at a rate that changes
+about 1% of the keys between two checkpoints.
 """
 
 from __future__ import annotations
@@ -31,22 +32,24 @@ def _value(n: int) -> tuple[int, bytes]:
 
 
 def _load_then_trickle(keys: int, rate: float, marker_dir: str) -> Any:
-    """An endless generator source: each subtask emits 0, 1, 2, ... (the first ``keys`` as fast
-    as it can, leaving a marker file when done), then ``rate`` numbers a second."""
+    """An endless generator source of two subtasks: subtask 0 emits 0, 1, 2, ..., subtask 1
+    keys/2, keys/2 + 1, ...; each its first keys/2 as fast as it can (so that every key gets
+    state once), leaving a marker file when done, then ``rate`` numbers a second."""
+    half = (keys + 1) // 2
     from flinkpy.connectors.datagen import DataGeneratorReader, DataGeneratorSource
     from flinkpy.connectors.number_sequence import NumberSequenceReader, restore_ranges
 
     class Reader(DataGeneratorReader):
         def __init__(self, numbers: Any, subtask: int) -> None:
-            super().__init__(numbers, lambda n: n % SPREAD, None)
+            super().__init__(numbers, lambda n: n if n < SPREAD else n - SPREAD + half, None)
             self.subtask = subtask
 
         def poll(self, max_records: int) -> list | None:
-            if self._rate is None and self._emitted >= keys:
+            if self._rate is None and self._emitted >= half:
                 Path(marker_dir, f"loaded-{self.subtask}").touch()
                 self._rate, self._started, self._emitted = rate, None, 0
             elif self._rate is None:
-                max_records = min(max_records, keys - self._emitted)
+                max_records = min(max_records, half - self._emitted)
             return super().poll(max_records)
 
     class LoadThenTrickle(DataGeneratorSource):
