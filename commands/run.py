@@ -176,6 +176,9 @@ def run(
         **restore,
     )
     for sub in submitted:
+        if detached and sub.state == "CREATED":
+            status(f"Job {sub.job_id} waits for slots that other jobs hold (up to slot.request.timeout); "
+                   f"'flinkpy job show {sub.job_id}' shows when it runs")
         if not detached and sub.state == "FINISHED":
             status(f"Job with JobID {sub.job_id} has finished.")
             if sub.net_runtime_ms is not None:

@@ -527,8 +527,9 @@ def main(argv: list[str] | None = None) -> int:
 
             results["backends"] = {"throughput": benchmark_backends.throughput(address, token, args.runs, workloads, run_job, log), "large_state": []}
             for keys in args.keys or ((10_000, 100_000, 1_000_000) if args.quick else (100_000, 1_000_000, 10_000_000)):
-                log(f"large state: {keys} keys on rocksdb, incremental checkpoints ...")
-                results["backends"]["large_state"].append(benchmark_backends.large_state(address, token, keys, log))
+                for compaction in ("LEVEL", "UNIVERSAL"):
+                    log(f"large state: {keys} keys on rocksdb ({compaction} compaction), incremental checkpoints ...")
+                    results["backends"]["large_state"].append(benchmark_backends.large_state(address, token, keys, log, compaction=compaction))
         for name, (n, loop, build, unit) in workloads.items():
             if args.only and args.only != name:
                 continue

@@ -149,9 +149,11 @@ def throughput(address: str, token: str, runs: int, workloads: dict[str, tuple[i
     return out
 
 
-def large_state(address: str, token: str, keys: int, log: Callable[[str], None], *, changed: float = 0.01, interval_s: float | None = None) -> dict[str, Any]:
+def large_state(address: str, token: str, keys: int, log: Callable[[str], None], *, changed: float = 0.01, interval_s: float | None = None,
+                compaction: str = "LEVEL", checkpoints: int = 6) -> dict[str, Any]:
     """Checkpoints of ``keys`` keys on RocksDB: incremental (first, then with ``changed`` of the
-    keys changed), a full canonical snapshot, and a restore from the last incremental one.
+    keys changed), a full canonical snapshot, and a restore from the last incremental one, with
+    RocksDB's ``compaction`` style (``state.backend.rocksdb.compaction.style``).
 
     The interval between the checkpoints is long enough for the job to change ``changed`` of
     the keys at about 10 k records/s (what p=2 on RocksDB sustains with these values here)."""
@@ -167,7 +169,9 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
 
     def submit(savepoint: str | None = None) -> str:
         with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)], savepoint_path=savepoint)):
-            env = StreamExecutionEnvironment.get_execution_environment()
+            from flinkpy.common import Configuration
+
+            env = StreamExecutionEnvironment.get_execution_environment(Configuration().set_string("state.backend.rocksdb.compaction.style", compaction))
             env.set_parallelism(2)
             env.set_state_backend(_rocksdb(incremental=True))
             env.get_checkpoint_config().set_externalized_checkpoint_cleanup("RETAIN_ON_CANCELLATION")
@@ -213,7 +217,7 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
         log(f"  {keys} keys loaded in {load_s:.0f} s; first checkpoint ...")
         first = figures(checkpoint(jid))
         increments = []
-        for _ in range(3):
+        for _ in range(checkpoints):
             time.sleep(interval_s)  # let about `changed` of the keys change (the throttled phase)
             increments.append(figures(checkpoint(jid)))
         log("  full snapshot (canonical savepoint) ...")
@@ -243,6 +247,7 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
     shutil.rmtree(work, ignore_errors=True)
     return {
         "keys": keys,
+        "compaction": compaction,
         "changed": changed,
         "load_s": round(load_s, 1),
         "first": first,
@@ -262,10 +267,12 @@ def report(results: dict[str, Any]) -> list[str]:
     for s in results.get("large_state", []):
         inc = [i for i in s["incremental"] if i["status"] == "COMPLETED"]
         mib = lambda b: (b or 0) / 2**20  # noqa: E731
+        uploaded = [i["uploaded_bytes"] or 0 for i in inc]
         lines.append(
-            f"{s['keys']} keys (rocksdb, loaded in {s['load_s']} s): first checkpoint uploads {mib(s['first']['uploaded_bytes']):.0f} MiB in {s['first']['duration_ms']} ms; "
+            f"{s['keys']} keys (rocksdb, {s.get('compaction', 'LEVEL')} compaction, loaded in {s['load_s']} s): first checkpoint uploads {mib(s['first']['uploaded_bytes']):.0f} MiB in {s['first']['duration_ms']} ms; "
             f"with {s['changed']:.0%} of keys changed, incremental uploads "
             + ", ".join(f"{mib(i['uploaded_bytes']):.1f} MiB of {mib(i['full_bytes']):.0f} MiB in {i['duration_ms']} ms (sync {i['sync_ms_max']} ms)" for i in inc)
+            + (f" (median {mib(statistics.median(uploaded)):.1f} MiB, mean {mib(statistics.mean(uploaded)):.1f} MiB)" if uploaded else "")
             + f"; a full snapshot: {mib(s['full_snapshot']['bytes']):.0f} MiB in {s['full_snapshot']['duration_ms']} ms"
             + f" (keyed task RSS peak {mib(s['full_snapshot'].get('task_rss_peak')):.0f} MiB); restore (submit to running): {s['restore_ms']} ms"
         )

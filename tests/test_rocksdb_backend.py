@@ -188,3 +188,21 @@ def test_options_from_flink_keys_and_bad_values() -> None:
         RocksDBOptions.from_config({"state.backend.rocksdb.writebuffer.size": "big"})
     with pytest.raises(ConfigurationError, match="localdir"):
         RocksDBKeyedStateBackend(MAXP, range(MAXP), local_dir="/proc/not-writable")
+
+
+def test_compaction_options_reach_the_store(tmp_path: Path) -> None:
+    o = RocksDBOptions.from_config({
+        "state.backend.rocksdb.compaction.style": "universal",
+        "state.backend.rocksdb.compaction.level.max-size-level-base": "64 mb",
+        "state.backend.rocksdb.compaction.level.target-file-size-base": "16mb",
+    })
+    assert (o.compaction_style, o.max_size_level_base, o.target_file_size_base) == ("UNIVERSAL", 64 << 20, 16 << 20)
+    with pytest.raises(ConfigurationError, match="compaction.style.*LEVEL, UNIVERSAL"):
+        RocksDBOptions.from_config({"state.backend.rocksdb.compaction.style": "FIFO"})
+    b = RocksDBKeyedStateBackend(MAXP, range(MAXP), local_dir=str(tmp_path), options=o)
+    try:
+        written = "".join(p.read_text() for p in Path(b.working_dir).rglob("OPTIONS-*"))  # RocksDB's own record
+        assert "compaction_style=kCompactionStyleUniversal" in written
+        assert "target_file_size_base=16777216" in written and "max_bytes_for_level_base=67108864" in written
+    finally:
+        b.close()

@@ -84,15 +84,17 @@ def test_a_submitted_job_waits_for_slots_other_jobs_hold(flinkpy_home: Path, cli
         job = tmp_path / "job.py"
         job.write_text(JOB)
 
-        def submit(*extra: str) -> str:
+        def submit(*extra: str, state: str = "CREATED") -> str:
             res = cli("run", "-d", "-p", "2", "--json", *extra, str(job))
             assert res.returncode == 0, res.stderr
-            return json.loads(res.stdout)["jobs"][0]["jid"]
+            (submitted,) = json.loads(res.stdout)["jobs"]
+            assert submitted["state"] in ((state, "RUNNING") if state == "RUNNING" else (state,)), submitted
+            return submitted["jid"]
 
         def show(jid: str) -> dict:
             return json.loads(cli("job", "show", jid, "--json").stdout)
 
-        first = submit()
+        first = submit(state="RUNNING")
         wait_for(lambda: show(first)["state"] == "RUNNING", timeout=30, message="the first job running")
         second = submit()  # both slots are the first job's
         wait_for(lambda: any(e["type"] == "waiting-for-resources" for e in show(second)["events"]), timeout=30,
@@ -108,9 +110,10 @@ def test_a_submitted_job_waits_for_slots_other_jobs_hold(flinkpy_home: Path, cli
         assert cli("cancel", first).returncode == 0
         wait_for(lambda: show(second)["state"] == "RUNNING" and all(v["status"] == "RUNNING" for v in show(second)["vertices"]),
                  timeout=30, message="the waiting job running on the released slots")
-        res = cli("run", "-d", "-p", "3", "--json", str(job))  # more than the cluster has: no waiting
+        res = cli("run", "-d", "-p", "3", str(job))  # more than the cluster has: no waiting
         assert res.returncode == 0, res.stderr
-        failed = json.loads(res.stdout)["jobs"][0]["jid"]
+        assert "waits for slots" not in res.stderr
+        failed = res.stderr.split("JobID ")[1].split()[0]
         assert show(failed)["state"] == "FAILED"
         assert cli("cancel", second).returncode == 0
     finally:

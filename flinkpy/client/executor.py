@@ -109,7 +109,11 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
         if ctx.on_submit:
             ctx.on_submit(job_id, job.job_name)
         if detached:
-            ctx.submitted.append(SubmittedJob(job_id, job.job_name, "RUNNING"))
+            try:
+                state = rest.job(job_id).get("state", "RUNNING")  # CREATED while it waits for slots
+            except Exception:  # noqa: BLE001 - the submission stands; the state is a courtesy
+                state = "RUNNING"
+            ctx.submitted.append(SubmittedJob(job_id, job.job_name, state))
             return JobClient(rest, job_id, job.job_name)
         return _wait(ctx, rest, job_id, job.job_name, embedded=False)
     if detached:

@@ -75,11 +75,15 @@ class RocksDBOptions:
     #: a bloom filter per SST (10 bits a key): a read of a key a file does not hold skips the
     #: file — state reads are point lookups, many of keys seen for the first time
     use_bloom_filter: bool = True
+    #: LEVEL or UNIVERSAL (``state.backend.rocksdb.compaction.style``)
+    compaction_style: str = "LEVEL"
+    max_size_level_base: int = 256 * MB
+    target_file_size_base: int = 64 * MB
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RocksDBOptions:
         """From ``state.backend.rocksdb.*`` settings (strings, as a job's configuration has them)."""
-        from flinkpy.config import BoolType, IntType, MemorySizeType
+        from flinkpy.config import BoolType, EnumType, IntType, MemorySizeType
 
         def parse(key: str, type_: Any, default: Any) -> Any:
             raw = config.get(key)
@@ -96,6 +100,9 @@ class RocksDBOptions:
             write_buffer_size=parse("state.backend.rocksdb.writebuffer.size", MemorySizeType(), cls.write_buffer_size),
             write_buffer_count=parse("state.backend.rocksdb.writebuffer.count", IntType(1), cls.write_buffer_count),
             use_bloom_filter=parse("state.backend.rocksdb.use-bloom-filter", BoolType(), cls.use_bloom_filter),
+            compaction_style=parse("state.backend.rocksdb.compaction.style", EnumType("LEVEL", "UNIVERSAL"), cls.compaction_style),
+            max_size_level_base=parse("state.backend.rocksdb.compaction.level.max-size-level-base", MemorySizeType(), cls.max_size_level_base),
+            target_file_size_base=parse("state.backend.rocksdb.compaction.level.target-file-size-base", MemorySizeType(), cls.target_file_size_base),
         )
 
 
@@ -108,6 +115,12 @@ def open_db(path: str, options: RocksDBOptions, *, read_only: bool = False) -> A
     opts.set_max_write_buffer_number(options.write_buffer_count)
     opts.set_max_background_jobs(2)
     opts.set_keep_log_file_num(2)
+    if options.compaction_style == "UNIVERSAL":
+        opts.set_compaction_style(rocksdict.DBCompactionStyle.universal())
+    else:
+        opts.set_compaction_style(rocksdict.DBCompactionStyle.level())
+    opts.set_max_bytes_for_level_base(options.max_size_level_base)
+    opts.set_target_file_size_base(options.target_file_size_base)
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(rocksdict.Cache(options.block_cache_size))
     if options.use_bloom_filter:
