@@ -12,13 +12,13 @@ offsets in ``_metadata``.
 from __future__ import annotations
 
 import json
-import pickle
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from conftest import wait_for
+from flinkpy.state import canonical
 
 N = 10**12  # effectively unbounded: the test cancels the job
 
@@ -68,7 +68,7 @@ def _state_sums(checkpoint_dir: Path, metadata: dict) -> dict[str, int]:
         handle = sub["keyed_state"]
         if handle is None:
             continue
-        snapshot = pickle.loads((checkpoint_dir / handle["path"]).read_bytes())
+        snapshot = canonical.loads((checkpoint_dir / handle["path"]).read_bytes())
         for groups in snapshot["states"]["_reduce"]["key_groups"].values():
             for key, value in groups.items():
                 sums[key] += value[1]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import random
 import signal
 import textwrap
@@ -39,6 +38,7 @@ from flinkpy.common import RestartStrategies, Types, WatermarkStrategy
 from flinkpy.datastream import KeyedProcessFunction, MapFunction, StreamExecutionEnvironment
 from flinkpy.datastream.connectors import NumberSequenceSource
 from flinkpy.datastream.state import MapStateDescriptor, ValueStateDescriptor
+from flinkpy.state import canonical
 
 FAULT_ENV = "FLINKPY_FAULT_POINTS"
 
@@ -358,7 +358,7 @@ def assert_consistent_cut(directory: Path) -> None:
     (sums,) = [op for op in meta["operators"] if op["uid"] == "sums"]
     for sub in sums["subtasks"]:
         if sub["keyed_state"] is not None:
-            snapshot = pickle.loads((directory / sub["keyed_state"]["path"]).read_bytes())
+            snapshot = canonical.loads((directory / sub["keyed_state"]["path"]).read_bytes())
             for groups in snapshot["states"]["_reduce"]["key_groups"].values():
                 for key, value in groups.items():
                     have[key] += value[1]
