@@ -103,6 +103,12 @@ def run(
     Without -d the command waits for the job and exits 5 if it fails, 10 if it is cancelled.
     Options must come before JOB.py: everything after it is passed to the job.
 
+    A job whose slots other jobs still hold (submitted right after cancelling the job before
+    it, say) waits for them in state CREATED, up to slot.request.timeout (5 min; -D
+    slot.request.timeout=30s), then fails with NoResourceAvailableException; -d says so on
+    stderr and reports "state": "CREATED" in --json. A job that needs more slots than the
+    cluster has fails at once.
+
     With -s PATH the job starts from a savepoint's (or retained checkpoint's) state, matched
     to operators by uid (or generated id). If the savepoint holds state of an operator the
     job no longer has, the run is refused with exit 7 unless -n drops that state. --from-latest
