@@ -76,11 +76,15 @@ def payload(n: int) -> bytes:
 
 
 def emitted_numbers(doc: dict[str, Any]) -> list[tuple[int, int]]:
-    """The numbers (not indices) the sources emitted before the checkpoint, as ranges."""
+    """The numbers (not indices) the sources emitted before the checkpoint, as ranges, mapped
+    as the job maps indices. An emitted range may straddle 2**61: a restore spreads the
+    remaining ranges evenly over the readers, so a reader may take indices from the other side."""
     out = []
     for start, end in emitted_ranges(doc):
-        shift = 0 if start < 2**61 else KEYS // 2 - 2**61
-        out.append((start + shift, end + shift))
+        if start < 2**61:
+            out.append((start, min(end, 2**61)))
+        if end > 2**61:
+            out.append((max(start, 2**61) - 2**61 + KEYS // 2, end - 2**61 + KEYS // 2))
     return out
 
 
