@@ -97,29 +97,27 @@ def _rocksdb(incremental: bool = False) -> Any:
     return EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=incremental)
 
 
-class _RssPeak:
-    """The largest resident memory of a job's keyed tasks, sampled on a thread while in use."""
+class RssPeak:
+    """The largest resident memory of some processes, sampled on a thread while in use.
 
-    def __init__(self, rest: Any, jid: str) -> None:
+    ``pids()`` names the processes; it is asked again every ``refresh_s`` seconds (every half
+    second at most while it names none), since tasks being deployed or restarted get new pids.
+    """
+
+    def __init__(self, pids: Callable[[], list[int]], refresh_s: float = 1.0) -> None:
         import threading
 
         self.peak = 0
-        self._rest, self._jid = rest, jid
+        self._pids, self._refresh_s = pids, refresh_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _pids(self) -> list[int]:
-        try:
-            return [s["pid"] for v in self._rest.job(self._jid)["vertices"] if "keep" in v["name"].lower() for s in v["subtasks"] if s.get("pid")]
-        except Exception:  # noqa: BLE001 - the job is being deployed: no pids yet
-            return []
 
     def _run(self) -> None:
         import psutil
 
         pids, refreshed = self._pids(), time.monotonic()
         while not self._stop.wait(0.1):
-            if not pids or time.monotonic() - refreshed > 1:  # tasks being deployed get their pids late
+            if time.monotonic() - refreshed > (self._refresh_s if pids else min(self._refresh_s, 0.5)):
                 pids, refreshed = self._pids(), time.monotonic()
             for pid in pids:
                 try:
@@ -127,13 +125,33 @@ class _RssPeak:
                 except psutil.Error:
                     pass
 
-    def __enter__(self) -> _RssPeak:
+    def start(self) -> RssPeak:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> int:
+        """Stop sampling; return the peak (bytes)."""
         self._stop.set()
         self._thread.join(timeout=5)
+        return self.peak
+
+    def __enter__(self) -> RssPeak:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _keyed_pids(rest: Any, jid: str) -> Callable[[], list[int]]:
+    """The pids of the benchmark job's keyed tasks (none while it is being deployed)."""
+
+    def pids() -> list[int]:
+        try:
+            return [s["pid"] for v in rest.job(jid)["vertices"] if "keep" in v["name"].lower() for s in v["subtasks"] if s.get("pid")]
+        except Exception:  # noqa: BLE001 - the job is being deployed: no pids yet
+            return []
+
+    return pids
 
 
 def throughput(address: str, token: str, runs: int, workloads: dict[str, tuple[int, Callable[[], float], Callable[[Any], None], str]], run_job: Callable[..., float], log: Callable[[str], None]) -> dict[str, Any]:
@@ -232,7 +250,7 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
         log("  full snapshot (canonical savepoint) ...")
         target = os.path.join(work, "savepoints")
         t0 = time.perf_counter()
-        with _RssPeak(rest, jid) as rss:  # the canonical file is streamed: memory stays flat
+        with RssPeak(_keyed_pids(rest, jid)) as rss:  # the canonical file is streamed: memory stays flat
             tid = rest.request("POST", f"/jobs/{jid}/savepoints", body={"target-directory": target})["request-id"]
             while (st := rest.request("GET", f"/jobs/{jid}/savepoints/{tid}"))["status"]["id"] != "COMPLETED":
                 if st.get("operation", {}).get("failure-cause"):
@@ -249,7 +267,7 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
         """Submission to every task running, restored from ``path``; the keyed tasks' peak RSS."""
         t0 = time.perf_counter()
         jid2 = submit(path)
-        with _RssPeak(rest, jid2) as peak:
+        with RssPeak(_keyed_pids(rest, jid2)) as peak:
             while not running(jid2):
                 if rest.job(jid2)["state"] in ("FAILED", "CANCELED"):
                     raise RuntimeError(f"the restored job ended: {rest.request('GET', f'/jobs/{jid2}/exceptions').get('root-exception')}")

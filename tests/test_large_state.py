@@ -19,16 +19,15 @@ import hashlib
 import json
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from conftest import cli_json, wait_for
 from test_incremental_checkpoints import emitted_ranges
+from flinkpy.benchmark_backends import RssPeak
 from flinkpy.checkpoint.storage import CheckpointStorage
 from flinkpy.state.incremental import read_keyed_state
 
@@ -105,34 +104,6 @@ def covered_keys(doc: dict[str, Any]) -> int:
     return total
 
 
-class RssWatch:
-    """Samples the keyed tasks' resident memory (the largest seen) on a thread."""
-
-    def __init__(self, pids: callable):
-        self.pids = pids
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        pids: list[int] = []
-        refreshed = 0.0
-        while not self._stop.wait(0.2):
-            if time.monotonic() - refreshed > 5:  # asking the cluster costs a CLI process: not every sample
-                pids, refreshed = self.pids(), time.monotonic()
-            for pid in pids:
-                try:
-                    self.peak = max(self.peak, psutil.Process(pid).memory_info().rss)
-                except psutil.Error:
-                    pass
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        return self.peak
-
-
 def keyed_pids(jid: str) -> list[int]:
     try:
         job = cli_json("job", "show", jid)
@@ -184,7 +155,7 @@ def test_state_larger_than_memory_checkpoints_incrementally_and_restores_exactly
     jid = json.loads(res.stdout)["jobs"][0]["jid"]
     storage = CheckpointStorage(str(flinkpy_home / "checkpoints"))
     wait_for(lambda: keyed_pids(jid), timeout=30, message="keyed tasks running")
-    watch = RssWatch(lambda: keyed_pids(jid))
+    watch = RssPeak(lambda: keyed_pids(jid), refresh_s=5).start()  # asking the cluster costs a CLI process
     started = time.monotonic()
     # every key has state: the sources emitted more than KEYS numbers before a checkpoint
     wait_for(lambda: (doc := latest_checkpoint(storage, jid)) is not None and covered_keys(doc) == KEYS,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 from flinkpy.errors import FlinkpyError
@@ -64,10 +64,6 @@ class FrameWriter:
         self._entries.append((key, value))
         self._counts[name] += 1
 
-    def add_group(self, name: str, key_group: int, entries: Mapping[Any, Any]) -> None:
-        for key, value in entries.items():
-            self.add(name, key_group, key, value)
-
     def _flush(self) -> None:
         if self._entries:
             name, kg = self._current  # type: ignore[misc]
@@ -86,18 +82,18 @@ def read_frames(f: IO[bytes]) -> tuple[dict[str, dict[str, Any]], Iterator[Frame
     """The states (name → kind and TTL) of a canonical file and an iterator over its frames.
 
     A whole-document file gives its key groups as one frame each. A framed file that ends before
-    its end marker raises ``EOFError`` when the iterator reaches the cut.
+    its end marker raises ``FlinkpyError`` when the iterator reaches the cut.
     """
     first = pickle.load(f)
     if not (isinstance(first, dict) and first.get("framed")):
         return document_frames(first)
     check_snapshot_version(first)
+    return {n: dict(s) for n, s in first["states"].items()}, _frames(f)
 
-    def frames() -> Iterator[Frame]:
-        while (frame := _next_frame(f)) is not None:
-            yield frame
 
-    return {n: dict(s) for n, s in first["states"].items()}, frames()
+def _frames(f: IO[bytes]) -> Iterator[Frame]:
+    while (frame := _next_frame(f)) is not None:
+        yield frame
 
 
 def _next_frame(f: IO[bytes]) -> Frame | None:
@@ -132,8 +128,7 @@ def load(f: IO[bytes]) -> Any:
         return first
     check_snapshot_version(first)
     states: dict[str, dict[str, Any]] = {n: dict(s, key_groups={}) for n, s in first["states"].items()}
-    while (frame := _next_frame(f)) is not None:
-        name, kg, entries = frame
+    for name, kg, entries in _frames(f):
         groups = states[name]["key_groups"]
         group = groups.get(kg)
         if group is None:
@@ -146,9 +141,11 @@ def loads(data: bytes) -> Any:
     return load(io.BytesIO(data))
 
 
-def write_groups(out: IO[bytes], states: Mapping[str, Mapping[str, Any]], groups: Iterable[tuple[str, int, Mapping[Any, Any]]]) -> dict[str, int]:
-    """Write a canonical file from ``(state name, key group, {key: value})`` triples."""
+def write_document(out: IO[bytes], doc: Mapping[str, Any]) -> dict[str, int]:
+    """Write a canonical document held in memory as a canonical file; return each state's key count."""
+    states, frames = document_frames(doc)
     writer = FrameWriter(out, states)
-    for name, kg, entries in groups:
-        writer.add_group(name, kg, entries)
+    for name, kg, entries in frames:
+        for key, value in entries:
+            writer.add(name, kg, key, value)
     return writer.close()

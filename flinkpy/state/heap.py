@@ -464,11 +464,9 @@ class FrozenSnapshot:
 
     def write(self, out: Any) -> dict[str, int]:
         """Write the canonical file (flinkpy.state.canonical) to ``out``; return each state's key count."""
-        from flinkpy.state.canonical import write_groups
+        from flinkpy.state.canonical import write_document
 
-        doc = self.to_dict()
-        states = {name: {k: v for k, v in e.items() if k != "key_groups"} for name, e in doc["states"].items()}
-        return write_groups(out, states, ((name, kg, m) for name, e in doc["states"].items() for kg, m in e["key_groups"].items()))
+        return write_document(out, self.to_dict())
 
     def serialize(self) -> bytes:
         import io

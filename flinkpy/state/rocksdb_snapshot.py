@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from flinkpy.state import rocksdb_keys as rk
 from flinkpy.state.backend import SNAPSHOT_VERSION
-from flinkpy.state.canonical import FrameWriter
+from flinkpy.state.canonical import FrameWriter, write_document
 
 
 class RocksDBSnapshot:
@@ -90,14 +90,11 @@ class RocksDBSnapshot:
     def write(self, out: IO[bytes]) -> dict[str, int]:
         """Stream the canonical file to ``out``; return each state's key count."""
         with self._lock:
-            writer = FrameWriter(out, self._states())
             if self._it is None:
                 if self._doc is None:
                     raise RuntimeError("this snapshot has been written already")
-                for name, entry in self._doc["states"].items():  # read out by to_dict() before
-                    for kg, group in entry["key_groups"].items():
-                        writer.add_group(name, kg, group)
-                return writer.close()
+                return write_document(out, self._doc)  # read out by to_dict() before
+            writer = FrameWriter(out, self._states())
             for name, kg, key, value in self._walk():
                 writer.add(name, kg, key, value)
             self._counts = writer.close()

@@ -185,8 +185,7 @@ class TaskCheckpointer:
                 entry["keyed_state"] = handle
             elif frozen is not None and not frozen.empty:
                 name = f"{part['operator_id']}-{self.subtask}-keyed"
-                directory = job.directory or self.storage.checkpoint_dir(self.job_id, job.checkpoint_id)
-                handle, _ = self.storage.write_state_stream(directory, name, frozen.write)  # streamed: state may exceed memory
+                handle, _ = self.storage.write_state_stream(self._directory(job), name, frozen.write)  # streamed: state may exceed memory
                 r = frozen.key_group_range
                 handle.update({"key_groups": [r.start, r.stop - 1], "states": frozen.summary()})
                 entry["keyed_state"] = handle
@@ -198,10 +197,12 @@ class TaskCheckpointer:
             out.append(entry)
         return out
 
+    def _directory(self, job: _Upload) -> str:
+        """Where the upload's files go: a savepoint's own directory, or the checkpoint's."""
+        return job.directory or self.storage.checkpoint_dir(self.job_id, job.checkpoint_id)
+
     def _write(self, job: _Upload, name: str, data: bytes) -> dict[str, Any]:
-        if job.directory:
-            return self.storage.write_state_in(job.directory, name, data)
-        return self.storage.write_state(self.job_id, job.checkpoint_id, name, data)
+        return self.storage.write_state_in(self._directory(job), name, data)
 
     # -- notifications -----------------------------------------------------------------------
 
