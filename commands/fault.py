@@ -81,7 +81,9 @@ def kill_task(job_id: JobId, vertex: Vertex = None, subtask: Subtask = None,
 
     The TaskManager reports the task FAILED ("killed by signal ..."), and the job's restart
     strategy decides what happens next. Without --vertex/--subtask a running subtask is chosen
-    at random (from --seed).
+    at random (from --seed). On a Spark job (--runner spark) one busy Spark Python worker is
+    killed instead: under the driver's JVM in local[N], under the job's executors on a cluster
+    (on this machine), where Spark retries the task.
 
     Exit status: 0 when the fault was sent; 4 for an unknown job, vertex or subtask; 9 when the
     subtask is not running.
@@ -97,6 +99,55 @@ def kill_task(job_id: JobId, vertex: Vertex = None, subtask: Subtask = None,
         raise UsageError(f"unsupported signal {signal_!r}", remedy="use KILL or TERM")
     entry, used = _job_fault(jobmanager, job_id, "kill-task", vertex, subtask, seed, signal=sig)
     _report(entry, f"sent SIG{sig} to", {"seed": used})
+
+
+@app.command("kill-executor")
+def kill_executor(job_id: JobId,
+                  executor: Annotated[Optional[str], typer.Option("--executor", metavar="ID", help="Spark's executor id (0, 1, ...); default: one of the job's executors on this machine, chosen from --seed.")] = None,
+                  seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+    """Kill an executor JVM of a Spark job (SIGKILL), as a lost machine would.
+
+    For jobs run with --runner spark on a cluster master (see 'flinkpy spark start'): the job's
+    driver finds the executors of its Spark application on this machine (processes running
+    CoarseGrainedExecutorBackend with the application's id) and kills one, with its Python
+    workers. Spark runs the lost tasks again on the other executors and the worker starts a new
+    executor; a query that fails anyway is restarted from its checkpoint by the job's restart
+    strategy. The fault is journaled ('flinkpy fault history').
+
+    Exit status: 0 when the executor was killed; 4 for an unknown job or executor id; 9 when
+    the job is not running or has no executor on this machine (local[N] has none).
+
+    Examples:
+
+    \b
+        flinkpy fault kill-executor JOB_ID
+        flinkpy fault kill-executor JOB_ID --executor 1 --json
+    """
+    _require_spark_job(job_id, jobmanager, "kill-executor")
+    pick = used = None
+    if executor is None:
+        used, rng = _rng(seed)
+        pick = rng.random()
+    entry = _inject(jobmanager, job_id, {"kind": "kill-executor", "executor": executor, "pick": pick})
+    _report(entry, "sent SIGKILL to", {"seed": used})
+
+
+def _spark_record(job_id: str, jobmanager: str | None) -> dict[str, Any] | None:
+    """The Spark driver's record of the job in the cluster home (None: not a Spark job here)."""
+    import os
+
+    from commands.context import JOBMANAGER_ENV, cluster_home
+    from flinkpy.spark.control_registry import read_record
+
+    if jobmanager or os.environ.get(JOBMANAGER_ENV):
+        return None
+    return read_record(cluster_home().path, job_id)
+
+
+def _require_spark_job(job_id: str, jobmanager: str | None, kind: str) -> None:
+    if _spark_record(job_id, jobmanager) is None:
+        raise NotFoundError(f"no Spark job {job_id} is registered in this cluster home: {kind} applies to jobs run with --runner spark",
+                            remedy="see 'flinkpy list -a'; on flinkpy's engine use kill-taskmanager or kill-task")
 
 
 @app.command("pause-task")
@@ -336,7 +387,7 @@ def history(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = Fals
 def chaos(job_id: JobId,
           duration: Annotated[str, typer.Option("--duration", metavar="DURATION", help="How long to inject faults.")] = "1m",
           every: Annotated[str, typer.Option("--every", metavar="DURATION", help="One fault per interval, at a random moment in it.")] = "5s",
-          faults: Annotated[Optional[str], typer.Option("--faults", metavar="KIND,...", help="Kinds to choose from: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task, pause-taskmanager, network-delay, network-drop; default: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task.")] = None,
+          faults: Annotated[Optional[str], typer.Option("--faults", metavar="KIND,...", help="Kinds to choose from: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task, pause-taskmanager, network-delay, network-drop, kill-executor (Spark jobs: kill-task and kill-executor only); default: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task (Spark jobs: kill-task, kill-executor).")] = None,
           seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
     """Inject random faults at random moments into a job, reproducibly from --seed.
 
@@ -344,26 +395,37 @@ def chaos(job_id: JobId,
     fault is journaled (see 'flinkpy fault history'). A fault whose target is not running at
     its moment (the job is restarting) is skipped. kill-taskmanager is skipped while only one
     TaskManager is left. Stops at the end or on Ctrl-C, and prints a summary: faults injected
-    and skipped, restarts observed, the job's state.
+    and skipped, restarts observed, the job's state. A Spark job (--runner spark) takes the
+    kinds that reach it: kill-task (a Spark Python worker) and kill-executor (an executor JVM);
+    other kinds are refused for it, and kill-executor is refused for jobs on flinkpy's engine.
 
-    Exit status: 0 at the end; 4 for an unknown job; 130 on Ctrl-C (after the summary).
+    Exit status: 0 at the end; 2 for a kind the job's runner does not take; 4 for an unknown
+    job; 130 on Ctrl-C (after the summary).
 
     Examples:
 
     \b
         flinkpy fault chaos JOB_ID --duration 1m --every 5s --seed 42
+        flinkpy fault chaos SPARK_JOB_ID --faults kill-task,kill-executor --duration 1m --every 10s
         flinkpy fault chaos JOB_ID --faults kill-task,raise --duration 30s --every 3s
     """
     from flinkpy.faults import describe_target
-    from flinkpy.faults.chaos import DEFAULT_KINDS, plan
+    from flinkpy.faults.chaos import DEFAULT_KINDS, SPARK_KINDS, plan
 
-    kinds = [k.strip() for k in faults.split(",") if k.strip()] if faults else list(DEFAULT_KINDS)
+    on_spark = _spark_record(job_id, jobmanager) is not None
+    kinds = [k.strip() for k in faults.split(",") if k.strip()] if faults else list(SPARK_KINDS if on_spark else DEFAULT_KINDS)
+    if on_spark and (other := [k for k in kinds if k not in SPARK_KINDS]):
+        raise UsageError(f"job {job_id} runs on Spark, where {', '.join(other)} cannot be injected",
+                         remedy=f"choose from {', '.join(SPARK_KINDS)}")
+    if not on_spark and "kill-executor" in kinds:
+        raise UsageError(f"kill-executor applies to Spark jobs; job {job_id} is not one registered in this cluster home",
+                         remedy="use kill-taskmanager to lose a machine's worth of tasks on flinkpy's engine")
     used, _ = _rng(seed)
     try:
         schedule = plan(used, _seconds(duration, "--duration"), _seconds(every, "--every"), kinds)
     except ValueError as e:
         raise UsageError(str(e), remedy="see 'flinkpy fault chaos --help'") from None
-    client = rest_client(jobmanager)
+    client = job_rest_client(jobmanager, job_id) if on_spark else rest_client(jobmanager)
     job = client.job(job_id)
     restarts_before = job["restarts"]
     injected: list[dict[str, Any]] = []

@@ -18,6 +18,7 @@ from commands import restart_strategy
 from commands import fault
 from commands import verify
 from commands import zookeeper
+from commands import spark
 from commands import state
 from commands._click import click
 from commands.errors import PROG, handle
@@ -76,6 +77,7 @@ app.add_typer(savepoint.app, name="savepoint")
 app.add_typer(restart_strategy.app, name="restart-strategy")
 app.add_typer(fault.app, name="fault")
 app.add_typer(zookeeper.app, name="zookeeper")
+app.add_typer(spark.app, name="spark")
 app.add_typer(state.app, name="state")
 app.add_typer(verify.app)
 

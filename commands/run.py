@@ -123,14 +123,18 @@ def run(
     as the restart strategy allows, and answers the lifecycle commands (list, cancel, stop,
     savepoint, checkpoint list, job exceptions, fault kill-task) like a cluster does. -d
     returns the job id at once. A Spark savepoint restores only with the same parallelism
-    (spark.sql.shuffle.partitions): a rescale is refused with exit 7. See README "Running on
-    Spark".
+    (spark.sql.shuffle.partitions): a rescale is refused with exit 7. On a cluster master
+    (spark://HOST:PORT, see 'flinkpy spark start') the driver ships flinkpy, the job file's
+    directory and env.add_python_file files to the executors and checks their Python first:
+    exit 3 when the master does not answer, 8 when the executors lack a module. See README
+    "Running on Spark".
 
     Examples:
 
     \b
         flinkpy run examples/word_count.py --input words.txt
         flinkpy run --runner spark --spark-master 'local[2]' examples/even_odd_sum.py
+        flinkpy run --runner spark --spark-master spark://127.0.0.1:7077 examples/word_count.py
         flinkpy run -d -p 4 -m 127.0.0.1:8081 job.py
         flinkpy run -D execution.checkpointing.interval=10s job.py
         flinkpy run --json -d job.py | jq -r '.jobs[0].jid'
@@ -253,9 +257,13 @@ def info(
         flinkpy info --runner spark examples/word_count.py
 
     With --runner spark it shows the Spark plan instead: each step of the query (the flinkpy
-    data source, mapInArrow chains, transformWithStateInPandas for keyed operators, foreachBatch
-    for the sink) with the operators it runs, or refuses the job naming the operator Spark
-    cannot run with the same results, and why (exit code 7).
+    data source, mapInArrow chains, transformWithStateInPandas for keyed operators with its time
+    mode: EventTime, or ProcessingTime where an operator needs the processing-time clock, as
+    processing-time windows, triggers and timers and state TTL do; foreachBatch for the sinks)
+    with the operators it runs, or refuses the job naming the operator Spark cannot run with the
+    same results, and why (exit code 7). When the job is a graph (fan-out, side outputs read
+    downstream, several sinks, keyed operators after keyed operators) it also lists the routes:
+    the graph edges its rows travel on, each step emitting or passing them on.
     """
     path = _check_job_file(job)
     if runner not in (None, "local", "spark"):

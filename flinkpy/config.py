@@ -309,6 +309,7 @@ SCHEMA: dict[str, Option] = {
         _option("execution.runner", EnumType("local", "spark"), "local", "Engine that runs the job: local (flinkpy's own processes) or spark (Spark Structured Streaming through PySpark, supervised by a flinkpy driver process)."),
         _option("spark.master", StringType(), "local[2]", "execution.runner spark: the Spark master (local[N], spark://HOST:PORT, yarn, ...)."),
         _option("spark.conf", StringType(), None, "execution.runner spark: more Spark settings as 'key=value' pairs separated by commas (--spark-conf adds to them)."),
+        _option("python.files", StringType(), None, "Python modules, package or module directories and .zip/.whl/.egg files, separated by commas, made importable where the job's functions run (env.add_python_file adds to it); on Spark they are shipped to the executors."),
         _option("execution.spark.max-records-per-batch", IntType(0), 0, "execution.runner spark: records each source subtask contributes to one micro-batch at most; 0: all that are available."),
         _option("jobmanager.execution.failover-strategy", EnumType("full", "region"), "region", "Restart all tasks after a failure, or only the failed task's pipelined region."),
         _option(

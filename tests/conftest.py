@@ -23,7 +23,8 @@ import psutil
 import pytest
 
 #: real PostgreSQL, Redis and ZooKeeper servers (fixtures ``postgres``, ``redis_server``, ``zookeeper``)
-pytest_plugins = ["servers", "zookeeper", "backends"]
+#: and a Spark standalone cluster per module (``spark_cluster``)
+pytest_plugins = ["servers", "zookeeper", "backends", "spark_standalone"]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

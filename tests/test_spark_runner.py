@@ -141,20 +141,19 @@ def _env():
     return StreamExecutionEnvironment.get_execution_environment()
 
 
-def test_a_processing_time_window_is_refused_naming_the_operator():
+def test_a_processing_time_window_translates_in_processing_time_mode():
+    """(Run side by side with the engine in tests/test_spark_time_and_ttl.py.)"""
     from flinkpy.common import Time
     from flinkpy.datastream.window import TumblingProcessingTimeWindows
 
     env = _env()
     (env.from_collection([("a", 1)]).key_by(lambda t: t[0]).window(TumblingProcessingTimeWindows.of(Time.seconds(1)))
      .reduce(lambda a, b: (a[0], a[1] + b[1])).uid("per-second").print())
-    with pytest.raises(UntranslatableError) as e:
-        translate(env, config={})
-    assert "uid 'per-second'" in str(e.value) and "processing-time window" in str(e.value)
-    assert e.value.remedy
+    plan = translate(env, config={})
+    assert plan.processing_time and "(uid per-second) -> groupBy(key).transformWithStateInPandas (ProcessingTime;" in plan.explain()
 
 
-def test_a_side_output_and_a_source_function_are_refused():
+def test_a_side_output_translates_and_a_source_function_is_refused():
     from flinkpy.datastream import OutputTag, ProcessFunction
 
     class Split(ProcessFunction):
@@ -164,8 +163,8 @@ def test_a_side_output_and_a_source_function_are_refused():
     env = _env()
     main = env.from_collection([1, 2, 3]).process(Split()).name("split")
     main.get_side_output(OutputTag("odd")).print()
-    with pytest.raises(UntranslatableError, match="'split'.*side output"):
-        translate(env, config={})
+    plan = translate(env, config={})  # tests/test_spark_operators.py runs such jobs
+    assert "'split' [side output 'odd'] -> 'Print to Std. Out'" in plan.explain()
 
     class Forever:
         def run(self, ctx):
@@ -183,16 +182,14 @@ def test_a_side_output_and_a_source_function_are_refused():
 def test_info_runner_spark_shows_the_spark_plan(flinkpy_home):
     res = run_cli("info", "--runner", "spark", str(EXAMPLES / "word_count.py"))
     assert res.returncode == 0, res.stderr
-    assert "transformWithStateInPandas" in res.stdout and "mapInArrow" in res.stdout and "foreachBatch" in res.stdout
+    # word count's keyed reduce runs by key group on applyInPandasWithState (STREAMING, no timers)
+    assert "applyInPandasWithState" in res.stdout and "mapInArrow" in res.stdout and "foreachBatch" in res.stdout
     bad = Path(tempfile.mkdtemp()) / "bad.py"
     bad.write_text(
-        "from flinkpy.common import Time\n"
         "from flinkpy.datastream import StreamExecutionEnvironment\n"
-        "from flinkpy.datastream.window import TumblingProcessingTimeWindows\n"
         "env = StreamExecutionEnvironment.get_execution_environment()\n"
-        "env.from_collection([('a', 1)]).key_by(lambda t: t[0]).window(TumblingProcessingTimeWindows.of(Time.seconds(1)))"
-        ".reduce(lambda a, b: a).uid('w').print()\n"
+        "env.from_collection([1, 2]).broadcast().map(lambda x: x).uid('everywhere').print()\n"
         "env.execute('bad')\n"
     )
     res = run_cli("info", "--runner", "spark", "--json", str(bad))
-    assert res.returncode == 7 and "processing-time window" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 7 and "'everywhere'" in res.stderr and "broadcast" in res.stderr and "Traceback" not in res.stderr

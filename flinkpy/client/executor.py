@@ -99,7 +99,11 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
     for warning in guarantees["warnings"]:
         print(f"flinkpy: warning: {warning}", file=sys.stderr, flush=True)
     restore = _restore_point(job, ctx.savepoint_path, ctx.allow_non_restored_state) if ctx.savepoint_path else None
-    payload = _document(job, ctx.python_path or [p for p in sys.path[:1] if p], restore)
+    from flinkpy.client.python_files import KEY, import_roots
+
+    # the job's directory, then what it added with add_python_file (python.files)
+    python_path = (ctx.python_path or [p for p in sys.path[:1] if p]) + import_roots((job.config or {}).get(KEY))
+    payload = _document(job, python_path, restore)
     detached = detached or ctx.detached
     if ctx.address:
         from flinkpy.client.rest import RestClient

@@ -144,9 +144,32 @@ class StreamExecutionEnvironment:
         return self
 
     def add_python_file(self, file_path: str) -> None:
+        """Make a module, a package or module directory, or a .zip/.whl/.egg importable where the
+        job's functions run, as PyFlink's ``python.files``: the task processes of flinkpy's
+        engine, and Spark's executors, which get it shipped with the application
+        (``--runner spark``). It is importable in the job file at once too.
+
+        >>> import os, tempfile
+        >>> d = tempfile.mkdtemp(); _ = open(os.path.join(d, "helpers_x1.py"), "w").write("K = 7\\n")
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> env.add_python_file(os.path.join(d, "helpers_x1.py"))
+        >>> import helpers_x1; helpers_x1.K
+        7
+        """
+        import os
         import sys
 
-        sys.path.insert(0, file_path)
+        from flinkpy.client import python_files
+        from flinkpy.errors import NotFoundError
+
+        path = os.path.abspath(file_path)
+        if not os.path.exists(path):
+            raise NotFoundError(f"add_python_file: {file_path} does not exist",
+                                remedy="pass a .py file, a directory or a .zip/.whl/.egg that exists")
+        self._settings[python_files.KEY] = python_files.add_entry(self._settings.get(python_files.KEY), path)
+        root = python_files.import_root(path)
+        if root not in sys.path:
+            sys.path.insert(0, root)
 
     def add_jars(self, *jars_path: str) -> None:
         """Accepted for PyFlink compatibility; flinkpy runs no JVM, so jars have no effect."""

@@ -75,6 +75,11 @@ def describe_target(target: dict[str, Any]) -> str:
         if target.get("pid"):
             text += f" (pid {target['pid']})"
         return text
+    if "executor-id" in target:
+        return f"Spark executor {target['executor-id']} of {target.get('application-id', '?')} (pid {target.get('pid', '?')})"
     if "taskmanager-id" in target:
         return f"TaskManager {target['taskmanager-id']}" + (f" (pid {target['pid']})" if target.get("pid") else "")
-    return str(target.get("what", "the cluster"))
+    what = str(target.get("what", "the cluster"))
+    if target.get("pid") and target.get("under"):  # a Spark Python worker
+        return f"{what} (pid {target['pid']}, under the {target['under']})"
+    return what

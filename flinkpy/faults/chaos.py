@@ -29,7 +29,10 @@ CHAOS_KINDS = (
     "pause-taskmanager",
     "network-delay",
     "network-drop",
+    "kill-executor",
 )
+#: the kinds that reach a Spark job (a Python worker, an executor JVM), and its default
+SPARK_KINDS = ("kill-task", "kill-executor")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ Outputs keep their input's order: the ordering key of the ``j``-th output of a b
 input's key plus ``j``. Watermarks: a timestamp assigner's generator runs here; its watermark is
 written into each following record's ``w`` and, when a periodic generator advances at the end of a
 batch, into a watermark row, so that Spark's watermark (hence timers downstream) follows it.
+
+That is for a source whose records take one path; when a job is a graph, :mod:`.levels` runs
+every non-keyed operator of one keyed depth in one function, with the same operator classes.
 """
 
 from __future__ import annotations
@@ -155,16 +158,35 @@ def _columns(batch: Any) -> tuple[list, ...]:
     return out
 
 
+class _Seqs(list):
+    """The ordering keys of a batch's output rows: bytes, or ``k`` for the ``k``-th record the chain
+    produced in the batch, whose key ``child_seq(first, k)`` is made only when read — the bundles
+    before a keyed reduce read one per key group, not one per record."""
+
+    def __init__(self, first: bytes) -> None:
+        super().__init__()
+        self.first = first
+
+    def at(self, i: int) -> bytes:
+        s = list.__getitem__(self, i)
+        return child_seq(self.first, s) if type(s) is int else s
+
+    def resolved(self) -> list[bytes]:
+        first = self.first
+        return [child_seq(first, s) if type(s) is int else s for s in self]
+
+
 def _run_batch(columns: tuple[list, ...], head: Any, out: _Collector, stamped: bool, stampers: list) -> tuple[list, ...]:
-    """The chain's output rows of one batch, as columns (records not pickled)."""
+    """The chain's output rows of one batch, as columns (records not pickled; ordering keys as
+    :class:`_Seqs`)."""
     raw, tss, ws, seqs, kinds, srcs = columns
     rows_v: list = []
     rows_ts: list = []
     rows_w: list = []
-    rows_seq: list = []
+    first_seq = seqs[0]
+    rows_seq = _Seqs(first_seq)
     rows_kind: list = []
     rows_src: list = []
-    first_seq = seqs[0]
     src = srcs[0]
     produced = 0
     i, n = 0, len(kinds)
@@ -185,7 +207,7 @@ def _run_batch(columns: tuple[list, ...], head: Any, out: _Collector, stamped: b
         head.process(values, None if ts[0] is None else ts)
         m = len(out.values)
         rows_v.extend(out.values), rows_ts.extend(out.ts), rows_w.extend(out.w)
-        rows_seq.extend(child_seq(first_seq, produced + k) for k in range(m))
+        rows_seq.extend(range(produced, produced + m))
         rows_kind.extend([RECORD] * m), rows_src.extend([src] * m)
         produced += m
         out.values, out.ts, out.w = [], [], []
@@ -200,17 +222,17 @@ def _run_batch(columns: tuple[list, ...], head: Any, out: _Collector, stamped: b
     return rows_v, rows_ts, rows_w, rows_seq, rows_kind, rows_src
 
 
-def _plain_rows(*columns: list) -> Any:
-    return to_batch(*columns)
+def _plain_rows(values: list, ts: list, w: list, seq: _Seqs, kind: list, src: list) -> Any:
+    return to_batch(values, ts, w, seq.resolved(), kind, src)
 
 
 def _keyed_rows(selector: Callable) -> Callable[..., Any]:
     """Rows with the pickled key of each record (markers: :data:`MARKER_KEY`)."""
     dumps = pickle.dumps
 
-    def encode(values: list, ts: list, w: list, seq: list, kind: list, src: list) -> Any:
+    def encode(values: list, ts: list, w: list, seq: _Seqs, kind: list, src: list) -> Any:
         keys = [dumps(selector(v), protocol=5) if k == RECORD else MARKER_KEY for v, k in zip(values, kind)]
-        return to_batch(values, ts, w, seq, kind, src, keys)
+        return to_batch(values, ts, w, seq.resolved(), kind, src, keys)
 
     return encode
 
@@ -221,6 +243,7 @@ def _bundles(selector: Callable, key_groups: int) -> Callable[..., Any]:
     A bundle's ``w`` is the largest of its records' (Spark's watermark is taken over rows); its
     grouping key is the key group as two bytes (never :data:`MARKER_KEY`, which is empty).
     """
+    import itertools
     import struct
 
     from flinkpy.state.key_groups import KeyGroupAssigner
@@ -228,25 +251,29 @@ def _bundles(selector: Callable, key_groups: int) -> Callable[..., Any]:
     assign = KeyGroupAssigner(key_groups)
     group_keys = [struct.pack(">H", g) for g in range(key_groups)]
 
-    def encode(values: list, ts: list, w: list, seq: list, kind: list, src: list) -> Any:
-        groups: dict[int, tuple[list, list, list]] = {}  # key group -> (records, timestamps, [first row, largest w])
+    def encode(values: list, ts: list, w: list, seq: _Seqs, kind: list, src: list) -> Any:
+        # the key selector and the key group's hash are the only Python calls per record; the
+        # grouping itself is a stable sort and slices in C (a group's records keep their order)
         cols: tuple[list, ...] = ([], [], [], [], [], [], [])
-        for i, (v, k) in enumerate(zip(values, kind)):
-            if k != RECORD:
-                for col, x in zip(cols, (None, None, w[i], seq[i], k, src[i], MARKER_KEY)):
-                    col.append(x)
-                continue
-            g = assign(selector(v))
-            b = groups.get(g)
-            if b is None:
-                b = groups[g] = ([], [], [i, w[i]])
-            b[0].append(v)
-            b[1].append(ts[i])
-            if w[i] > b[2][1]:
-                b[2][1] = w[i]
-        for g, (records, stamps, (first, high)) in groups.items():
-            timed = any(t is not None for t in stamps)
-            row = ((records, stamps if timed else None), None, high, seq[first], BUNDLE, src[first], group_keys[g])
+        n = len(kind)
+        if kind.count(RECORD) == n:
+            rec: Any = range(n)
+        else:
+            rec = [i for i, k in enumerate(kind) if k == RECORD]
+            for i, k in enumerate(kind):
+                if k != RECORD:
+                    for col, x in zip(cols, (None, None, w[i], seq.at(i), k, src[i], MARKER_KEY)):
+                        col.append(x)
+        at = values.__getitem__
+        groups = list(map(assign, map(selector, map(at, rec))))
+        order = sorted(range(len(groups)), key=groups.__getitem__)
+        for g, members in itertools.groupby(order, key=groups.__getitem__):
+            idx = list(map(rec.__getitem__, members))
+            records = list(map(at, idx))
+            stamps = list(map(ts.__getitem__, idx))
+            first = idx[0]
+            row = ((records, stamps if stamps.count(None) != len(stamps) else None), None, max(map(w.__getitem__, idx)),
+                   seq.at(first), BUNDLE, src[first], group_keys[g])
             for col, x in zip(cols, row):
                 col.append(x)
         return to_batch(*cols[:6], cols[6])

@@ -83,6 +83,8 @@ def run_on_spark(
         proc.wait()
         raise
     final = registry.read_record(home.path, job_id) or record
+    if final.get("error"):  # refused after acceptance: the executors cannot run the job
+        raise _refusal(final["error"])
     result = ((final.get("final") or {}).get("execution-result") or {}).get("job-execution-result") or {}
     state = {"SUCCEEDED": "FINISHED", "CANCELED": "CANCELED"}.get(result.get("application-status", ""), "FAILED")
     failure = result.get("failure-cause")

@@ -10,9 +10,14 @@ home, serves its control endpoint, then owns a SparkSession and the StreamingQue
 - when the query fails, the job's restart strategy decides whether and when it starts again
   from that checkpoint location; each failure goes to the exception history;
 - cancel, stop-with-savepoint and savepoints arrive on the control endpoint and are carried
-  out here, between micro-batches; ``kill-task`` SIGKILLs a Python worker of the JVM.
+  out here, between micro-batches; ``kill-task`` SIGKILLs a Spark Python worker of the job,
+  ``kill-executor`` an executor JVM of its application (on a cluster);
+- on a cluster master the job's code is shipped to the executors and their Python checked
+  before the query starts (:mod:`flinkpy.spark.shipping`); a ``spark://`` master that does not
+  answer refuses the job before anything starts.
 
-Exit status: 0 FINISHED, 5 FAILED, 10 CANCELED, 7 the job could not be translated or restored.
+Exit status: 0 FINISHED, 5 FAILED, 10 CANCELED, 7 the job could not be translated or restored,
+3 the master does not answer, 8 Spark or the executors cannot run the job.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ from flinkpy.spark.supervisor import GiveUp, SparkJobSupervisor
 
 log = logging.getLogger("flinkpy.spark.driver")
 
+#: how long the executors may take to run their first task (the application waits for free
+#: cores and memory on the cluster meanwhile)
+EXECUTOR_CHECK_TIMEOUT_S = 180.0
 #: how long a savepoint waits for the running micro-batch to end before stopping the query
 #: anyway (an unfinished batch is replayed from its offsets: the copy stays consistent)
 BATCH_BOUNDARY_WAIT_S = 2.0
@@ -123,6 +131,11 @@ class SparkDriver:
         self.shuffle_partitions = int(self.spark_conf.get("spark.sql.shuffle.partitions") or self.parallelism)
         self.pid, self.create_time = os.getpid(), create_time(os.getpid())
         self.submitted = False
+        #: Spark's id of this job's application (its executors carry it in their command line)
+        self.application_id: str | None = None
+        #: what the executors answered to the check before the query started (see shipping)
+        self.executors: list[dict[str, Any]] = []
+        self.ship_dir = registry.jobs_dir(self.home.path) / f"{self.job_id}.pyfiles"
 
     # ------------------------------------------------------------------ registry
 
@@ -133,12 +146,14 @@ class SparkDriver:
                 "jid": self.job_id, "name": sup.name, "runner": "spark", "state": sup.state, "pid": self.pid,
                 "create_time": self.create_time, "control": self.control_address, "start-time": sup.timestamps["CREATED"],
                 "master": self.master, "checkpoint_location": self.location, "submitted": self.submitted,
-                "summary": sup.summary(now_ms()), "error": self.error,
+                "summary": sup.summary(now_ms()), "error": self.error, "application_id": self.application_id,
+                "executors": self.executors,
             }
             if sup.is_terminal():
                 rec["final"] = {"job": self._job_document_locked(), "exceptions": sup.exceptions_document(),
                                 "execution-result": sup.execution_result(), "checkpoints": self._checkpoints_locked(10),
-                                "restart-strategy": sup.restart_strategy(), "faults": {"jid": self.job_id, "faults": self.faults}}
+                                "restart-strategy": sup.restart_strategy(),
+                                "faults": {"jid": self.job_id, "faults": _settled(self.faults, sup.state, sup.restarts)}}
             return rec
 
     def publish(self) -> None:
@@ -163,7 +178,8 @@ class SparkDriver:
                           "tasks": {sup.state: 1}, "metrics": {}, "subtasks": []}],
             "plan": self._plan_dict(), "failover-strategy": "full", "restart-strategy": sup.restart_strategy(),
             "events": list(sup.events), "spark": {"master": self.master, "checkpoint_location": self.location,
-                                                   "shuffle_partitions": self.shuffle_partitions, "attempt": sup.attempt},
+                                                   "shuffle_partitions": self.shuffle_partitions, "attempt": sup.attempt,
+                                                   "application_id": self.application_id},
         })
         return doc
 
@@ -231,27 +247,36 @@ class SparkDriver:
             return self.supervisor.restart_strategy()
 
     def fault_history(self) -> list[dict[str, Any]]:
+        from flinkpy.faults import settle
+
         with self.lock:
-            return list(self.faults)
+            # a fault's effect shows after it was carried out: the state when first read after it
+            return list(settle(self.faults, self.supervisor.state, self.supervisor.restarts))
 
     def fault(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
-        """kill-task: SIGKILL (or TERM) one Python worker process of this driver's JVM."""
+        """kill-task: SIGKILL (or TERM) one busy Spark Python worker of this job (under the
+        driver's JVM, or under an executor of its application on this machine); kill-executor:
+        SIGKILL one executor JVM of its application."""
         from flinkpy import faults as f
         from flinkpy.errors import ConfigurationError
 
-        if kind != "kill-task":
-            raise ConfigurationError(f"{kind!r} is not a fault a Spark job supports", remedy="use kill-task (it kills a Spark Python worker)")
+        if kind not in ("kill-task", "kill-executor"):
+            raise ConfigurationError(f"{kind!r} is not a fault a Spark job supports",
+                                     remedy="use kill-task (a Spark Python worker) or kill-executor (an executor JVM)")
         with self.lock:
             if self.supervisor.state != "RUNNING":
                 raise ConflictError(f"job {self.job_id} is {self.supervisor.state}, not RUNNING", remedy="wait for it to run")
-        workers = busy(python_workers(self.pid))
+        if kind == "kill-executor":
+            return self._kill_executor(params)
+        workers = busy(python_workers(self.pid, self.application_id))
         if not workers:
             raise ConflictError(f"no Spark Python worker of job {self.job_id} is running Python code right now",
                                 remedy="retry while a micro-batch runs (an idle worker's death fails nothing)")
         pid = workers[0] if params.get("pick") is None else f.choose(workers, float(params["pick"]))
         sig = signal.SIGTERM if str(params.get("signal", "KILL")).upper() == "TERM" else signal.SIGKILL
+        target: dict[str, Any] = {"what": "Spark Python worker", "pid": pid, "under": _owner(pid)}
         with self.lock:
-            entry = f.journal_entry(now_ms(), kind, {"what": "Spark Python worker", "pid": pid}, self.supervisor.state,
+            entry = f.journal_entry(now_ms(), kind, target, self.supervisor.state,
                                     self.supervisor.restarts, signal=params.get("signal", "KILL"))
             self.faults.append(entry)
             self.supervisor.note(now_ms(), "fault", fault=kind, pid=pid)
@@ -262,6 +287,41 @@ class SparkDriver:
         log.warning("fault kill-task: sent %s to Spark Python worker pid %d of job %s", sig.name, pid, self.job_id)
         return entry
 
+    def _kill_executor(self, params: dict[str, Any]) -> dict[str, Any]:
+        from flinkpy import faults as f
+        from flinkpy.spark.standalone import executor_id, executors
+
+        if self.application_id is None or self.master.startswith("local"):
+            raise ConflictError(f"job {self.job_id} runs on {self.master}, which has no separate executor processes",
+                                remedy="kill-executor needs a cluster master (flinkpy spark start; --spark-master spark://...); use kill-task")
+        found = {executor_id(p): p for p in executors(self.application_id)}
+        found.pop(None, None)
+        wanted = params.get("executor")
+        if wanted is not None:
+            if str(wanted) not in found:
+                raise NotFoundError(f"no executor {wanted} of job {self.job_id} (Spark application {self.application_id}) runs on this machine",
+                                    remedy=f"executors here: {', '.join(sorted(found)) or 'none'}")
+            chosen = str(wanted)
+        elif not found:
+            raise ConflictError(f"no executor of job {self.job_id} (Spark application {self.application_id}) runs on this machine",
+                                remedy="retry once the application has executors (a lost one is relaunched by its worker)")
+        else:
+            chosen = sorted(found)[0] if params.get("pick") is None else f.choose(list(found), float(params["pick"]))
+        proc = found[chosen]
+        with self.lock:
+            entry = f.journal_entry(now_ms(), "kill-executor", {"what": "Spark executor", "executor-id": chosen, "pid": proc.pid,
+                                                                "application-id": self.application_id},
+                                    self.supervisor.state, self.supervisor.restarts, signal="KILL")
+            self.faults.append(entry)
+            self.supervisor.note(now_ms(), "fault", fault="kill-executor", pid=proc.pid, executor=chosen)
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        log.warning("fault kill-executor: SIGKILL to executor %s (pid %d) of job %s, application %s",
+                    chosen, proc.pid, self.job_id, self.application_id)
+        return entry
+
     # ------------------------------------------------------------------ the job's life
 
     def prepare(self) -> None:
@@ -269,6 +329,9 @@ class SparkDriver:
         before Spark starts. Raises FlinkpyError."""
         from flinkpy.jobmanager.restart_strategies import strategy_from_config
 
+        from flinkpy.spark.standalone import check_master
+
+        check_master(self.master)
         plan, name, job_config = _load_plan(self.spec, self.config)
         self.plan = plan
         self.config.update(job_config)
@@ -295,6 +358,21 @@ class SparkDriver:
             self.master, {"spark.sql.shuffle.partitions": str(self.shuffle_partitions), **self.spark_conf},
             app_name=f"flinkpy {self.name} {self.job_id}", log_level=os.environ.get("FLINKPY_SPARK_LOG_LEVEL", "WARN"),
         )
+        sc = self.spark.sparkContext
+        self.application_id = sc.applicationId
+        self.publish()
+        from flinkpy.spark import shipping
+
+        if shipping.ships(self.master):
+            from flinkpy.client.python_files import KEY, entries
+
+            files = shipping.prepare(self.ship_dir, job_file=self.spec["job_file"], python_file_entries=entries(self.config.get(KEY)))
+            shipping.ship(sc, files)
+            log.info("job %s: shipped flinkpy.zip, %s to the executors of %s", self.job_id, ", ".join(p.name for p in files),
+                     self.application_id)
+            self.executors = shipping.check_executors(sc, shipping.executor_modules(self.config), timeout_s=EXECUTOR_CHECK_TIMEOUT_S,
+                                                      master=self.master)
+            self.publish()
 
     def _start_query(self) -> Any:
         interval = self.config.get("execution.checkpointing.interval")
@@ -437,21 +515,35 @@ class SparkDriver:
             pass
 
 
+def _settled(faults: list[dict[str, Any]], state: str, restarts: int) -> list[dict[str, Any]]:
+    from flinkpy.faults import settle
+
+    return settle(faults, state, restarts)
+
+
 def _duration_ms(value: Any) -> int:
     from flinkpy.config import parse_duration_ms
 
     return parse_duration_ms(value)
 
 
-def python_workers(driver_pid: int) -> list[int]:
-    """Pids of the Spark Python workers under this driver: processes of ``pyspark.daemon``
-    forked by the daemon (the daemon itself only forks, it runs no task)."""
+def python_workers(driver_pid: int, application_id: str | None = None) -> list[int]:
+    """Pids of the Spark Python workers of this job: processes of ``pyspark.daemon`` forked by
+    the daemon (the daemon itself only forks, it runs no task), under the driver's JVM and, on
+    a cluster, under the executors of its application that run on this machine."""
     import psutil
 
-    try:
-        tree = psutil.Process(driver_pid).children(recursive=True)
-    except psutil.Error:
-        return []
+    roots = [driver_pid]
+    if application_id:
+        from flinkpy.spark.standalone import executors
+
+        roots += [p.pid for p in executors(application_id)]
+    tree = []
+    for root in roots:
+        try:
+            tree += psutil.Process(root).children(recursive=True)
+        except psutil.Error:
+            continue
     out = []
     for p in tree:
         try:
@@ -461,6 +553,21 @@ def python_workers(driver_pid: int) -> list[int]:
         except psutil.Error:
             continue
     return sorted(out)
+
+
+def _owner(pid: int) -> str:
+    """Whose Python worker ``pid`` is: "executor N" (a cluster's executor JVM) or "driver"."""
+    import psutil
+
+    from flinkpy.spark.standalone import EXECUTOR_MARK, executor_id
+
+    try:
+        for parent in psutil.Process(pid).parents():
+            if any(EXECUTOR_MARK in part for part in parent.cmdline()):
+                return f"executor {executor_id(parent)}"
+    except psutil.Error:
+        pass
+    return "driver"
 
 
 def busy(pids: list[int], sample_s: float = 0.1, share: float = 0.25) -> list[int]:
@@ -541,8 +648,16 @@ def main(argv: list[str]) -> int:
     driver.submitted = True
     driver.publish()
     try:
-        driver.start_session()
-        driver.supervise()
+        try:
+            driver.start_session()
+        except FlinkpyError as e:  # Spark or the executors cannot run the job: refused before the query started
+            log.error("job %s: %s (%s)", driver.job_id, e.message, e.remedy)
+            driver.error = _error_doc(e)
+            with driver.lock:
+                driver.supervisor.strategy = None
+                driver.supervisor.failed(now_ms(), {"class": type(e).__name__, "message": e.message, "stack-trace": ""})
+        else:
+            driver.supervise()
     except BaseException as e:  # noqa: BLE001 - the session itself failed
         log.exception("job %s: the Spark driver failed", driver.job_id)
         with driver.lock:
@@ -558,6 +673,11 @@ def main(argv: list[str]) -> int:
             driver.spark.stop()
     except Exception:  # noqa: BLE001
         pass
+    import shutil
+
+    shutil.rmtree(driver.ship_dir, ignore_errors=True)
+    if driver.error is not None:
+        return int(driver.error["exit_code"])
     return {"FINISHED": 0, "CANCELED": ExitCode.JOB_CANCELED}.get(state, ExitCode.JOB_FAILED)
 
 

@@ -2,15 +2,44 @@
 
 :func:`translate` walks the job's StreamGraph (the operators as the program built them, before
 chaining) and either returns a :class:`SparkPlan` or raises :class:`UntranslatableError` naming the
-first operator Spark cannot run with the same results, and why — before anything starts. The
-plan is a small tree of steps, each one Spark construct:
+first operator Spark cannot run with the same results, and why — before anything starts.
 
-- *source*: a flinkpy Source read through the ``flinkpy`` Python data source (offsets are reader
-  positions: replayable, exactly-once), or Spark's socket source;
-- *chain*: consecutive non-keyed operators as one ``mapInArrow`` function (:mod:`.chain`);
-- *union*: ``unionByName`` of its inputs;
-- *keyed*: ``groupBy(key).transformWithStateInPandas`` running the keyed operator (:mod:`.keyed`);
-- *sink*: ``foreachBatch`` writing idempotently per batch id (:mod:`.sinks`).
+Why one linear pipeline over a multiplexed stream. A job is a DAG: an operator's output may go to
+several operators (fan-out), side outputs go elsewhere than the main output, branches meet again
+(union), a job may have several sinks. Spark plans a streaming DataFrame that two consumers read
+once per consumer: the sources would be read twice and every stateful operator above the fork
+would run twice with separate state. So the plan is one pipeline whose rows each carry a *route*
+(the ``src`` column of records, :mod:`flinkpy.spark.records`): the edge of the job graph the record
+travels on. Operators are placed by *keyed depth* (how many keyed operators lie on the longest path
+from a source), and the query is::
+
+    per source: source -> mapInArrow (chain level 0) [-> withWatermark]
+    unionByName of the sources
+    -> transformWithStateInPandas (keyed depth 1) -> mapInArrow (chain level 1)
+    -> transformWithStateInPandas (keyed depth 2) -> ...
+    -> foreachBatch: split by sink route, write every sink for the batch id
+
+A chain level runs every non-keyed operator of its depth in one Python function over Arrow
+batches (:mod:`.levels`): it dispatches a row to the operator its route leads to, and an operator's
+output goes to each consumer — to the next operator directly, or out as a row on the consumer's
+route (once per consumer: fan-out; side outputs to the routes that read the tag). A keyed depth is
+one Spark operator for every keyed operator of that depth: it groups by (operator, key), so its
+state stays apart per operator, and rows on routes that go further pass through unchanged, spread
+over several groups (:mod:`.keyed`). Spark's watermark is set once, from the records' ``w`` where
+each source's rows enter the first keyed depth (Spark refuses to redefine it later); every keyed
+depth sees that same watermark, processes its rows before firing its timers in a micro-batch, and
+a timer's output carries the watermark just below the timer — so a keyed operator after another
+gets records and timers per key in the engine's order, and a bounded query still ends in the batch
+after the end of event time. Two approximations remain, both where the engine's own order depends
+on more than one key: the engine forwards the watermark *before* the timer's (the last one it
+received), which a key on Spark does not know, so a later operator's timers strictly between that
+watermark and the timer fire before the output rather than after (windows are not affected: their
+timers are at or after their records' timestamps); and outputs of several keys' timers of one
+timestamp reach a coarser key in no fixed order (the engine: the order the timers were registered).
+
+A job with one path from its sources to one sink (W1, W2, most jobs) needs no routes: its plan
+is the same as before routes existed — a linear chain, one keyed operator grouped by its key alone
+(or by key group, for a keyed reduce), one sink — no extra column, shuffle or group.
 
 >>> from flinkpy.datastream import StreamExecutionEnvironment
 >>> env = StreamExecutionEnvironment.get_execution_environment()
@@ -26,20 +55,24 @@ sink 'Print to Std. Out' -> foreachBatch: print to stdout (at-least-once)
 
 from __future__ import annotations
 
+import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from flinkpy.errors import InvalidProgramError
-from flinkpy.graph.stream_graph import BROADCAST, StreamGraph, StreamNode
+from flinkpy.graph.stream_graph import BROADCAST, StreamEdge, StreamGraph, StreamNode
 from flinkpy.spark.chain import ChainSpec, Stage
-from flinkpy.spark.keyed import KEY_GROUPS, KeyedSpec, by_key_group
+from flinkpy.spark.levels import LevelSpec, SourcePort
+from flinkpy.spark.keyed import KEY_GROUPS, KeyedSpec, by_key_group, on_group_state
 
 #: flinkpy configuration keys the Spark runner reads
 MAX_RECORDS_KEY = "execution.spark.max-records-per-batch"
 
 _STATELESS = ("map", "flat_map", "filter", "process", "timestamps")
 _KEYED = ("keyed_reduce", "keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "window")
+#: the position of the sinks in the pipeline: after every chain level (2d) and keyed depth (2d-1)
+_SINK = 1 << 30
 
 
 class UntranslatableError(InvalidProgramError):
@@ -60,15 +93,43 @@ def _refuse(node: StreamNode, reason: str, remedy: str | None = None) -> Untrans
     return UntranslatableError(node.name, reason, uid=node.uid, remedy=remedy)
 
 
+def _label(node: StreamNode) -> str:
+    return f"{node.name!r}" + (f" (uid {node.uid})" if node.uid else "")
+
+
+@dataclass
+class Route:
+    """One edge of the job graph as rows on it: emitted at pipeline position ``start``, consumed at
+    ``end`` (chain level d is 2d, keyed depth d is 2d-1, the sinks come last); a source's own
+    output is the route numbered as the source."""
+
+    id: int
+    source: StreamNode
+    target: StreamNode | None
+    tag: str | None
+    start: int
+    end: int
+
+    def describe(self) -> str:
+        if self.target is None:
+            return f"r{self.id}: source {_label(self.source)}"
+        side = f" [side output {self.tag!r}]" if self.tag else ""
+        return f"r{self.id}: {_label(self.source)}{side} -> {_label(self.target)}"
+
+
 @dataclass
 class Step:
-    kind: str  # source | chain | union | keyed | sink
+    """One Spark construct of the plan: a source, a chain level (mapInArrow), a keyed depth
+    (transformWithStateInPandas) or the sinks (foreachBatch)."""
+
+    kind: str  # source | chain | keyed | sink
     operators: list[StreamNode]
-    inputs: list["Step"] = field(default_factory=list)
     spark: str = ""
     payload: Any = None
-    #: set Spark's watermark from this step's ``w`` column (inputs of keyed steps)
+    #: set Spark's watermark from this step's ``w`` column (where a source's rows enter keyed depth 1)
     watermark: bool = False
+    #: what the step passes on unchanged or how it routes (explain only)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,26 +137,28 @@ class Step:
             "operators": [{"id": n.id, "name": n.name, "uid": n.uid, "kind": n.kind} for n in self.operators],
             "spark": self.spark,
             "watermark": self.watermark,
-            "inputs": [i.to_dict() for i in self.inputs],
+            "notes": list(self.notes),
         }
 
-
-@dataclass
-class _Segment:
-    """A step plus the stateless operators waiting to be chained onto it."""
-
-    step: Step
-    stages: list[Stage]
-    nodes: list[StreamNode]
-    sources: set[int]
-    keyed_upstream: bool
+    def line(self) -> str:
+        linear = self.kind == "chain" and not isinstance(self.payload, LevelSpec)
+        names = (" -> " if linear else ", ").join(_label(n) for n in self.operators)
+        text = f"{self.kind} {names} -> {self.spark}" if names else f"{self.kind} -> {self.spark}"
+        return text + ("  [Spark watermark from w]" if self.watermark else "")
 
 
 class SparkPlan:
-    """A translated job: explain it, or start it as a streaming query on a SparkSession."""
+    """A translated job: explain it, or start it as a streaming query on a SparkSession.
 
-    def __init__(self, root: Step, *, job_name: str, bounded: bool, sources: int, max_records: int, runtime_mode: str) -> None:
-        self.root = root
+    ``branches`` holds, per source, its source step and the chain level 0 applied to it;
+    ``stages`` the keyed depths and chain levels after the sources' union, then the sink step.
+    """
+
+    def __init__(self, branches: list[list[Step]], stages: list[Step], routes: list[Route], *, job_name: str, bounded: bool,
+                 sources: int, max_records: int, runtime_mode: str) -> None:
+        self.branches = branches
+        self.stages = stages
+        self.routes = routes
         self.job_name = job_name
         self.bounded = bounded
         self.source_count = sources
@@ -104,39 +167,76 @@ class SparkPlan:
         self.sink_driver: Any = None
         self._monitor: threading.Thread | None = None
 
+    @property
+    def processing_time(self) -> bool:
+        """Whether a keyed step runs in Spark's ProcessingTime mode (see :mod:`.time_mode`)."""
+        return any(s.kind == "keyed" and s.payload.time_mode == "ProcessingTime" for s in self.stages)
+
+    @property
+    def multiplexed(self) -> bool:
+        """Whether rows carry routes that some step reads (fan-out, side outputs, several sinks...)."""
+        return any(s.payload is not None and getattr(s.payload, "routed", False) for s in self._steps())
+
+    def _steps(self) -> list[Step]:
+        return [s for b in self.branches for s in b] + self.stages
+
     # -- describing ------------------------------------------------------------------------
     def explain(self) -> str:
+        """The plan from the sinks back to the sources (as Spark prints a physical plan)."""
         lines = [f"Spark plan of job {self.job_name!r} ({'bounded: the query ends by itself' if self.bounded else 'unbounded'}, "
                  f"{self.runtime_mode} mode)"]
-
-        def walk(step: Step, depth: int) -> None:
-            names = " -> ".join(repr(n.name) if not n.uid else f"{n.name!r} (uid {n.uid})" for n in step.operators)
-            lines.append(f"{'  ' * depth}{step.kind} {names} -> {step.spark}" + ("  [Spark watermark from w]" if step.watermark else ""))
-            for child in step.inputs:
-                walk(child, depth + 1)
-
-        walk(self.root, 0)
+        depth = 0
+        for step in reversed(self.stages):
+            lines.append("  " * depth + step.line())
+            lines.extend("  " * depth + "    " + n for n in step.notes)
+            depth += 1
+        union = len(self.branches) > 1
+        if union:
+            lines.append("  " * depth + f"union -> unionByName of {len(self.branches)} sources")
+            depth += 1
+        for branch in self.branches:
+            d = depth
+            for step in reversed(branch):
+                lines.append("  " * d + step.line())
+                lines.extend("  " * d + "    " + n for n in step.notes)
+                d += 1
+        if self.multiplexed:
+            lines.append("routes (a record row's src column names the edge it travels on):")
+            lines.extend("  " + r.describe() for r in self.routes)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job_name, "bounded": self.bounded, "runtime_mode": self.runtime_mode,
-                "max_records_per_batch": self.max_records, "plan": self.root.to_dict()}
+                "max_records_per_batch": self.max_records,
+                "plan": {"branches": [[s.to_dict() for s in b] for b in self.branches],
+                         "stages": [s.to_dict() for s in self.stages],
+                         "routes": [{"id": r.id, "from": r.source.id, "to": r.target.id if r.target else None,
+                                     "side_output": r.tag} for r in self.routes] if self.multiplexed else []}}
 
     # -- running ---------------------------------------------------------------------------
     def start(self, spark: Any, *, checkpoint_location: str, trigger_interval_ms: int | None, query_name: str) -> Any:
         """Start the query; a bounded plan's query stops itself after its final batch committed."""
-        from flinkpy.spark.sinks import SinkDriver, writer_for
+        from flinkpy.spark.sinks import SinkDriver, SinkRouter, writer_for
         from flinkpy.spark.sources import make_data_source
 
         spark.dataSource.register(make_data_source())
         spark.conf.set("spark.sql.streaming.stateStore.providerClass",
                        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-        sink_node = self.root.operators[0]
-        writer = writer_for(sink_node.fn, f"{query_name}/{sink_node.uid or sink_node.id}", sink_node.name)
-        sources = _source_indices(self.root) if self.bounded else set()
+        sink: _Sinks = self.stages[-1].payload
+        writers = {route: writer_for(node.fn, f"{query_name}/{node.uid or node.id}", node.name) for route, node in sink.by_route.items()}
+        if sink.routed:
+            writer: Any = SinkRouter({node.id: writers[r] for r, node in sink.by_route.items()},
+                                     {r: node.id for r, node in sink.by_route.items()})
+        else:
+            writer = next(iter(writers.values()))
+        sources = set(range(self.source_count)) if self.bounded else set()
         self.sink_driver = SinkDriver(writer, sources)
-        df = self._dataframe(spark, self.root.inputs[0])
+        df = self._dataframe(spark)
         stream = df.writeStream.foreachBatch(self.sink_driver).option("checkpointLocation", checkpoint_location).queryName(query_name)
+        if not trigger_interval_ms and self.processing_time:
+            from flinkpy.spark.time_mode import PROCESSING_TIME_TRIGGER_MS
+
+            trigger_interval_ms = PROCESSING_TIME_TRIGGER_MS  # without one, no-data batches would follow each other at once
         if trigger_interval_ms:
             stream = stream.trigger(processingTime=f"{int(trigger_interval_ms)} milliseconds")
         query = stream.start()
@@ -145,38 +245,57 @@ class SparkPlan:
             self._monitor.start()
         return query
 
-    def _dataframe(self, spark: Any, step: Step) -> Any:
-        from flinkpy.spark import records
-
-        if step.kind == "source":
-            df = step.payload(spark)
-        elif step.kind == "chain":
-            from flinkpy.spark.chain import chain_function
-
-            spec: ChainSpec = step.payload
-            schema = records.KEYED_DDL if spec.key_selector is not None else records.DDL
-            df = self._dataframe(spark, step.inputs[0]).mapInArrow(chain_function(spec), schema)
-        elif step.kind == "union":
-            frames = [self._dataframe(spark, s) for s in step.inputs]
-            df = frames[0]
-            for other in frames[1:]:
-                df = df.unionByName(other)
-        elif step.kind == "keyed":
-            from flinkpy.spark.keyed import make_processor
-
-            inputs = [self._dataframe(spark, s) for s in step.inputs]
-            df = inputs[0]
-            for other in inputs[1:]:
-                df = df.unionByName(other)
-            df = df.groupBy("key").transformWithStateInPandas(make_processor(step.payload), records.DDL, "append", "EventTime")
-        else:
-            raise AssertionError(step.kind)
-        if step.watermark:
-            from pyspark.sql import functions as F
-
-            shifted = F.timestamp_millis(F.greatest(F.col("w"), F.lit(0)) + F.lit(records.SHIFT_MS))
-            df = df.withColumn("_flinkpy_wm", shifted).withWatermark("_flinkpy_wm", f"{records.SHIFT_MS // 1000} seconds").drop("_flinkpy_wm")
+    def _dataframe(self, spark: Any) -> Any:
+        frames = []
+        for branch in self.branches:
+            df = None
+            for step in branch:
+                df = _apply(spark, step, df)
+            frames.append(df)
+        df = frames[0]
+        for other in frames[1:]:
+            df = df.unionByName(other)
+        for step in self.stages[:-1]:
+            df = _apply(spark, step, df)
         return df
+
+
+def _apply(spark: Any, step: Step, df: Any) -> Any:
+    """``df`` with ``step`` applied (a source step makes the DataFrame)."""
+    from flinkpy.spark import records
+
+    if step.kind == "source":
+        df = step.payload(spark)
+    elif step.kind == "chain":
+        from flinkpy.spark.chain import chain_function
+        from flinkpy.spark.levels import routed_chain_function
+
+        spec = step.payload
+        if isinstance(spec, LevelSpec):
+            df = df.mapInArrow(routed_chain_function(spec), records.KEYED_DDL if spec.keyed else records.DDL)
+        else:
+            df = df.mapInArrow(chain_function(spec), records.KEYED_DDL if spec.key_selector is not None else records.DDL)
+    elif step.kind == "keyed":
+        level: _KeyedLevel = step.payload
+        if not level.routed and len(level.specs) == 1 and on_group_state(level.specs[0]):
+            from flinkpy.spark.keyed import GROUP_STATE_DDL, group_state_reduce
+
+            # a STREAMING reduce by key group: no Python process on the driver to plan it, no state round trips
+            df = df.groupBy("key").applyInPandasWithState(group_state_reduce(level.specs[0]), records.DDL, GROUP_STATE_DDL, "append", "NoTimeout")
+        else:
+            from flinkpy.spark.keyed import make_level_processor
+
+            df = df.groupBy("key").transformWithStateInPandas(make_level_processor(level.specs, level.routed), records.DDL, "append",
+                                                              level.time_mode)
+    else:
+        raise AssertionError(step.kind)
+    if step.watermark:
+        from pyspark.sql import functions as F
+
+        # w is at most END_W for every row that reaches here (timer outputs are not stamped before depth 1)
+        shifted = F.timestamp_millis(F.greatest(F.col("w"), F.lit(0)) + F.lit(records.SHIFT_MS))
+        df = df.withColumn("_flinkpy_wm", shifted).withWatermark("_flinkpy_wm", f"{records.SHIFT_MS // 1000} seconds").drop("_flinkpy_wm")
+    return df
 
 
 def _stop_when_done(query: Any, driver: Any) -> None:
@@ -195,13 +314,23 @@ def _stop_when_done(query: Any, driver: Any) -> None:
         threading.Event().wait(0.1)
 
 
-def _source_indices(step: Step) -> set[int]:
-    out: set[int] = set()
-    if step.kind == "source":
-        out.add(step.payload.index)
-    for s in step.inputs:
-        out |= _source_indices(s)
-    return out
+@dataclass
+class _KeyedLevel:
+    """The payload of a keyed step: its operators and whether rows carry routes there."""
+
+    specs: list[KeyedSpec]
+    #: several operators (grouped by operator and key) or rows passing through
+    routed: bool
+    #: Spark's time mode of the step, one for all its operators (see :mod:`.time_mode`)
+    time_mode: str = "EventTime"
+
+
+@dataclass
+class _Sinks:
+    """The payload of the sink step: the sink of each route that ends there."""
+
+    by_route: dict[int, StreamNode]
+    routed: bool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +348,8 @@ class _SourceStep:
         self.max_records = max_records
         #: records leave in bundle rows (a chain follows and opens them)
         self.bundled = False
+        #: OutputTag id -> routes of the source's side output readers
+        self.side_routes: dict[str, list[int]] = {}
 
     def __call__(self, spark: Any) -> Any:
         from flinkpy.connectors.socket_source import SocketTextSource
@@ -227,7 +358,17 @@ class _SourceStep:
         src = self.node.fn
         if isinstance(src, SocketTextSource):
             return socket_stream(spark, src.hostname, src.port, self.index)
-        return read_stream(spark, src, index=self.index, parallelism=self.parallelism, max_records=self.max_records, bundled=self.bundled)
+        return read_stream(spark, src, index=self.index, parallelism=self.parallelism, max_records=self.max_records, bundled=self.bundled,
+                           side_routes=self.side_routes)
+
+
+def _position(node: StreamNode, depth: int) -> int:
+    """Where ``node`` runs in the pipeline: chain level d at 2d, keyed depth d at 2d-1, sinks last."""
+    if node.is_sink:
+        return _SINK
+    if node.kind in _KEYED:
+        return 2 * depth - 1
+    return 2 * depth
 
 
 class _Translator:
@@ -238,54 +379,107 @@ class _Translator:
         self.max_records = max_records
         self.params = params
         self.source_count = 0
+        self.depth: dict[int, int] = {}
+        self.routes: list[Route] = []
+        self.edge_route: dict[int, Route] = {}  # id(edge) -> route
 
+    # -- checks --------------------------------------------------------------------------------
     def check_edges(self) -> None:
         for e in self.graph.edges:
-            target = self.graph.nodes[e.target]
-            if e.side_tag is not None:
-                raise _refuse(self.graph.nodes[e.source], "its side output is read by another operator; the Spark runner translates one output per operator",
-                              remedy="run the job on flinkpy's engine, or emit the side records into the main output")
             if e.partitioner == BROADCAST:
-                raise _refuse(target, "its input is broadcast, which Spark's micro-batches do not express")
-        for node in self.graph.nodes.values():
-            if len(self.graph.outputs_of(node.id)) > 1:
-                raise _refuse(node, "its output goes to several operators; the Spark runner translates a single pipeline from sources to one sink",
-                              remedy="run the job on flinkpy's engine, or split it into one job per sink")
+                target = self.graph.nodes[e.target]
+                raise _refuse(target, "its input is broadcast (every record to every parallel instance), which Spark's micro-batches "
+                                      "over partitioned data do not express; broadcast state needs the two-input operators",
+                              remedy="run the job on flinkpy's engine, or key or rebalance the stream instead of broadcast()")
 
-    def sink(self) -> Step:
-        sinks = [n for n in self.graph.nodes.values() if n.is_sink]
-        if len(sinks) != 1:
-            raise UntranslatableError(
-                "(job)", f"the job has {len(sinks)} sinks; the Spark runner runs one query with one sink",
-                remedy="give the job exactly one sink (print(), sink_to(), add_sink() or execute_and_collect())")
-        node = sinks[0]
+    def check_keyed(self, node: StreamNode) -> None:
+        """Refuse a keyed operator Spark cannot run; none today: processing-time windows, triggers
+        and timers and state TTL run in Spark's ProcessingTime mode (:mod:`flinkpy.spark.time_mode`)."""
+
+    def check_stateless(self, node: StreamNode, depth: int) -> None:
+        if node.kind != "timestamps":
+            return
+        if depth > 0:
+            raise _refuse(node, "it assigns timestamps and watermarks after a keyed operator; Spark defines a query's watermark "
+                                "once, where records enter the first stateful operator",
+                          remedy="assign timestamps and watermarks before the first key_by()")
+        if len(self.graph.inputs_of(node.id)) > 1 or len(self._sources_of(node.id)) > 1:
+            raise _refuse(node, "it assigns timestamps after a union; assign them on each input before union()")
+
+    def _sources_of(self, node_id: int) -> set[int]:
+        out: set[int] = set()
+        todo = [node_id]
+        seen: set[int] = set()
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if self.graph.nodes[n].is_source:
+                out.add(n)
+            todo.extend(e.source for e in self.graph.inputs_of(n))
+        return out
+
+    # -- the pipeline ----------------------------------------------------------------------------
+    def translate(self) -> tuple[list[list[Step]], list[Step], list[Route]]:
+        self.check_edges()
+        graph = self.graph
+        order = graph.topological_order()
+        sinks = [graph.nodes[n] for n in order if graph.nodes[n].is_sink]
+        if not sinks:
+            raise UntranslatableError("(job)", "the job has no sink", remedy="add a sink (print(), sink_to(), add_sink() or execute_and_collect())")
+        sources = [graph.nodes[n] for n in order if graph.nodes[n].is_source]
+        source_steps = [self.source(node) for node in sources]
+        for n in order:
+            node = graph.nodes[n]
+            ups = [self.depth[e.source] for e in graph.inputs_of(n)]
+            if node.is_source:
+                self.depth[n] = 0
+            elif node.kind in _KEYED:
+                self.check_keyed(node)
+                self.depth[n] = max(ups) + 1
+            elif node.kind in _STATELESS or node.is_sink:
+                self.depth[n] = max(ups)
+                self.check_stateless(node, self.depth[n])
+            else:
+                raise _refuse(node, f"operators of kind {node.kind!r} have no Spark translation")
+        deepest = max([self.depth[n] for n in order if graph.nodes[n].kind in _KEYED], default=0)
+        # routes: a source's own output is the route numbered as the source, then every edge
+        for i, node in enumerate(sources):
+            self.routes.append(Route(i, node, None, None, -1, 0))
+        for e in graph.edges:
+            src, dst = graph.nodes[e.source], graph.nodes[e.target]
+            route = Route(len(self.routes), src, dst, e.side_tag, _position(src, self.depth[src.id]), _position(dst, self.depth[dst.id]))
+            self.routes.append(route)
+            self.edge_route[id(e)] = route
+        keyed_at = {d: [graph.nodes[n] for n in order if graph.nodes[n].kind in _KEYED and self.depth[n] == d] for d in range(1, deepest + 1)}
+        keyed_routed = {d: len(ops) > 1 or any(r.start < 2 * d - 1 < r.end for r in self.routes if r.target is not None)
+                        for d, ops in keyed_at.items()}
+        sink_routed = len(sinks) > 1
+        levels = {d: self.keyed_level(keyed_at[d], d, keyed_routed[d]) for d in keyed_at}
+        branches = [self.branch(step, node, keyed_routed.get(1), levels.get(1), sink_routed) for step, node in zip(source_steps, sources)]
+        stages: list[Step] = []
+        for d in range(1, deepest + 1):
+            stages.append(levels[d][0])
+            chain = self.later_chain(d, levels.get(d + 1))
+            if chain is not None:
+                stages.append(chain)
+        by_route = {self.edge_route[id(e)].id: node for node in sinks for e in graph.inputs_of(node.id)}
         from flinkpy.spark.sinks import writer_for
 
-        writer = writer_for(node.fn, "plan", node.name)
-        (edge,) = self.graph.inputs_of(node.id)
-        seg = self.segment(edge.source)
-        return Step("sink", [node], [self.materialize(seg)], f"foreachBatch: {writer.describe()}")
+        routes_of = {n.id: [r for r, m in by_route.items() if m.id == n.id] for n in sinks}
+        descriptions = [f"{_label(n)} ({', '.join(f'r{r}' for r in routes_of[n.id])}): {writer_for(n.fn, 'plan', n.name).describe()}"
+                        for n in sinks]
+        if sink_routed:
+            spark = "foreachBatch: rows split by route, every sink written for the batch id"
+            notes = descriptions
+        else:
+            spark = "foreachBatch: " + writer_for(sinks[0].fn, "plan", sinks[0].name).describe()
+            notes = []
+        stages.append(Step("sink", sinks, spark, _Sinks(by_route, sink_routed), notes=notes))
+        return branches, stages, self.routes
 
-    def segment(self, node_id: int) -> _Segment:
-        node = self.graph.nodes[node_id]
-        if node.is_source:
-            return self.source(node)
-        if node.kind in _STATELESS:
-            edges = self.graph.inputs_of(node.id)
-            stage = Stage(node.kind, node.name, node.fn, node.uid)
-            if len(edges) == 1:
-                seg = self.segment(edges[0].source)
-                seg.stages.append(stage)
-                seg.nodes.append(node)
-                return seg
-            segs = [self.segment(e.source) for e in edges]
-            union = Step("union", [], [self.materialize(s) for s in segs], "unionByName")
-            return _Segment(union, [stage], [node], set().union(*(s.sources for s in segs)), any(s.keyed_upstream for s in segs))
-        if node.kind in _KEYED:
-            return self.keyed(node)
-        raise _refuse(node, f"operators of kind {node.kind!r} have no Spark translation")
-
-    def source(self, node: StreamNode) -> _Segment:
+    def source(self, node: StreamNode) -> Step:
         from flinkpy.connectors.socket_source import SocketTextSource
 
         src = node.fn
@@ -307,72 +501,180 @@ class _Translator:
             if cap:
                 parallelism = min(parallelism, cap)
         spark += f", {parallelism} partition(s)"
-        step = Step("source", [node], [], spark, _SourceStep(node, index, parallelism, self.max_records))
-        stages: list[Stage] = []
-        strategy = node.params.get("watermark_strategy")
-        if strategy is not None:
-            stages.append(Stage("timestamps", node.name + " (watermarks)", strategy, node.uid))
-        return _Segment(step, stages, [], {index}, False)
+        return Step("source", [node], spark, _SourceStep(node, index, parallelism, self.max_records))
 
-    def keyed(self, node: StreamNode) -> _Segment:
-        self.check_keyed(node)
-        spec = KeyedSpec(node.kind, node.name, node.fn, node.key_selector, batch_mode=self.batch_mode, job_parameters=self.params, uid=node.uid)
-        groups = KEY_GROUPS if by_key_group(spec) else 0
-        edges = self.graph.inputs_of(node.id)
-        inputs = []
-        sources: set[int] = set()
-        for e in edges:
-            seg = self.segment(e.source)
-            if seg.keyed_upstream:
-                raise _refuse(node, "it follows another keyed operator; the Spark runner translates one keyed operator per pipeline "
-                                    "(Spark would hold its watermark back one micro-batch per stateful operator)")
-            sources |= seg.sources
-            if seg.step.kind == "union" and any(s.kind == "timestamps" for s in seg.stages):
-                raise _refuse(node, "its input assigns timestamps after a union; assign them on each input before union()")
-            step = self.materialize(seg, key_selector=e.key_selector, key_groups=groups)
-            if step.inputs and step.inputs[0].kind == "union":
-                for s in step.inputs[0].inputs:
-                    s.watermark = True
+    def _out_routes(self, node: StreamNode) -> tuple[list[int], dict[str, list[int]]]:
+        main: list[int] = []
+        side: dict[str, list[int]] = {}
+        for e in self.graph.outputs_of(node.id):
+            r = self.edge_route[id(e)].id
+            if e.side_tag is None:
+                main.append(r)
             else:
-                step.watermark = True
-            inputs.append(step)
-        if groups:
-            spark = (f"groupBy(key group of {groups}).transformWithStateInPandas (EventTime; running values per key "
+                side.setdefault(e.side_tag, []).append(r)
+        return main, side
+
+    def keyed_level(self, ops: list[StreamNode], depth: int, routed: bool) -> tuple[Step, dict[int, tuple[bytes, Any, int]]]:
+        """The keyed step of ``depth`` and, per route into it, (group-key prefix, key selector, key groups)."""
+        specs: list[KeyedSpec] = []
+        keys: dict[int, tuple[bytes, Any, int]] = {}
+        parts: list[str] = []
+        for i, node in enumerate(ops):
+            main, side = self._out_routes(node)
+            spec = KeyedSpec(node.kind, node.name, node.fn, node.key_selector, batch_mode=self.batch_mode, job_parameters=self.params,
+                             uid=node.uid, routes=tuple(main), side_routes={t: tuple(rs) for t, rs in side.items()}, depth=depth,
+                             prefix=struct.pack(">H", i) if routed else b"")
+            specs.append(spec)
+            groups = KEY_GROUPS if by_key_group(spec) else 0
+            for e in self.graph.inputs_of(node.id):
+                keys[self.edge_route[id(e)].id] = (spec.prefix, e.key_selector, groups)
+            parts.append(f"key group of {groups}" if groups else "key")
+        from flinkpy.spark.time_mode import EVENT_TIME, PROCESSING_TIME
+
+        time_mode = PROCESSING_TIME if any(s.processing_time for s in specs) else EVENT_TIME
+        for spec in specs:  # one Spark operator, one time mode
+            spec.time_mode = time_mode
+        passing = [r for r in self.routes if r.target is not None and r.start < 2 * depth - 1 < r.end]
+        if routed:
+            spark = (f"groupBy(operator, key).transformWithStateInPandas ({time_mode}; one Spark operator for "
+                     f"{len(ops)} keyed operator(s): " + ", ".join(f"{_label(n)} by {p}" for n, p in zip(ops, parts)) + ")")
+        elif parts[0] != "key" and on_group_state(specs[0]):
+            spark = f"groupBy({parts[0]}).applyInPandasWithState (running values per key in the group's Spark state; no timers)"
+        elif parts[0] != "key":
+            spark = (f"groupBy({parts[0]}).transformWithStateInPandas ({time_mode}; running values per key "
                      "in a Spark value state per key group)")
         else:
-            spark = "groupBy(key).transformWithStateInPandas (EventTime; flinkpy state on Spark state variables, timers on Spark timers)"
-        return _Segment(Step("keyed", [node], inputs, spark, spec), [], [], sources, True)
+            spark = f"groupBy(key).transformWithStateInPandas ({time_mode}; flinkpy state on Spark state variables, timers on Spark timers)"
+        notes = []
+        if passing:
+            notes.append("passes on unchanged (grouped in buckets): " + ", ".join(f"r{r.id}" for r in passing))
+        for spec, node in zip(specs, ops):
+            if spec.side_routes:
+                notes.append(f"{_label(node)} side outputs: " + ", ".join(f"{t!r} -> " + ", ".join(f"r{r}" for r in rs)
+                                                                         for t, rs in spec.side_routes.items()))
+        return Step("keyed", ops, spark, _KeyedLevel(specs, routed, time_mode), notes=notes), keys
 
-    def check_keyed(self, node: StreamNode) -> None:
-        if node.kind != "window":
-            return
-        spec = node.fn
-        from flinkpy.datastream.window import ContinuousProcessingTimeTrigger, ProcessingTimeTrigger
+    def _level_spec(self, level: int, nodes: list[StreamNode], entries: dict[int, int | None], ports: dict[int, SourcePort],
+                    next_keys: dict[int, tuple[bytes, Any, int]] | None) -> LevelSpec:
+        """The routed chain of chain level ``level`` running ``nodes``."""
+        inside = {n.id for n in nodes}
+        outputs: dict[int, list[int]] = {}
+        side: dict[int, dict[str, list[int]]] = {}
+        internal: dict[int, int] = {}
+        for n in nodes:
+            outputs[n.id], side[n.id] = self._out_routes(n)
+        for r in self.routes:
+            if r.target is not None and r.target.id in inside and r.source.id in inside | {p.node_id for p in ports.values()}:
+                internal[r.id] = r.target.id
+        return LevelSpec(
+            level=level,
+            stages={n.id: Stage(n.kind, n.name, n.fn, n.uid) for n in nodes},
+            order=[n.id for n in nodes],
+            outputs=outputs,
+            side_outputs=side,
+            internal=internal,
+            entries=entries,
+            ports=ports,
+            next_keys=dict(next_keys or {}),
+            keyed=next_keys is not None,
+            job_parameters=self.params,
+        )
 
-        if not spec.assigner.is_event_time() and not _is_count_window(spec):
-            raise _refuse(node, f"{spec.assigner!r} is a processing-time window: its contents depend on when records arrive, "
-                                "which differs between the engines", remedy="use event-time windows, or run the job on flinkpy's engine")
-        if isinstance(spec.trigger, (ProcessingTimeTrigger, ContinuousProcessingTimeTrigger)):
-            raise _refuse(node, f"its trigger {spec.trigger!r} fires on processing time", remedy="use an event-time or count trigger")
+    def branch(self, step: Step, node: StreamNode, k1_routed: bool | None, k1: tuple[Step, dict] | None, sink_routed: bool) -> list[Step]:
+        """A source and its chain level 0: the linear chain of old when the source's records take one
+        path (and nobody reads routes there), else the routed chain."""
+        graph = self.graph
+        src_step: _SourceStep = step.payload
+        # the linear path: source -> stateless operators with one output each -> one consumer
+        path: list[StreamNode] = []
+        current = node
+        linear = True
+        while True:
+            outs = graph.outputs_of(current.id)
+            if len(outs) != 1 or outs[0].side_tag is not None:
+                linear = False
+                break
+            target = graph.nodes[outs[0].target]
+            if target.kind in _STATELESS and self.depth[target.id] == 0:
+                path.append(target)
+                current = target
+                continue
+            last: StreamEdge = outs[0]
+            break
+        if linear:
+            if target.kind in _KEYED:
+                linear = not k1_routed
+            elif target.is_sink:
+                linear = not sink_routed and k1 is None
+            else:  # an operator after a keyed one: these records pass a keyed depth
+                linear = False
+        watermark_strategy = node.params.get("watermark_strategy")
+        if linear:
+            stages: list[Stage] = []
+            if watermark_strategy is not None:
+                stages.append(Stage("timestamps", node.name + " (watermarks)", watermark_strategy, node.uid))
+            stages.extend(Stage(n.kind, n.name, n.fn, n.uid) for n in path)
+            keyed_target = target.kind in _KEYED
+            groups = 0
+            if keyed_target:
+                assert k1 is not None
+                groups = k1[1][self.edge_route[id(last)].id][2]
+            if not stages and not keyed_target:
+                return [step]
+            spec = ChainSpec(stages, last.key_selector if keyed_target else None, self.params, groups)
+            spark = "mapInArrow (batch-wise Python over Arrow record batches)"
+            if keyed_target:
+                spark += "; bundles records per key group" if groups else "; computes the key"
+            src_step.bundled = True
+            return [step, Step("chain", path, spark, spec, watermark=keyed_target)]
+        # the routed chain level 0 of this source: every depth-0 operator its records reach
+        reach: list[StreamNode] = []
+        todo = [e.target for e in graph.outputs_of(node.id)]
+        seen: set[int] = set()
+        while todo:
+            n = todo.pop()
+            t = graph.nodes[n]
+            if n in seen or t.kind not in _STATELESS or self.depth[n] != 0:
+                continue
+            seen.add(n)
+            reach.append(t)
+            todo.extend(e.target for e in graph.outputs_of(n))
+        order = {n: i for i, n in enumerate(graph.topological_order())}
+        reach.sort(key=lambda n: order[n.id])
+        main, side = self._out_routes(node)
+        src_step.side_routes = side
+        ports = {src_step.index: SourcePort(node.id, node.name, main, watermark_strategy, [r for rs in side.values() for r in rs])}
+        spec = self._level_spec(0, reach, {}, ports, k1[1] if k1 else None)
+        src_step.bundled = True
+        spark = "mapInArrow (batch-wise Python over Arrow record batches); rows dispatched by route, outputs once per consumer"
+        if spec.keyed:
+            spark += "; computes the keys"
+        notes = ["emits routes: " + ", ".join(f"r{r}" for r in spec.emitted_routes())]
+        return [step, Step("chain", reach, spark, spec, watermark=k1 is not None, notes=notes)]
 
-    def materialize(self, seg: _Segment, key_selector: Any = None, key_groups: int = 0) -> Step:
-        if not seg.stages and key_selector is None:
-            return seg.step
-        spec = ChainSpec(list(seg.stages), key_selector, self.params, key_groups)
-        spark = "mapInArrow (batch-wise Python over Arrow record batches)"
-        if key_selector is not None:
-            spark += "; bundles records per key group" if key_groups else "; computes the key"
-        if seg.step.kind == "source":
-            seg.step.payload.bundled = True
-        step = Step("chain", list(seg.nodes), [seg.step], spark, spec)
-        seg.stages, seg.nodes = [], []
-        return step
-
-
-def _is_count_window(spec: Any) -> bool:
-    from flinkpy.datastream.window import GlobalWindows
-
-    return isinstance(spec.assigner, GlobalWindows)
+    def later_chain(self, depth: int, next_level: tuple[Step, dict] | None) -> Step | None:
+        """Chain level ``depth`` (after keyed depth ``depth``): its operators, routes passing on, keys
+        for the next keyed depth; None when there is nothing to do there."""
+        graph = self.graph
+        order = graph.topological_order()
+        nodes = [graph.nodes[n] for n in order if graph.nodes[n].kind in _STATELESS and self.depth[n] == depth]
+        if not nodes and next_level is None:
+            return None
+        inside = {n.id for n in nodes}
+        entries: dict[int, int | None] = {}
+        for r in self.routes:
+            if r.target is None:
+                continue
+            if r.target.id in inside and r.source.id not in inside:
+                entries[r.id] = r.target.id
+        spec = self._level_spec(depth, nodes, entries, {}, next_level[1] if next_level else None)
+        spark = "mapInArrow (Python over Arrow record batches, record by record: each output keeps its input's order key)"
+        if spec.keyed:
+            spark += "; computes the keys"
+        notes = []
+        if spec.emitted_routes():
+            notes.append("emits routes: " + ", ".join(f"r{r}" for r in spec.emitted_routes()))
+        return Step("chain", nodes, spark, spec, notes=notes)
 
 
 def _environment_settings(graph_or_env: Any) -> tuple[StreamGraph, dict[str, str], int, str, bool]:
@@ -401,7 +703,6 @@ def translate(stream_graph_or_env: Any, *, config: dict[str, Any] | None = None,
     max_records = int(settings.get(MAX_RECORDS_KEY, "0") or 0)
     params = {k[len("$job."):]: v for k, v in settings.items() if k.startswith("$job.")}
     t = _Translator(graph, parallelism=parallelism, batch_mode=(mode == "BATCH"), max_records=max_records, params=params)
-    t.check_edges()
-    root = t.sink()
-    return SparkPlan(root, job_name=job_name or settings.get("pipeline.name") or "Flink Streaming Job", bounded=bounded,
-                     sources=t.source_count, max_records=max_records, runtime_mode=mode)
+    branches, stages, routes = t.translate()
+    return SparkPlan(branches, stages, routes, job_name=job_name or settings.get("pipeline.name") or "Flink Streaming Job",
+                     bounded=bounded, sources=t.source_count, max_records=max_records, runtime_mode=mode)

@@ -1,5 +1,7 @@
 """How a flinkpy stream travels through a Spark DataFrame: one row per record or marker.
 
+A record row's ``src`` is its *route*, the edge of the job graph it travels on (a source's rows:
+the source's number; see :mod:`flinkpy.spark.plan`); a marker's ``src`` is the source it ends.
 Records are arbitrary Python objects, so a row carries the record pickled (``value``) next to
 what the engine keeps beside it: the event timestamp (``ts``, null without one), the watermark in
 effect when the record was emitted (``w``) and an ordering key (``seq``, bytes: source, subtask,
@@ -7,9 +9,9 @@ position, then one index per fan-out) that restores each key's order after Spark
 
 Besides records, sources emit *markers* (``kind``): a watermark row (a generator's periodic
 watermark, so that Spark's watermark follows it), the end of a bounded input (watermark
-:data:`END_W`, like Flink's final watermark) and a final row in a later micro-batch, when Spark's
-watermark has reached the end and every event-time timer has fired: a sink that has seen the final
-row of every source knows the query's work is done.
+:data:`END_W`, like Flink's final watermark) and a final row, which a keyed step with timers holds
+back until Spark's watermark has reached the end and every event-time timer has fired: a sink that
+has seen the final row of every source knows the query's work is done.
 
 Where many records travel together, one *bundle* row (kind :data:`BUNDLE`) carries them: its
 ``value`` is the pickled pair ``(records, timestamps or None)``, in order, all under the row's

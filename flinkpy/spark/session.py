@@ -1,7 +1,9 @@
 """The SparkSession every part of flinkpy starts (the runner's driver, snapshot analysis, tests).
 
-Workers run this interpreter (``PYSPARK_PYTHON``), so flinkpy and the job's modules are
-importable there; a local master binds to loopback; the Spark UI is off; a Python worker may take
+Python workers run this interpreter (``PYSPARK_PYTHON``): in ``local[N]`` they share this
+machine's flinkpy and the job's modules; on a cluster every session ships flinkpy to its
+executors, and the runner's driver the job's modules too (:mod:`flinkpy.spark.shipping`). A local
+master binds to loopback; the Spark UI is off; a Python worker may take
 up to 120 s to connect back (a loaded 2-core machine is slower than Spark's 15 s default).
 """
 
@@ -48,4 +50,8 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
             remedy="check that Java 17 is installed (JAVA_HOME) and that the master URL is right",
         ) from None
     spark.sparkContext.setLogLevel(log_level)
+    from flinkpy.spark.shipping import ship_flinkpy, ships
+
+    if ships(master):
+        ship_flinkpy(spark.sparkContext)
     return spark

@@ -72,9 +72,12 @@ class FunctionWriter(BatchWriter):
         self.fn = sink.fn if hasattr(sink, "fn") else sink
 
     def write(self, records: list, batch_id: int) -> None:
-        invoke = self.fn.invoke if hasattr(self.fn, "invoke") else self.fn
-        for r in records:
-            invoke(r, None)
+        if hasattr(self.fn, "invoke"):  # a SinkFunction: invoke(value, context)
+            for r in records:
+                self.fn.invoke(r, None)
+        else:  # a plain callable of the record, as the engine calls it
+            for r in records:
+                self.fn(r)
 
     def describe(self) -> str:
         return "SinkFunction.invoke per record on the driver (at-least-once)"
@@ -231,11 +234,53 @@ def writer_for(sink: Any, sink_id: str, operator: str) -> BatchWriter:
         return DiscardWriter()
     if isinstance(sink, FunctionSink):
         return FunctionWriter(sink)
+    from flinkpy.connectors.verification import VerifyingSink
+
+    if isinstance(sink, VerifyingSink):
+        from flinkpy.spark.verifying import VerifyingBatchWriter
+
+        return VerifyingBatchWriter(sink)
     if type(sink).__name__ in ("PostgresSink", "PostgresUpsertSink", "PostgresBatchSink") and hasattr(sink, "dsn") and hasattr(sink, "sql"):
         return PostgresWriter(sink, sink_id)
     from flinkpy.spark.plan import UntranslatableError
 
     raise UntranslatableError(operator, f"the sink {type(sink).__name__} has no Spark translation")
+
+
+class SinkRouter(BatchWriter):
+    """Several sinks in one query: a record row's ``src`` is its route (see
+    :mod:`flinkpy.spark.plan`), each route ends at one sink, and every sink's writer gets its
+    records of every batch (possibly none), each idempotent or transactional per batch id as alone.
+    """
+
+    def __init__(self, writers: dict[int, BatchWriter], sink_of_route: dict[int, int]) -> None:
+        self.writers = writers
+        self.sink_of_route = sink_of_route
+        self.guarantee = "exactly-once" if all(w.guarantee == "exactly-once" for w in writers.values()) else "at-least-once"
+
+    def begin(self, batch_id: int) -> None:
+        for w in self.writers.values():
+            w.begin(batch_id)
+
+    def write(self, records: list, batch_id: int) -> None:
+        raise TypeError("a SinkRouter writes rows with their routes: write_rows()")
+
+    def write_rows(self, raw: list, kinds: list, routes: list, batch_id: int) -> int:
+        """Write the batch's rows (in order) to their sinks; the number of records written."""
+        loads = pickle.loads
+        per_sink: dict[int, list] = {sink: [] for sink in self.writers}
+        sink_of = self.sink_of_route
+        for v, k, r in zip(raw, kinds, routes):
+            if k == RECORD:
+                per_sink[sink_of[r]].append(loads(v))
+            elif k == BUNDLE:
+                per_sink[sink_of[r]].extend(unbundle(v)[0])
+        for sink, records in per_sink.items():
+            self.writers[sink].write(records, batch_id)
+        return sum(len(r) for r in per_sink.values())
+
+    def describe(self) -> str:
+        return "; ".join(w.describe() for w in self.writers.values())
 
 
 class SinkDriver:
@@ -261,15 +306,18 @@ class SinkDriver:
         kinds = table.column("kind").to_pylist()
         raw = table.column("value").to_pylist()
         srcs = table.column("src").to_pylist()
-        loads = pickle.loads
-        records: list = []
-        for v, k in zip(raw, kinds):
-            if k == RECORD:
-                records.append(loads(v))
-            elif k == BUNDLE:  # a keyed reduce's updates, in order
-                records.extend(unbundle(v)[0])
-        self.writer.write(records, batch_id)
-        self.records_written += len(records)
+        if isinstance(self.writer, SinkRouter):
+            self.records_written += self.writer.write_rows(raw, kinds, srcs, batch_id)
+        else:
+            loads = pickle.loads
+            records: list = []
+            for v, k in zip(raw, kinds):
+                if k == RECORD:
+                    records.append(loads(v))
+                elif k == BUNDLE:  # a keyed reduce's updates, in order
+                    records.extend(unbundle(v)[0])
+            self.writer.write(records, batch_id)
+            self.records_written += len(records)
         for s, k in zip(srcs, kinds):
             if k == FINAL:
                 self.finals.add(s)
@@ -283,4 +331,4 @@ def check_sink(sink: Any, operator: str) -> None:
     writer_for(sink, "check", operator)
 
 
-__all__ = ["BatchWriter", "SinkDriver", "writer_for", "read_collected", "check_sink", "InvalidProgramError"]
+__all__ = ["BatchWriter", "SinkDriver", "SinkRouter", "writer_for", "read_collected", "check_sink", "InvalidProgramError"]

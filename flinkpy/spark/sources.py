@@ -14,8 +14,11 @@ When operators follow the source (a chain, :mod:`flinkpy.spark.chain`), a task's
 the reader as bundle rows of up to :data:`CHUNK` records (see :mod:`flinkpy.spark.records`)
 rather than a row per record.
 
-A bounded input ends with two markers in two micro-batches (see :mod:`flinkpy.spark.records`):
-the end of event time, then the final row.
+A bounded input ends with two markers (see :mod:`flinkpy.spark.records`), both in the micro-batch
+that reads its last records (or the next one): the end of event time, then the final row. A keyed
+step that has timers holds the final row back until Spark's watermark has reached the end (one
+more micro-batch, which Spark runs because its watermark advanced); the other steps pass it on at
+once, so that a job without timers ends with the micro-batch that read its last records.
 """
 
 from __future__ import annotations
@@ -41,11 +44,16 @@ def decode(text: str) -> Any:
     return pickle.loads(base64.b64decode(text))
 
 
-def _reader(source: Any, subtask: int, parallelism: int, state: str | None) -> Any:
+def _drop_side_output(tag_id: str, records: list) -> None:
+    """Planning a batch only counts records: a source's side output is read with the batch."""
+
+
+def _reader(source: Any, subtask: int, parallelism: int, state: str | None, side_output: Any = _drop_side_output) -> Any:
     from flinkpy.connectors.base import ReaderContext
 
     restored = [decode(state)] if state else []
-    return source.create_reader(ReaderContext(subtask_index=subtask, parallelism=parallelism, operator_name="spark", restored_state=restored))
+    return source.create_reader(ReaderContext(subtask_index=subtask, parallelism=parallelism, operator_name="spark", restored_state=restored,
+                                              side_output=side_output))
 
 
 def poll_exactly(reader: Any, count: int, chunk: int = 4096) -> tuple[list, bool]:
@@ -75,6 +83,8 @@ def make_data_source() -> Any:
             self.parallelism = int(spec["parallelism"])
             self.index = int(spec["index"])
             self.bundled = bool(spec.get("bundled", False))
+            #: OutputTag id -> routes of the readers of the source's side output (see plan.py)
+            self.side_routes: dict = spec.get("side_routes") or {}
             self.max_records = int(options.get("max_records", "0") or 0)
 
         def initialOffset(self) -> dict:
@@ -95,25 +105,30 @@ def make_data_source() -> Any:
                 if part["d"]:
                     end[str(i)] = part
                     continue
-                reader = _reader(self.source, i, self.parallelism, part["s"] or None)
+                side = [0]  # side-output records met on the way (read() emits as many)
+                reader = _reader(self.source, i, self.parallelism, part["s"] or None,
+                                 lambda tag_id, recs: side.__setitem__(0, side[0] + len(recs)))
                 try:
                     records, done = poll_exactly(reader, budget)
                     state = reader.snapshot_state()
                 finally:
                     reader.close()
                 end[str(i)] = {"s": encode(state), "n": part["n"] + len(records), "d": done}
-            if all(end[str(i)]["d"] for i in range(self.parallelism)) and start["m"] < 2:
-                # the end of event time in the batch that reads the last records (or the next),
-                # the final row one batch later, when Spark's watermark has reached the end
-                end["m"] = start["m"] + 1
+                if side[0] or "x" in part:
+                    end[str(i)]["x"] = part.get("x", 0) + side[0]
+            if all(end[str(i)]["d"] for i in range(self.parallelism)):
+                # the end of event time and the final row in the batch that reads the last
+                # records (a checkpoint of an older attempt may stop at 1, the end only)
+                end["m"] = 2
             return end
 
         def partitions(self, start: dict, end: dict) -> list:
             parts = []
             for i in range(self.parallelism):
                 a, b = start[str(i)], end[str(i)]
-                if b["n"] > a["n"]:
-                    parts.append(InputPartition(("records", i, a["s"], a["n"], b["n"] - a["n"])))
+                side = b.get("x", 0) - a.get("x", 0)
+                if b["n"] > a["n"] or side:
+                    parts.append(InputPartition(("records", i, a["s"], a["n"], b["n"] - a["n"], side)))
             for m in range(start["m"] + 1, end["m"] + 1):
                 parts.append(InputPartition(("marker", END if m == 1 else FINAL)))
             return parts
@@ -124,8 +139,12 @@ def make_data_source() -> Any:
                 kind = what[1]
                 yield to_batch([None], [None], [END_W], [b"\xff" * 4], [kind], [self.index])
                 return
-            _, subtask, state, first, count = what
-            reader = _reader(self.source, subtask, self.parallelism, state or None)
+            _, subtask, state, first, count, *more = what
+            side_count = more[0] if more else 0
+            side: list = []
+            sent = 0
+            reader = _reader(self.source, subtask, self.parallelism, state or None,
+                             lambda tag_id, records: side.extend((tag_id, r) for r in records))
             try:
                 position = first
                 remaining = count
@@ -142,10 +161,27 @@ def make_data_source() -> Any:
                     else:
                         seqs = [seq_of(self.index, subtask, p) for p in range(position, position + n)]
                         yield to_batch(records, [None] * n, [MIN_W] * n, seqs, [RECORD] * n, [self.index] * n)
+                    if side:
+                        sent += len(side)
+                        yield self._side_rows(side, subtask, position)
                     position += n
                     remaining -= n
+                while sent + len(side) < side_count:  # met after the last record, as planning met them
+                    if not reader.poll(1):  # a record past the batch is not emitted: it is the next one's
+                        break
+                if side:
+                    yield self._side_rows(side[: side_count - sent], subtask, position)
             finally:
                 reader.close()
+
+        def _side_rows(self, side: list, subtask: int, position: int) -> Any:
+            """A source's side-output records as rows on the routes that read them, ordered after
+            the chunk's first record; ``side`` is emptied."""
+            rows = [(r, route) for tag_id, r in side for route in self.side_routes.get(tag_id, ())]
+            side.clear()
+            m = len(rows)
+            seqs = [child_seq(seq_of(self.index, subtask, position), 1 << 31 | j) for j in range(m)]
+            return to_batch([r for r, _ in rows], [None] * m, [MIN_W] * m, seqs, [RECORD] * m, [route for _, route in rows])
 
         def commit(self, end: dict) -> None:
             pass
@@ -164,10 +200,12 @@ def make_data_source() -> Any:
     return FlinkpySource
 
 
-def read_stream(spark: Any, source: Any, *, index: int, parallelism: int, max_records: int, bundled: bool = False) -> Any:
+def read_stream(spark: Any, source: Any, *, index: int, parallelism: int, max_records: int, bundled: bool = False,
+                side_routes: dict | None = None) -> Any:
     """A streaming DataFrame of ``source``'s records (register the data source first); ``bundled``:
-    in bundle rows, for a chain to open."""
-    payload = encode({"source": source, "parallelism": parallelism, "index": index, "bundled": bundled})
+    in bundle rows, for a chain to open; ``side_routes``: OutputTag id -> routes that read the
+    source's side output (its records leave as rows on those routes)."""
+    payload = encode({"source": source, "parallelism": parallelism, "index": index, "bundled": bundled, "side_routes": side_routes or {}})
     reader = spark.readStream.format(FORMAT).option("payload", payload)
     if max_records > 0:
         reader = reader.option("max_records", str(max_records))

@@ -11,12 +11,31 @@ asks for later (window triggers' per-window states) are kept as entries of one S
 
 Timers: flinkpy timers carry a namespace (a window) and Spark's do not, so the authoritative set
 of a key's timers is a state of its own; a Spark timer is registered at every distinct timestamp
-only to wake the key when Spark's watermark passes it (``sync``).
+only to wake the key when it is due (``sync``). What "due" means follows the step's time mode
+(:mod:`flinkpy.spark.time_mode`): in ``EventTime`` mode Spark's timers are event-time timers and
+wake the key when Spark's watermark passes them; processing-time timers cannot be woken there,
+so registering one fails with a message. In ``ProcessingTime`` mode Spark's timers are
+processing-time timers: a processing-time timer wakes its key in the first micro-batch that
+starts after it (Spark runs one on every trigger, input or not), and a key with pending
+event-time timers asks to be woken in the next micro-batch, where the timers Spark's watermark
+passed fire. Either way a timer fires once, in timestamp order within its time domain.
+
+State time-to-live: a descriptor with ``enable_time_to_live`` gets the engine's own TTL wrapper
+(:mod:`flinkpy.state.ttl`) over the Spark state, on the same clock (the wall clock, in
+milliseconds), so update type, visibility and expiry per value, list element and map entry are
+the engine's. Expired values are removed when read, as on the engine. Spark's own state TTL
+serves as the background cleanup (the engine's incremental cleanup needs to walk every key,
+which Spark's per-key state does not offer); it counts from the micro-batch's start rather than
+from the write, so it is set :data:`TTL_CLEANUP_GRACE_MS` longer than the state's TTL and never
+removes a value the wrapper still returns. Spark allows it in ``ProcessingTime`` mode only: in
+``EventTime`` mode expired values are removed when read, and nothing else removes them.
 """
 
 from __future__ import annotations
 
+import logging
 import pickle
+import time
 from typing import Any, Callable, Iterable, Mapping
 
 from flinkpy.datastream.state import (
@@ -31,6 +50,16 @@ from flinkpy.spark.records import END_W
 
 _B = "v binary"
 MAX_WATERMARK = 2**63 - 1
+#: Spark's TTL of a state outlives flinkpy's by this much (see the module docstring): a value
+#: written later in a micro-batch than this after the batch started could lose it a little early
+TTL_CLEANUP_GRACE_MS = 10 * 60 * 1000
+
+log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    """Processing time as the engine reads it (its TTL clock and timer service)."""
+    return int(time.time() * 1000)
 
 
 def _dumps(value: Any) -> bytes:
@@ -184,19 +213,24 @@ class SparkKeyedBackend:
     """What flinkpy's keyed operators ask of a state backend, over a Spark processor handle.
 
     The key is set by the Spark group being processed; ``set_current_key`` only records it.
+    ``processing_time``: the step runs in Spark's ProcessingTime mode, where Spark's state TTL
+    is available as the background cleanup of states with a time-to-live.
     """
 
     max_parallelism = 128
     LATE = "_flinkpy_late_states"
 
-    def __init__(self, handle: Any, operator_name: str) -> None:
+    def __init__(self, handle: Any, operator_name: str, *, processing_time: bool = False) -> None:
         self._handle = handle
         self._name = operator_name
+        self._processing_time = processing_time
         self._states: dict[str, Any] = {}
         self._late = handle.getMapState(self.LATE, "name string", _B)
         self._initialising = True
         self.current_key: Any = None
         self.current_key_group: int | None = None
+        #: milliseconds; the TTL wrappers read it late-bound, so a test may replace it
+        self.ttl_clock: Callable[[], int] = wall_clock_ms
 
     def done_initialising(self) -> None:
         self._initialising = False
@@ -215,13 +249,16 @@ class SparkKeyedBackend:
         return state
 
     def _create(self, d: Any) -> Any:
+        policy = None
         if d.ttl_config is not None and d.ttl_config.is_enabled():
-            raise InvalidProgramError(
-                f"operator {self._name!r}: state {d.name!r} has a time-to-live, which the Spark runner does not translate "
-                "(Spark's state TTL counts from processing time at a different moment)",
-                remedy="run this job on flinkpy's engine, or drop enable_time_to_live() from the descriptor",
-            )
+            from flinkpy.state.ttl import TtlPolicy
+
+            policy = TtlPolicy.of(d.ttl_config)
         kind = d.kind
+        # with TTL, reducing and aggregating states are value states of (accumulator, timestamp)
+        # that the TTL wrapper folds, as on the engine's backends
+        raw = "value" if policy is not None and kind in ("reducing", "aggregating") else kind
+        spark_ttl = self._spark_ttl_ms(d.name, policy)
         if not self._initialising:
             if kind not in ("value", "reducing", "aggregating"):
                 raise InvalidProgramError(
@@ -229,47 +266,78 @@ class SparkKeyedBackend:
                     "list and map states must be declared in open()",
                     remedy="declare the state in open()",
                 )
-            value: Any = SparkValueState(_Entry(self._late, d.name))
+            inner: Any = SparkValueState(_Entry(self._late, d.name))
         elif kind in ("value", "reducing", "aggregating"):
-            value = SparkValueState(self._handle.getValueState(d.name, _B))
+            inner = SparkValueState(self._handle.getValueState(d.name, _B, spark_ttl))
         elif kind == "list":
-            return SparkListState(self._handle.getListState(d.name, _B))
+            inner = SparkListState(self._handle.getListState(d.name, _B, spark_ttl))
         elif kind == "map":
-            return SparkMapState(self._handle.getMapState(d.name, "k binary", _B))
+            inner = SparkMapState(self._handle.getMapState(d.name, "k binary", _B, spark_ttl))
         else:
             raise InvalidProgramError(f"operator {self._name!r}: unknown state kind {kind!r} of {d.name!r}")
-        if kind == "reducing":
-            return SparkReducingState(value, d.reduce)
-        if kind == "aggregating":
-            return SparkAggregatingState(value, d.agg_function)
-        return value
+        if policy is not None:
+            from flinkpy.state.ttl import wrap
+
+            return wrap(kind, inner, policy, lambda: self.ttl_clock(), d, None)
+        if raw == "reducing":
+            return SparkReducingState(inner, d.reduce)
+        if raw == "aggregating":
+            return SparkAggregatingState(inner, d.agg_function)
+        return inner
+
+    def _spark_ttl_ms(self, name: str, policy: Any) -> int | None:
+        """Spark's TTL for a state's background cleanup, where Spark offers one."""
+        if policy is None:
+            return None
+        if self._processing_time and self._initialising:
+            return policy.ttl_ms + TTL_CLEANUP_GRACE_MS
+        why = "it is declared after open()" if self._processing_time else "the step runs in Spark's EventTime mode"
+        log.warning("operator %r: state %r has a time-to-live; on Spark its expired values are removed only when "
+                    "read (%s, where Spark's state TTL is not available)", self._name, name, why)
+        return None
 
 
 class SparkTimers:
     """The timer service of one keyed operator on Spark; see the module docstring.
 
-    ``load`` a key's timers, fire what the watermark passes (``advance``), ``sync`` them back.
+    ``load`` a key's timers, fire what is due (``fire_processing`` by the clock, ``advance`` by
+    the watermark), ``sync`` them back. A key's timers are stored as the set of its event-time
+    timers ``{(timestamp, namespace)}`` — a pair of sets (event time, processing time) once it
+    has processing-time timers.
     """
 
     STATE = "_flinkpy_timers"
 
-    def __init__(self, handle: Any, operator_name: str, on_event_time: Callable[[Any, Any, int], None]) -> None:
+    def __init__(self, handle: Any, operator_name: str, on_event_time: Callable[[Any, Any, int], None],
+                 on_processing_time: Callable[[Any, Any, int], None] | None = None, *, processing_time: bool = False) -> None:
         self._handle = handle
         self._name = operator_name
         self._cell = handle.getValueState(self.STATE, _B)
         self._on_event = on_event_time
+        self._on_processing = on_processing_time
+        #: the step runs in Spark's ProcessingTime mode (its Spark timers are processing-time timers)
+        self.processing_time = processing_time
         self.watermark = -(2**63)
+        #: the start of the micro-batch (Spark's processing time), ms
+        self.batch_time = -1
+        self.clock: Callable[[], int] = wall_clock_ms
         self._key: Any = None
         self._pending: set[tuple[int, Any]] = set()
+        self._processing: set[tuple[int, Any]] = set()
         #: the key's timers changed since load(): sync() writes them (each state call is a round trip to Spark)
         self._dirty = False
 
-    def load(self, key: Any, watermark: int) -> None:
+    def load(self, key: Any, watermark: int, batch_time: int = -1) -> None:
         self._key = key
         row = self._cell.get()
-        self._pending = pickle.loads(row[0]) if row is not None else set()
+        stored = pickle.loads(row[0]) if row is not None else set()
+        if isinstance(stored, tuple):
+            self._pending, self._processing = stored
+        else:
+            self._pending, self._processing = stored, set()
         self._dirty = False
         self.watermark = watermark
+        self.batch_time = batch_time
 
     def register_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
         entry = (int(timestamp), namespace)
@@ -284,25 +352,33 @@ class SparkTimers:
             self._dirty = True
 
     def register_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
-        raise InvalidProgramError(
-            f"operator {self._name!r} registers a processing-time timer, which the Spark runner does not translate "
-            "(its results depend on when records are processed)",
-            remedy="use event-time timers, or run this job on flinkpy's engine",
-        )
+        if not self.processing_time:
+            raise InvalidProgramError(
+                f"operator {self._name!r} registered a processing-time timer, but the Spark runner found no call to "
+                "register_processing_time_timer in its code and runs it in Spark's EventTime mode, where a key "
+                "without new records could not be woken by processing time",
+                remedy="call ctx.timer_service().register_processing_time_timer(...) in the function's own class or module, "
+                       "so that the translation sees it, or run this job on flinkpy's engine",
+            )
+        entry = (int(timestamp), namespace)
+        if entry not in self._processing:
+            self._processing.add(entry)
+            self._dirty = True
 
     def delete_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
-        pass
+        entry = (int(timestamp), namespace)
+        if entry in self._processing:
+            self._processing.discard(entry)
+            self._dirty = True
 
     def current_watermark(self) -> int:
         return self.watermark
 
     def current_processing_time(self) -> int:
-        import time
-
-        return int(time.time() * 1000)
+        return self.clock()
 
     def advance(self, watermark: int) -> None:
-        """Fire, in timestamp order, the timers at or before ``watermark``."""
+        """Fire, in timestamp order, the event-time timers at or before ``watermark``."""
         if watermark >= END_W:
             watermark = MAX_WATERMARK
         if watermark > self.watermark:
@@ -315,15 +391,41 @@ class SparkTimers:
             self._dirty = True
             self._on_event(self._key, due[1], due[0])
 
+    def fire_processing(self) -> None:
+        """Fire, in timestamp order, the processing-time timers that are due now.
+
+        Now is the later of the clock and the micro-batch's start, so that the Spark timer that
+        woke the key has always fired (Spark deletes it once the key's call returns).
+        """
+        while self._processing:
+            now = max(self.clock(), self.batch_time)
+            due = min(self._processing, key=lambda t: t[0])
+            if due[0] > now:
+                break
+            self._processing.discard(due)
+            self._dirty = True
+            if self._on_processing is not None:
+                self._on_processing(self._key, due[1], due[0])
+
     def sync(self) -> None:
         """Store the key's timers and align Spark's wake-up timers with them."""
-        if not self._dirty:
+        polls = self.processing_time and bool(self._pending)
+        if not self._dirty and not polls:
             return
-        if self._pending:
-            self._cell.update((pickle.dumps(self._pending, protocol=5),))
+        if self._dirty:
+            if self._processing:
+                self._cell.update((pickle.dumps((self._pending, self._processing), protocol=5),))
+            elif self._pending:
+                self._cell.update((pickle.dumps(self._pending, protocol=5),))
+            else:
+                self._cell.clear()
+        if self.processing_time:
+            wanted = {ts for ts, _ in self._processing}
+            poll = max(self.batch_time, 0) + 1  # the next micro-batch: Spark's watermark may pass a timer there
+            if polls and not any(ts <= poll for ts in wanted):
+                wanted.add(poll)
         else:
-            self._cell.clear()
-        wanted = {min(ts, END_W) for ts, _ in self._pending}
+            wanted = {min(ts, END_W) for ts, _ in self._pending}
         registered = set(self._handle.listTimers())
         for ts in registered - wanted:
             self._handle.deleteTimer(ts)
