@@ -6,6 +6,8 @@ tells them apart. Used for the cluster's and the local ZooKeeper's process recor
 
 from __future__ import annotations
 
+import os
+
 
 def create_time(pid: int) -> float:
     """When process ``pid`` started (0.0 if there is none)."""
@@ -26,3 +28,30 @@ def running(pid: int, started: float) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE and (not started or abs(p.create_time() - started) < 1.0)
     except psutil.Error:
         return False
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could bind ``host:port`` now (with SO_REUSEADDR, as Java's servers do).
+
+    Used to refuse an explicit port that is taken before starting a JVM that would otherwise
+    quietly move to another one (Spark) or fail late (ZooKeeper).
+    """
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def log_tail(path: str | os.PathLike[str], lines: int, sep: str = "\n") -> str:
+    """The last ``lines`` lines of a process's log ("" when it cannot be read), for error messages."""
+    from pathlib import Path
+
+    try:
+        return sep.join(Path(path).read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""

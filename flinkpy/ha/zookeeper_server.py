@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, NotFoundError, OperationTimeoutError
-from flinkpy.processes import create_time, running
+from flinkpy.processes import create_time, log_tail, port_free, running
 
 #: environment variable naming the ZooKeeper server jar to run
 JAR_ENV = "FLINKPY_ZOOKEEPER_JAR"
@@ -288,10 +288,7 @@ def _signal(server: ZooKeeperServer, sig: int) -> None:
 
 
 def _tail(path: str | Path, lines: int = 5) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    return log_tail(path, lines, "\n")
 
 
 # --------------------------------------------------------------------------- four-letter words
@@ -328,16 +325,6 @@ def server_mode(port: int, host: str = HOST, timeout_s: float = 1.0) -> tuple[st
 
 
 # --------------------------------------------------------------------------- start / stop / status
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Java's server sockets do
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 def _free_ports(n: int) -> list[int]:
@@ -427,7 +414,7 @@ def start_zookeeper(
     else:
         client_ports = [port + i for i in range(servers)]
         for p in client_ports:
-            if not _port_free(p):
+            if not port_free(p, HOST):
                 raise ConflictError(
                     f"port {p} on {HOST} is already in use (another ZooKeeper?)",
                     remedy="choose another with --port, or --port 0 for free ports",

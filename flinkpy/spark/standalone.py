@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, OperationTimeoutError, UsageError
-from flinkpy.processes import create_time, running
+from flinkpy.processes import create_time, log_tail, port_free, running
 
 HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -249,10 +249,7 @@ def _log_since(path: str | Path, offset: int) -> str:
 
 
 def _tail(path: str | Path, lines: int = 3) -> str:
-    try:
-        return " | ".join(Path(path).read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return ""
+    return log_tail(path, lines, " | ")
 
 
 _MASTER_URL = re.compile(r"Starting Spark master at spark://[^:\s]+:(\d+)")
@@ -316,7 +313,7 @@ def start_standalone(
     if current is not None:
         raise ConflictError(f"a Spark standalone cluster is already running in {current.home} ({current.master_url})",
                             remedy="stop it with 'flinkpy spark stop', or use another FLINKPY_HOME")
-    if port and not _port_free(port):
+    if port and not port_free(port, HOST):
         # Spark would quietly take the next port up: refuse, as the port was asked for
         raise ConflictError(f"port {port} on {HOST} is already in use", remedy="choose another --port, or --port 0 for a free one")
     root = standalone_dir(home)
@@ -359,18 +356,6 @@ def start_standalone(
             pass
         raise
     return info
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Java's server sockets do
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 def _wait_ports(proc: subprocess.Popen, log: Path, offset: int, addr: re.Pattern[str], deadline: float, what: str) -> tuple[int, int]:
