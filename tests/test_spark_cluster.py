@@ -6,7 +6,9 @@ two workers of one core and 1 GiB each, separate JVMs started by `flinkpy spark 
 PySpark's own Spark distribution — stopped at teardown with a check that no master, worker or
 executor process is left. Jobs go through the CLI as a user's would (`flinkpy run --runner
 spark --spark-master spark://...`). Expected results are computed here from the inputs; the word
-count is also run on flinkpy's engine and compared.
+count and a job with every operator kind the runner translates (timers, event-time windows, a side
+output read downstream, fan-out to five sinks, keyed after keyed: one query, so one application
+start) are also run on flinkpy's engine and compared sink by sink.
 
 The executors run the virtualenv's Python (PYSPARK_PYTHON), where flinkpy is installed in
 editable mode: so the word count records *where* its executors imported flinkpy, its helper
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import pickle
 import random
 import socket
 import sys
@@ -252,3 +255,167 @@ def test_the_verification_job_is_exact_after_an_executor_is_killed_mid_run(spark
     assert refused.returncode == 2 and "raise cannot be injected" in refused.stderr and "kill-executor" in refused.stderr, refused.stderr
     ended = spark_cluster.json("fault", "chaos", jid, "--faults", "kill-executor", "--duration", "1s", "--every", "1s", "--seed", "1")
     assert ended["state"] == "FINISHED" and not ended["injected"]
+
+
+# --------------------------------------------------------------------------- every operator at once
+
+COMPOSITE_JOB = '''\
+"""One query for every kind of operator the Spark runner translates, each ending in its own sink:
+a process function with a side output read downstream, event-time windows read by three
+consumers (fan-out), a keyed process function with event-time timers and a keyed reduce after
+the windows (keyed after keyed), and a keyed running sum of the side output."""
+
+import sys
+
+from flinkpy.client.collect import CollectSink
+from flinkpy.common import Encoder, Time, WatermarkStrategy
+from flinkpy.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, StreamExecutionEnvironment
+from flinkpy.datastream.connectors.file_system import FileSink
+from flinkpy.datastream.state import ValueStateDescriptor
+from flinkpy.datastream.window import TumblingEventTimeWindows
+
+BIG = OutputTag("big")
+
+
+def events():
+    return [("abc"[i % 3], i % 7, 40 * i + i % 3) for i in range(300)]
+
+
+class EveryRecord:
+    """Punctuated: a watermark after every record, so that the engine's results are one."""
+
+    def __init__(self):
+        self.highest = None
+
+    def on_event(self, event, timestamp, output):
+        self.highest = timestamp if self.highest is None else max(self.highest, timestamp)
+        output.emit_watermark(self.highest - 1)
+
+    def on_periodic_emit(self, output):
+        pass
+
+
+class Big(ProcessFunction):
+    def process_element(self, value, ctx):
+        if value[1] >= 5:
+            ctx.output(BIG, (value[0], value[1]))
+        yield value
+
+
+class CountUntilNext(KeyedProcessFunction):
+    """Counts a key's window results; a timer 1 s after each reports the count at that time."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", None))
+
+    def process_element(self, value, ctx):
+        self.count.update((self.count.value() or 0) + 1)
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 1000)
+
+    def on_timer(self, timestamp, ctx):
+        yield ("count", ctx.get_current_key(), timestamp, self.count.value())
+
+
+def main(windows_out, counts_out, totals_out, big_out, big_sums_out):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    strategy = WatermarkStrategy.for_generator(EveryRecord).with_timestamp_assigner(lambda e, _: e[2])
+    split = env.from_collection(events()).assign_timestamps_and_watermarks(strategy).process(Big()).name("big ones aside")
+    seconds = (split.key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(Time.seconds(1)))
+               .reduce(lambda a, b: (a[0], a[1] + b[1], max(a[2], b[2]))).name("per second"))
+    seconds.sink_to(CollectSink(windows_out))
+    seconds.key_by(lambda e: e[0]).process(CountUntilNext()).name("count until next").sink_to(CollectSink(counts_out))
+    seconds.map(lambda e: (e[0], e[1])).key_by(lambda t: t[0]).sum(1).name("running total").sink_to(CollectSink(totals_out))
+    big = split.get_side_output(BIG)
+    big.sink_to(FileSink.for_row_format(big_out, Encoder.simple_string_encoder()).build())
+    big.key_by(lambda t: t[0]).sum(1).name("big sums").sink_to(CollectSink(big_sums_out))
+    env.execute("every operator")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
+'''
+
+COMPOSITE_SINKS = ("windows", "counts", "totals", "big", "big-sums")
+
+
+def _collected(directory: Path) -> list:
+    """A CollectSink directory's records: Spark's batch files in batch order, or the engine's part files."""
+    from flinkpy.spark.sinks import read_collected
+
+    if any(p.name.startswith("spark-batch-") for p in directory.iterdir()):
+        return read_collected(str(directory))
+    out: list = []
+    for part in sorted(directory.glob("part-*")):
+        with open(part, "rb") as f:
+            while True:
+                try:
+                    out.extend(pickle.load(f))
+                except EOFError:
+                    break
+    return out
+
+
+def _composite_outputs(base: Path) -> dict[str, list]:
+    return {name: (_records(base / name) if name == "big" else _collected(base / name)) for name in COMPOSITE_SINKS}
+
+
+@pytest.mark.timeout(400)
+def test_one_query_with_timers_windows_side_outputs_fan_out_and_keyed_after_keyed_equals_the_engine(
+        spark_cluster: SparkCluster, tmp_path: Path) -> None:
+    """Every translated operator kind in one bounded query on the cluster (one application start);
+    each of its five sinks equals the engine's, and three are also computed here from the input."""
+    job = tmp_path / "every_operator.py"
+    job.write_text(COMPOSITE_JOB)
+    outs = {}
+    for runner in ("engine", "spark"):
+        for name in COMPOSITE_SINKS:
+            (tmp_path / runner / name).mkdir(parents=True)
+        outs[runner] = [str(tmp_path / runner / name) for name in COMPOSITE_SINKS]
+    started = time.monotonic()
+    # two micro-batches of input (the second one ends it), then one without data fires the last timers
+    spark = spark_cluster.cli("run", "--runner", "spark", "--spark-master", spark_cluster.master_url,
+                              "-D", "execution.spark.max-records-per-batch=160", str(job), *outs["spark"], timeout=330)
+    assert spark.returncode == 0, spark.stderr[-3000:]
+    on_cluster = time.monotonic() - started
+    engine = spark_cluster.cli("run", str(job), *outs["engine"], timeout=120)
+    assert engine.returncode == 0, engine.stderr[-3000:]
+    on_spark, on_engine = _composite_outputs(tmp_path / "spark"), _composite_outputs(tmp_path / "engine")
+    print(f"on the cluster in {on_cluster:.1f}s; records per sink: {({k: len(v) for k, v in on_spark.items()})}")
+
+    for name in COMPOSITE_SINKS:
+        assert len(on_engine[name]) > 5, f"{name}: the engine wrote too little to tell anything"
+        assert Counter(on_spark[name]) == Counter(on_engine[name]), name
+    # keyed outputs come per key in the engine's order
+    for name in ("totals", "big-sums"):
+        for key in "abc":
+            assert [r for r in on_spark[name] if r[0] == key] == [r for r in on_engine[name] if r[0] == key], (name, key)
+
+    # and independently of both runners
+    events = [("abc"[i % 3], i % 7, 40 * i + i % 3) for i in range(300)]
+    per_second: dict[tuple[str, int], tuple[int, int]] = {}
+    for k, v, ts in events:
+        total, latest = per_second.get((k, ts // 1000), (0, ts))
+        per_second[(k, ts // 1000)] = (total + v, max(latest, ts))
+    assert Counter(on_spark["windows"]) == Counter((k, v, ts) for (k, _), (v, ts) in per_second.items())
+    running: Counter = Counter()
+    totals: list = []
+    for (k, _), (v, _) in sorted(per_second.items(), key=lambda kv: kv[0][1]):
+        running[k] += v
+        totals.append((k, running[k]))
+    assert Counter(on_spark["totals"]) == Counter(totals)
+    big = [(k, v) for k, v, _ in events if v >= 5]
+    assert Counter(on_spark["big"]) == Counter(big)
+    big_running: Counter = Counter()
+    big_sums = []
+    for k, v in big:
+        big_running[k] += v
+        big_sums.append((k, big_running[k]))
+    assert Counter(on_spark["big-sums"]) == Counter(big_sums)
+    # a timer 1 s after a window result fires at the key's next window result and after it (the
+    # count includes that one), the last ones at the end of event time
+    seconds: dict[str, set[int]] = {}
+    for k, s in per_second:
+        seconds.setdefault(k, set()).add(s)
+    counts = [("count", k, 1000 * s + 1999, sum(1 for t in ss if t <= s + 1)) for k, ss in seconds.items() for s in ss]
+    assert Counter(on_spark["counts"]) == Counter(counts)

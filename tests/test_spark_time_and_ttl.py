@@ -6,10 +6,12 @@ processing time makes outputs differ run to run, the invariants that hold on bot
 
 - processing-time tumbling windows over a monitored directory count every record in exactly one
   window (the sum of the counts is the number of lines written; windows are aligned and distinct);
+  processing-time sessions (merging windows) hold one burst of a key each;
 - a processing-time timer fires once, not before its time, for a key that gets no more records
   (Spark wakes it with a micro-batch of no input);
 - on a bounded input, a step in processing-time mode still fires every event-time timer (checked
-  on every micro-batch) and the query ends by itself; processing-time timers fire at most once;
+  on every micro-batch) and the query ends by itself, also after another keyed step whose timers
+  feed it up to the end; processing-time timers fire at most once;
 - state TTL: value, list, map and reducing states with both update types and both visibilities
   give the same records on both runners as a reference model of Flink's TTL rules. The function
   waits, inside the job, until the wall clock passes the times its checks need (TTL counts
@@ -385,6 +387,55 @@ def test_a_bounded_input_in_processing_time_mode_fires_every_event_time_timer_an
         assert all(n == 1 for n in processing.values()) and set(processing) <= {k for k, _ in EVENTS}, runner
 
 
+class Relay(KeyedProcessFunction):
+    """Passes each record on 500 ms of event time later, from an event-time timer, keyed coarser."""
+
+    def process_element(self, value, ctx):
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 500)
+        return []
+
+    def on_timer(self, timestamp, ctx):
+        yield (ctx.get_current_key()[:1], timestamp)
+
+
+def relay_job(env, out: Path) -> None:
+    """A processing-time step after an event-time one: its event-time timers are set by records
+    that timers of the step before emitted, up to the end of input."""
+    (env.from_collection(EVENTS)
+     .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, _: e[1]))
+     .key_by(lambda e: e[0]).process(Relay()).name("relay")
+     .key_by(lambda e: e[0]).process(EventAndProcessingTimers()).name("both clocks after relay")
+     .add_sink(AppendTo(str(out))))
+
+
+def test_a_processing_time_step_after_a_keyed_step_fires_every_event_time_timer(bounded_runs):
+    relayed = {(k[:1], ts + 500) for k, ts in EVENTS}
+    expected_event = Counter({("event", k, ts + 1000) for k, ts in relayed})
+    explain = bounded_runs[("relay", "spark")][0].explain()
+    assert "'both clocks after relay' -> groupBy(key).transformWithStateInPandas (ProcessingTime;" in explain
+    assert "'relay' -> groupBy(key).transformWithStateInPandas (EventTime;" in explain
+    for runner in ("spark", "engine"):
+        records = bounded_runs[("relay", runner)][1]
+        assert Counter(r for r in records if r[0] == "event") == expected_event, runner
+        assert all(n == 1 for n in Counter(r[1] for r in records if r[0] == "processing").values()), runner
+
+
+class HiddenTimer(KeyedProcessFunction):
+    """Registers a processing-time timer through a name the translation cannot read."""
+
+    def process_element(self, value, ctx):
+        timers = ctx.timer_service()
+        prefix = "register_"
+        getattr(timers, prefix + "processing_time_timer")(timers.current_processing_time() + 50)
+        return []
+
+
+def test_a_processing_time_timer_out_of_sight_fails_the_query_saying_why(bounded_runs):
+    plan, failure = bounded_runs[("hidden-timer", "spark")]
+    assert "'hidden timer' -> groupBy(key).transformWithStateInPandas (EventTime;" in plan.explain()
+    assert "'hidden timer' registered a processing-time timer" in failure and "register_processing_time_timer" in failure
+
+
 # ----------------------------------------------------------------------------- state TTL
 
 TTL_MS = 2000
@@ -539,11 +590,11 @@ def test_state_ttl_expires_as_on_the_engine(bounded_runs):
 
 @pytest.fixture(scope="module")
 def bounded_runs(spark, engine, tmp_path_factory):
-    """The bounded jobs on both runners, all four running at the same time:
+    """The bounded jobs on both runners, all running at the same time:
     {(job, runner): (Spark plan or None, records)}."""
     base = tmp_path_factory.mktemp("bounded")
     started = {}
-    for job, build in (("both-clocks", both_clocks_job), ("ttl-steps", ttl_job)):
+    for job, build in (("both-clocks", both_clocks_job), ("relay", relay_job), ("ttl-steps", ttl_job)):
         for runner in ("spark", "engine"):
             env = new_env(1)
             build(env, base / f"{job}-{runner}.out")
@@ -551,9 +602,16 @@ def bounded_runs(spark, engine, tmp_path_factory):
                 started[(job, runner)] = start_on_spark(spark, env, base, job)
             else:
                 started[(job, runner)] = (None, env.execute_async(job))
+    env = new_env(1)
+    env.from_collection(EVENTS).key_by(lambda e: e[0]).process(HiddenTimer()).name("hidden timer").add_sink(AppendTo(str(base / "hidden")))
+    hidden = start_on_spark(spark, env, base, "hidden-timer")  # fails: Spark only
     for (job, runner), (_, handle) in started.items():
         if runner == "spark":
             finish_on_spark(handle)
         else:
             handle.get_job_execution_result(timeout_s=150)  # raises if the job failed
-    return {key: (plan, read_records(base / f"{key[0]}-{key[1]}.out")) for key, (plan, _) in started.items()}
+    runs = {key: (plan, read_records(base / f"{key[0]}-{key[1]}.out")) for key, (plan, _) in started.items()}
+    with pytest.raises(Exception) as failed:  # awaitTermination raises the query's failure
+        hidden[1].awaitTermination(150)
+    runs[("hidden-timer", "spark")] = (hidden[0], str(failed.value))
+    return runs

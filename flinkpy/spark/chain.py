@@ -252,8 +252,8 @@ def _bundles(selector: Callable, key_groups: int) -> Callable[..., Any]:
     group_keys = [struct.pack(">H", g) for g in range(key_groups)]
 
     def encode(values: list, ts: list, w: list, seq: _Seqs, kind: list, src: list) -> Any:
-        # the key selector and the key group's hash are the only Python calls per record; the
-        # grouping itself is a stable sort and slices in C (a group's records keep their order)
+        # the key selector is the only Python call per record; the grouping itself is a stable
+        # sort and slices in C (a group's records keep their order)
         cols: tuple[list, ...] = ([], [], [], [], [], [], [])
         n = len(kind)
         if kind.count(RECORD) == n:
@@ -265,7 +265,10 @@ def _bundles(selector: Callable, key_groups: int) -> Callable[..., Any]:
                     for col, x in zip(cols, (None, None, w[i], seq.at(i), k, src[i], MARKER_KEY)):
                         col.append(x)
         at = values.__getitem__
-        groups = list(map(assign, map(selector, map(at, rec))))
+        keys = list(map(selector, map(at, rec)))
+        # hash each distinct key once (keys are hashable: the reduce keeps them in a dict)
+        group_of = {k: assign(k) for k in set(keys)}
+        groups = list(map(group_of.__getitem__, keys))
         order = sorted(range(len(groups)), key=groups.__getitem__)
         for g, members in itertools.groupby(order, key=groups.__getitem__):
             idx = list(map(rec.__getitem__, members))

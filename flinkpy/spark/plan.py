@@ -220,8 +220,11 @@ class SparkPlan:
         from flinkpy.spark.sources import make_data_source
 
         spark.dataSource.register(make_data_source())
+        # transformWithStateInPandas needs RocksDB; a plan without it keeps Spark's default store,
+        # which commits a small state faster (Spark keeps a query's store in its checkpoint)
+        tws = any(s.kind == "keyed" and not s.payload.on_group_state for s in self.stages)
         spark.conf.set("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+                       "org.apache.spark.sql.execution.streaming.state." + ("RocksDBStateStoreProvider" if tws else "HDFSBackedStateStoreProvider"))
         sink: _Sinks = self.stages[-1].payload
         writers = {route: writer_for(node.fn, f"{query_name}/{node.uid or node.id}", node.name) for route, node in sink.by_route.items()}
         if sink.routed:
@@ -277,7 +280,7 @@ def _apply(spark: Any, step: Step, df: Any) -> Any:
             df = df.mapInArrow(chain_function(spec), records.KEYED_DDL if spec.key_selector is not None else records.DDL)
     elif step.kind == "keyed":
         level: _KeyedLevel = step.payload
-        if not level.routed and len(level.specs) == 1 and on_group_state(level.specs[0]):
+        if level.on_group_state:
             from flinkpy.spark.keyed import GROUP_STATE_DDL, group_state_reduce
 
             # a STREAMING reduce by key group: no Python process on the driver to plan it, no state round trips
@@ -323,6 +326,11 @@ class _KeyedLevel:
     routed: bool
     #: Spark's time mode of the step, one for all its operators (see :mod:`.time_mode`)
     time_mode: str = "EventTime"
+
+    @property
+    def on_group_state(self) -> bool:
+        """One STREAMING keyed reduce by key group: applyInPandasWithState (see keyed.py)."""
+        return not self.routed and len(self.specs) == 1 and on_group_state(self.specs[0])
 
 
 @dataclass

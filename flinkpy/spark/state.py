@@ -26,9 +26,11 @@ milliseconds), so update type, visibility and expiry per value, list element and
 the engine's. Expired values are removed when read, as on the engine. Spark's own state TTL
 serves as the background cleanup (the engine's incremental cleanup needs to walk every key,
 which Spark's per-key state does not offer); it counts from the micro-batch's start rather than
-from the write, so it is set :data:`TTL_CLEANUP_GRACE_MS` longer than the state's TTL and never
-removes a value the wrapper still returns. Spark allows it in ``ProcessingTime`` mode only: in
-``EventTime`` mode expired values are removed when read, and nothing else removes them.
+from the write, so it is set :data:`TTL_CLEANUP_GRACE_MS` longer than the state's TTL, and removes
+only values the wrapper no longer returns (unless a micro-batch ran longer than that). Spark
+allows it in ``ProcessingTime`` mode only, which the translation picks for functions that enable
+TTL; in a step whose TTL it did not see (``EventTime`` mode), expired values are removed when read
+and by nothing else.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ MAX_WATERMARK = 2**63 - 1
 TTL_CLEANUP_GRACE_MS = 10 * 60 * 1000
 
 log = logging.getLogger(__name__)
+#: (operator, state) pairs warned about in this process (a processor is set up again every batch)
+_WARNED: set[tuple[str, str]] = set()
 
 
 def wall_clock_ms() -> int:
@@ -291,6 +295,9 @@ class SparkKeyedBackend:
             return None
         if self._processing_time and self._initialising:
             return policy.ttl_ms + TTL_CLEANUP_GRACE_MS
+        if (self._name, name) in _WARNED:
+            return None
+        _WARNED.add((self._name, name))
         why = "it is declared after open()" if self._processing_time else "the step runs in Spark's EventTime mode"
         log.warning("operator %r: state %r has a time-to-live; on Spark its expired values are removed only when "
                     "read (%s, where Spark's state TTL is not available)", self._name, name, why)
