@@ -364,7 +364,7 @@ def _composite_outputs(base: Path) -> dict[str, list]:
 def test_one_query_with_timers_windows_side_outputs_fan_out_and_keyed_after_keyed_equals_the_engine(
         spark_cluster: SparkCluster, tmp_path: Path) -> None:
     """Every translated operator kind in one bounded query on the cluster (one application start);
-    each of its five sinks equals the engine's, and three are also computed here from the input."""
+    each of its five sinks equals the engine's and what is computed here from the input."""
     job = tmp_path / "every_operator.py"
     job.write_text(COMPOSITE_JOB)
     outs = {}
@@ -372,6 +372,15 @@ def test_one_query_with_timers_windows_side_outputs_fan_out_and_keyed_after_keye
         for name in COMPOSITE_SINKS:
             (tmp_path / runner / name).mkdir(parents=True)
         outs[runner] = [str(tmp_path / runner / name) for name in COMPOSITE_SINKS]
+    # the job is what it claims: two keyed depths of two operators each, five sinks in one
+    # foreachBatch, a side output read by two operators
+    info = spark_cluster.cli("info", "--json", "--runner", "spark", str(job), *outs["spark"])
+    assert info.returncode == 0, info.stderr[-3000:]
+    plan = json.loads(info.stdout)["plan"]
+    assert [[op["kind"] for op in s["operators"]] for s in plan["stages"] if s["kind"] == "keyed"] == \
+        [["window", "keyed_reduce"], ["keyed_process", "keyed_reduce"]]
+    assert plan["stages"][-1]["kind"] == "sink" and len(plan["stages"][-1]["operators"]) == 5
+    assert [r["side_output"] for r in plan["routes"]].count("big") == 2
     started = time.monotonic()
     # two micro-batches of input (the second one ends it), then one without data fires the last timers
     spark = spark_cluster.cli("run", "--runner", "spark", "--spark-master", spark_cluster.master_url,
