@@ -6,7 +6,8 @@ Workloads (as in ../shared/PEERS.md):
   words, seed 42): lines -> flat_map split -> map (word, 1) -> key_by word -> reduce -> sink.
 - W2: even/odd running sums over 1..5,000,000: numbers -> key_by parity -> reduce -> sink.
 
-``--only spark`` runs W1 and W2 on the Spark runner instead (see flinkpy.benchmark_spark).
+``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
+(see flinkpy.benchmark_spark).
 
 Each runs on flinkpy at parallelism 1 and 2 on one embedded cluster (real JobManager,
 TaskManager and task processes), and, in the same run, as a plain single-process Python loop
@@ -493,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     ap.add_argument("--only", choices=["w1", "w2", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"],
-                    help="run one part only (spark: W1 and W2 on the Spark runner against flinkpy at p=2; only run when asked)")
+                    help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; only run when asked)")
     ap.add_argument("--keys", type=lambda v: [int(float(k)) for k in v.split(",")], metavar="N[,N...]",
                     help="with --only backends: the state sizes of the large-state step (default 1e5,1e6,1e7; quick 1e4,1e5,1e6)")
     args = ap.parse_args(argv)
