@@ -166,6 +166,9 @@ class SparkPlan:
         self.runtime_mode = runtime_mode
         self.sink_driver: Any = None
         self._monitor: threading.Thread | None = None
+        for branch in branches:
+            if _fusable(branch):
+                branch[1].notes.append("runs inside the source's reader: one Python worker reads and chains")
 
     @property
     def processing_time(self) -> bool:
@@ -252,7 +255,13 @@ class SparkPlan:
         frames = []
         for branch in self.branches:
             df = None
-            for step in branch:
+            steps = list(branch)
+            if _fusable(steps):  # the source's reader runs its chain level itself
+                source, chain = steps[:2]
+                function, ddl = _chain_function(chain.payload)
+                df = _with_watermark(source.payload(spark, transform=function, ddl=ddl), source.watermark or chain.watermark)
+                steps = steps[2:]
+            for step in steps:
                 df = _apply(spark, step, df)
             frames.append(df)
         df = frames[0]
@@ -270,14 +279,7 @@ def _apply(spark: Any, step: Step, df: Any) -> Any:
     if step.kind == "source":
         df = step.payload(spark)
     elif step.kind == "chain":
-        from flinkpy.spark.chain import chain_function
-        from flinkpy.spark.levels import routed_chain_function
-
-        spec = step.payload
-        if isinstance(spec, LevelSpec):
-            df = df.mapInArrow(routed_chain_function(spec), records.KEYED_DDL if spec.keyed else records.DDL)
-        else:
-            df = df.mapInArrow(chain_function(spec), records.KEYED_DDL if spec.key_selector is not None else records.DDL)
+        df = df.mapInArrow(*_chain_function(step.payload))
     elif step.kind == "keyed":
         level: _KeyedLevel = step.payload
         if level.on_group_state:
@@ -292,13 +294,37 @@ def _apply(spark: Any, step: Step, df: Any) -> Any:
                                                               level.time_mode)
     else:
         raise AssertionError(step.kind)
-    if step.watermark:
-        from pyspark.sql import functions as F
+    return _with_watermark(df, step.watermark)
 
-        # w is at most END_W for every row that reaches here (timer outputs are not stamped before depth 1)
-        shifted = F.timestamp_millis(F.greatest(F.col("w"), F.lit(0)) + F.lit(records.SHIFT_MS))
-        df = df.withColumn("_flinkpy_wm", shifted).withWatermark("_flinkpy_wm", f"{records.SHIFT_MS // 1000} seconds").drop("_flinkpy_wm")
-    return df
+
+def _with_watermark(df: Any, watermark: bool) -> Any:
+    """``df`` with Spark's watermark defined from its ``w`` column, when ``watermark``."""
+    if not watermark:
+        return df
+    from pyspark.sql import functions as F
+
+    from flinkpy.spark import records
+
+    # w is at most END_W for every row that reaches here (timer outputs are not stamped before depth 1)
+    shifted = F.timestamp_millis(F.greatest(F.col("w"), F.lit(0)) + F.lit(records.SHIFT_MS))
+    return df.withColumn("_flinkpy_wm", shifted).withWatermark("_flinkpy_wm", f"{records.SHIFT_MS // 1000} seconds").drop("_flinkpy_wm")
+
+
+def _chain_function(spec: Any) -> tuple[Any, str]:
+    """The mapInArrow function of a chain level and its output schema."""
+    from flinkpy.spark import records
+    from flinkpy.spark.chain import chain_function
+    from flinkpy.spark.levels import routed_chain_function
+
+    if isinstance(spec, LevelSpec):
+        return routed_chain_function(spec), records.KEYED_DDL if spec.keyed else records.DDL
+    return chain_function(spec), records.KEYED_DDL if spec.key_selector is not None else records.DDL
+
+
+def _fusable(branch: list[Step]) -> bool:
+    """Whether a branch starts with a flinkpy source followed by its chain level, which then runs
+    inside the source's reader (Spark's socket source has no reader of ours)."""
+    return len(branch) >= 2 and branch[0].kind == "source" and branch[1].kind == "chain" and branch[0].payload.fusable
 
 
 def _stop_when_done(query: Any, driver: Any) -> None:
@@ -359,15 +385,21 @@ class _SourceStep:
         #: OutputTag id -> routes of the source's side output readers
         self.side_routes: dict[str, list[int]] = {}
 
-    def __call__(self, spark: Any) -> Any:
+    @property
+    def fusable(self) -> bool:
+        """Whether the chain after it can run in its reader (a flinkpy source, not Spark's socket source)."""
         from flinkpy.connectors.socket_source import SocketTextSource
+
+        return not isinstance(self.node.fn, SocketTextSource)
+
+    def __call__(self, spark: Any, *, transform: Any = None, ddl: str | None = None) -> Any:
         from flinkpy.spark.sources import read_stream, socket_stream
 
         src = self.node.fn
-        if isinstance(src, SocketTextSource):
+        if not self.fusable:
             return socket_stream(spark, src.hostname, src.port, self.index)
         return read_stream(spark, src, index=self.index, parallelism=self.parallelism, max_records=self.max_records, bundled=self.bundled,
-                           side_routes=self.side_routes)
+                           side_routes=self.side_routes, transform=transform, ddl=ddl)
 
 
 def _position(node: StreamNode, depth: int) -> int:

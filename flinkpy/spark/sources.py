@@ -27,7 +27,7 @@ import base64
 import pickle
 from typing import Any, Iterator
 
-from flinkpy.spark.records import BUNDLE, END, END_W, FINAL, MIN_W, RECORD, child_seq, seq_of, to_batch
+from flinkpy.spark.records import BUNDLE, DDL, END, END_W, FINAL, MIN_W, RECORD, child_seq, seq_of, to_batch
 
 FORMAT = "flinkpy"
 #: records polled (and sent on, as rows or one bundle) at a time by a reading task
@@ -85,6 +85,9 @@ def make_data_source() -> Any:
             self.bundled = bool(spec.get("bundled", False))
             #: OutputTag id -> routes of the readers of the source's side output (see plan.py)
             self.side_routes: dict = spec.get("side_routes") or {}
+            #: the chain level after the source, run on the reader's batches in the same Python
+            #: worker (see :func:`read_stream`), or None
+            self.transform = spec.get("transform")
             self.max_records = int(options.get("max_records", "0") or 0)
 
         def initialOffset(self) -> dict:
@@ -134,6 +137,11 @@ def make_data_source() -> Any:
             return parts
 
         def read(self, partition: Any) -> Iterator[Any]:
+            if self.transform is None:
+                return self._read(partition)
+            return self.transform(self._read(partition))
+
+        def _read(self, partition: Any) -> Iterator[Any]:
             what = partition.value
             if what[0] == "marker":
                 kind = what[1]
@@ -192,7 +200,7 @@ def make_data_source() -> Any:
             return FORMAT
 
         def schema(self) -> str:
-            return DDL
+            return self.options.get("ddl") or DDL
 
         def streamReader(self, schema: Any) -> Any:
             return FlinkpySourceReader(self.options)
@@ -201,12 +209,21 @@ def make_data_source() -> Any:
 
 
 def read_stream(spark: Any, source: Any, *, index: int, parallelism: int, max_records: int, bundled: bool = False,
-                side_routes: dict | None = None) -> Any:
+                side_routes: dict | None = None, transform: Any = None, ddl: str | None = None) -> Any:
     """A streaming DataFrame of ``source``'s records (register the data source first); ``bundled``:
     in bundle rows, for a chain to open; ``side_routes``: OutputTag id -> routes that read the
-    source's side output (its records leave as rows on those routes)."""
-    payload = encode({"source": source, "parallelism": parallelism, "index": index, "bundled": bundled, "side_routes": side_routes or {}})
-    reader = spark.readStream.format(FORMAT).option("payload", payload)
+    source's side output (its records leave as rows on those routes).
+
+    ``transform`` (a mapInArrow function, with its output schema ``ddl``) is applied to the
+    reader's Arrow batches inside the reading Python worker: the chain after a source then costs
+    no second Python worker, Arrow round trip through the JVM or unpickling of the source's rows.
+    """
+    payload = encode({"source": source, "parallelism": parallelism, "index": index, "bundled": bundled, "side_routes": side_routes or {},
+                      "transform": transform})
+    # the schema given here spares Spark a Python worker on the driver to ask the data source for it
+    reader = spark.readStream.format(FORMAT).schema(ddl or DDL).option("payload", payload)
+    if ddl:
+        reader = reader.option("ddl", ddl)
     if max_records > 0:
         reader = reader.option("max_records", str(max_records))
     return reader.load()
