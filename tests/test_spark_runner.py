@@ -132,6 +132,24 @@ def test_restart_from_the_checkpoint_location_continues_exactly(spark, tmp_path)
     assert Counter(records) == Counter([("even", s) for s in evens] + [("odd", s) for s in odds])
 
 
+def test_a_query_started_again_after_its_final_batch_ends_at_once(spark, tmp_path):
+    """The final rows reach the sink once: an attempt that starts after they were committed (a
+    restart in the moment between the last commit and the stop, a savepoint taken at the end)
+    knows from the checkpoint that the input ended, and ends without writing anything."""
+    out, chk = tmp_path / "out", str(tmp_path / "chk")
+    first = captured_plan("even_odd_sum.py", ["--count", "60"], out, {})
+    query = first.start(spark, checkpoint_location=chk, trigger_interval_ms=None, query_name="ended_1")
+    query.awaitTermination(300)
+    assert not query.isActive and query.exception() is None
+    written = sorted(read_collected(str(out)))
+    assert len(written) == 60
+    again = captured_plan("even_odd_sum.py", ["--count", "60"], out, {})
+    query = again.start(spark, checkpoint_location=chk, trigger_interval_ms=None, query_name="ended_2")
+    assert query.awaitTermination(120), "the query of an input that had ended did not end"
+    assert query.exception() is None and again.sink_driver.finished_before
+    assert sorted(read_collected(str(out))) == written
+
+
 # -- refusals: before anything starts (no Spark needed) --------------------------------------------
 
 

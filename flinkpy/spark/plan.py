@@ -236,7 +236,7 @@ class SparkPlan:
         else:
             writer = next(iter(writers.values()))
         sources = set(range(self.source_count)) if self.bounded else set()
-        self.sink_driver = SinkDriver(writer, sources)
+        self.sink_driver = SinkDriver(writer, sources, checkpoint_location)
         df = self._dataframe(spark)
         stream = df.writeStream.foreachBatch(self.sink_driver).option("checkpointLocation", checkpoint_location).queryName(query_name)
         if not trigger_interval_ms and self.processing_time:
@@ -337,7 +337,7 @@ def _stop_when_done(query: Any, driver: Any) -> None:
     target = driver.final_batch
     while query.isActive:
         progress = query.lastProgress
-        if progress is not None and int(progress.get("batchId", -1)) >= target:
+        if driver.finished_before or (progress is not None and int(progress.get("batchId", -1)) >= target):
             query.stop()
             return
         threading.Event().wait(0.1)

@@ -286,14 +286,22 @@ class SinkRouter(BatchWriter):
 class SinkDriver:
     """The foreachBatch function: orders a batch, writes its records, watches for the end."""
 
-    def __init__(self, writer: BatchWriter, sources: set[int]) -> None:
+    def __init__(self, writer: BatchWriter, sources: set[int], checkpoint_location: str | None = None) -> None:
         self.writer = writer
         self.sources = set(sources)
         self.finals: set[int] = set()
         self.finished = threading.Event()
         self.final_batch: int | None = None
+        #: the final batch was committed by an earlier attempt: nothing is left to run
+        self.finished_before = False
         self.records_written = 0
         self.begun = False
+        self._ends = _EndLog(checkpoint_location) if checkpoint_location and self.sources else None
+        if self._ends is not None:
+            self.finals, last = self._ends.recover()
+            if self.finals >= self.sources and last is not None:
+                self.final_batch, self.finished_before = last, True
+                self.finished.set()
 
     def __call__(self, df: Any, batch_id: int) -> None:
         if not self.begun:
@@ -318,12 +326,58 @@ class SinkDriver:
                     records.extend(unbundle(v)[0])
             self.writer.write(records, batch_id)
             self.records_written += len(records)
-        for s, k in zip(srcs, kinds):
-            if k == FINAL:
-                self.finals.add(s)
+        ended = {s for s, k in zip(srcs, kinds) if k == FINAL}
+        if ended and self._ends is not None:
+            self._ends.record(batch_id, ended)  # before Spark commits the batch
+        self.finals |= ended
         if self.sources and self.finals >= self.sources and not self.finished.is_set():
             self.final_batch = batch_id
             self.finished.set()
+
+
+class _EndLog:
+    """Which sources' final rows the sink has seen, per batch id, kept beside the query's checkpoint.
+
+    The final rows of a bounded input reach the sink once: a query attempt that starts after the
+    batch holding them (or one source's of several) was committed would otherwise wait for them
+    forever. Each batch that carries final rows writes ``flinkpy-ends/<batch id>`` before it is
+    committed; a new attempt counts the files of committed batches (a later one is replayed and
+    written again) and knows the input ended when every source's final row was among them.
+    """
+
+    def __init__(self, checkpoint_location: str) -> None:
+        import fsspec
+
+        self.fs, root = fsspec.core.url_to_fs(checkpoint_location)
+        self.root = root.rstrip("/")
+        self.dir = f"{self.root}/flinkpy-ends"
+
+    def record(self, batch_id: int, sources: set[int]) -> None:
+        self.fs.makedirs(self.dir, exist_ok=True)
+        _atomic_write(self.fs, f"{self.dir}/{batch_id}", ",".join(str(s) for s in sorted(sources)).encode())
+
+    def recover(self) -> tuple[set[int], int | None]:
+        """(sources whose final rows were committed, the last batch holding one)."""
+        committed = self._last_committed()
+        finals: set[int] = set()
+        last = None
+        if committed is None or not self.fs.exists(self.dir):
+            return finals, None
+        for path in self.fs.ls(self.dir, detail=False):
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            if not name.isdigit() or int(name) > committed:
+                continue
+            finals |= {int(x) for x in self.fs.cat_file(path).decode().split(",") if x}
+            last = max(last or 0, int(name))
+        return finals, last
+
+    def _last_committed(self) -> int | None:
+        try:
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(f"{self.root}/commits", detail=False)]
+        except FileNotFoundError:
+            return None
+        ids = [int(n) for n in names if n.isdigit()]
+        return max(ids) if ids else None
 
 
 def check_sink(sink: Any, operator: str) -> None:
