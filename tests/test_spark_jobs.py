@@ -16,6 +16,7 @@ import ast
 import json
 import os
 import random
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -359,6 +360,15 @@ def test_savepoint_cancel_and_restore_with_exact_results_and_rescale_refused(spa
     assert rescale.returncode == 7, rescale.stderr
     assert "3" in rescale.stderr and "spark.sql.shuffle.partitions" in rescale.stderr and "-p 1" in rescale.stderr
     assert "Traceback" not in rescale.stderr
+    # a savepoint whose keyed reduce kept its keys in other key groups (an older runner's 128)
+    assert metadata["spark"]["key_groups"] == 32
+    older = spark_env / "older-savepoint"
+    shutil.copytree(location, older)
+    doc = json.loads((older / "_metadata").read_text())
+    doc["spark"].pop("key_groups")
+    (older / "_metadata").write_text(json.dumps(doc))
+    refused = run_cli("run", "--runner", "spark", "-s", str(older), *restore, timeout=120)
+    assert refused.returncode == 7 and "128 key groups" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
 
     restored = run_cli("run", "--runner", "spark", "-s", location, "--json", *restore, timeout=200)
     assert restored.returncode == 0, restored.stderr[-3000:]

@@ -345,7 +345,7 @@ class SparkDriver:
                 {k: v for k, v in self.config.items() if k.startswith("restart-strategy.")}, checkpointing_enabled=bool(interval))
         if self.spec.get("savepoint_path"):
             directory, doc = snapshots.read_savepoint(self.spec["savepoint_path"])
-            snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory)
+            snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory, key_groups=plan.key_groups)
             snapshots.restore_savepoint(directory, doc, self.location)
             self.restored = {"id": doc["checkpoint_id"], "is_savepoint": True, "external_path": directory,
                              "restore_timestamp": now_ms()}
@@ -479,7 +479,7 @@ class SparkDriver:
             failure = None
         try:
             doc = snapshots.savepoint_metadata(self.location, job_id=self.job_id, job_name=self.name, trigger_ms=trigger,
-                                               parallelism=self.parallelism, master=self.master)
+                                               parallelism=self.parallelism, master=self.master, key_groups=self.plan.key_groups)
             location = snapshots.write_savepoint(self.location, target, doc, job_id=self.job_id)
         except Exception as e:  # noqa: BLE001
             self._finish_savepoint(tid, None, f"{type(e).__name__}: {e}")

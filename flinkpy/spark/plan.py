@@ -171,6 +171,12 @@ class SparkPlan:
                 branch[1].notes.append("runs inside the source's reader: one Python worker reads and chains")
 
     @property
+    def key_groups(self) -> int | None:
+        """The key groups a keyed reduce by key group keeps its state in (None: the plan has none)."""
+        levels = [s.payload for s in self.stages if s.kind == "keyed"]
+        return KEY_GROUPS if any(by_key_group(spec) for level in levels for spec in level.specs) else None
+
+    @property
     def processing_time(self) -> bool:
         """Whether a keyed step runs in Spark's ProcessingTime mode (see :mod:`.time_mode`)."""
         return any(s.kind == "keyed" and s.payload.time_mode == "ProcessingTime" for s in self.stages)

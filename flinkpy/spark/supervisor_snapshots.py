@@ -166,8 +166,10 @@ def _files(location: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda h: h["path"])
 
 
-def savepoint_metadata(location: str, *, job_id: str, job_name: str, trigger_ms: int, parallelism: int, master: str) -> dict[str, Any]:
-    """The `_metadata` of a Spark savepoint of the (stopped) query at ``location``."""
+def savepoint_metadata(location: str, *, job_id: str, job_name: str, trigger_ms: int, parallelism: int, master: str,
+                       key_groups: int | None = None) -> dict[str, Any]:
+    """The `_metadata` of a Spark savepoint of the (stopped) query at ``location``; ``key_groups``:
+    how many key groups the plan's keyed reduce keeps its state in (None: no such reduce)."""
     from flinkpy.checkpoint.metadata import new_metadata, new_operator, new_subtask
 
     batches = committed_batches(location)
@@ -191,6 +193,7 @@ def savepoint_metadata(location: str, *, job_id: str, job_name: str, trigger_ms:
         "source_offsets": offsets["sources"],
         "batch_watermark_ms": offsets["metadata"].get("batchWatermarkMs"),
         "shuffle_partitions": partitions,
+        "key_groups": key_groups,
         "parallelism": parallelism,
         "master": master,
         "files": _files(location),
@@ -227,9 +230,22 @@ def read_savepoint(path: str) -> tuple[str, dict[str, Any]]:
     return directory, doc
 
 
-def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str) -> None:
-    """Refuse a restore that would change the state partitioning (Spark cannot redistribute it)."""
+#: the key groups of a Spark keyed reduce before savepoints recorded them
+LEGACY_KEY_GROUPS = 128
+
+
+def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str, key_groups: int | None = None) -> None:
+    """Refuse a restore that would change the state partitioning (Spark cannot redistribute it),
+    or that would look up a keyed reduce's keys in other key groups than they were saved in (its
+    state would be silently lost)."""
     spark = doc["spark"]
+    saved = spark.get("key_groups", LEGACY_KEY_GROUPS)
+    if key_groups and saved and saved != key_groups:
+        raise InvalidProgramError(
+            f"the Spark savepoint {where} keeps its keyed reduce's state in {saved} key groups, but this version "
+            f"of flinkpy's Spark runner groups keys into {key_groups}: the saved running values would not be found",
+            remedy="restore it with the flinkpy version that took it, or start the job afresh without -s",
+        )
     had = int(spark["shuffle_partitions"])
     if had != shuffle_partitions:
         raise InvalidProgramError(
