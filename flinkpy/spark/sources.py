@@ -86,8 +86,9 @@ def make_data_source() -> Any:
             #: OutputTag id -> routes of the readers of the source's side output (see plan.py)
             self.side_routes: dict = spec.get("side_routes") or {}
             #: the chain level after the source, run on the reader's batches in the same Python
-            #: worker (see :func:`read_stream`), or None
-            self.transform = spec.get("transform")
+            #: worker (see :func:`read_stream`): decoded where a partition is read, because it
+            #: may need the job's shipped modules, which the planning process on the driver lacks
+            self.transform_payload: str | None = options.get("transform")
             self.max_records = int(options.get("max_records", "0") or 0)
 
         def initialOffset(self) -> dict:
@@ -137,9 +138,9 @@ def make_data_source() -> Any:
             return parts
 
         def read(self, partition: Any) -> Iterator[Any]:
-            if self.transform is None:
+            if not self.transform_payload:
                 return self._read(partition)
-            return self.transform(self._read(partition))
+            return decode(self.transform_payload)(self._read(partition))
 
         def _read(self, partition: Any) -> Iterator[Any]:
             what = partition.value
@@ -218,10 +219,11 @@ def read_stream(spark: Any, source: Any, *, index: int, parallelism: int, max_re
     reader's Arrow batches inside the reading Python worker: the chain after a source then costs
     no second Python worker, Arrow round trip through the JVM or unpickling of the source's rows.
     """
-    payload = encode({"source": source, "parallelism": parallelism, "index": index, "bundled": bundled, "side_routes": side_routes or {},
-                      "transform": transform})
+    payload = encode({"source": source, "parallelism": parallelism, "index": index, "bundled": bundled, "side_routes": side_routes or {}})
     # the schema given here spares Spark a Python worker on the driver to ask the data source for it
     reader = spark.readStream.format(FORMAT).schema(ddl or DDL).option("payload", payload)
+    if transform is not None:
+        reader = reader.option("transform", encode(transform))
     if ddl:
         reader = reader.option("ddl", ddl)
     if max_records > 0:
