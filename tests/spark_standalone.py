@@ -26,6 +26,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import tree_of
+
 ROOT = Path(__file__).resolve().parent.parent
 FLINKPY = str(Path(sys.executable).with_name("flinkpy"))
 
@@ -61,17 +63,6 @@ def cluster_processes(home: Path) -> list[psutil.Process]:
     return found
 
 
-def _tree(pids: list[int]) -> list[psutil.Process]:
-    out = []
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            out += [root, *root.children(recursive=True)]
-        except psutil.Error:
-            pass
-    return out
-
-
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("pyspark", reason="PySpark is not installed")
@@ -89,12 +80,12 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory):
     finally:
         # drivers still running (a failed test) end first: they would hold executors
         for rec in (home / "spark-jobs").glob("*[0-9a-f].json"):
-            for p in _tree([int(json.loads(rec.read_text())["pid"])]):
+            for p in tree_of([int(json.loads(rec.read_text())["pid"])]):
                 try:
                     p.kill()
                 except psutil.Error:
                     pass
-        tree = _tree(cluster.pids) + cluster_processes(home)
+        tree = tree_of(cluster.pids) + cluster_processes(home)
         stop = cluster.cli("spark", "stop", "--json", timeout=60)
         assert stop.returncode == 0, stop.stderr
         assert {p["role"] for p in json.loads(stop.stdout)["stopped"]} == {"master", "worker"}
