@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from conftest import EXAMPLES, ROOT, wait_for
-from flinkpy.spark.driver import _owner, python_workers
+from flinkpy.spark.faults import owner, python_workers
 from spark_standalone import SparkCluster
 
 pytest.importorskip("pyspark", reason="PySpark is not installed")
@@ -225,7 +225,7 @@ def test_the_verification_job_is_exact_after_an_executor_is_killed_mid_run(spark
     wait_for(lambda: committed() >= 1, timeout=180, interval=0.2, message="a first committed micro-batch")
     # kill-task's candidates on a cluster: the Python workers under the application's executors
     record = json.loads((spark_cluster.home / "spark-jobs" / f"{jid}.json").read_text())
-    under = wait_for(lambda: {_owner(pid) for pid in python_workers(int(record["pid"]), record["application_id"])} - {"driver"},
+    under = wait_for(lambda: {owner(pid) for pid in python_workers(int(record["pid"]), record["application_id"])} - {"driver"},
                      timeout=30, message="Python workers under the executors")
     assert under <= {"executor 0", "executor 1"}, under
     seed = random.randrange(2**31)

@@ -132,6 +132,48 @@ def test_restart_from_the_checkpoint_location_continues_exactly(spark, tmp_path)
     assert Counter(records) == Counter([("even", s) for s in evens] + [("odd", s) for s in odds])
 
 
+def _source_offsets(chk: str) -> list:
+    from flinkpy.spark.supervisor_snapshots import offset_batches, read_offsets
+
+    return read_offsets(chk, offset_batches(chk)[-1])["sources"]
+
+
+def test_a_bounded_input_is_read_whole_and_a_restart_keeps_the_road_it_started_on(spark, tmp_path):
+    """Without a batch limit a bounded input is planned on the driver and read in one micro-batch
+    without a Python data source (Spark's offsets are its rate-micro-batch ticks). A query that
+    began on the data source (a batch limit) and is started again without the limit continues on
+    the data source from its offsets: every running sum once, none missing."""
+    from flinkpy.spark.sources import is_data_source_offset
+
+    n = 800
+    whole_out, whole_chk = tmp_path / "whole", str(tmp_path / "whole-chk")
+    plan = captured_plan("even_odd_sum.py", ["--count", str(n)], whole_out, {})
+    assert "read whole in one micro-batch" in plan.explain()
+    query = plan.start(spark, checkpoint_location=whole_chk, trigger_interval_ms=None, query_name="whole_sums")
+    query.awaitTermination(300)
+    assert not query.isActive and query.exception() is None
+    (offset,) = _source_offsets(whole_chk)
+    assert offset is not None and not is_data_source_offset(offset), offset
+    expected = Counter([("even", sum(range(2, k + 1, 2))) for k in range(2, n + 1, 2)]
+                       + [("odd", sum(range(1, k + 1, 2))) for k in range(1, n + 1, 2)])
+    assert Counter(read_collected(str(whole_out))) == expected
+
+    out, chk = tmp_path / "out", str(tmp_path / "chk")
+    first = captured_plan("even_odd_sum.py", ["--count", str(n)], out, {MAX_RECORDS_KEY: "100"})
+    query = first.start(spark, checkpoint_location=chk, trigger_interval_ms=200, query_name="road_1")
+    wait_for(lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 1, timeout=300,
+             message="two committed micro-batches", describe=lambda: query.exception())
+    query.stop()
+    assert 0 < len(read_collected(str(out))) < n, "the query should have been stopped in the middle of its input"
+    assert is_data_source_offset(_source_offsets(chk)[0])
+    second = captured_plan("even_odd_sum.py", ["--count", str(n)], out, {})
+    query = second.start(spark, checkpoint_location=chk, trigger_interval_ms=None, query_name="road_2")
+    query.awaitTermination(300)
+    assert not query.isActive and query.exception() is None
+    assert is_data_source_offset(_source_offsets(chk)[0])
+    assert Counter(read_collected(str(out))) == expected
+
+
 def test_a_query_started_again_after_its_final_batch_ends_at_once(spark, tmp_path):
     """The final rows reach the sink once: an attempt that starts after they were committed (a
     restart in the moment between the last commit and the stop, a savepoint taken at the end)

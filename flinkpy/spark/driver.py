@@ -254,11 +254,10 @@ class SparkDriver:
             return list(settle(self.faults, self.supervisor.state, self.supervisor.restarts))
 
     def fault(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
-        """kill-task: SIGKILL (or TERM) one busy Spark Python worker of this job (under the
-        driver's JVM, or under an executor of its application on this machine); kill-executor:
-        SIGKILL one executor JVM of its application."""
-        from flinkpy import faults as f
+        """kill-task: SIGKILL (or TERM) one busy Spark Python worker of this job; kill-executor:
+        SIGKILL one executor JVM of its application (see :mod:`flinkpy.spark.faults`)."""
         from flinkpy.errors import ConfigurationError
+        from flinkpy.spark import faults
 
         if kind not in ("kill-task", "kill-executor"):
             raise ConfigurationError(f"{kind!r} is not a fault a Spark job supports",
@@ -267,59 +266,18 @@ class SparkDriver:
             if self.supervisor.state != "RUNNING":
                 raise ConflictError(f"job {self.job_id} is {self.supervisor.state}, not RUNNING", remedy="wait for it to run")
         if kind == "kill-executor":
-            return self._kill_executor(params)
-        workers = busy(python_workers(self.pid, self.application_id))
-        if not workers:
-            raise ConflictError(f"no Spark Python worker of job {self.job_id} is running Python code right now",
-                                remedy="retry while a micro-batch runs (an idle worker's death fails nothing)")
-        pid = workers[0] if params.get("pick") is None else f.choose(workers, float(params["pick"]))
-        sig = signal.SIGTERM if str(params.get("signal", "KILL")).upper() == "TERM" else signal.SIGKILL
-        target: dict[str, Any] = {"what": "Spark Python worker", "pid": pid, "under": _owner(pid)}
-        with self.lock:
-            entry = f.journal_entry(now_ms(), kind, target, self.supervisor.state,
-                                    self.supervisor.restarts, signal=params.get("signal", "KILL"))
-            self.faults.append(entry)
-            self.supervisor.note(now_ms(), "fault", fault=kind, pid=pid)
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-        log.warning("fault kill-task: sent %s to Spark Python worker pid %d of job %s", sig.name, pid, self.job_id)
-        return entry
+            return faults.kill_executor(self, params)
+        return faults.kill_task(self, params)
 
-    def _kill_executor(self, params: dict[str, Any]) -> dict[str, Any]:
+    def journal(self, kind: str, target: dict[str, Any], **note: Any) -> dict[str, Any]:
+        """Record a fault about to be carried out: in the job's fault journal and its history."""
         from flinkpy import faults as f
-        from flinkpy.spark.standalone import executor_id, executors
 
-        if self.application_id is None or self.master.startswith("local"):
-            raise ConflictError(f"job {self.job_id} runs on {self.master}, which has no separate executor processes",
-                                remedy="kill-executor needs a cluster master (flinkpy spark start; --spark-master spark://...); use kill-task")
-        found = {executor_id(p): p for p in executors(self.application_id)}
-        found.pop(None, None)
-        wanted = params.get("executor")
-        if wanted is not None:
-            if str(wanted) not in found:
-                raise NotFoundError(f"no executor {wanted} of job {self.job_id} (Spark application {self.application_id}) runs on this machine",
-                                    remedy=f"executors here: {', '.join(sorted(found)) or 'none'}")
-            chosen = str(wanted)
-        elif not found:
-            raise ConflictError(f"no executor of job {self.job_id} (Spark application {self.application_id}) runs on this machine",
-                                remedy="retry once the application has executors (a lost one is relaunched by its worker)")
-        else:
-            chosen = sorted(found)[0] if params.get("pick") is None else f.choose(list(found), float(params["pick"]))
-        proc = found[chosen]
         with self.lock:
-            entry = f.journal_entry(now_ms(), "kill-executor", {"what": "Spark executor", "executor-id": chosen, "pid": proc.pid,
-                                                                "application-id": self.application_id},
-                                    self.supervisor.state, self.supervisor.restarts, signal="KILL")
+            entry = f.journal_entry(now_ms(), kind, target, self.supervisor.state, self.supervisor.restarts,
+                                    signal=note.pop("signal", "KILL"))
             self.faults.append(entry)
-            self.supervisor.note(now_ms(), "fault", fault="kill-executor", pid=proc.pid, executor=chosen)
-        try:
-            os.kill(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        log.warning("fault kill-executor: SIGKILL to executor %s (pid %d) of job %s, application %s",
-                    chosen, proc.pid, self.job_id, self.application_id)
+            self.supervisor.note(now_ms(), "fault", fault=kind, **note)
         return entry
 
     # ------------------------------------------------------------------ the job's life
@@ -525,66 +483,6 @@ def _duration_ms(value: Any) -> int:
     from flinkpy.config import parse_duration_ms
 
     return parse_duration_ms(value)
-
-
-def python_workers(driver_pid: int, application_id: str | None = None) -> list[int]:
-    """Pids of the Spark Python workers of this job: processes of ``pyspark.daemon`` forked by
-    the daemon (the daemon itself only forks, it runs no task), under the driver's JVM and, on
-    a cluster, under the executors of its application that run on this machine."""
-    import psutil
-
-    roots = [driver_pid]
-    if application_id:
-        from flinkpy.spark.standalone import executors
-
-        roots += [p.pid for p in executors(application_id)]
-    tree = []
-    for root in roots:
-        try:
-            tree += psutil.Process(root).children(recursive=True)
-        except psutil.Error:
-            continue
-    out = []
-    for p in tree:
-        try:
-            if "pyspark.daemon" in " ".join(p.cmdline()) and "pyspark.daemon" in " ".join(p.parent().cmdline()) \
-                    and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except psutil.Error:
-            continue
-    return sorted(out)
-
-
-def _owner(pid: int) -> str:
-    """Whose Python worker ``pid`` is: "executor N" (a cluster's executor JVM) or "driver"."""
-    import psutil
-
-    from flinkpy.spark.standalone import EXECUTOR_MARK, executor_id
-
-    try:
-        for parent in psutil.Process(pid).parents():
-            if any(EXECUTOR_MARK in part for part in parent.cmdline()):
-                return f"executor {executor_id(parent)}"
-    except psutil.Error:
-        pass
-    return "driver"
-
-
-def busy(pids: list[int], sample_s: float = 0.1, share: float = 0.25) -> list[int]:
-    """The workers among ``pids`` that spent at least ``share`` of ``sample_s`` on a CPU: those
-    running a task (an idle worker waits on its socket; killing it fails no task)."""
-    import psutil
-
-    def cpu(pid: int) -> float:
-        try:
-            t = psutil.Process(pid).cpu_times()
-            return t.user + t.system
-        except psutil.Error:
-            return -1.0
-
-    before = {pid: cpu(pid) for pid in pids}
-    time.sleep(sample_s)
-    return [pid for pid in pids if before[pid] >= 0 and cpu(pid) - before[pid] >= share * sample_s]
 
 
 def _load_plan(spec: dict[str, Any], config: dict[str, str]) -> tuple[Any, str, dict[str, str]]:

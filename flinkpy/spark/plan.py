@@ -1,8 +1,9 @@
 """Translating a flinkpy job into one Spark Structured Streaming query.
 
 :func:`translate` walks the job's StreamGraph (the operators as the program built them, before
-chaining) and either returns a :class:`SparkPlan` or raises :class:`UntranslatableError` naming the
-first operator Spark cannot run with the same results, and why — before anything starts.
+chaining) and either returns a :class:`~flinkpy.spark.query.SparkPlan` or raises
+:class:`UntranslatableError` naming the first operator Spark cannot run with the same results,
+and why — before anything starts.
 
 Why one linear pipeline over a multiplexed stream. A job is a DAG: an operator's output may go to
 several operators (fan-out), side outputs go elsewhere than the main output, branches meet again
@@ -56,8 +57,6 @@ sink 'Print to Std. Out' -> foreachBatch: print to stdout (at-least-once)
 from __future__ import annotations
 
 import struct
-import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from flinkpy.errors import InvalidProgramError
@@ -65,6 +64,7 @@ from flinkpy.graph.stream_graph import BROADCAST, StreamEdge, StreamGraph, Strea
 from flinkpy.spark.chain import ChainSpec, Stage
 from flinkpy.spark.levels import LevelSpec, SourcePort
 from flinkpy.spark.keyed import KEY_GROUPS, KeyedSpec, by_key_group, on_group_state
+from flinkpy.spark.query import KeyedLevel, Route, SinkRoutes, SparkPlan, Step, label
 
 #: flinkpy configuration keys the Spark runner reads
 MAX_RECORDS_KEY = "execution.spark.max-records-per-batch"
@@ -93,286 +93,6 @@ def _refuse(node: StreamNode, reason: str, remedy: str | None = None) -> Untrans
     return UntranslatableError(node.name, reason, uid=node.uid, remedy=remedy)
 
 
-def _label(node: StreamNode) -> str:
-    return f"{node.name!r}" + (f" (uid {node.uid})" if node.uid else "")
-
-
-@dataclass
-class Route:
-    """One edge of the job graph as rows on it: emitted at pipeline position ``start``, consumed at
-    ``end`` (chain level d is 2d, keyed depth d is 2d-1, the sinks come last); a source's own
-    output is the route numbered as the source."""
-
-    id: int
-    source: StreamNode
-    target: StreamNode | None
-    tag: str | None
-    start: int
-    end: int
-
-    def describe(self) -> str:
-        if self.target is None:
-            return f"r{self.id}: source {_label(self.source)}"
-        side = f" [side output {self.tag!r}]" if self.tag else ""
-        return f"r{self.id}: {_label(self.source)}{side} -> {_label(self.target)}"
-
-
-@dataclass
-class Step:
-    """One Spark construct of the plan: a source, a chain level (mapInArrow), a keyed depth
-    (transformWithStateInPandas) or the sinks (foreachBatch)."""
-
-    kind: str  # source | chain | keyed | sink
-    operators: list[StreamNode]
-    spark: str = ""
-    payload: Any = None
-    #: set Spark's watermark from this step's ``w`` column (where a source's rows enter keyed depth 1)
-    watermark: bool = False
-    #: what the step passes on unchanged or how it routes (explain only)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "operators": [{"id": n.id, "name": n.name, "uid": n.uid, "kind": n.kind} for n in self.operators],
-            "spark": self.spark,
-            "watermark": self.watermark,
-            "notes": list(self.notes),
-        }
-
-    def line(self) -> str:
-        linear = self.kind == "chain" and not isinstance(self.payload, LevelSpec)
-        names = (" -> " if linear else ", ").join(_label(n) for n in self.operators)
-        text = f"{self.kind} {names} -> {self.spark}" if names else f"{self.kind} -> {self.spark}"
-        return text + ("  [Spark watermark from w]" if self.watermark else "")
-
-
-class SparkPlan:
-    """A translated job: explain it, or start it as a streaming query on a SparkSession.
-
-    ``branches`` holds, per source, its source step and the chain level 0 applied to it;
-    ``stages`` the keyed depths and chain levels after the sources' union, then the sink step.
-    """
-
-    def __init__(self, branches: list[list[Step]], stages: list[Step], routes: list[Route], *, job_name: str, bounded: bool,
-                 sources: int, max_records: int, runtime_mode: str) -> None:
-        self.branches = branches
-        self.stages = stages
-        self.routes = routes
-        self.job_name = job_name
-        self.bounded = bounded
-        self.source_count = sources
-        self.max_records = max_records
-        self.runtime_mode = runtime_mode
-        self.sink_driver: Any = None
-        self._monitor: threading.Thread | None = None
-        for branch in branches:
-            if _fusable(branch):
-                branch[1].notes.append("runs inside the source's reader: one Python worker reads and chains")
-
-    @property
-    def key_groups(self) -> int | None:
-        """The key groups a keyed reduce by key group keeps its state in (None: the plan has none)."""
-        levels = [s.payload for s in self.stages if s.kind == "keyed"]
-        return KEY_GROUPS if any(by_key_group(spec) for level in levels for spec in level.specs) else None
-
-    @property
-    def processing_time(self) -> bool:
-        """Whether a keyed step runs in Spark's ProcessingTime mode (see :mod:`.time_mode`)."""
-        return any(s.kind == "keyed" and s.payload.time_mode == "ProcessingTime" for s in self.stages)
-
-    @property
-    def multiplexed(self) -> bool:
-        """Whether rows carry routes that some step reads (fan-out, side outputs, several sinks...)."""
-        return any(s.payload is not None and getattr(s.payload, "routed", False) for s in self._steps())
-
-    def _steps(self) -> list[Step]:
-        return [s for b in self.branches for s in b] + self.stages
-
-    # -- describing ------------------------------------------------------------------------
-    def explain(self) -> str:
-        """The plan from the sinks back to the sources (as Spark prints a physical plan)."""
-        lines = [f"Spark plan of job {self.job_name!r} ({'bounded: the query ends by itself' if self.bounded else 'unbounded'}, "
-                 f"{self.runtime_mode} mode)"]
-        depth = 0
-        for step in reversed(self.stages):
-            lines.append("  " * depth + step.line())
-            lines.extend("  " * depth + "    " + n for n in step.notes)
-            depth += 1
-        union = len(self.branches) > 1
-        if union:
-            lines.append("  " * depth + f"union -> unionByName of {len(self.branches)} sources")
-            depth += 1
-        for branch in self.branches:
-            d = depth
-            for step in reversed(branch):
-                lines.append("  " * d + step.line())
-                lines.extend("  " * d + "    " + n for n in step.notes)
-                d += 1
-        if self.multiplexed:
-            lines.append("routes (a record row's src column names the edge it travels on):")
-            lines.extend("  " + r.describe() for r in self.routes)
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"job": self.job_name, "bounded": self.bounded, "runtime_mode": self.runtime_mode,
-                "max_records_per_batch": self.max_records,
-                "plan": {"branches": [[s.to_dict() for s in b] for b in self.branches],
-                         "stages": [s.to_dict() for s in self.stages],
-                         "routes": [{"id": r.id, "from": r.source.id, "to": r.target.id if r.target else None,
-                                     "side_output": r.tag} for r in self.routes] if self.multiplexed else []}}
-
-    # -- running ---------------------------------------------------------------------------
-    def start(self, spark: Any, *, checkpoint_location: str, trigger_interval_ms: int | None, query_name: str) -> Any:
-        """Start the query; a bounded plan's query stops itself after its final batch committed."""
-        from flinkpy.spark.sinks import SinkDriver, SinkRouter, writer_for
-        from flinkpy.spark.sources import make_data_source
-
-        spark.dataSource.register(make_data_source())
-        # transformWithStateInPandas needs RocksDB; a plan without it keeps Spark's default store,
-        # which commits a small state faster (Spark keeps a query's store in its checkpoint)
-        tws = any(s.kind == "keyed" and not s.payload.on_group_state for s in self.stages)
-        spark.conf.set("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state." + ("RocksDBStateStoreProvider" if tws else "HDFSBackedStateStoreProvider"))
-        sink: _Sinks = self.stages[-1].payload
-        writers = {route: writer_for(node.fn, f"{query_name}/{node.uid or node.id}", node.name) for route, node in sink.by_route.items()}
-        if sink.routed:
-            writer: Any = SinkRouter({node.id: writers[r] for r, node in sink.by_route.items()},
-                                     {r: node.id for r, node in sink.by_route.items()})
-        else:
-            writer = next(iter(writers.values()))
-        sources = set(range(self.source_count)) if self.bounded else set()
-        self.sink_driver = SinkDriver(writer, sources, checkpoint_location)
-        df = self._dataframe(spark)
-        stream = df.writeStream.foreachBatch(self.sink_driver).option("checkpointLocation", checkpoint_location).queryName(query_name)
-        if not trigger_interval_ms and self.processing_time:
-            from flinkpy.spark.time_mode import PROCESSING_TIME_TRIGGER_MS
-
-            trigger_interval_ms = PROCESSING_TIME_TRIGGER_MS  # without one, no-data batches would follow each other at once
-        if trigger_interval_ms:
-            stream = stream.trigger(processingTime=f"{int(trigger_interval_ms)} milliseconds")
-        query = stream.start()
-        if self.bounded:
-            self._monitor = threading.Thread(target=_stop_when_done, args=(query, self.sink_driver), name=f"flinkpy-spark-end-{query_name}", daemon=True)
-            self._monitor.start()
-        return query
-
-    def _dataframe(self, spark: Any) -> Any:
-        frames = []
-        for branch in self.branches:
-            df = None
-            steps = list(branch)
-            if _fusable(steps):  # the source's reader runs its chain level itself
-                source, chain = steps[:2]
-                function, ddl = _chain_function(chain.payload)
-                df = _with_watermark(source.payload(spark, transform=function, ddl=ddl), source.watermark or chain.watermark)
-                steps = steps[2:]
-            for step in steps:
-                df = _apply(spark, step, df)
-            frames.append(df)
-        df = frames[0]
-        for other in frames[1:]:
-            df = df.unionByName(other)
-        for step in self.stages[:-1]:
-            df = _apply(spark, step, df)
-        return df
-
-
-def _apply(spark: Any, step: Step, df: Any) -> Any:
-    """``df`` with ``step`` applied (a source step makes the DataFrame)."""
-    from flinkpy.spark import records
-
-    if step.kind == "source":
-        df = step.payload(spark)
-    elif step.kind == "chain":
-        df = df.mapInArrow(*_chain_function(step.payload))
-    elif step.kind == "keyed":
-        level: _KeyedLevel = step.payload
-        if level.on_group_state:
-            from flinkpy.spark.keyed import GROUP_STATE_DDL, group_state_reduce
-
-            # a STREAMING reduce by key group: no Python process on the driver to plan it, no state round trips
-            df = df.groupBy("key").applyInPandasWithState(group_state_reduce(level.specs[0]), records.DDL, GROUP_STATE_DDL, "append", "NoTimeout")
-        else:
-            from flinkpy.spark.keyed import make_level_processor
-
-            df = df.groupBy("key").transformWithStateInPandas(make_level_processor(level.specs, level.routed), records.DDL, "append",
-                                                              level.time_mode)
-    else:
-        raise AssertionError(step.kind)
-    return _with_watermark(df, step.watermark)
-
-
-def _with_watermark(df: Any, watermark: bool) -> Any:
-    """``df`` with Spark's watermark defined from its ``w`` column, when ``watermark``."""
-    if not watermark:
-        return df
-    from pyspark.sql import functions as F
-
-    from flinkpy.spark import records
-
-    # w is at most END_W for every row that reaches here (timer outputs are not stamped before depth 1)
-    shifted = F.timestamp_millis(F.greatest(F.col("w"), F.lit(0)) + F.lit(records.SHIFT_MS))
-    return df.withColumn("_flinkpy_wm", shifted).withWatermark("_flinkpy_wm", f"{records.SHIFT_MS // 1000} seconds").drop("_flinkpy_wm")
-
-
-def _chain_function(spec: Any) -> tuple[Any, str]:
-    """The mapInArrow function of a chain level and its output schema."""
-    from flinkpy.spark import records
-    from flinkpy.spark.chain import chain_function
-    from flinkpy.spark.levels import routed_chain_function
-
-    if isinstance(spec, LevelSpec):
-        return routed_chain_function(spec), records.KEYED_DDL if spec.keyed else records.DDL
-    return chain_function(spec), records.KEYED_DDL if spec.key_selector is not None else records.DDL
-
-
-def _fusable(branch: list[Step]) -> bool:
-    """Whether a branch starts with a flinkpy source followed by its chain level, which then runs
-    inside the source's reader (Spark's socket source has no reader of ours)."""
-    return len(branch) >= 2 and branch[0].kind == "source" and branch[1].kind == "chain" and branch[0].payload.fusable
-
-
-def _stop_when_done(query: Any, driver: Any) -> None:
-    """Stop a bounded query once the batch with the final rows is committed (reported in progress)."""
-    while query.isActive:
-        if driver.finished.wait(0.2):
-            break
-    else:
-        return
-    target = driver.final_batch
-    while query.isActive:
-        progress = query.lastProgress
-        if driver.finished_before or (progress is not None and int(progress.get("batchId", -1)) >= target):
-            query.stop()
-            return
-        threading.Event().wait(0.1)
-
-
-@dataclass
-class _KeyedLevel:
-    """The payload of a keyed step: its operators and whether rows carry routes there."""
-
-    specs: list[KeyedSpec]
-    #: several operators (grouped by operator and key) or rows passing through
-    routed: bool
-    #: Spark's time mode of the step, one for all its operators (see :mod:`.time_mode`)
-    time_mode: str = "EventTime"
-
-    @property
-    def on_group_state(self) -> bool:
-        """One STREAMING keyed reduce by key group: applyInPandasWithState (see keyed.py)."""
-        return not self.routed and len(self.specs) == 1 and on_group_state(self.specs[0])
-
-
-@dataclass
-class _Sinks:
-    """The payload of the sink step: the sink of each route that ends there."""
-
-    by_route: dict[int, StreamNode]
-    routed: bool
-
-
 # ---------------------------------------------------------------------------------------------
 # translation
 # ---------------------------------------------------------------------------------------------
@@ -392,18 +112,37 @@ class _SourceStep:
         self.side_routes: dict[str, list[int]] = {}
 
     @property
+    def whole(self) -> bool:
+        """Whether the source is read in one micro-batch planned on the driver when the query
+        starts (:func:`flinkpy.spark.sources.plan_whole`): a bounded source with no batch limit."""
+        from flinkpy.connectors.base import Boundedness
+
+        return self.max_records <= 0 and getattr(self.node.fn, "boundedness", Boundedness.BOUNDED) == Boundedness.BOUNDED
+
+    @property
     def fusable(self) -> bool:
         """Whether the chain after it can run in its reader (a flinkpy source, not Spark's socket source)."""
         from flinkpy.connectors.socket_source import SocketTextSource
 
         return not isinstance(self.node.fn, SocketTextSource)
 
-    def __call__(self, spark: Any, *, transform: Any = None, ddl: str | None = None) -> Any:
-        from flinkpy.spark.sources import read_stream, socket_stream
+    def __call__(self, spark: Any, *, transform: Any = None, ddl: str | None = None, saved: Any = None) -> Any:
+        """The source's DataFrame; ``saved``: its offset in the checkpoint location, which keeps
+        a restarted query on the road it started on (Spark reads the offset back)."""
+        from flinkpy.spark.sources import is_data_source_offset, plan_whole, read_stream, read_whole, socket_stream
 
         src = self.node.fn
         if not self.fusable:
             return socket_stream(spark, src.hostname, src.port, self.index)
+        if self.whole and not is_data_source_offset(saved):
+            planned = plan_whole(src, index=self.index, parallelism=self.parallelism, bundled=self.bundled, side_routes=self.side_routes)
+            if planned is not None:
+                return read_whole(spark, *planned, transform=transform, ddl=ddl)
+            if saved is not None:
+                raise InvalidProgramError(
+                    f"the bounded source {label(self.node)} was read whole in one micro-batch when the query started, but it has "
+                    "not ended now that the query restarts: it does not read the same records again",
+                    remedy="start the job afresh (without -s), with a source that reads the same records from the same position")
         return read_stream(spark, src, index=self.index, parallelism=self.parallelism, max_records=self.max_records, bundled=self.bundled,
                            side_routes=self.side_routes, transform=transform, ddl=ddl)
 
@@ -514,7 +253,7 @@ class _Translator:
         from flinkpy.spark.sinks import writer_for
 
         routes_of = {n.id: [r for r, m in by_route.items() if m.id == n.id] for n in sinks}
-        descriptions = [f"{_label(n)} ({', '.join(f'r{r}' for r in routes_of[n.id])}): {writer_for(n.fn, 'plan', n.name).describe()}"
+        descriptions = [f"{label(n)} ({', '.join(f'r{r}' for r in routes_of[n.id])}): {writer_for(n.fn, 'plan', n.name).describe()}"
                         for n in sinks]
         if sink_routed:
             spark = "foreachBatch: rows split by route, every sink written for the batch id"
@@ -522,7 +261,7 @@ class _Translator:
         else:
             spark = "foreachBatch: " + writer_for(sinks[0].fn, "plan", sinks[0].name).describe()
             notes = []
-        stages.append(Step("sink", sinks, spark, _Sinks(by_route, sink_routed), notes=notes))
+        stages.append(Step("sink", sinks, spark, SinkRoutes(by_route, sink_routed), notes=notes))
         return branches, stages, self.routes
 
     def source(self, node: StreamNode) -> Step:
@@ -546,8 +285,12 @@ class _Translator:
         for cap in (node.max_allowed_parallelism, getattr(src, "max_parallelism", lambda: None)()):
             if cap:
                 parallelism = min(parallelism, cap)
+        step = _SourceStep(node, index, parallelism, self.max_records)
+        if step.whole and step.fusable:
+            spark = ("read whole in one micro-batch planned on the driver (rate-micro-batch ticks -> mapInArrow; "
+                     "a source that has not ended at once: Python data source 'flinkpy')")
         spark += f", {parallelism} partition(s)"
-        return Step("source", [node], spark, _SourceStep(node, index, parallelism, self.max_records))
+        return Step("source", [node], spark, step)
 
     def _out_routes(self, node: StreamNode) -> tuple[list[int], dict[str, list[int]]]:
         main: list[int] = []
@@ -583,7 +326,7 @@ class _Translator:
         passing = [r for r in self.routes if r.target is not None and r.start < 2 * depth - 1 < r.end]
         if routed:
             spark = (f"groupBy(operator, key).transformWithStateInPandas ({time_mode}; one Spark operator for "
-                     f"{len(ops)} keyed operator(s): " + ", ".join(f"{_label(n)} by {p}" for n, p in zip(ops, parts)) + ")")
+                     f"{len(ops)} keyed operator(s): " + ", ".join(f"{label(n)} by {p}" for n, p in zip(ops, parts)) + ")")
         elif parts[0] != "key" and on_group_state(specs[0]):
             spark = f"groupBy({parts[0]}).applyInPandasWithState (running values per key in the group's Spark state; no timers)"
         elif parts[0] != "key":
@@ -596,9 +339,9 @@ class _Translator:
             notes.append("passes on unchanged (grouped in buckets): " + ", ".join(f"r{r.id}" for r in passing))
         for spec, node in zip(specs, ops):
             if spec.side_routes:
-                notes.append(f"{_label(node)} side outputs: " + ", ".join(f"{t!r} -> " + ", ".join(f"r{r}" for r in rs)
+                notes.append(f"{label(node)} side outputs: " + ", ".join(f"{t!r} -> " + ", ".join(f"r{r}" for r in rs)
                                                                          for t, rs in spec.side_routes.items()))
-        return Step("keyed", ops, spark, _KeyedLevel(specs, routed, time_mode), notes=notes), keys
+        return Step("keyed", ops, spark, KeyedLevel(specs, routed, time_mode), notes=notes), keys
 
     def _level_spec(self, level: int, nodes: list[StreamNode], entries: dict[int, int | None], ports: dict[int, SourcePort],
                     next_keys: dict[int, tuple[bytes, Any, int]] | None) -> LevelSpec:

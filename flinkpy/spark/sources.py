@@ -19,6 +19,13 @@ that reads its last records (or the next one): the end of event time, then the f
 step that has timers holds the final row back until Spark's watermark has reached the end (one
 more micro-batch, which Spark runs because its watermark advanced); the other steps pass it on at
 once, so that a job without timers ends with the micro-batch that read its last records.
+
+A bounded source with no batch limit is read whole in one micro-batch anyway, so it is planned
+on the driver when the query starts (:func:`plan_whole`) and read without a Python data source
+(:func:`read_whole`): Spark starts a Python process on the driver for each query that has one
+(about a second before the first batch) and another to plan each batch's reads. The planned
+partitions travel with the query; Spark's ``rate-micro-batch`` source numbers them. A query
+restarted from its checkpoint keeps the road it started on (its source offsets say which).
 """
 
 from __future__ import annotations
@@ -69,142 +76,120 @@ def poll_exactly(reader: Any, count: int, chunk: int = 4096) -> tuple[list, bool
     return out, False
 
 
-def make_data_source() -> Any:
-    """The pyspark DataSource class (defined here so flinkpy imports without pyspark)."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import ReadMaxRows
+class SourceOffsets:
+    """A flinkpy source's micro-batches, without pyspark: the offsets of the next batch planned
+    by polling the source's readers (:meth:`plan`), its input partitions (:meth:`partitions`:
+    plain tuples) and the rows of one partition read again, to the record (:meth:`read`).
 
-    from flinkpy.spark.records import DDL
+    An offset is ``{"<subtask>": {"s": reader state, "n": records read, "d": ended, "x": side
+    output records met}, "m": markers emitted}``: 1 the end of event time, 2 the final row.
+    """
 
-    class FlinkpySourceReader(DataSourceStreamReader):
-        def __init__(self, options: dict) -> None:
-            spec = decode(options["payload"])
-            self.source = spec["source"]
-            self.parallelism = int(spec["parallelism"])
-            self.index = int(spec["index"])
-            self.bundled = bool(spec.get("bundled", False))
-            #: OutputTag id -> routes of the readers of the source's side output (see plan.py)
-            self.side_routes: dict = spec.get("side_routes") or {}
-            #: the chain level after the source, run on the reader's batches in the same Python
-            #: worker (see :func:`read_stream`): decoded where a partition is read, because it
-            #: may need the job's shipped modules, which the planning process on the driver lacks
-            self.transform_payload: str | None = options.get("transform")
-            self.max_records = int(options.get("max_records", "0") or 0)
+    def __init__(self, source: Any, *, index: int, parallelism: int, bundled: bool = False, side_routes: dict | None = None) -> None:
+        self.source = source
+        self.index = index
+        self.parallelism = parallelism
+        #: records leave in bundle rows, for a chain to open
+        self.bundled = bundled
+        #: OutputTag id -> routes of the readers of the source's side output (see plan.py)
+        self.side_routes: dict = side_routes or {}
 
-        def initialOffset(self) -> dict:
-            offset: dict = {str(i): {"s": "", "n": 0, "d": False} for i in range(self.parallelism)}
-            offset["m"] = 0
-            return offset
+    def initial(self) -> dict:
+        offset: dict = {str(i): {"s": "", "n": 0, "d": False} for i in range(self.parallelism)}
+        offset["m"] = 0
+        return offset
 
-        def getDefaultReadLimit(self) -> Any:
-            from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-            return ReadMaxRows(self.max_records) if self.max_records > 0 else ReadAllAvailable()
-
-        def latestOffset(self, start: dict, limit: Any) -> dict:
-            budget = int(getattr(limit, "max_rows", 0) or 0) if isinstance(limit, ReadMaxRows) else 1 << 62
-            end: dict = {"m": start["m"]}
-            for i in range(self.parallelism):
-                part = start[str(i)]
-                if part["d"]:
-                    end[str(i)] = part
-                    continue
-                side = [0]  # side-output records met on the way (read() emits as many)
-                reader = _reader(self.source, i, self.parallelism, part["s"] or None,
-                                 lambda tag_id, recs: side.__setitem__(0, side[0] + len(recs)))
-                try:
-                    records, done = poll_exactly(reader, budget)
-                    state = reader.snapshot_state()
-                finally:
-                    reader.close()
-                end[str(i)] = {"s": encode(state), "n": part["n"] + len(records), "d": done}
-                if side[0] or "x" in part:
-                    end[str(i)]["x"] = part.get("x", 0) + side[0]
-            if all(end[str(i)]["d"] for i in range(self.parallelism)):
-                # the end of event time and the final row in the batch that reads the last
-                # records (a checkpoint of an older attempt may stop at 1, the end only)
-                end["m"] = 2
-            return end
-
-        def partitions(self, start: dict, end: dict) -> list:
-            parts = []
-            for i in range(self.parallelism):
-                a, b = start[str(i)], end[str(i)]
-                side = b.get("x", 0) - a.get("x", 0)
-                if b["n"] > a["n"] or side:
-                    parts.append(InputPartition(("records", i, a["s"], a["n"], b["n"] - a["n"], side)))
-            for m in range(start["m"] + 1, end["m"] + 1):
-                parts.append(InputPartition(("marker", END if m == 1 else FINAL)))
-            return parts
-
-        def read(self, partition: Any) -> Iterator[Any]:
-            if not self.transform_payload:
-                return self._read(partition)
-            return decode(self.transform_payload)(self._read(partition))
-
-        def _read(self, partition: Any) -> Iterator[Any]:
-            what = partition.value
-            if what[0] == "marker":
-                kind = what[1]
-                yield to_batch([None], [None], [END_W], [b"\xff" * 4], [kind], [self.index])
-                return
-            _, subtask, state, first, count, *more = what
-            side_count = more[0] if more else 0
-            side: list = []
-            sent = 0
-            reader = _reader(self.source, subtask, self.parallelism, state or None,
-                             lambda tag_id, records: side.extend((tag_id, r) for r in records))
+    def plan(self, start: dict, budget: int) -> dict:
+        """The end offsets of a batch from ``start`` with up to ``budget`` records per subtask."""
+        end: dict = {"m": start["m"]}
+        for i in range(self.parallelism):
+            part = start[str(i)]
+            if part["d"]:
+                end[str(i)] = part
+                continue
+            side = [0]  # side-output records met on the way (read() emits as many)
+            reader = _reader(self.source, i, self.parallelism, part["s"] or None,
+                             lambda tag_id, recs: side.__setitem__(0, side[0] + len(recs)))
             try:
-                position = first
-                remaining = count
-                while remaining > 0:
-                    records, done = poll_exactly(reader, min(remaining, CHUNK))
-                    if not records:
-                        raise RuntimeError(
-                            f"source {self.source!r} (subtask {subtask}) gave fewer records on replay than when the batch was planned: "
-                            "it does not read the same records from the same position"
-                        )
-                    n = len(records)
-                    if self.bundled:
-                        yield to_batch([(records, None)], [None], [MIN_W], [seq_of(self.index, subtask, position)], [BUNDLE], [self.index])
-                    else:
-                        seqs = [seq_of(self.index, subtask, p) for p in range(position, position + n)]
-                        yield to_batch(records, [None] * n, [MIN_W] * n, seqs, [RECORD] * n, [self.index] * n)
-                    if side:
-                        sent += len(side)
-                        yield self._side_rows(side, subtask, position)
-                    position += n
-                    remaining -= n
-                while sent + len(side) < side_count:  # met after the last record, as planning met them
-                    if not reader.poll(1):  # a record past the batch is not emitted: it is the next one's
-                        break
-                if side:
-                    yield self._side_rows(side[: side_count - sent], subtask, position)
+                records, done = poll_exactly(reader, budget)
+                state = reader.snapshot_state()
             finally:
                 reader.close()
+            end[str(i)] = {"s": encode(state), "n": part["n"] + len(records), "d": done}
+            if side[0] or "x" in part:
+                end[str(i)]["x"] = part.get("x", 0) + side[0]
+        if all(end[str(i)]["d"] for i in range(self.parallelism)):
+            # the end of event time and the final row in the batch that reads the last
+            # records (a checkpoint of an older attempt may stop at 1, the end only)
+            end["m"] = 2
+        return end
 
-        def _side_rows(self, side: list, subtask: int, position: int) -> Any:
-            """A source's side-output records as rows on the routes that read them, ordered after
-            the chunk's first record; ``side`` is emptied."""
-            rows = [(r, route) for tag_id, r in side for route in self.side_routes.get(tag_id, ())]
-            side.clear()
-            m = len(rows)
-            seqs = [child_seq(seq_of(self.index, subtask, position), 1 << 31 | j) for j in range(m)]
-            return to_batch([r for r, _ in rows], [None] * m, [MIN_W] * m, seqs, [RECORD] * m, [route for _, route in rows])
+    def partitions(self, start: dict, end: dict) -> list[tuple]:
+        """The input partitions of the batch from ``start`` to ``end``: ``("records", subtask,
+        reader state, first position, count, side output count)`` or ``("marker", kind)``."""
+        parts: list[tuple] = []
+        for i in range(self.parallelism):
+            a, b = start[str(i)], end[str(i)]
+            side = b.get("x", 0) - a.get("x", 0)
+            if b["n"] > a["n"] or side:
+                parts.append(("records", i, a["s"], a["n"], b["n"] - a["n"], side))
+        for m in range(start["m"] + 1, end["m"] + 1):
+            parts.append(("marker", END if m == 1 else FINAL))
+        return parts
 
-        def commit(self, end: dict) -> None:
-            pass
+    def read(self, what: tuple) -> Iterator[Any]:
+        """The Arrow batches of one input partition (see :meth:`partitions`)."""
+        if what[0] == "marker":
+            yield to_batch([None], [None], [END_W], [b"\xff" * 4], [what[1]], [self.index])
+            return
+        _, subtask, state, first, count, *more = what
+        side_count = more[0] if more else 0
+        side: list = []
+        sent = 0
+        reader = _reader(self.source, subtask, self.parallelism, state or None,
+                         lambda tag_id, records: side.extend((tag_id, r) for r in records))
+        try:
+            position = first
+            remaining = count
+            while remaining > 0:
+                records, done = poll_exactly(reader, min(remaining, CHUNK))
+                if not records:
+                    raise RuntimeError(
+                        f"source {self.source!r} (subtask {subtask}) gave fewer records on replay than when the batch was planned: "
+                        "it does not read the same records from the same position"
+                    )
+                n = len(records)
+                if self.bundled:
+                    yield to_batch([(records, None)], [None], [MIN_W], [seq_of(self.index, subtask, position)], [BUNDLE], [self.index])
+                else:
+                    seqs = [seq_of(self.index, subtask, p) for p in range(position, position + n)]
+                    yield to_batch(records, [None] * n, [MIN_W] * n, seqs, [RECORD] * n, [self.index] * n)
+                if side:
+                    sent += len(side)
+                    yield self._side_rows(side, subtask, position)
+                position += n
+                remaining -= n
+            while sent + len(side) < side_count:  # met after the last record, as planning met them
+                if not reader.poll(1):  # a record past the batch is not emitted: it is the next one's
+                    break
+            if side:
+                yield self._side_rows(side[: side_count - sent], subtask, position)
+        finally:
+            reader.close()
 
-    class FlinkpySource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return FORMAT
+    def _side_rows(self, side: list, subtask: int, position: int) -> Any:
+        """A source's side-output records as rows on the routes that read them, ordered after
+        the chunk's first record; ``side`` is emptied."""
+        rows = [(r, route) for tag_id, r in side for route in self.side_routes.get(tag_id, ())]
+        side.clear()
+        m = len(rows)
+        seqs = [child_seq(seq_of(self.index, subtask, position), 1 << 31 | j) for j in range(m)]
+        return to_batch([r for r, _ in rows], [None] * m, [MIN_W] * m, seqs, [RECORD] * m, [route for _, route in rows])
 
-        def schema(self) -> str:
-            return self.options.get("ddl") or DDL
 
-        def streamReader(self, schema: Any) -> Any:
-            return FlinkpySourceReader(self.options)
+def make_data_source() -> Any:
+    """The pyspark DataSource class (in its own module, so flinkpy imports without pyspark)."""
+    from flinkpy.spark.source_reader import FlinkpySource
 
     return FlinkpySource
 
@@ -231,11 +216,50 @@ def read_stream(spark: Any, source: Any, *, index: int, parallelism: int, max_re
     return reader.load()
 
 
+def is_data_source_offset(offset: Any) -> bool:
+    """Whether ``offset`` (as Spark logged it) is the ``flinkpy`` data source's."""
+    return isinstance(offset, dict) and "m" in offset
+
+
+def plan_whole(source: Any, *, index: int, parallelism: int, bundled: bool = False, side_routes: dict | None = None) -> tuple[SourceOffsets, list[tuple]] | None:
+    """A bounded source planned on the driver as one micro-batch: its offsets and the batch's
+    input partitions (every record and both markers); None when a reader has not ended after
+    everything it had at once (a rate-limited or slow source: it keeps the data source road)."""
+    offsets = SourceOffsets(source, index=index, parallelism=parallelism, bundled=bundled, side_routes=side_routes)
+    start = offsets.initial()
+    end = offsets.plan(start, 1 << 62)
+    if end["m"] != 2:
+        return None
+    return offsets, offsets.partitions(start, end)
+
+
+def read_whole(spark: Any, offsets: SourceOffsets, parts: list[tuple], *, transform: Any = None, ddl: str | None = None) -> Any:
+    """A streaming DataFrame of a source planned by :func:`plan_whole`, without a Python data
+    source: Spark's ``rate-micro-batch`` source ticks ``len(parts)`` numbered rows per
+    micro-batch, and a ``mapInArrow`` reads input partition ``n`` for row ``n`` (rows of later
+    batches, numbered past the parts, read nothing). The ticks are Spark's own offsets, so a
+    restarted query replays the batch it had not committed, and a query restarted after it reads
+    nothing again. What this spares: the Python process Spark starts on the driver for every
+    query with a Python data source (and the one that plans each batch's reads): about a second
+    before the first batch, on a query whose whole input is one batch."""
+    n = len(parts)
+    ticks = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", n)
+             .option("numPartitions", max(1, min(n, offsets.parallelism))).load().select("value"))
+
+    def read(batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            for tick in batch.column(0).to_pylist():
+                if tick < n:
+                    yield from offsets.read(parts[tick])
+
+    if transform is None:
+        return ticks.mapInArrow(read, DDL)
+    return ticks.mapInArrow(lambda batches: transform(read(batches)), ddl or DDL)
+
+
 def socket_stream(spark: Any, host: str, port: int, index: int) -> Any:
     """Spark's socket source as flinkpy rows: lines as str records, no replay (like Flink's)."""
     from pyspark.sql import functions as F
-
-    from flinkpy.spark.records import DDL
 
     lines = spark.readStream.format("socket").option("host", host).option("port", int(port)).load()
 

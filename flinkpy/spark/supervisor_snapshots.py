@@ -60,6 +60,11 @@ def _batches(location: str, log: str) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
+def offset_batches(location: str) -> list[int]:
+    """Batch ids whose offsets are logged, oldest first."""
+    return _batches(location, "offsets")
+
+
 def committed_batches(location: str) -> list[int]:
     """Batch ids whose commit record exists, oldest first."""
     return _batches(location, "commits")
