@@ -17,10 +17,15 @@ manifest names its dependencies) and ``java`` from ``$JAVA_HOME`` or the PATH. A
 used with ``FLINKPY_ZOOKEEPER_JAR`` (or ``jar=``); a jar without such a manifest, e.g. from
 Apache's binary tarball, gets every jar of its directory on the class path.
 
->>> info = start_zookeeper("/tmp/h", port=0)    # doctest: +SKIP
->>> info.quorum                                 # doctest: +SKIP
-'127.0.0.1:40123'
->>> stop_zookeeper("/tmp/h")                    # doctest: +SKIP
+>>> import tempfile
+>>> home = tempfile.mkdtemp()
+>>> info = start_zookeeper(home, port=0, tick_time_ms=200)
+>>> info.quorum                                 # doctest: +ELLIPSIS
+'127.0.0.1:...'
+>>> [(s.id, s.mode) for s in info.servers]
+[(1, 'standalone')]
+>>> [s.id for s in stop_zookeeper(home)]
+[1]
 """
 
 from __future__ import annotations
