@@ -69,6 +69,17 @@ def test_the_examples_are_found() -> None:
         assert module in DOCTESTS
 
 
+def test_the_api_classes_document_every_public_method_and_show_a_runnable_example() -> None:
+    from flinkpy.datastream import AllWindowedStream, DataStream, KeyedStream, StreamExecutionEnvironment, WindowedStream
+
+    for cls in (DataStream, KeyedStream, WindowedStream, AllWindowedStream, StreamExecutionEnvironment):
+        assert ">>>" in (cls.__doc__ or ""), f"{cls.__name__} has no example"
+        undocumented = [name for name, member in vars(cls).items()
+                        if not name.startswith("_") and callable(getattr(member, "__func__", member))
+                        and not getattr(member, "__doc__", None)]
+        assert not undocumented, f"{cls.__name__}: {undocumented}"
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("module", sorted(DOCTESTS))
 def test_examples_run(module: str) -> None:
