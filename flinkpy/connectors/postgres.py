@@ -31,7 +31,10 @@ statements go through ``executemany`` (pipelined).
 The sinks do not create tables. Transaction ids (PostgreSQL's *gid*) are
 ``<prefix>-<subtask>-<uuid>``, the prefix unique per job and sink (see
 :mod:`flinkpy.connectors.two_phase_commit`); list what is pending with
-``SELECT gid FROM pg_prepared_xacts``.
+``SELECT gid FROM pg_prepared_xacts``. The driver, psycopg 3, comes with the ``postgres`` extra
+(``pip install 'flinkpy[postgres]'``); building a sink without it fails at once, on one line
+(:mod:`flinkpy.connectors.drivers`). How records are written and errors reported is in
+:mod:`flinkpy.connectors.postgres_connection`.
 
 >>> sink = (PostgresSink.builder()
 ...         .set_dsn("postgresql://app:secret@db.example:5432/shop")
