@@ -32,7 +32,7 @@ EXIT_DESCRIPTIONS: dict[str, str] = {
     "JOB_FAILED": "The job reached FAILED.",
     "TIMEOUT": "An operation did not finish within its timeout.",
     "INVALID_PROGRAM": "The job file cannot be loaded (syntax error, exception before execute()) or builds an invalid job.",
-    "CONFIGURATION": "Unknown configuration key or bad value (in flinkpy.yaml, FLINKPY_* variables or -D).",
+    "CONFIGURATION": "Unknown configuration key or bad value (in flinkpy.yaml, FLINKPY_* variables or -D); or a package the job needs is not installed (PySpark for --runner spark, a connector's driver), the message naming the pip command.",
     "CONFLICT": "The thing is in the wrong state: a cluster is already running, the job is not running.",
     "JOB_CANCELED": "The job was cancelled while the command waited for it.",
     "AUTHENTICATION": "The request lacked the cluster's token, or it was wrong.",

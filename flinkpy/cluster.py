@@ -491,8 +491,13 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
 class EmbeddedCluster:
     """A cluster for one job: real JobManager and TaskManager processes in a temporary home.
 
-    >>> with EmbeddedCluster(slots=1) as c:    # doctest: +SKIP
-    ...     c.rest_address
+    ``job_stdout`` takes what the jobs print (the TaskManagers' standard output); by default
+    this process's standard output, which must then be a real file.
+
+    >>> import subprocess
+    >>> with EmbeddedCluster(slots=1, job_stdout=subprocess.DEVNULL) as c:
+    ...     c.rest_address                     # doctest: +ELLIPSIS
+    'http://127.0.0.1:...'
     """
 
     def __init__(self, *, slots: int, taskmanagers: int = 1, job_stdout: "IO[Any] | int | None" = None, timeout_s: float = 30.0):

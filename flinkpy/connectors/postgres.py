@@ -31,7 +31,10 @@ statements go through ``executemany`` (pipelined).
 The sinks do not create tables. Transaction ids (PostgreSQL's *gid*) are
 ``<prefix>-<subtask>-<uuid>``, the prefix unique per job and sink (see
 :mod:`flinkpy.connectors.two_phase_commit`); list what is pending with
-``SELECT gid FROM pg_prepared_xacts``.
+``SELECT gid FROM pg_prepared_xacts``. The driver, psycopg 3, comes with the ``postgres`` extra
+(``pip install 'flinkpy[postgres]'``); building a sink without it fails at once, on one line
+(:mod:`flinkpy.connectors.drivers`). How records are written and errors reported is in
+:mod:`flinkpy.connectors.postgres_connection`.
 
 >>> sink = (PostgresSink.builder()
 ...         .set_dsn("postgresql://app:secret@db.example:5432/shop")
@@ -48,18 +51,23 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flinkpy.common.types import Row
 from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
+from flinkpy.connectors.drivers import POSTGRES, require
+from flinkpy.connectors.postgres_connection import (
+    Connections,
+    RowMapper,
+    Statement,
+    close_quietly,
+    is_alive,
+    two_phase_disabled,
+)
 from flinkpy.connectors.postgres_sql import (
     _literal,
-    _unquote,
     is_idempotent_upsert,
-    placeholder_count,
-    plain_insert,
     quote_identifier,
     redact_dsn,
     translate_placeholders,
@@ -70,168 +78,13 @@ from flinkpy.connectors.two_phase_commit import (
     TwoPhaseCommitSinkWriter,
     default_transaction_prefix,
 )
-from flinkpy.errors import (
-    ClusterUnreachableError,
-    ConfigurationError,
-    FlinkpyError,
-    InvalidProgramError,
-)
+from flinkpy.errors import ConfigurationError, FlinkpyError, InvalidProgramError
 
 if TYPE_CHECKING:
     import psycopg
 
-RowMapper = Callable[[Any], Any]
-
-# ---- records to parameters -----------------------------------------------------------------
-
-
-class _Statement:
-    """One statement and how records become its parameters; writes batches on a connection."""
-
-    def __init__(self, sql: str, row_mapper: RowMapper | None, columns: list[str] | None = None) -> None:
-        self.sql = sql
-        self.row_mapper = row_mapper
-        self.copy = plain_insert(sql)
-        quoted = columns or (self.copy[1] if self.copy else None)
-        #: column names, to map dict records by name (None: dicts go to ``%(name)s`` placeholders)
-        self.columns = [_unquote(c) for c in quoted] if quoted else None
-        self.arity = len(self.columns) if self.columns else placeholder_count(sql)
-
-    def params(self, records: list) -> list:
-        mapper = self.row_mapper
-        out = []
-        for r in records:
-            if mapper is not None:
-                r = mapper(r)
-            if type(r) is tuple:
-                out.append(r)
-            elif isinstance(r, Mapping):
-                out.append(self._by_name(r))
-            elif isinstance(r, (tuple, list, Row)):
-                out.append(tuple(r))
-            else:
-                out.append((r,))
-        return out
-
-    def _by_name(self, record: Mapping) -> Any:
-        if self.columns is None:
-            return record
-        try:
-            return tuple(record[c] for c in self.columns)
-        except KeyError as e:
-            raise InvalidProgramError(
-                f"a record has no field {e.args[0]!r} for the column of that name: {record!r}",
-                remedy=f"give dict records the keys {self.columns}, or set a row_mapper",
-            ) from None
-
-    def check(self, rows: list) -> None:
-        first = rows[0]
-        if isinstance(first, tuple) and self.arity and len(first) != self.arity:
-            raise InvalidProgramError(
-                f"a record has {len(first)} fields for the {self.arity} placeholders of {self.sql!r}: {first!r}",
-                remedy="make records match the statement's columns, or set a row_mapper",
-            )
-
-    def write(self, cur: psycopg.Cursor, rows: list) -> None:
-        if self.copy is not None:
-            table, columns = self.copy
-            with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-        else:
-            cur.executemany(self.sql, rows)
-
-
-# ---- connections and errors ----------------------------------------------------------------
-
-
-class _Connections:
-    """Connections of one writer, and the errors that name the sink, the server and the remedy."""
-
-    def __init__(self, dsn: str, ctx: ReaderContext, sql: str, connect_timeout: float) -> None:
-        self.dsn = dsn
-        self.ctx = ctx
-        self.sql = sql
-        self.connect_timeout = connect_timeout
-
-    @property
-    def who(self) -> str:
-        c = self.ctx
-        return f"sink {c.operator_name or 'PostgresSink'!r} (subtask {c.subtask_index + 1}/{c.parallelism})"
-
-    def connect(self) -> psycopg.Connection:
-        import psycopg
-        from psycopg.conninfo import conninfo_to_dict
-
-        extra: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, round(self.connect_timeout))}
-        if "application_name" not in conninfo_to_dict(self.dsn):
-            extra["application_name"] = f"flinkpy {self.ctx.operator_name} {self.ctx.subtask_index + 1}/{self.ctx.parallelism}"[:63]
-        try:
-            return psycopg.connect(self.dsn, **extra)
-        except psycopg.OperationalError as e:
-            raise ClusterUnreachableError(
-                f"{self.who} cannot connect to PostgreSQL at {redact_dsn(self.dsn)}: {_first_line(e)}",
-                remedy="check that the server runs and accepts connections there"
-                " (host, port, database, user, password, pg_hba.conf)",
-            ) from e
-
-    def error(self, e: Exception, doing: str) -> Exception:
-        """A flinkpy error for a psycopg error raised while ``doing``; others as they are."""
-        import psycopg
-
-        where = f"{self.who} at {redact_dsn(self.dsn)}"
-        if isinstance(e, FlinkpyError):
-            return e
-        if isinstance(e, psycopg.errors.ObjectNotInPrerequisiteState) and "prepared transactions are disabled" in str(e):
-            return _two_phase_disabled(where)
-        if isinstance(e, psycopg.errors.OutOfMemory) and "prepared transactions" in str(e):
-            return ConfigurationError(
-                f"{where}: {doing} failed: {_first_line(e)}",
-                remedy="raise max_prepared_transactions (each sink subtask holds one prepared transaction "
-                "per checkpoint not yet committed), or check that checkpoints complete",
-            )
-        if isinstance(e, psycopg.ProgrammingError):
-            return InvalidProgramError(
-                f"{where}: {doing} failed, PostgreSQL rejected {self.sql!r}: {_first_line(e)}",
-                remedy="fix the statement: table and column names, one placeholder per record field"
-                + (", and a unique constraint or primary key on the ON CONFLICT columns" if "ON CONFLICT" in self.sql.upper() else ""),
-            )
-        if isinstance(e, psycopg.OperationalError):
-            return ClusterUnreachableError(
-                f"{where}: {doing} failed, the connection broke: {_first_line(e)}",
-                remedy="check the server; the job restarts from its last checkpoint and nothing uncommitted is lost",
-            )
-        if isinstance(e, psycopg.Error):
-            return FlinkpyError(
-                f"{where}: {doing} failed: {type(e).__name__}: {_first_line(e)}",
-                remedy="check the records against the table's types and constraints",
-            )
-        return e
-
-
-def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
-def _two_phase_disabled(where: str) -> ConfigurationError:
-    return ConfigurationError(
-        f"{where}: the server has max_prepared_transactions = 0, so it cannot prepare transactions (two-phase commit)",
-        remedy="set max_prepared_transactions > 0 in postgresql.conf (at least twice the sink's parallelism) "
-        "and restart PostgreSQL, or use an upsert sink",
-    )
-
-
-def _is_alive(conn: psycopg.Connection | None) -> bool:
-    return conn is not None and not conn.closed and not conn.broken
-
-
-def _close(conn: psycopg.Connection | None) -> None:
-    if conn is not None:
-        try:
-            conn.close()
-        except Exception:  # noqa: BLE001 - closing a broken connection
-            pass
-
+#: the name flinkpy.spark.sinks imports it by
+_Statement = Statement
 
 # ---- exactly-once: two-phase commit ---------------------------------------------------------
 
@@ -253,8 +106,8 @@ class PostgresSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
     def __init__(self, sink: PostgresSink, ctx: ReaderContext) -> None:
         super().__init__(ctx, sink.transaction_prefix or default_transaction_prefix(ctx, salt=sink.sql))
         self._sink = sink
-        self._statement = _Statement(sink.sql, sink.row_mapper)
-        self._conns = _Connections(sink.dsn, ctx, sink.sql, sink.connect_timeout)
+        self._statement = Statement(sink.sql, sink.row_mapper)
+        self._conns = Connections(sink.dsn, ctx, sink.sql, sink.connect_timeout)
         self._data: psycopg.Connection | None = None
         self._control: psycopg.Connection | None = None
 
@@ -265,23 +118,23 @@ class PostgresSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
         except Exception as e:
             raise self._conns.error(e, "reading max_prepared_transactions") from e
         if not enabled:
-            raise _two_phase_disabled(f"{self._conns.who} at {redact_dsn(self._sink.dsn)}")
+            raise two_phase_disabled(f"{self._conns.who} at {redact_dsn(self._sink.dsn)}")
         super().open(runtime_context)
 
     def _control_connection(self) -> psycopg.Connection:
-        if not _is_alive(self._control):
-            _close(self._control)
+        if not is_alive(self._control):
+            close_quietly(self._control)
             self._control = self._conns.connect()
         return self._control
 
     # -- the transaction --
 
     def begin_transaction(self) -> _Transaction:
-        import psycopg
+        psycopg = require(POSTGRES)
 
         for attempt in (1, 2):
-            if not _is_alive(self._data):
-                _close(self._data)
+            if not is_alive(self._data):
+                close_quietly(self._data)
                 self._data = self._conns.connect()
             try:
                 self._data.execute("BEGIN")
@@ -289,7 +142,7 @@ class PostgresSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
             except psycopg.OperationalError as e:
                 # nothing written yet: a connection that broke since the last transaction
                 # (a server restart) is replaced once
-                _close(self._data)
+                close_quietly(self._data)
                 self._data = None
                 if attempt == 2:
                     raise self._conns.error(e, "BEGIN") from e
@@ -327,7 +180,7 @@ class PostgresSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
         (recovery commits them before it rolls back leftovers). Someone running ``ROLLBACK
         PREPARED`` by hand on a pending gid loses its rows silently.
         """
-        import psycopg
+        psycopg = require(POSTGRES)
 
         attempts = max(1, self._sink.max_commit_attempts)
         for attempt in range(1, attempts + 1):
@@ -337,7 +190,7 @@ class PostgresSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
             except psycopg.errors.UndefinedObject:
                 return
             except psycopg.OperationalError as e:
-                _close(self._control)
+                close_quietly(self._control)
                 self._control = None
                 if attempt == attempts:
                     raise self._conns.error(e, f"COMMIT PREPARED '{gid}' ({attempts} attempts)") from e
@@ -345,7 +198,7 @@ class PostgresSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
                 raise self._conns.error(e, f"COMMIT PREPARED '{gid}'") from e
 
     def abort(self, txn: _Transaction) -> None:
-        if _is_alive(self._data):
+        if is_alive(self._data):
             try:
                 self._data.execute("ROLLBACK")
             except Exception:  # noqa: BLE001 - the server rolls back when the connection closes
@@ -354,7 +207,7 @@ class PostgresSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
     def abort_lingering(self, prefixes: set[str], keep: list[Any]) -> None:
         """Roll back prepared transactions of earlier attempts (this subtask's, or those of old
         subtasks it stands in for after a rescale) that the restored state does not list."""
-        import psycopg
+        psycopg = require(POSTGRES)
 
         control = self._control_connection()
         keep_set = set(keep)
@@ -377,8 +230,8 @@ class PostgresSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
             raise self._conns.error(e, "rolling back prepared transactions of an earlier attempt") from e
 
     def close_resources(self) -> None:
-        _close(self._data)
-        _close(self._control)
+        close_quietly(self._data)
+        close_quietly(self._control)
         self._data = self._control = None
 
 
@@ -405,6 +258,7 @@ class PostgresSink(TwoPhaseCommitSink):
         max_commit_attempts: int = 3,
         connect_timeout: float = 10,
     ) -> None:
+        require(POSTGRES)  # in the job program, before the job is submitted
         if transaction_prefix is not None and not re.fullmatch(r"[\w-]{1,100}", transaction_prefix):
             raise ConfigurationError(
                 f"transaction prefix {transaction_prefix!r} is not 1-100 letters, digits, '-' or '_'",
@@ -444,8 +298,8 @@ class PostgresBatchWriter(SinkWriter):
 
     def __init__(self, sink: PostgresBatchSink, ctx: ReaderContext) -> None:
         self._sink = sink
-        self._statement = _Statement(sink.sql, sink.row_mapper, sink.columns)
-        self._conns = _Connections(sink.dsn, ctx, sink.sql, sink.connect_timeout)
+        self._statement = Statement(sink.sql, sink.row_mapper, sink.columns)
+        self._conns = Connections(sink.dsn, ctx, sink.sql, sink.connect_timeout)
         self._conn: psycopg.Connection | None = None
         self._buffer: list = []
         self._oldest = 0.0
@@ -455,8 +309,8 @@ class PostgresBatchWriter(SinkWriter):
         self._connection()
 
     def _connection(self) -> psycopg.Connection:
-        if not _is_alive(self._conn):
-            _close(self._conn)
+        if not is_alive(self._conn):
+            close_quietly(self._conn)
             self._conn = self._conns.connect()
             self._staging = False
         return self._conn
@@ -473,7 +327,7 @@ class PostgresBatchWriter(SinkWriter):
         self._write_batch()
 
     def _write_batch(self) -> None:
-        import psycopg
+        psycopg = require(POSTGRES)
 
         if not self._buffer:
             return
@@ -486,7 +340,7 @@ class PostgresBatchWriter(SinkWriter):
                     self._write_rows(conn, cur, rows)
                 break
             except psycopg.OperationalError as e:
-                _close(self._conn)
+                close_quietly(self._conn)
                 self._conn = None
                 if attempt == self._sink.max_retries:
                     raise self._conns.error(e, f"writing a batch of {len(rows)} rows ({attempt + 1} attempts)") from e
@@ -499,7 +353,7 @@ class PostgresBatchWriter(SinkWriter):
         self._statement.write(cur, rows)
 
     def close(self) -> None:
-        _close(self._conn)
+        close_quietly(self._conn)
         self._conn = None
 
 
@@ -525,6 +379,7 @@ class PostgresBatchSink(Sink):
         max_retries: int = 3,
         connect_timeout: float = 10,
     ) -> None:
+        require(POSTGRES)  # in the job program, before the job is submitted
         self.dsn = dsn
         self.sql = translate_placeholders(sql)
         self.row_mapper = row_mapper

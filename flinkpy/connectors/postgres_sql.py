@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from flinkpy.connectors.drivers import POSTGRES, require
 from flinkpy.errors import InvalidProgramError
 
 # ---- SQL text ------------------------------------------------------------------------------
@@ -158,7 +159,8 @@ def redact_dsn(dsn: str) -> str:
     >>> redact_dsn("postgresql://app:secret@db:5432/shop")
     'host=db port=5432 user=app dbname=shop'
     """
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    conninfo = require(POSTGRES, "psycopg.conninfo")
+    conninfo_to_dict, make_conninfo = conninfo.conninfo_to_dict, conninfo.make_conninfo
 
     try:
         params = conninfo_to_dict(dsn)

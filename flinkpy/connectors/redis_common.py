@@ -9,7 +9,8 @@ streams of a topic so that its partition count is known before anything is writt
 Entry ids (``<milliseconds>-<sequence>``) are the offsets; :func:`parse_id` makes them
 comparable. :func:`connect` checks the server with a PING, and every call to Redis runs under
 :func:`redis_errors`, so an unreachable server is reported as :class:`RedisUnreachableError`
-naming the URL.
+naming the URL. redis-py is imported through :mod:`flinkpy.connectors.drivers` (the ``redis``
+extra), and every connector asks for it when it is built.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from flinkpy.connectors.drivers import REDIS, require
 from flinkpy.errors import ClusterUnreachableError, NotFoundError, UsageError
 
 #: the exclusive start id that reads a stream from its first entry
@@ -67,13 +69,7 @@ def parse_id(entry_id: str | bytes) -> tuple[int, int]:
 
 def connect(url: str) -> Any:
     """A redis-py client for ``url``, checked with a PING (so a wrong URL fails here, clearly)."""
-    try:
-        import redis
-    except ImportError:
-        raise UsageError(
-            "the Redis connectors need the redis-py package",
-            remedy="pip install redis",
-        ) from None
+    redis = require(REDIS)
     try:
         client = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5)
     except ValueError as e:
@@ -99,7 +95,7 @@ def connection(url: str) -> Iterator[Any]:
 def redis_errors(url: str, doing: str = "") -> Iterator[None]:
     """Turns redis-py's connection failures into :class:`RedisUnreachableError` naming the URL,
     and a key of the wrong type (a topic name clashing with other data) into a UsageError."""
-    import redis
+    redis = require(REDIS)
 
     what = f" while {doing}" if doing else ""
     try:
@@ -142,7 +138,7 @@ def create_topic(url: str, topic: str, partitions: int) -> None:
     """Create the (empty) streams of a topic's partitions; existing ones are left as they are."""
     if partitions < 1:
         raise UsageError(f"topic {topic!r} needs at least one partition, got {partitions}")
-    import redis
+    redis = require(REDIS)
 
     with connection(url) as client, redis_errors(url, f"creating topic {topic!r}"):
         for p in range(partitions):

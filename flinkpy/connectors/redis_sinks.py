@@ -32,6 +32,7 @@ from typing import Any
 
 from flinkpy.common.serialization import SerializationSchema, SimpleStringSchema
 from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
+from flinkpy.connectors.drivers import REDIS, require
 from flinkpy.connectors.redis_common import (
     DEFAULT_VALUE_FIELD,
     connect,
@@ -83,6 +84,7 @@ class RedisStreamsSink(Sink):
         value_field: str,
         max_len: int | None,
     ) -> None:
+        require(REDIS)  # in the job program, before the job is submitted
         self.url = url
         self.topic = topic
         self.partitions = partitions
@@ -241,6 +243,7 @@ class RedisUpsertSink(Sink):
         value_selector: Callable[[Any], Any] | None,
         serializer: SerializationSchema,
     ) -> None:
+        require(REDIS)  # in the job program, before the job is submitted
         self.url = url
         self.hash_name = hash_name
         self.key_prefix = key_prefix

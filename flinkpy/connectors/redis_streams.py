@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 
 from flinkpy.common.serialization import DeserializationSchema, SimpleStringSchema
 from flinkpy.connectors.base import Boundedness, ReaderContext, Source, SourceReader
+from flinkpy.connectors.drivers import REDIS, require
 from flinkpy.connectors.redis_common import (
     BEGINNING,
     DEFAULT_VALUE_FIELD,
@@ -168,6 +169,7 @@ class RedisStreamsSource(Source):
         skip_trimmed: bool,
         idle_block_ms: int,
     ) -> None:
+        require(REDIS)  # in the job program, before the job is submitted
         self.url = url
         self.topic = topic
         self.partitions = partitions

@@ -41,7 +41,26 @@ def _check_function(fn: Any, method: str, what: str) -> None:
 
 
 class DataStream:
-    """A stream of records; see PyFlink's ``pyflink.datastream.DataStream``."""
+    """A stream of records: what a source or an operator emits, and the input of the next one.
+
+    Its methods describe the job rather than run it: a transformation (``map``, ``filter``,
+    ``process``, ...) adds an operator and returns the stream of its output, a partitioning
+    (``key_by``, ``rebalance``, ``broadcast``, ...) says how records travel to the next
+    operator's subtasks, and a sink (``sink_to``, ``print``) ends a branch. The job runs when
+    the environment executes it, or when :meth:`execute_and_collect` does. Methods named as in
+    PyFlink's ``DataStream`` behave as there.
+
+    Functions may be lambdas, plain functions, or instances of the function classes of
+    :mod:`flinkpy.datastream` (``MapFunction``, ...), whose ``open(runtime_context)`` runs in
+    each subtask before the first record. They are pickled (with cloudpickle) and run in the
+    task processes, so what they capture must be picklable.
+
+    >>> from flinkpy.datastream import StreamExecutionEnvironment
+    >>> env = StreamExecutionEnvironment.get_execution_environment()
+    >>> words = env.from_collection(["to be", "or not", "to be"]).flat_map(str.split)
+    >>> sorted(words.filter(lambda w: w != "or").map(str.upper).execute_and_collect())
+    ['BE', 'BE', 'NOT', 'TO', 'TO']
+    """
 
     def __init__(self, env: "StreamExecutionEnvironment", refs: tuple[StreamRef, ...], node: StreamNode | None = None):
         self._env = env
@@ -60,13 +79,43 @@ class DataStream:
         return self._node
 
     def get_name(self) -> str:
+        """The name of the operator that produces this stream, as plans and ``flinkpy job show`` show it.
+
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> env.from_collection([1, 2]).map(lambda x: x + 1).get_name()
+        'Map'
+        """
         return self._require_node("get_name").name
 
     def name(self, name: str) -> "DataStream":
+        """Name the operator that produces this stream (plans, ``flinkpy job show``, logs); returns
+        this stream, so it chains after the transformation.
+
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> env.from_collection([1, 2]).map(lambda x: x + 1).name("add one").get_name()
+        'add one'
+        """
         self._require_node("name").name = name
         return self
 
     def uid(self, uid: str) -> "DataStream":
+        """Give the operator a stable id, unique in the job, under which checkpoints and savepoints
+        store its state.
+
+        Without one the id is a hash of the operator's kind, name and place in the graph: stable
+        for the same program, but an edit upstream changes it and a restore then finds no state
+        for the operator. Set uids on the stateful operators of any job you mean to upgrade.
+
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> totals = env.from_collection([("a", 1)]).key_by(lambda t: t[0]).sum(1).uid("totals")
+        >>> env.from_collection([2]).map(str).uid("totals")
+        Traceback (most recent call last):
+        ...
+        flinkpy.errors.InvalidProgramError: uid 'totals' is used by two operators ('Keyed Sum' and 'Map') (give every operator a unique uid)
+        """
         node = self._require_node("uid")
         for other in self._env._graph.nodes.values():
             if other is not node and other.uid == uid:
@@ -78,18 +127,36 @@ class DataStream:
         return self
 
     def set_uid_hash(self, uid_hash: str) -> "DataStream":
+        """PyFlink's way to pin an operator's id by hash; here the same as :meth:`uid`."""
         return self.uid(uid_hash)
 
     def get_type(self) -> Any:
+        """The ``output_type`` given to the transformation that made this stream (None if none was).
+
+        Type information is kept for PyFlink programs; records travel pickled whatever it says.
+        """
         return self._node.params.get("output_type") if self._node else None
 
     def get_execution_environment(self) -> "StreamExecutionEnvironment":
+        """The environment this stream belongs to."""
         return self._env
 
     def get_execution_config(self) -> Any:
+        """The environment's ExecutionConfig (auto-watermark interval, global job parameters)."""
         return self._env.get_config()
 
     def set_parallelism(self, parallelism: int) -> "DataStream":
+        """Run the operator that produces this stream in ``parallelism`` subtasks (each a task in a
+        slot); operators without one run at the environment's parallelism. Sources that cannot run
+        in parallel (collections, sockets, SourceFunctions) refuse more than 1.
+
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> env.from_collection([1]).set_parallelism(2)
+        Traceback (most recent call last):
+        ...
+        flinkpy.errors.InvalidProgramError: operator 'Collection Source' is not parallel and cannot run with parallelism 2
+        """
         node = self._require_node("set_parallelism")
         if not isinstance(parallelism, int) or parallelism < 1:
             raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
@@ -101,30 +168,48 @@ class DataStream:
         return self
 
     def set_max_parallelism(self, max_parallelism: int) -> "DataStream":
+        """The most subtasks this operator can ever be rescaled to, 1 to 32768: for a keyed operator,
+        its number of key groups, the unit in which keyed state moves between subtasks on a rescale.
+        Fixed for the life of the job's state: a restore with another value is refused.
+        """
         if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= 32768:
             raise InvalidProgramError(f"max parallelism must be between 1 and 32768, got {max_parallelism!r}")
         self._require_node("set_max_parallelism").max_parallelism = max_parallelism
         return self
 
     def force_non_parallel(self) -> "DataStream":
+        """Run the operator in one subtask, now and after any rescale (parallelism and max parallelism 1)."""
         node = self._require_node("force_non_parallel")
         node.parallelism = 1
         node.max_parallelism = 1
         return self
 
     def set_buffer_timeout(self, timeout_millis: int) -> "DataStream":
+        """Accepted for PyFlink programs and recorded on the operator; flinkpy flushes every
+        operator's output buffers by the environment's timeout
+        (:meth:`StreamExecutionEnvironment.set_buffer_timeout`).
+        """
         self._require_node("set_buffer_timeout").params["buffer_timeout"] = int(timeout_millis)
         return self
 
     def start_new_chain(self) -> "DataStream":
+        """Begin a new operator chain with this operator: it is not fused into the task of the operator
+        before it (but the operators after it may be fused into its task).
+        """
         self._require_node("start_new_chain").chaining = "head"
         return self
 
     def disable_chaining(self) -> "DataStream":
+        """Never fuse this operator with its neighbours: it runs in a task of its own, with network
+        channels on both sides (useful to see its busy time, or to isolate a slow function).
+        """
         self._require_node("disable_chaining").chaining = "never"
         return self
 
     def slot_sharing_group(self, slot_sharing_group: Any) -> "DataStream":
+        """Accepted for PyFlink programs and recorded on the operator; flinkpy places every task of a
+        job as one slot sharing group.
+        """
         self._require_node("slot_sharing_group").params["slot_sharing_group"] = str(slot_sharing_group)
         return self
 
@@ -137,28 +222,58 @@ class DataStream:
         return DataStream(self._env, (StreamRef(node.id),), node)
 
     def map(self, func: Any, output_type: Any = None) -> "DataStream":
+        """One output record per input record: ``func(value)``, or ``func.map(value)`` for a
+        :class:`~flinkpy.datastream.MapFunction` (whose ``open`` sees the runtime context).
+
+        ``output_type`` is kept for PyFlink programs (see :meth:`get_type`).
+        """
         _check_function(func, "map", "map")
         return self._add("map", "Map", func, output_type)
 
     def flat_map(self, func: Any, output_type: Any = None) -> "DataStream":
+        """Zero or more output records per input record: ``func(value)`` (or ``func.flat_map(value)``)
+        returns an iterable, or is a generator; None counts as no output.
+        """
         _check_function(func, "flat_map", "flat_map")
         return self._add("flat_map", "FlatMap", func, output_type)
 
     def filter(self, func: Any) -> "DataStream":
+        """Keep the records for which ``func(value)`` (or ``func.filter(value)``) is true."""
         _check_function(func, "filter", "filter")
         return self._add("filter", "Filter", func, self.get_type())
 
     def process(self, func: Any, output_type: Any = None) -> "DataStream":
+        """Run a :class:`~flinkpy.datastream.ProcessFunction`: ``process_element(value, ctx)`` yields
+        any number of outputs, and through ``ctx`` reads the record's timestamp, the clocks, and
+        emits to side outputs (``ctx.output(tag, value)``, read with :meth:`get_side_output`).
+        Timers and keyed state need a keyed stream: see :meth:`KeyedStream.process`.
+        """
         _check_function(func, "process_element", "process")
         return self._add("process", "Process", func, output_type)
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
+        """Partition the stream by ``key_selector(value)`` (a function, or a
+        :class:`~flinkpy.datastream.KeySelector`): all records of one key reach the same subtask
+        of the next operator, which then keeps state, timers and windows per key.
+
+        Keys are hashed stably across processes and runs (not with Python's ``hash()``), so a
+        restored job finds each key's state where it left it. Returns a :class:`KeyedStream`.
+        """
         _check_function(key_selector, "get_key", "key_by")
         selector = key_selector.get_key if hasattr(key_selector, "get_key") else key_selector
         refs = tuple(StreamRef(r.node_id, HASH, selector, r.side_tag) for r in self._refs)
         return KeyedStream(self._env, refs, selector, key_type, self)
 
     def union(self, *streams: "DataStream") -> "DataStream":
+        """One stream of the records of this stream and ``streams`` (all of the same environment),
+        interleaved in arrival order; no operator is added.
+
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> evens, odds = env.from_collection([0, 2]), env.from_collection([1, 3])
+        >>> sorted(evens.union(odds).map(lambda x: x * x).execute_and_collect())
+        [0, 1, 4, 9]
+        """
         refs = list(self._refs)
         for s in streams:
             if s._env is not self._env:
@@ -187,46 +302,83 @@ class DataStream:
         return self._add("timestamps", "Timestamps/Watermarks", watermark_strategy, self.get_type())
 
     def window_all(self, window_assigner: Any) -> Any:
+        """Cut the whole stream into windows of ``window_assigner`` (one window operator at
+        parallelism 1, since every record belongs to the same windows); returns an
+        :class:`~flinkpy.datastream.AllWindowedStream`. Prefer :meth:`KeyedStream.window`, which
+        runs in parallel.
+        """
         from flinkpy.datastream.window_stream import AllWindowedStream
 
         return AllWindowedStream(self, window_assigner)
 
     def count_window_all(self, size: int, slide: int | None = None) -> Any:
+        """Windows of ``size`` records over the whole stream (tumbling), or of the last ``size``
+        records every ``slide`` records; see :meth:`window_all`.
+        """
         from flinkpy.datastream import window_stream
 
         return window_stream.count_window_all(self, size, slide)
 
     def forward(self) -> "DataStream":
+        """Send each subtask's records to the same-numbered subtask of the next operator; both must
+        have the same parallelism. The default between operators of equal parallelism, and what
+        lets them be chained into one task.
+        """
         return self._partition(FORWARD)
 
     def rebalance(self) -> "DataStream":
+        """Send records round-robin to every subtask of the next operator, evening out skew; the
+        default between operators of different parallelism.
+        """
         return self._partition(REBALANCE)
 
     def rescale(self) -> "DataStream":
+        """Round-robin, but each subtask sends only to a local group of the next operator's subtasks
+        (fewer channels than :meth:`rebalance` when parallelisms differ by a factor).
+        """
         return self._partition(RESCALE)
 
     def shuffle(self) -> "DataStream":
+        """Send each record to a subtask of the next operator chosen at random."""
         return self._partition(SHUFFLE)
 
     def broadcast(self) -> "DataStream":
+        """Send every record to every subtask of the next operator."""
         return self._partition(BROADCAST)
 
     def global_(self) -> "DataStream":
+        """Send every record to the first subtask of the next operator."""
         return self._partition(GLOBAL)
 
     def project(self, *field_indexes: int) -> "DataStream":
+        """Keep the given fields of tuple records, in that order.
+
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> env.from_collection([("a", 1, True)]).project(2, 0).get_name()
+        'Projection'
+        """
         idx = tuple(field_indexes)
         return self.map(lambda value: tuple(value[i] for i in idx)).name("Projection")
 
     # -- sinks -------------------------------------------------------------------------------
 
     def print(self, sink_identifier: str | None = None) -> "DataStreamSink":
+        """Print every record on the standard output of the TaskManager that runs the sink
+        (``flinkpy cluster logs tm-N --stdout``; the terminal for an embedded cluster), prefixed
+        with the subtask number (``2> ...``) when the sink runs in parallel and with
+        ``sink_identifier`` when given. Records replayed after a failure are printed again.
+        """
         from flinkpy.connectors.print_sink import PrintSink
 
         stream = self._add("sink", "Print to Std. Out", PrintSink(sink_identifier))
         return DataStreamSink(stream)
 
     def sink_to(self, sink: Any) -> "DataStreamSink":
+        """Write the stream to a :class:`~flinkpy.datastream.connectors.Sink` (FileSink, PostgresSink,
+        RedisStreamsSink, ...); what a failure does to the output depends on the sink (``flinkpy
+        info JOB.py`` prints each sink's guarantee). Returns a :class:`DataStreamSink`.
+        """
         from flinkpy.connectors.base import Sink
 
         if not isinstance(sink, Sink):
@@ -237,6 +389,11 @@ class DataStream:
         return DataStreamSink(self._add("sink", getattr(sink, "name", None) or type(sink).__name__, sink))
 
     def add_sink(self, sink_func: Any) -> "DataStreamSink":
+        """Hand every record to ``sink_func`` (a function, or a
+        :class:`~flinkpy.datastream.SinkFunction` with ``invoke(value, context)``), at least once:
+        records replayed after a failure are handed over again. A Sink object goes to
+        :meth:`sink_to`.
+        """
         from flinkpy.connectors.base import Sink
 
         if isinstance(sink_func, Sink):
@@ -248,7 +405,11 @@ class DataStream:
 
     def execute_and_collect(self, job_name: str | None = None, limit: int | None = None) -> "CloseableIterator":
         """Run the job and return its records (bounded jobs). Records come back through files in
-        the cluster's home, so it works for embedded and for background clusters on this host."""
+        the cluster's home, so it works for embedded and for background clusters on this host.
+
+        ``limit`` keeps the first records only. Results of an attempt that failed and was restarted
+        stay in the output: a key's last value is its final one.
+        """
         from flinkpy.client.collect import collect_sink
 
         sink, reader = collect_sink()
@@ -261,7 +422,14 @@ class DataStream:
 
 
 class CloseableIterator:
-    """What ``execute_and_collect`` returns (iterate it, or use it in a ``with``)."""
+    """What ``execute_and_collect`` returns: the job's records, in a ``for`` or a ``with``.
+
+    >>> with CloseableIterator(["x", "y"]) as records:
+    ...     next(records)
+    'x'
+    >>> list(records)    # closed: the rest is dropped
+    []
+    """
 
     def __init__(self, items: list):
         self._it = iter(items)
@@ -273,6 +441,7 @@ class CloseableIterator:
         return next(self._it)
 
     def close(self) -> None:
+        """Drop the records not read yet."""
         self._it = iter(())
 
     def __enter__(self) -> "CloseableIterator":
@@ -283,38 +452,60 @@ class CloseableIterator:
 
 
 class DataStreamSink:
-    """The result of a sink: only naming and parallelism can be set on it."""
+    """The end of a branch, returned by ``sink_to``, ``add_sink`` and ``print``: the sink
+    operator can be named, given a uid and a parallelism, but not transformed further."""
 
     def __init__(self, stream: DataStream):
         self._stream = stream
 
     def name(self, name: str) -> "DataStreamSink":
+        """Name the sink operator."""
         self._stream.name(name)
         return self
 
     def uid(self, uid: str) -> "DataStreamSink":
+        """Give the sink a stable id for its state in checkpoints and savepoints (see :meth:`DataStream.uid`)."""
         self._stream.uid(uid)
         return self
 
     def set_parallelism(self, parallelism: int) -> "DataStreamSink":
+        """Run the sink in ``parallelism`` subtasks."""
         self._stream.set_parallelism(parallelism)
         return self
 
     def disable_chaining(self) -> "DataStreamSink":
+        """Run the sink in a task of its own."""
         self._stream.disable_chaining()
         return self
 
     def start_new_chain(self) -> "DataStreamSink":
+        """Begin a new chain at the sink."""
         self._stream.start_new_chain()
         return self
 
     def slot_sharing_group(self, slot_sharing_group: Any) -> "DataStreamSink":
+        """Accepted for PyFlink programs; see :meth:`DataStream.slot_sharing_group`."""
         self._stream.slot_sharing_group(slot_sharing_group)
         return self
 
 
 class KeyedStream(DataStream):
-    """A stream partitioned by key: keyed state and aggregations apply per key."""
+    """A stream partitioned by key (``DataStream.key_by``): the next operator sees each key in
+    one subtask, and keeps its state, timers and windows per key.
+
+    Keyed state is checkpointed by key group (``set_max_parallelism`` of them) and restored
+    into whichever subtask owns the group after a restart or a rescale. In STREAMING mode the
+    aggregations (``reduce``, ``sum``, ``max_by``, ...) emit every updated value; in BATCH mode,
+    each key's final value once the input ends. A KeyedStream is a partitioning, not an
+    operator: name, uid and parallelism go on the operator that follows it.
+
+    >>> from flinkpy.datastream import StreamExecutionEnvironment
+    >>> env = StreamExecutionEnvironment.get_execution_environment()
+    >>> sales = env.from_collection([("tea", 3), ("cake", 2), ("tea", 4), ("cake", 5), ("tea", 1)])
+    >>> totals = sales.key_by(lambda sale: sale[0]).sum(1)
+    >>> sorted(totals.execute_and_collect())    # every running total
+    [('cake', 2), ('cake', 7), ('tea', 3), ('tea', 7), ('tea', 8)]
+    """
 
     def __init__(self, env: "StreamExecutionEnvironment", refs: tuple[StreamRef, ...], selector: Callable, key_type: Any, origin: DataStream):
         super().__init__(env, refs, None)
@@ -330,9 +521,21 @@ class KeyedStream(DataStream):
         return DataStream(self._env, (StreamRef(node.id),), node)
 
     def get_key_type(self) -> Any:
+        """The ``key_type`` given to ``key_by`` (None if none was)."""
         return self._key_type
 
     def reduce(self, func: Any) -> DataStream:
+        """A running reduce per key: the first record of a key is its value, each next one is combined
+        with it by ``func(value, record)`` (or ``func.reduce``), and every new value is emitted
+        (in BATCH mode, only each key's final value). The value is keyed state: checkpointed,
+        restored, and moved with its key group on a rescale.
+
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> longest = env.from_collection(["ant", "bee", "wasp"]).key_by(len).reduce(lambda a, b: max(a, b))
+        >>> sorted(longest.execute_and_collect())
+        ['ant', 'bee', 'wasp']
+        """
         _check_function(func, "reduce", "reduce")
         return self._keyed("keyed_reduce", "Keyed Reduce", func, self._origin.get_type())
 
@@ -342,45 +545,80 @@ class KeyedStream(DataStream):
         return self._keyed("keyed_reduce", name, field_aggregator(how, position), self._origin.get_type())
 
     def sum(self, position_to_sum: int | str = 0) -> DataStream:
+        """A running sum per key of field ``position_to_sum`` (a tuple index, or a Row field name);
+        the other fields are those of the key's first record. See :meth:`reduce`.
+        """
         return self._aggregate("Keyed Sum", "sum", position_to_sum)
 
     def min(self, position_to_min: int | str = 0) -> DataStream:
+        """A running minimum per key of field ``position_to_min``; the other fields are those of the
+        key's first record (use :meth:`min_by` for the whole record that holds the minimum).
+        """
         return self._aggregate("Keyed Min", "min", position_to_min)
 
     def max(self, position_to_max: int | str = 0) -> DataStream:
+        """A running maximum per key of field ``position_to_max``; the other fields are those of the
+        key's first record (use :meth:`max_by` for the whole record that holds the maximum).
+        """
         return self._aggregate("Keyed Max", "max", position_to_max)
 
     def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+        """Per key, the record with the smallest field ``position_to_min_by`` so far."""
         return self._aggregate("Keyed MinBy", "min_by", position_to_min_by)
 
     def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+        """Per key, the record with the largest field ``position_to_max_by`` so far."""
         return self._aggregate("Keyed MaxBy", "max_by", position_to_max_by)
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
+        """Run a :class:`~flinkpy.datastream.KeyedProcessFunction`: ``process_element(value, ctx)``
+        with the key's state (declared in ``open`` through ``get_runtime_context()``) and timers
+        (``ctx.timer_service()``); ``on_timer(timestamp, ctx)`` is called when one fires, for its key.
+        State and timers are checkpointed per key group.
+        """
         _check_function(func, "process_element", "process")
         return self._keyed("keyed_process", "KeyedProcess", func, output_type)
 
     def map(self, func: Any, output_type: Any = None) -> DataStream:
+        """:meth:`DataStream.map` with keyed state: a :class:`~flinkpy.datastream.MapFunction` may
+        declare state in ``open``, and each call sees the state of its record's key.
+        """
         _check_function(func, "map", "map")
         return self._keyed("keyed_map", "Map", func, output_type)
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
+        """:meth:`DataStream.flat_map` with keyed state (see :meth:`map`)."""
         _check_function(func, "flat_map", "flat_map")
         return self._keyed("keyed_flat_map", "FlatMap", func, output_type)
 
     def filter(self, func: Any) -> DataStream:
+        """:meth:`DataStream.filter` with keyed state (see :meth:`map`)."""
         _check_function(func, "filter", "filter")
         return self._keyed("keyed_filter", "Filter", func, self._origin.get_type())
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
+        """Key the original stream by another selector instead (the keys do not nest)."""
         return self._origin.key_by(key_selector, key_type)
 
     def window(self, window_assigner: Any) -> Any:
+        """Cut each key's records into windows of ``window_assigner`` (tumbling, sliding, session,
+        global); returns a :class:`~flinkpy.datastream.WindowedStream` to configure and then
+        aggregate.
+        """
         from flinkpy.datastream.window_stream import WindowedStream
 
         return WindowedStream(self, window_assigner)
 
     def count_window(self, size: int, slide: int | None = None) -> Any:
+        """Per key, windows of ``size`` records (tumbling), or of the last ``size`` records every
+        ``slide`` records. A last window that never fills does not fire.
+
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> pairs = env.from_collection([("a", 1), ("a", 2), ("b", 5), ("a", 3)]).key_by(lambda t: t[0]).count_window(2)
+        >>> sorted(pairs.reduce(lambda x, y: (x[0], x[1] + y[1])).execute_and_collect())
+        [('a', 3)]
+        """
         from flinkpy.datastream import window_stream
 
         return window_stream.count_window(self, size, slide)
@@ -389,10 +627,13 @@ class KeyedStream(DataStream):
         raise InvalidProgramError(f"{what}() cannot be applied to a KeyedStream", remedy="apply it before key_by()")
 
     def set_parallelism(self, parallelism: int) -> DataStream:
+        """Refused: a keyed stream is a partitioning, not an operator; set it on the operator after it."""
         return self._unsupported("set_parallelism")
 
     def name(self, name: str) -> DataStream:
+        """Refused: name the operator before ``key_by`` or after the keyed operation."""
         return self._unsupported("name")
 
     def uid(self, uid: str) -> DataStream:
+        """Refused: set the uid on the keyed operation's result (``keyed.sum(1).uid("totals")``)."""
         return self._unsupported("uid")

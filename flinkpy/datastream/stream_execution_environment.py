@@ -3,10 +3,6 @@
 Shaped like PyFlink's. ``execute()`` builds the JobGraph and hands it to the client executor,
 which submits it to the cluster the CLI points at (``flinkpy run``) or, when there is none, to an
 embedded local cluster of real processes started for this job and stopped afterwards.
-
->>> env = StreamExecutionEnvironment.get_execution_environment()
->>> env.set_parallelism(2).get_parallelism()
-2
 """
 
 from __future__ import annotations
@@ -27,6 +23,25 @@ class RuntimeExecutionMode:
 
 
 class StreamExecutionEnvironment:
+    """Where a job is built and from where it runs: its sources, its settings, ``execute()``.
+
+    A job program gets one with :meth:`get_execution_environment`, sets what applies to the
+    whole job (parallelism, checkpointing, state backend, restart strategy, runtime mode),
+    creates sources (``from_collection``, ``from_source``, ...), transforms their streams, and
+    calls :meth:`execute`. Settings come first from the execution context (``flinkpy run -D``,
+    flinkpy.yaml), then from calls here, which win. Methods named as in PyFlink's
+    environment behave as there.
+
+    >>> env = StreamExecutionEnvironment.get_execution_environment()
+    >>> env.set_parallelism(2).get_parallelism()
+    2
+    >>> squares = env.from_collection(range(6)).rebalance().map(lambda n: n * n)   # on 2 subtasks
+    >>> sink = squares.key_by(lambda n: n % 2).reduce(lambda a, b: a + b).print()
+    >>> result = env.execute("sums of squares")    # prints "2> 0", "1> 1", ..., "1> 35"
+    >>> result.get_job_id() != "", result.get_net_runtime() >= 0
+    (True, True)
+    """
+
     def __init__(self, configuration: Any = None):
         from flinkpy.client.context import current_context
         from flinkpy.common.execution_config import ExecutionConfig
@@ -46,14 +61,31 @@ class StreamExecutionEnvironment:
 
     @staticmethod
     def get_execution_environment(configuration: Any = None) -> "StreamExecutionEnvironment":
+        """A new environment in the current execution context: the cluster ``flinkpy run`` points at
+        (with its ``-D`` settings and ``-p``), or an embedded local cluster per ``execute()`` when
+        the program runs with plain ``python``. ``configuration`` (a
+        :class:`~flinkpy.common.Configuration`) overrides settings for this environment.
+        """
         return StreamExecutionEnvironment(configuration)
 
     # -- settings ----------------------------------------------------------------------------
 
     def get_config(self) -> Any:
+        """The :class:`~flinkpy.common.ExecutionConfig`: auto-watermark interval and global job
+        parameters.
+        """
         return self._config
 
     def configure(self, configuration: Any) -> "StreamExecutionEnvironment":
+        """Apply settings of ``configuration`` (a :class:`~flinkpy.common.Configuration`), the keys of
+        flinkpy.yaml and ``-D``: ``parallelism.default``, ``execution.runtime-mode``,
+        ``execution.checkpointing.interval``, ``state.backend.type``, ...
+
+        >>> from flinkpy.common import Configuration
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> env.configure(Configuration({"parallelism.default": "3"})).get_parallelism()
+        3
+        """
         self._settings.update({str(k): str(v) for k, v in configuration.to_dict().items()})
         if "parallelism.default" in self._settings:
             self._parallelism = int(self._settings["parallelism.default"])
@@ -64,24 +96,38 @@ class StreamExecutionEnvironment:
         return self
 
     def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
+        """The parallelism of operators that set none (``parallelism.default``; ``flinkpy run -p``).
+        Each subtask takes a slot, so a job needs as many free slots as its largest parallelism.
+        """
         if not isinstance(parallelism, int) or parallelism < 1:
             raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
         self._parallelism = parallelism
         return self
 
     def get_parallelism(self) -> int:
+        """The default parallelism of this environment's operators."""
         return self._parallelism
 
     def set_max_parallelism(self, max_parallelism: int) -> "StreamExecutionEnvironment":
+        """The default max parallelism (``pipeline.max-parallelism``, 128): how many key groups keyed
+        state is split into, and so the most subtasks a keyed operator can be rescaled to. Changing
+        it makes earlier savepoints of keyed operators unusable.
+        """
         if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= 32768:
             raise InvalidProgramError(f"max parallelism must be between 1 and 32768, got {max_parallelism!r}")
         self._max_parallelism = max_parallelism
         return self
 
     def get_max_parallelism(self) -> int:
+        """The default max parallelism of this environment's operators."""
         return self._max_parallelism
 
     def set_runtime_mode(self, execution_mode: Any) -> "StreamExecutionEnvironment":
+        """STREAMING (the default): keyed aggregations emit every update, event time is driven by
+        watermarks. BATCH, for bounded sources only: each key's final result once the input ends.
+        AUTOMATIC: BATCH when every source is bounded, else STREAMING. Takes a
+        :class:`RuntimeExecutionMode` member or its name.
+        """
         mode = getattr(execution_mode, "name", None) or str(execution_mode)
         mode = mode.split(".")[-1].upper()
         if mode not in (RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH, RuntimeExecutionMode.AUTOMATIC):
@@ -90,10 +136,19 @@ class StreamExecutionEnvironment:
         return self
 
     def set_buffer_timeout(self, timeout_millis: int) -> "StreamExecutionEnvironment":
+        """How long records may wait in an output buffer before it is sent (milliseconds;
+        ``execution.buffer-timeout.interval``, 100 ms): lower means less latency, 0 sends every
+        record at once (slowest).
+        """
         self._buffer_timeout = int(timeout_millis)
         return self
 
     def get_buffer_timeout(self) -> int:
+        """The output buffer timeout in milliseconds: set here, or from the configuration.
+
+        >>> StreamExecutionEnvironment.get_execution_environment().set_buffer_timeout(5).get_buffer_timeout()
+        5
+        """
         if self._buffer_timeout is not None:
             return self._buffer_timeout
         from flinkpy.config import parse_duration_ms
@@ -101,27 +156,44 @@ class StreamExecutionEnvironment:
         return parse_duration_ms(self._settings.get("execution.buffer-timeout.interval", "100 ms"))
 
     def disable_operator_chaining(self) -> "StreamExecutionEnvironment":
+        """Run every operator in a task of its own, with channels between them (chaining fuses
+        operators connected one to one into one task and process).
+        """
         self._chaining = False
         return self
 
     def is_chaining_enabled(self) -> bool:
+        """Whether operators may be chained (true unless :meth:`disable_operator_chaining` was called)."""
         return self._chaining
 
     def enable_checkpointing(self, interval: int, mode: Any = None) -> "StreamExecutionEnvironment":
+        """Take a checkpoint every ``interval`` milliseconds (``execution.checkpointing.interval``),
+        with ``mode`` EXACTLY_ONCE (aligned barriers, the default) or AT_LEAST_ONCE. After a
+        failure the job restarts from its latest completed checkpoint.
+
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> env.enable_checkpointing(1000).get_checkpoint_interval(), env.get_checkpointing_mode()
+        (1000, 'EXACTLY_ONCE')
+        """
         self._settings["execution.checkpointing.interval"] = f"{int(interval)} ms"
         if mode is not None:
             self._settings["execution.checkpointing.mode"] = getattr(mode, "name", str(mode)).split(".")[-1]
         return self
 
     def get_checkpoint_config(self) -> Any:
+        """The :class:`~flinkpy.datastream.checkpoint_config.CheckpointConfig`, a view on this
+        environment's checkpoint settings: changes made through it apply to the job.
+        """
         from flinkpy.datastream.checkpoint_config import CheckpointConfig
 
         return CheckpointConfig(self._settings)
 
     def get_checkpoint_interval(self) -> int:
+        """The checkpoint interval in milliseconds, -1 when checkpointing is off."""
         return self.get_checkpoint_config().get_checkpoint_interval()
 
     def get_checkpointing_mode(self) -> str:
+        """``"EXACTLY_ONCE"`` or ``"AT_LEAST_ONCE"``."""
         return self.get_checkpoint_config().get_checkpointing_mode()
 
     def set_state_backend(self, state_backend: Any) -> "StreamExecutionEnvironment":
@@ -135,11 +207,16 @@ class StreamExecutionEnvironment:
         return self
 
     def get_state_backend(self) -> Any:
+        """The state backend the job will use (from :meth:`set_state_backend` or ``state.backend.type``)."""
         from flinkpy.datastream.state_backend import backend_of
 
         return backend_of(self._settings.get("state.backend.type", "hashmap"), self._settings)
 
     def set_restart_strategy(self, restart_strategy_configuration: Any) -> "StreamExecutionEnvironment":
+        """How the job restarts after a failure: a configuration from
+        :class:`~flinkpy.common.RestartStrategies` (no restart, fixed delay, failure rate,
+        exponential delay). ``flinkpy restart-strategy set`` changes it on a running job.
+        """
         self._settings.update(restart_strategy_configuration.to_config())
         return self
 
@@ -191,11 +268,18 @@ class StreamExecutionEnvironment:
         return DataStream(self, (StreamRef(node.id),), node)
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> Any:
+        """A source of the items of ``collection`` (materialized as a list at once), in order, at
+        parallelism 1. Replayable: the position is checkpointed, so a restored job continues after
+        the last item of its checkpoint. ``type_info`` is kept for PyFlink programs.
+        """
         from flinkpy.connectors.collection import CollectionSource
 
         return self._source("Collection Source", CollectionSource(list(collection)), type_info, non_parallel=True)
 
     def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> Any:
+        """The lines of a file, or of the files of a directory, as strings (a
+        :class:`~flinkpy.datastream.connectors.FileSource` read once; positions are checkpointed).
+        """
         from flinkpy.datastream.connectors.file_system import FileSource, StreamFormat
 
         source = FileSource.for_record_stream_format(StreamFormat.text_line_format(charset_name), file_path).build()
@@ -210,6 +294,18 @@ class StreamExecutionEnvironment:
         return self._source(f"Socket Stream: {hostname}:{port}", source, non_parallel=True)
 
     def from_source(self, source: Any, watermark_strategy: Any = None, source_name: str = "Source", type_info: Any = None) -> Any:
+        """A stream from a :class:`~flinkpy.datastream.connectors.Source` (NumberSequenceSource,
+        FileSource, DataGeneratorSource, RedisStreamsSource, ...): one reader per subtask, whose
+        positions are in checkpoints. ``watermark_strategy`` stamps records and makes watermarks
+        at the readers, for event time.
+
+        >>> from flinkpy.common import WatermarkStrategy
+        >>> from flinkpy.datastream.connectors import NumberSequenceSource
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> numbers = env.from_source(NumberSequenceSource(1, 100), WatermarkStrategy.no_watermarks(), "numbers")
+        >>> numbers.get_name()
+        'numbers'
+        """
         from flinkpy.connectors.base import Source
 
         if not isinstance(source, Source):
@@ -222,6 +318,11 @@ class StreamExecutionEnvironment:
         return stream
 
     def add_source(self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None) -> Any:
+        """A stream from a SourceFunction (``run(ctx)`` calling ``ctx.collect(value)``, ``cancel()``)
+        at parallelism 1. It cannot be replayed: after a failure ``run`` starts again from its
+        beginning, so use :meth:`from_source` with a replayable source for exactly-once results.
+        A Source object is passed on to :meth:`from_source`.
+        """
         from flinkpy.connectors.base import Source
 
         if isinstance(source_func, Source):
@@ -277,12 +378,22 @@ class StreamExecutionEnvironment:
         )
 
     def get_execution_plan(self) -> str:
+        """The job graph that :meth:`execute` would submit, as JSON: vertices (chains of operators)
+        with their parallelism, and the partitioning of the edges between them (what ``flinkpy
+        info JOB.py`` prints).
+        """
         import json
 
         return json.dumps(self._job_graph(None).plan(), indent=2)
 
     def execute(self, job_name: str | None = None) -> Any:
-        """Run the job; returns a JobExecutionResult when it finished (raises if it failed)."""
+        """Run the job and wait for its end; returns a JobExecutionResult (job id, net runtime), or
+        raises :class:`~flinkpy.errors.JobExecutionError` with the root cause if the job failed.
+
+        The job goes to the cluster of the execution context (``flinkpy run``), else to an
+        embedded local cluster started for it and stopped afterwards. What its sinks print shows
+        on this process's standard output.
+        """
         from flinkpy.client.executor import execute_job_graph
 
         job = self._job_graph(job_name)
@@ -293,7 +404,10 @@ class StreamExecutionEnvironment:
         return execute_job_graph(job, detached=False)
 
     def execute_async(self, job_name: str = "Flink Streaming Job") -> Any:
-        """Submit the job and return a JobClient at once."""
+        """Submit the job to a running cluster and return a JobClient at once (job id, status,
+        cancel). Needs a cluster (``flinkpy cluster start``, or ``flinkpy run -d``): an embedded
+        one would end with this program.
+        """
         from flinkpy.client.executor import execute_job_graph
 
         job = self._job_graph(job_name)

@@ -81,7 +81,31 @@ def _window_function_kind(fn: Any, keyed: bool) -> str:
 
 
 class WindowedStream:
-    """A keyed stream cut into windows; see the module docstring."""
+    """A keyed stream cut into windows (``KeyedStream.window``): each key's records are
+    grouped into the windows of an assigner, and one aggregation per window is emitted when
+    the window's trigger fires.
+
+    The assigner decides which windows a record belongs to: tumbling (fixed, disjoint),
+    sliding (fixed, overlapping) or session windows (closed by a gap of inactivity), in event
+    time (the records' timestamps, advanced by watermarks) or processing time (the clock);
+    ``trigger``, ``evictor``, ``allowed_lateness`` and ``side_output_late_data`` adjust it. The
+    terminal call (``reduce``, ``aggregate``, ``process``, ``apply``) adds the window operator.
+    Window contents, triggers' state and timers are keyed state: checkpointed and restored.
+    When a bounded input ends the watermark jumps to the end of time, so every event-time
+    window fires.
+
+    >>> from flinkpy.common import Time, WatermarkStrategy
+    >>> from flinkpy.datastream import StreamExecutionEnvironment
+    >>> from flinkpy.datastream.window import TumblingEventTimeWindows
+    >>> env = StreamExecutionEnvironment.get_execution_environment()
+    >>> clicks = env.from_collection([("home", 1_000), ("cart", 2_500), ("home", 9_000), ("home", 12_000)])
+    >>> stamped = clicks.assign_timestamps_and_watermarks(
+    ...     WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda click, ts: click[1]))
+    >>> per_page = stamped.map(lambda click: (click[0], 1)).key_by(lambda pair: pair[0])
+    >>> counts = per_page.window(TumblingEventTimeWindows.of(Time.seconds(10))).reduce(lambda a, b: (a[0], a[1] + b[1]))
+    >>> sorted(counts.execute_and_collect())    # clicks per page in [0 s, 10 s) and [10 s, 20 s)
+    [('cart', 1), ('home', 1), ('home', 2)]
+    """
 
     _keyed = True
 
@@ -102,6 +126,11 @@ class WindowedStream:
 
     # -- configuration ------------------------------------------------------------------
     def trigger(self, trigger: Trigger) -> WindowedStream:
+        """Replace the assigner's default trigger, which decides when a window's contents are
+        evaluated (fire) and when they are dropped (purge): e.g. ``CountTrigger.of(100)``, or
+        ``ContinuousEventTimeTrigger.of(Time.seconds(5))`` for early results. With a merging
+        assigner (sessions) the trigger must be able to merge.
+        """
         if not isinstance(trigger, Trigger):
             raise InvalidProgramError(f"trigger() needs a Trigger, got {type(trigger).__name__}")
         if isinstance(self._assigner, MergingWindowAssigner) and not trigger.can_merge():
@@ -113,12 +142,21 @@ class WindowedStream:
         return self
 
     def evictor(self, evictor: Evictor) -> WindowedStream:
+        """Remove elements from a window before or after the window function runs
+        (``CountEvictor``, ``TimeEvictor``, ``DeltaEvictor``). A window with an evictor keeps
+        every element rather than a running aggregate, so it costs more state.
+        """
         if not isinstance(evictor, Evictor):
             raise InvalidProgramError(f"evictor() needs an Evictor, got {type(evictor).__name__}")
         self._evictor = evictor
         return self
 
     def allowed_lateness(self, time_ms: int | Time | Duration) -> WindowedStream:
+        """Keep event-time windows for ``time_ms`` (milliseconds, ``Time`` or ``Duration``) after the
+        watermark passed their end: a record that arrives late but within that time is added and
+        the window fires again with it, so a result may be emitted more than once. Records later
+        than that are dropped, or sent to :meth:`side_output_late_data`. Default 0.
+        """
         ms = to_millis(time_ms, "allowed lateness")
         if ms < 0:
             raise InvalidProgramError(f"allowed lateness must be >= 0 ms, got {ms}")
@@ -126,6 +164,10 @@ class WindowedStream:
         return self
 
     def side_output_late_data(self, output_tag: OutputTag) -> WindowedStream:
+        """Emit records that arrive too late for their window (after the watermark passed its end
+        plus the allowed lateness) to ``output_tag`` instead of dropping them; read them with
+        ``get_side_output(output_tag)`` on the windowed result.
+        """
         tag_id = getattr(output_tag, "tag_id", None)
         if not isinstance(tag_id, str):
             raise InvalidProgramError(f"side_output_late_data() needs an OutputTag, got {type(output_tag).__name__}")
@@ -134,20 +176,51 @@ class WindowedStream:
 
     # -- terminal calls ----------------------------------------------------------------
     def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None) -> DataStream:
+        """Combine the elements of each window with ``reduce_function(a, b)`` (or its ``reduce``) as
+        they arrive, so the window's state is one value; when the window fires, emit that value,
+        or hand it to ``window_function`` (a ProcessWindowFunction or WindowFunction, which also
+        sees the key and the window).
+        """
         _require(reduce_function, ("reduce",), "reduce()", allow_callable=True)
         kind = None if window_function is None else _window_function_kind(window_function, self._keyed)
         return self._build(REDUCE, reduce_function, window_function, kind, output_type)
 
     def aggregate(self, aggregate_function: Any, window_function: Any = None, accumulator_type: Any = None, output_type: Any = None) -> DataStream:
+        """Fold each window's elements into an accumulator with an
+        :class:`~flinkpy.datastream.AggregateFunction` (``create_accumulator``, ``add``,
+        ``get_result``, ``merge`` for merging windows); when the window fires, emit
+        ``get_result``, or hand it to ``window_function``.
+        """
         _require(aggregate_function, ("create_accumulator", "add", "get_result", "merge"), "aggregate()", allow_callable=False)
         kind = None if window_function is None else _window_function_kind(window_function, self._keyed)
         return self._build(AGGREGATE, aggregate_function, window_function, kind, output_type)
 
     def process(self, process_window_function: Any, output_type: Any = None) -> DataStream:
+        """Keep every element of each window and, when it fires, call ``process_window_function``
+        (a :class:`~flinkpy.datastream.ProcessWindowFunction`): ``process(key, context, elements)``
+        yields the outputs, and ``context`` gives the window, the clocks and per-window state.
+
+        >>> from flinkpy.common import Time, WatermarkStrategy
+        >>> from flinkpy.datastream import ProcessWindowFunction, StreamExecutionEnvironment
+        >>> from flinkpy.datastream.window import TumblingEventTimeWindows
+        >>> class Visits(ProcessWindowFunction):
+        ...     def process(self, key, context, elements):
+        ...         yield key, context.window().start, len(list(elements))
+        >>> env = StreamExecutionEnvironment.get_execution_environment()
+        >>> clicks = env.from_collection([("home", 1_000), ("cart", 2_500), ("home", 9_000), ("home", 12_000)])
+        >>> stamped = clicks.assign_timestamps_and_watermarks(
+        ...     WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda click, ts: click[1]))
+        >>> windows = stamped.key_by(lambda click: click[0]).window(TumblingEventTimeWindows.of(Time.seconds(10)))
+        >>> sorted(windows.process(Visits()).execute_and_collect())
+        [('cart', 0, 1), ('home', 0, 2), ('home', 10000, 1)]
+        """
         _require(process_window_function, ("process",), "process()", allow_callable=True)
         return self._build(None, None, process_window_function, PROCESS, output_type)
 
     def apply(self, window_function: Any, output_type: Any = None) -> DataStream:
+        """Like :meth:`process`, with a :class:`~flinkpy.datastream.WindowFunction` (or a plain
+        function): ``apply(key, window, elements)`` yields the outputs.
+        """
         _require(window_function, ("apply",), "apply()", allow_callable=True)
         return self._build(None, None, window_function, APPLY, output_type)
 
@@ -185,9 +258,17 @@ class WindowedStream:
 
 
 class AllWindowedStream(WindowedStream):
-    """A non-keyed stream cut into windows: all records share one key, so the window operator
-    runs at parallelism 1. Window functions take no key: ``ProcessAllWindowFunction``,
-    ``AllWindowFunction``."""
+    """A non-keyed stream cut into windows (``DataStream.window_all``): all records share one
+    key, so the window operator runs at parallelism 1. Configured and ended like a
+    :class:`WindowedStream`; window functions take no key: ``ProcessAllWindowFunction``,
+    ``AllWindowFunction``.
+
+    >>> from flinkpy.datastream import StreamExecutionEnvironment
+    >>> env = StreamExecutionEnvironment.get_execution_environment()
+    >>> sums = env.from_collection(range(10)).count_window_all(4).reduce(lambda a, b: a + b)
+    >>> list(sums.execute_and_collect())    # 0+1+2+3, 4+5+6+7; the last two never fill a window
+    [6, 22]
+    """
 
     _keyed = False
 

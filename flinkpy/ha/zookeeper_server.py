@@ -17,10 +17,15 @@ manifest names its dependencies) and ``java`` from ``$JAVA_HOME`` or the PATH. A
 used with ``FLINKPY_ZOOKEEPER_JAR`` (or ``jar=``); a jar without such a manifest, e.g. from
 Apache's binary tarball, gets every jar of its directory on the class path.
 
->>> info = start_zookeeper("/tmp/h", port=0)    # doctest: +SKIP
->>> info.quorum                                 # doctest: +SKIP
-'127.0.0.1:40123'
->>> stop_zookeeper("/tmp/h")                    # doctest: +SKIP
+>>> import tempfile
+>>> home = tempfile.mkdtemp()
+>>> info = start_zookeeper(home, port=0, tick_time_ms=200)
+>>> info.quorum                                 # doctest: +ELLIPSIS
+'127.0.0.1:...'
+>>> [(s.id, s.mode) for s in info.servers]
+[(1, 'standalone')]
+>>> [s.id for s in stop_zookeeper(home)]
+[1]
 """
 
 from __future__ import annotations
@@ -366,6 +371,75 @@ def _config_text(*, tick_time_ms: int, data_dir: Path, client_port: int, min_ses
     return "\n".join(lines) + "\n"
 
 
+def _checked_settings(port: int, servers: int, tick_time_ms: int, min_session_timeout_ms: int | None,
+                      max_session_timeout_ms: int | None) -> tuple[int, int]:
+    """``start_zookeeper``'s arguments checked; returns the session timeouts (min, max) in ms."""
+    if servers < 1 or servers % 2 == 0 or servers > 9:
+        raise ConfigurationError(f"invalid number of ZooKeeper servers: {servers}", remedy="use 1, or an odd ensemble size such as 3 or 5")
+    if tick_time_ms < 1:
+        raise ConfigurationError(f"invalid tickTime {tick_time_ms} ms", remedy="use a positive number of milliseconds, e.g. 2000 or 200")
+    min_sto = min_session_timeout_ms if min_session_timeout_ms is not None else 2 * tick_time_ms
+    max_sto = max_session_timeout_ms if max_session_timeout_ms is not None else 20 * tick_time_ms
+    if not 0 < min_sto <= max_sto:
+        raise ConfigurationError(
+            f"invalid session timeouts: minimum {min_sto} ms, maximum {max_sto} ms",
+            remedy="the minimum must be positive and not above the maximum",
+        )
+    if port < 0 or port + servers - 1 > 65535:
+        raise ConfigurationError(f"invalid ZooKeeper port {port}", remedy="use a port between 1 and 65535, or 0 for free ports")
+    return min_sto, max_sto
+
+
+def _client_ports(port: int, servers: int) -> list[int]:
+    """``port``, ``port+1``, ... (each checked free), or free ports for ``port=0``."""
+    if port == 0:
+        return _free_ports(servers)
+    client_ports = [port + i for i in range(servers)]
+    for p in client_ports:
+        if not port_free(p, HOST):
+            raise ConflictError(
+                f"port {p} on {HOST} is already in use (another ZooKeeper?)",
+                remedy="choose another with --port, or --port 0 for free ports",
+            )
+    return client_ports
+
+
+def _launch_server(install: ZooKeeperInstallation, root: Path, info: ZooKeeperInfo, sid: int, client_port: int,
+                   ensemble: list[tuple[int, int, int]]) -> tuple[subprocess.Popen, ZooKeeperServer]:
+    """Write server ``sid``'s configuration (and ``myid`` in an ensemble) and start its process."""
+    server_dir = root / str(sid)
+    data_dir = server_dir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if ensemble:
+        (data_dir / "myid").write_text(f"{sid}\n")
+    config = server_dir / "zoo.cfg"
+    config.write_text(_config_text(
+        tick_time_ms=info.tick_time_ms, data_dir=data_dir, client_port=client_port,
+        min_session_timeout_ms=info.min_session_timeout_ms, max_session_timeout_ms=info.max_session_timeout_ms,
+        ensemble=ensemble,
+    ))
+    log = server_dir / "zookeeper.log"
+    with open(log, "ab", buffering=0) as logf:
+        logf.write(f"---- flinkpy: starting ZooKeeper server {sid} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
+        proc = subprocess.Popen(
+            install.command(config),
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            cwd=str(server_dir),
+            start_new_session=True,  # outlives the command, and its Ctrl-C
+            close_fds=True,
+        )
+    _children[proc.pid] = proc
+    peers = ensemble[sid - 1] if ensemble else None
+    server = ZooKeeperServer(
+        id=sid, pid=proc.pid, client_port=client_port, create_time=create_time(proc.pid),
+        peer_port=peers[1] if peers else None, election_port=peers[2] if peers else None,
+        dir=str(server_dir), log=str(log),
+    )
+    return proc, server
+
+
 def start_zookeeper(
     home: Any,
     port: int = 2181,
@@ -387,19 +461,7 @@ def start_zookeeper(
     already runs in ``home`` or a port is taken, NotFoundError (exit 4) when ZooKeeper or java
     is not installed, OperationTimeoutError (exit 6) when it is not ready in ``timeout_s``.
     """
-    if servers < 1 or servers % 2 == 0 or servers > 9:
-        raise ConfigurationError(f"invalid number of ZooKeeper servers: {servers}", remedy="use 1, or an odd ensemble size such as 3 or 5")
-    if tick_time_ms < 1:
-        raise ConfigurationError(f"invalid tickTime {tick_time_ms} ms", remedy="use a positive number of milliseconds, e.g. 2000 or 200")
-    min_sto = min_session_timeout_ms if min_session_timeout_ms is not None else 2 * tick_time_ms
-    max_sto = max_session_timeout_ms if max_session_timeout_ms is not None else 20 * tick_time_ms
-    if not 0 < min_sto <= max_sto:
-        raise ConfigurationError(
-            f"invalid session timeouts: minimum {min_sto} ms, maximum {max_sto} ms",
-            remedy="the minimum must be positive and not above the maximum",
-        )
-    if port < 0 or port + servers - 1 > 65535:
-        raise ConfigurationError(f"invalid ZooKeeper port {port}", remedy="use a port between 1 and 65535, or 0 for free ports")
+    min_sto, max_sto = _checked_settings(port, servers, tick_time_ms, min_session_timeout_ms, max_session_timeout_ms)
     install = find_installation(jar)
 
     root = zookeeper_dir(home)
@@ -409,16 +471,7 @@ def start_zookeeper(
             f"ZooKeeper is already running in {_home_path(home)} (quorum {running.quorum})",
             remedy="stop it with 'flinkpy zookeeper stop', or use another FLINKPY_HOME",
         )
-    if port == 0:
-        client_ports = _free_ports(servers)
-    else:
-        client_ports = [port + i for i in range(servers)]
-        for p in client_ports:
-            if not port_free(p, HOST):
-                raise ConflictError(
-                    f"port {p} on {HOST} is already in use (another ZooKeeper?)",
-                    remedy="choose another with --port, or --port 0 for free ports",
-                )
+    client_ports = _client_ports(port, servers)
     quorum_ports = _free_ports(2 * servers) if servers > 1 else []
     ensemble = [(i + 1, quorum_ports[2 * i], quorum_ports[2 * i + 1]) for i in range(servers)] if servers > 1 else []
 
@@ -430,36 +483,9 @@ def start_zookeeper(
     procs: list[subprocess.Popen] = []
     try:
         for i in range(servers):
-            sid = i + 1
-            server_dir = root / str(sid)
-            data_dir = server_dir / "data"
-            data_dir.mkdir(parents=True, exist_ok=True)
-            if servers > 1:
-                (data_dir / "myid").write_text(f"{sid}\n")
-            config = server_dir / "zoo.cfg"
-            config.write_text(_config_text(
-                tick_time_ms=tick_time_ms, data_dir=data_dir, client_port=client_ports[i],
-                min_session_timeout_ms=min_sto, max_session_timeout_ms=max_sto, ensemble=ensemble,
-            ))
-            log = server_dir / "zookeeper.log"
-            with open(log, "ab", buffering=0) as logf:
-                logf.write(f"---- flinkpy: starting ZooKeeper server {sid} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
-                proc = subprocess.Popen(
-                    install.command(config),
-                    stdin=subprocess.DEVNULL,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    cwd=str(server_dir),
-                    start_new_session=True,  # outlives the command, and its Ctrl-C
-                    close_fds=True,
-                )
+            proc, server = _launch_server(install, root, info, i + 1, client_ports[i], ensemble)
             procs.append(proc)
-            _children[proc.pid] = proc
-            info.servers.append(ZooKeeperServer(
-                id=sid, pid=proc.pid, client_port=client_ports[i], create_time=create_time(proc.pid),
-                peer_port=ensemble[i][1] if ensemble else None, election_port=ensemble[i][2] if ensemble else None,
-                dir=str(server_dir), log=str(log),
-            ))
+            info.servers.append(server)
         # recorded before the wait, so that 'stop' finds servers of an interrupted start
         _write_record(info)
         _wait_ready(info, procs, timeout_s)

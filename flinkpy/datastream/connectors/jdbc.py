@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from flinkpy.connectors.drivers import POSTGRES, require
 from flinkpy.connectors.postgres import PostgresBatchSink, PostgresSink, PostgresUpsertSink
 from flinkpy.connectors.postgres_sql import is_idempotent_upsert, placeholder_count, translate_placeholders
 from flinkpy.errors import ConfigurationError, InvalidProgramError
@@ -62,7 +63,7 @@ def jdbc_url_to_dsn(url: str, user: str | None = None, password: str | None = No
     >>> jdbc_url_to_dsn("jdbc:postgresql://h1:5432,h2:5433/db?ssl=true&reWriteBatchedInserts=true", "app")
     'host=h1,h2 port=5432,5433 dbname=db sslmode=require user=app'
     """
-    from psycopg.conninfo import make_conninfo
+    make_conninfo = require(POSTGRES, "psycopg.conninfo").make_conninfo
 
     if not url.startswith("jdbc:postgresql:"):
         kind = url.split(":", 2)[1] if url.startswith("jdbc:") and url.count(":") >= 2 else url.split("://", 1)[0]
