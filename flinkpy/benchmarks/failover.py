@@ -1,6 +1,6 @@
 """JobManager failover time: SIGKILL the leader, time until the job runs again on the new one.
 
-Part of ``python -m flinkpy.benchmark`` (``--only failover``). A local ZooKeeper (tickTime
+Part of ``python -m flinkpy.benchmarks`` (``--only failover``). A local ZooKeeper (tickTime
 200 ms, so it honours the chosen session timeout exactly) and a cluster of two JobManagers and
 one TaskManager run in a temporary home; an endless even/odd job checkpoints every 100 ms.
 Each run kills the current leader, then measures from the kill to the moment the last subtask
