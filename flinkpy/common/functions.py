@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flinkpy.datastream.output_tag import OutputTag
-    from flinkpy.datastream.state import (
+    from flinkpy.common.output_tag import OutputTag
+    from flinkpy.common.state import (
         AggregatingState,
         AggregatingStateDescriptor,
         ListState,
@@ -458,7 +458,7 @@ class CheckpointListener(abc.ABC):  # noqa: B024
 
 
 # PyFlink keeps the window functions in this module too
-from flinkpy.datastream.window import (  # noqa: E402  (after the classes window.py builds on)
+from flinkpy.common.window import (  # noqa: E402  (after the classes window.py builds on)
     AllWindowFunction,
     ProcessAllWindowFunction,
     ProcessWindowFunction,

@@ -29,7 +29,7 @@ from flinkpy.common.time import Time
 from flinkpy.common.typeinfo import TypeInformation, Types
 
 if TYPE_CHECKING:
-    from flinkpy.datastream.functions import AggregateFunction, ReduceFunction
+    from flinkpy.common.functions import AggregateFunction, ReduceFunction
 
 T = TypeVar("T")
 K = TypeVar("K")

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from flinkpy.common.time import Duration, Time
-from flinkpy.datastream.functions import Function
-from flinkpy.datastream.state import ReducingStateDescriptor, State, StateDescriptor
+from flinkpy.common.functions import Function
+from flinkpy.common.state import ReducingStateDescriptor, State, StateDescriptor
 from flinkpy.errors import InvalidProgramError
 
 MAX_TIMESTAMP = 2**63 - 1
