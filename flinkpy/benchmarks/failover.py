@@ -37,7 +37,7 @@ def measure_failover(session_timeout_ms: int = 4000, runs: int = 3) -> dict[str,
     from flinkpy.client.program import run_program
     from flinkpy.cluster import ClusterHome, find_cluster, rest_client_for, start_cluster, stop_cluster
     from flinkpy.config import load_config
-    from flinkpy.ha.cluster import add_jobmanager
+    from flinkpy.cluster.ha import add_jobmanager
     from flinkpy.ha.zookeeper_server import start_zookeeper, stop_zookeeper
 
     with tempfile.TemporaryDirectory() as tmp:
