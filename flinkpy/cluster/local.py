@@ -232,8 +232,8 @@ def find_cluster(home: "ClusterHome | str | Path") -> ClusterInfo | None:
         return None
     if info.ha is None:
         return info if alive(info.jobmanager) else None
-    alive = [jm for jm in info.jobmanagers if alive(jm)]
-    if not alive and not any(alive(tm) for tm in info.taskmanagers):
+    living = [jm for jm in info.jobmanagers if alive(jm)]
+    if not living and not any(alive(tm) for tm in info.taskmanagers):
         return None
     from flinkpy.cluster.ha import current_leader
 
@@ -277,13 +277,13 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
             os.kill(p.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    alive = wait_gone(tree, timeout_s)
-    for p in alive:
+    survivors = wait_gone(tree, timeout_s)
+    for p in survivors:
         try:
             p.kill()
         except psutil.Error:
             pass
-    wait_gone(alive, 5)
+    wait_gone(survivors, 5)
     for name in ("cluster.json", "jobmanager.json"):
         try:
             (home.path / name).unlink()
@@ -354,8 +354,8 @@ class EmbeddedCluster:
         for p in reversed(self._procs):  # TaskManagers first, then the JobManager
             if p.poll() is None:
                 p.terminate()
-        alive = wait_gone(tree, 10)
-        for p in alive:
+        survivors = wait_gone(tree, 10)
+        for p in survivors:
             try:
                 p.kill()
             except psutil.Error:
