@@ -366,6 +366,40 @@ def _config_text(*, tick_time_ms: int, data_dir: Path, client_port: int, min_ses
     return "\n".join(lines) + "\n"
 
 
+def _session_timeouts(servers: int, port: int, tick_time_ms: int, min_session_timeout_ms: int | None,
+                      max_session_timeout_ms: int | None) -> tuple[int, int]:
+    """The options of :func:`start_zookeeper` checked; the minimum and maximum session timeouts."""
+    if servers < 1 or servers % 2 == 0 or servers > 9:
+        raise ConfigurationError(f"invalid number of ZooKeeper servers: {servers}", remedy="use 1, or an odd ensemble size such as 3 or 5")
+    if tick_time_ms < 1:
+        raise ConfigurationError(f"invalid tickTime {tick_time_ms} ms", remedy="use a positive number of milliseconds, e.g. 2000 or 200")
+    min_sto = min_session_timeout_ms if min_session_timeout_ms is not None else 2 * tick_time_ms
+    max_sto = max_session_timeout_ms if max_session_timeout_ms is not None else 20 * tick_time_ms
+    if not 0 < min_sto <= max_sto:
+        raise ConfigurationError(
+            f"invalid session timeouts: minimum {min_sto} ms, maximum {max_sto} ms",
+            remedy="the minimum must be positive and not above the maximum",
+        )
+    if port < 0 or port + servers - 1 > 65535:
+        raise ConfigurationError(f"invalid ZooKeeper port {port}", remedy="use a port between 1 and 65535, or 0 for free ports")
+    return min_sto, max_sto
+
+
+def _client_ports(port: int, servers: int) -> list[int]:
+    """The servers' client ports: ``port``, ``port+1``, ... (each checked free), or free ones for 0."""
+    if port == 0:
+        client_ports = _free_ports(servers)
+    else:
+        client_ports = [port + i for i in range(servers)]
+        for p in client_ports:
+            if not port_free(p, HOST):
+                raise ConflictError(
+                    f"port {p} on {HOST} is already in use (another ZooKeeper?)",
+                    remedy="choose another with --port, or --port 0 for free ports",
+                )
+    return client_ports
+
+
 def start_zookeeper(
     home: Any,
     port: int = 2181,
@@ -387,19 +421,7 @@ def start_zookeeper(
     already runs in ``home`` or a port is taken, NotFoundError (exit 4) when ZooKeeper or java
     is not installed, OperationTimeoutError (exit 6) when it is not ready in ``timeout_s``.
     """
-    if servers < 1 or servers % 2 == 0 or servers > 9:
-        raise ConfigurationError(f"invalid number of ZooKeeper servers: {servers}", remedy="use 1, or an odd ensemble size such as 3 or 5")
-    if tick_time_ms < 1:
-        raise ConfigurationError(f"invalid tickTime {tick_time_ms} ms", remedy="use a positive number of milliseconds, e.g. 2000 or 200")
-    min_sto = min_session_timeout_ms if min_session_timeout_ms is not None else 2 * tick_time_ms
-    max_sto = max_session_timeout_ms if max_session_timeout_ms is not None else 20 * tick_time_ms
-    if not 0 < min_sto <= max_sto:
-        raise ConfigurationError(
-            f"invalid session timeouts: minimum {min_sto} ms, maximum {max_sto} ms",
-            remedy="the minimum must be positive and not above the maximum",
-        )
-    if port < 0 or port + servers - 1 > 65535:
-        raise ConfigurationError(f"invalid ZooKeeper port {port}", remedy="use a port between 1 and 65535, or 0 for free ports")
+    min_sto, max_sto = _session_timeouts(servers, port, tick_time_ms, min_session_timeout_ms, max_session_timeout_ms)
     install = find_installation(jar)
 
     root = zookeeper_dir(home)
@@ -409,16 +431,7 @@ def start_zookeeper(
             f"ZooKeeper is already running in {_home_path(home)} (quorum {running.quorum})",
             remedy="stop it with 'flinkpy zookeeper stop', or use another FLINKPY_HOME",
         )
-    if port == 0:
-        client_ports = _free_ports(servers)
-    else:
-        client_ports = [port + i for i in range(servers)]
-        for p in client_ports:
-            if not port_free(p, HOST):
-                raise ConflictError(
-                    f"port {p} on {HOST} is already in use (another ZooKeeper?)",
-                    remedy="choose another with --port, or --port 0 for free ports",
-                )
+    client_ports = _client_ports(port, servers)
     quorum_ports = _free_ports(2 * servers) if servers > 1 else []
     ensemble = [(i + 1, quorum_ports[2 * i], quorum_ports[2 * i + 1]) for i in range(servers)] if servers > 1 else []
 
