@@ -11,23 +11,24 @@ of its own layer or above:
 
 1. ``flinkpy`` (the version), ``errors`` (the one exception hierarchy), ``processes`` (process
    identity): what everything may use.
-2. ``config`` (the YAML schema) and ``common``: the definitions user code and the runtime share,
-   as Flink keeps them in flink-core: types, time, serialization, and the user-function,
+2. ``config``: the YAML schema and its parsers.
+3. ``common``: the definitions user code and the runtime share, as Flink keeps them in
+   flink-core: types, time, serialization, configuration objects, and the user-function,
    state-descriptor and window definitions (``flinkpy.datastream.functions``/``state``/``window``
    re-export them under PyFlink's paths).
-3. The engine's parts that know nothing of each other: ``network`` (framing, channels, credit),
+4. The engine's parts that know nothing of each other: ``network`` (framing, channels, credit),
    ``faults`` (pure fault planning), ``graph`` (StreamGraph -> JobGraph), ``state`` (key groups,
    keyed state backends).
-4. ``checkpoint`` (storage and ``_metadata`` over state), ``connectors`` (sources and sinks),
-   ``ha`` (HA services and the ZooKeeper test server).
-5. ``task``: one subtask's process, running the operator chain.
-6. ``taskmanager`` and ``jobmanager``: the engine's two kinds of processes.
-7. ``cluster``: starting, finding and stopping the processes of a local (or HA) cluster.
-8. ``spark``: the Spark runner, a runner beside the engine; it reuses the engine's operators
+5. ``checkpoint`` (storage, ``_metadata`` and snapshot analysis, over state), ``connectors``
+   (sources and sinks), ``ha`` (HA services and the ZooKeeper test server).
+6. ``task``: one subtask's process, running the operator chain.
+7. ``taskmanager`` and ``jobmanager``: the engine's two kinds of processes.
+8. ``cluster``: starting, finding and stopping the processes of a local (or HA) cluster.
+9. ``spark``: the Spark runner, a runner beside the engine; it reuses the engine's operators
    (``task``), restart strategies and REST plumbing (``jobmanager``) and a cluster's home.
-9. ``client``: the one way to drive flinkpy, over both runners (submit, savepoints, analysis).
-10. ``datastream``: the user's API; ``execute()`` hands the job to the client.
-11. ``benchmarks``: measurements over everything.
+10. ``client``: the one way to drive flinkpy, over both runners (submit, savepoints, analysis).
+11. ``datastream``: the user's API; ``execute()`` hands the job to the client.
+12. ``benchmarks``: measurements over everything.
 
 ``commands/`` (the CLI) stands on top of all of it: flinkpy never imports it.
 
@@ -53,7 +54,8 @@ PACKAGE = ROOT / "flinkpy"
 #: bottom to top; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
     ("flinkpy", "errors", "processes"),
-    ("config", "common"),
+    ("config",),
+    ("common",),
     ("network", "faults", "graph", "state"),
     ("checkpoint", "connectors", "ha"),
     ("task",),
