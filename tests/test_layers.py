@@ -3,8 +3,10 @@
 The units are flinkpy's subpackages (``flinkpy/state/``, ``flinkpy/task/``, ...) and its root
 modules (``config.py``, ``errors.py``, ``processes.py``; ``flinkpy/__init__.py`` is the unit
 ``flinkpy``). Every import counts, wherever it stands: at the top of a module, inside a function
-(where a cycle likes to hide because it works at run time), under ``if TYPE_CHECKING``. Each
-module is parsed with :mod:`ast`, nothing is imported, so the check takes a fraction of a second.
+(where a cycle likes to hide because it works at run time), under ``if TYPE_CHECKING``, and a
+module named in a string for a later import (``"flinkpy.x:Name"`` in a catalog, the literal
+argument of ``importlib.import_module``). Each module is parsed with :mod:`ast`, nothing is
+imported, so the check takes well under a second of CPU.
 
 The layers, bottom to top (:data:`LAYERS`); a unit may import any unit of a lower layer and none
 of its own layer or above:
@@ -45,6 +47,7 @@ from __future__ import annotations
 import ast
 import collections
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,8 +89,8 @@ PENDING: set[tuple[str, str]] = {
     ("flinkpy.spark.time_mode", "flinkpy.datastream.window"),
     # spark -> client (Spark runner, client): the low pieces of client/ go down, below spark
     # and cluster: the execution context (context.py), the python-files setting
-    # (python_files.py), the collect sink (collect.py, to connectors/) and the REST transport
-    # (RestClient in rest.py); running a job file for its plan (spark/capture.py uses
+    # (python_files.py) and the REST transport (RestClient in rest.py); running a job file for
+    # its plan (spark/capture.py uses
     # client.program's private _config and _run) becomes a public function below spark
     ("flinkpy.spark.capture", "flinkpy.client.context"),
     ("flinkpy.spark.capture", "flinkpy.client.program"),
@@ -95,7 +98,6 @@ PENDING: set[tuple[str, str]] = {
     ("flinkpy.spark.control_registry", "flinkpy.client.rest"),
     ("flinkpy.spark.driver", "flinkpy.client.python_files"),
     ("flinkpy.spark.shipping", "flinkpy.client"),
-    ("flinkpy.spark.sinks", "flinkpy.client.collect"),
     # cluster -> client (client): the launchers poll the JobManager's REST API until the
     # TaskManagers registered; they need the REST transport once it sits below them
     ("flinkpy.cluster.local", "flinkpy.client.rest"),
@@ -134,6 +136,23 @@ def is_unit(name: str) -> bool:
     return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file()
 
 
+#: a module named in a string, "flinkpy.x.y:Name" (a catalog or registry entry, imported later)
+REFERENCE = re.compile(r"^(flinkpy(?:\.[A-Za-z_]\w*)+):[A-Za-z_]\w*$")
+
+
+def named_module(node: ast.AST) -> str | None:
+    """The flinkpy module a string names for a later import: ``"flinkpy.x:Name"``, or the literal
+    argument of ``importlib.import_module`` / ``__import__``. Importing by name is still importing."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and (m := REFERENCE.match(node.value)):
+        return m.group(1)
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        arg = node.args[0].value
+        if name in ("import_module", "__import__") and isinstance(arg, str) and arg.split(".")[0] in ("flinkpy", "commands"):
+            return arg
+    return None
+
+
 def imports_of(path: Path) -> list[Import]:
     """Every import in the module at ``path``, with its target resolved to a module name."""
     module = module_name(path)
@@ -150,6 +169,8 @@ def imports_of(path: Path) -> list[Import]:
                 base = ".".join(anchor + ([node.module] if node.module else []))
             # `from flinkpy import state` imports the unit state, not flinkpy's __init__
             targets = [f"{base}.{alias.name}" if base == "flinkpy" and is_unit(alias.name) else base for alias in node.names]
+        elif (named := named_module(node)) is not None:
+            targets = [named]
         found += [Import(module, target, path, node.lineno) for target in dict.fromkeys(targets)]
     return found
 

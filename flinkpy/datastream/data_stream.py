@@ -249,7 +249,7 @@ class DataStream:
     def execute_and_collect(self, job_name: str | None = None, limit: int | None = None) -> "CloseableIterator":
         """Run the job and return its records (bounded jobs). Records come back through files in
         the cluster's home, so it works for embedded and for background clusters on this host."""
-        from flinkpy.client.collect import collect_sink
+        from flinkpy.connectors.collect import collect_sink
 
         sink, reader = collect_sink()
         self._add("sink", "Collect Sink", sink)
