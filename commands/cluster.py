@@ -130,7 +130,7 @@ def add_jobmanager(dynamic: Dynamic = None, json_: JsonFlag = False) -> None:
         flinkpy cluster add-jobmanager --json
     """
     config = load_cli_config(dynamic)
-    from flinkpy.ha.cluster import add_jobmanager as start_one
+    from flinkpy.cluster.ha import add_jobmanager as start_one
 
     with progress("Starting a JobManager..."):
         jm = start_one(cluster_home(), config=config)
@@ -202,7 +202,7 @@ def cluster_status(json_: JsonFlag = False) -> None:
     overview, tms = client.overview(), client.taskmanagers()
     zookeeper = None
     if info.ha is not None:
-        from flinkpy.ha.cluster import session_of
+        from flinkpy.cluster.ha import session_of
 
         zookeeper = session_of(info.ha)
     if session.json:
@@ -248,7 +248,7 @@ def cluster_status(json_: JsonFlag = False) -> None:
 
 def _no_leader(info: Any) -> None:
     """HA cluster with no leader right now: show what is known, then exit 3."""
-    from flinkpy.ha.cluster import session_of
+    from flinkpy.cluster.ha import session_of
 
     zookeeper = session_of(info.ha)
     ha_doc = info.to_dict()["high_availability"]

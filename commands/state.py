@@ -1,7 +1,7 @@
 """`flinkpy state`: what a checkpoint's or savepoint's state holds (offline, no cluster needed).
 
 ``analyze`` reads every state file of a snapshot (any path or fsspec URL) through
-``flinkpy.state.analysis``, which is also the Python API.
+``flinkpy.client.analysis``, which is also the Python API.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def analyze(
     "checkpoint_id", "kind", "savepoint_format", "max_parallelism", "files_checked",
     "bytes_checked", "totals", "operators", "top_keys"}; each operator has its "states",
     "key_groups" (one row per state and non-empty key group: keys, entries, bytes), "subtasks",
-    "operator_state" and "skew". The Python API is flinkpy.state.analysis.analyze(PATH), and
+    "operator_state" and "skew". The Python API is flinkpy.client.analysis.analyze(PATH), and
     to_dataframe(result) gives a pandas DataFrame of the key-group rows (pandas is not installed
     with flinkpy).
 
@@ -105,7 +105,7 @@ def analyze(
         flinkpy state analyze s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60 --engine spark --spark-master spark://head:7077
     """
     from flinkpy.errors import UsageError
-    from flinkpy.state.analysis import analyze as run_analysis
+    from flinkpy.client.analysis import analyze as run_analysis
 
     conf = {}
     for item in spark_conf or []:

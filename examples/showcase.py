@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from flinkpy.client.collect import collect_sink
+from flinkpy.connectors.collect import collect_sink
 from flinkpy.client.context import ExecutionContext, execution_context
 from flinkpy.client.rest import RestClient
 from flinkpy.cluster import EmbeddedCluster

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flinkpy.client.collect import collect_sink
+from flinkpy.connectors.collect import collect_sink
 from flinkpy.common import WatermarkStrategy
 from flinkpy.datastream import MapFunction, StreamExecutionEnvironment
 from flinkpy.datastream.connectors import NumberSequenceSource

@@ -27,7 +27,7 @@ import pytest
 
 from conftest import cli_json, wait_for
 from test_incremental_checkpoints import emitted_ranges
-from flinkpy.benchmark_backends import RssPeak
+from flinkpy.benchmarks.backends import RssPeak
 from flinkpy.checkpoint.storage import CheckpointStorage
 from flinkpy.state.incremental import read_keyed_state
 

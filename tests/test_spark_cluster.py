@@ -267,7 +267,7 @@ the windows (keyed after keyed), and a keyed running sum of the side output."""
 
 import sys
 
-from flinkpy.client.collect import CollectSink
+from flinkpy.connectors.collect import CollectSink
 from flinkpy.common import Encoder, Time, WatermarkStrategy
 from flinkpy.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, StreamExecutionEnvironment
 from flinkpy.datastream.connectors.file_system import FileSink

@@ -35,7 +35,7 @@ from conftest import EXAMPLES, ROOT, wait_for
 
 pyspark = pytest.importorskip("pyspark", reason="PySpark is not installed (pip install -e '.[spark]')")
 
-from flinkpy.client.collect import CollectSink  # noqa: E402
+from flinkpy.connectors.collect import CollectSink  # noqa: E402
 from flinkpy.spark.capture import capture_job  # noqa: E402
 from flinkpy.spark.plan import MAX_RECORDS_KEY, UntranslatableError, translate  # noqa: E402
 from flinkpy.spark.sinks import read_collected  # noqa: E402
@@ -48,7 +48,7 @@ pytestmark = pytest.mark.timeout(600)
 DAG_JOB = '''
 import sys
 
-from flinkpy.client.collect import CollectSink
+from flinkpy.connectors.collect import CollectSink
 from flinkpy.common import Time, WatermarkStrategy
 from flinkpy.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, StreamExecutionEnvironment
 from flinkpy.datastream.state import ValueStateDescriptor

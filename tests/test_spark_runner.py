@@ -21,7 +21,7 @@ from conftest import EXAMPLES, run_cli, wait_for
 
 pyspark = pytest.importorskip("pyspark", reason="PySpark is not installed (pip install -e '.[spark]')")
 
-from flinkpy.client.collect import CollectSink  # noqa: E402
+from flinkpy.connectors.collect import CollectSink  # noqa: E402
 from flinkpy.spark.capture import capture_job  # noqa: E402
 from flinkpy.spark.plan import MAX_RECORDS_KEY, UntranslatableError, translate  # noqa: E402
 from flinkpy.spark.sinks import read_collected  # noqa: E402

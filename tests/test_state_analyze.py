@@ -1,4 +1,4 @@
-"""`flinkpy state analyze` and flinkpy.state.analysis on a real savepoint of a skewed keyed job.
+"""`flinkpy state analyze` and flinkpy.client.analysis on a real savepoint of a skewed keyed job.
 
 One savepoint is made per module: a background cluster (2 TaskManagers x 2 slots) runs a keyed
 job at parallelism 2 over the numbers 1..M — one hot key gets every third number, the other
@@ -168,7 +168,7 @@ def _op(result: dict[str, Any], uid: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(90)
 def test_analysis_counts_keys_entries_key_groups_and_finds_the_hot_key(savepoint: Path) -> None:
-    from flinkpy.state.analysis import analyze
+    from flinkpy.client.analysis import analyze
 
     want = expected()
     result = analyze(str(savepoint), top=1000)  # every (state, key) entry of the job: 3 x 98
@@ -233,7 +233,7 @@ def test_analysis_counts_keys_entries_key_groups_and_finds_the_hot_key(savepoint
 @pytest.mark.timeout(90)
 def test_to_dataframe(savepoint: Path) -> None:
     pd = pytest.importorskip("pandas")
-    from flinkpy.state.analysis import analyze, to_dataframe
+    from flinkpy.client.analysis import analyze, to_dataframe
 
     result = analyze(str(savepoint))
     df = to_dataframe(result)
@@ -338,7 +338,7 @@ def _without_engine(result: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.timeout(180)
 def test_spark_engine_gives_the_local_report(savepoint: Path, spark: Any) -> None:
-    from flinkpy.state.analysis import analyze
+    from flinkpy.client.analysis import analyze
 
     for top in (1000, 7, 0):  # 7: the cut falls among keys of equal size; ties go to the key stored first
         local = analyze(str(savepoint), top=top)
@@ -387,7 +387,7 @@ def _canonical_snapshot(base: Path) -> str:
 
 @pytest.mark.timeout(120)
 def test_spark_engine_matches_on_timers_long_keys_and_empty_states(spark: Any, tmp_path: Path) -> None:
-    from flinkpy.state.analysis import analyze
+    from flinkpy.client.analysis import analyze
 
     path = _canonical_snapshot(tmp_path)
     local = analyze(path, top=4)
@@ -406,7 +406,7 @@ def test_read_keyed_state_is_a_dataframe_of_keys(savepoint: Path, spark: Any) ->
     from pyspark.sql import functions as F
 
     from flinkpy.spark.analysis import KEY_COLUMNS, read_keyed_state
-    from flinkpy.state.analysis import analyze
+    from flinkpy.client.analysis import analyze
 
     want = expected()
     keys = read_keyed_state(spark, str(savepoint))
@@ -426,7 +426,7 @@ def test_spark_engine_refuses_damaged_and_undecodable_files_like_the_local_one(s
 
     from flinkpy.checkpoint import CheckpointStorage
     from flinkpy.checkpoint.metadata import CorruptCheckpointError
-    from flinkpy.state.analysis import analyze
+    from flinkpy.client.analysis import analyze
 
     damaged = tmp_path / "damaged"
     shutil.copytree(savepoint, damaged)
@@ -501,7 +501,7 @@ def _incremental_and_full(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_incremental_checkpoints_are_analyzed_like_full_ones(spark: Any, tmp_path: Path) -> None:
-    from flinkpy.state.analysis import analyze
+    from flinkpy.client.analysis import analyze
 
     incremental, full = _incremental_and_full(tmp_path)
     assert list((incremental.parent / "shared").iterdir()), "the incremental checkpoint has shared files"

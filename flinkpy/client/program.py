@@ -103,7 +103,7 @@ def run_program(
         if running is not None:
             address = running.rest_address
             if running.ha is not None:
-                from flinkpy.ha.cluster import leader_resolver
+                from flinkpy.cluster.ha import leader_resolver
 
                 leader = leader_resolver(running.ha)
     if address is not None:

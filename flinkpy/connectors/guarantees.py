@@ -65,7 +65,7 @@ CATALOG: tuple[Connector, ...] = (
     Connector("sink", "Redis Streams", "RedisStreamsSink.builder()...build()", "flinkpy.connectors.redis_sinks:RedisStreamsSink"),
     Connector("sink", "Verification", "VerifyingSink(directory)", "flinkpy.connectors.verification:VerifyingSink"),
     Connector("sink", "Print", "stream.print()", "flinkpy.connectors.print_sink:PrintSink"),
-    Connector("sink", "Collect", "stream.execute_and_collect()", "flinkpy.client.collect:CollectSink"),
+    Connector("sink", "Collect", "stream.execute_and_collect()", "flinkpy.connectors.collect:CollectSink"),
     Connector("sink", "SinkFunction", "stream.add_sink(fn)", "flinkpy.connectors.function_sink:FunctionSink"),
     Connector("sink", "Discarding", "DiscardingSink()", "flinkpy.connectors.print_sink:DiscardingSink"),
 )

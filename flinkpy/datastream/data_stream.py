@@ -410,7 +410,7 @@ class DataStream:
         ``limit`` keeps the first records only. Results of an attempt that failed and was restarted
         stay in the output: a key's last value is its final one.
         """
-        from flinkpy.client.collect import collect_sink
+        from flinkpy.connectors.collect import collect_sink
 
         sink, reader = collect_sink()
         self._add("sink", "Collect Sink", sink)

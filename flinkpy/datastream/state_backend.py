@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flinkpy.errors import ConfigurationError
-
-TYPES = ("hashmap", "rocksdb")
+# check_type and create_keyed_backend live with the backends they build, below the task
+from flinkpy.state.configured import TYPES, check_type, create_keyed_backend  # noqa: F401  (re-exported)
 
 
 class StateBackend:
@@ -107,16 +106,6 @@ class EmbeddedRocksDBStateBackend(StateBackend):
         return RocksDBKeyedStateBackend(max_parallelism, key_group_range, options=self.options)
 
 
-def check_type(type_name: str) -> str:
-    t = str(type_name).strip().lower()
-    if t not in TYPES:
-        raise ConfigurationError(
-            f"state.backend.type: {type_name!r} is not a state backend flinkpy has",
-            remedy="use hashmap (keyed state in memory) or rocksdb (keyed state on local disk)",
-        )
-    return t
-
-
 def backend_of(type_name: str, settings: Mapping[str, Any] | None = None) -> StateBackend:
     """The backend ``state.backend.type`` names, configured by ``state.backend.*`` settings."""
     if check_type(type_name) == "rocksdb":
@@ -124,9 +113,3 @@ def backend_of(type_name: str, settings: Mapping[str, Any] | None = None) -> Sta
 
         return EmbeddedRocksDBStateBackend(options=RocksDBOptions.from_config(settings or {}))
     return HashMapStateBackend()
-
-
-def create_keyed_backend(settings: Mapping[str, Any], max_parallelism: int, key_group_range: range) -> Any:
-    """The keyed state backend of one subtask, from the job's ``state.backend.*`` settings."""
-    backend = backend_of(settings.get("state.backend.type", "hashmap"), settings)
-    return backend.create_keyed_state_backend(max_parallelism, key_group_range)

@@ -40,7 +40,7 @@ from typing import Any
 from flinkpy.checkpoint.metadata import CorruptCheckpointError, handles
 from flinkpy.checkpoint.storage import CheckpointStorage, Problem, VerifyReport
 from flinkpy.errors import ConfigurationError, FlinkpyError, UsageError
-from flinkpy.state.analysis import (
+from flinkpy.checkpoint.analysis import (
     OperatorFacts,
     _Reader,
     build_report,

@@ -219,7 +219,7 @@ class PostgresWriter(BatchWriter):
 
 def writer_for(sink: Any, sink_id: str, operator: str) -> BatchWriter:
     """The batch writer of a flinkpy Sink, or UntranslatableError."""
-    from flinkpy.client.collect import CollectSink
+    from flinkpy.connectors.collect import CollectSink
     from flinkpy.connectors.file_sink import FileSink
     from flinkpy.connectors.function_sink import FunctionSink
     from flinkpy.connectors.print_sink import DiscardingSink, PrintSink

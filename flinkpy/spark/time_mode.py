@@ -146,7 +146,7 @@ def _followed(obj: Any) -> bool:
     module = getattr(obj, "__module__", None) or ""
     top = module.split(".")[0]
     if top == "flinkpy":
-        return module.startswith("flinkpy.datastream")
+        return module.startswith(("flinkpy.datastream", "flinkpy.common.functions", "flinkpy.common.output_tag", "flinkpy.common.state", "flinkpy.common.window"))
     if top in sys.stdlib_module_names or top in ("builtins", "pyspark", "pandas", "numpy", "pyarrow", "cloudpickle"):
         return False
     file = getattr(sys.modules.get(module), "__file__", None) or ""

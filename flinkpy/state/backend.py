@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
-from flinkpy.datastream.state import State, StateDescriptor
+from flinkpy.common.state import State, StateDescriptor
 from flinkpy.errors import FlinkpyError, InvalidProgramError
 from flinkpy.state.key_groups import KeyGroupAssigner, check_max_parallelism
 

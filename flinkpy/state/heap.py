@@ -28,7 +28,7 @@ import copy
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from flinkpy.datastream.state import (
+from flinkpy.common.state import (
     AggregatingState,
     AggregatingStateDescriptor,
     ListState,

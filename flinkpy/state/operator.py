@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from flinkpy.datastream.state import ListState
+from flinkpy.common.state import ListState
 
 SNAPSHOT_VERSION = 1
 

@@ -51,7 +51,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flinkpy.datastream.state import StateDescriptor
+from flinkpy.common.state import StateDescriptor
 from flinkpy.errors import ConfigurationError, FlinkpyError
 from flinkpy.state import rocksdb_keys as rk
 from flinkpy.state.backend import NO_KEY, KeyedStateBackendBase

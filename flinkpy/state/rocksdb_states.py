@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
-from flinkpy.datastream.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from flinkpy.common.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 from flinkpy.state import rocksdb_keys as rk
 from flinkpy.state.backend import no_current_key
 

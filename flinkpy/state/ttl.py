@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flinkpy.datastream.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from flinkpy.common.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 
 Clock = Callable[[], int]
 
@@ -41,7 +41,7 @@ class TtlPolicy:
 
     @classmethod
     def of(cls, config: Any) -> TtlPolicy:
-        from flinkpy.datastream.state import StateTtlConfig
+        from flinkpy.common.state import StateTtlConfig
 
         strategies = config.get_cleanup_strategies()
         incremental = strategies.get("incremental")

@@ -1,7 +1,7 @@
 """Starting and finding a high-availability cluster: several JobManagers (one leads, the others
 stand by) and TaskManagers that follow whichever leads, coordinated through ZooKeeper.
 
-Used by :mod:`flinkpy.cluster` (``start_cluster`` with ``high-availability.type: zookeeper``,
+Used by :mod:`flinkpy.cluster.local` (``start_cluster`` with ``high-availability.type: zookeeper``,
 ``find_cluster``) and the CLI; the processes themselves are
 :mod:`flinkpy.jobmanager.process` and :mod:`flinkpy.taskmanager.process` with ``--ha``.
 """
@@ -12,14 +12,13 @@ import json
 import shutil
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, write_record
+from flinkpy.cluster.spawning import spawn, tail
 from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
 from flinkpy.processes import create_time
-
-if TYPE_CHECKING:
-    from flinkpy.cluster import ClusterHome, ClusterInfo, ProcessInfo
 
 
 def current_leader(ha: dict[str, Any], timeout_s: float = 3.0) -> dict[str, Any] | None:
@@ -79,10 +78,8 @@ def leader_resolver(ha: dict[str, Any]) -> Callable[[], str | None]:
 
 
 def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: int, rest_address: str, heartbeat_timeout_ms: int) -> ProcessInfo:
-    from flinkpy.cluster import ProcessInfo, _spawn
-
     log_path = home.log_dir / f"jobmanager-{jm_id}.log"
-    proc = _spawn(
+    proc = spawn(
         [sys.executable, "-m", "flinkpy.jobmanager.process", "--home", str(home.path), "--id", jm_id,
          "--rest-port", str(rest_port), "--rest-address", rest_address,
          "--heartbeat-timeout-ms", str(heartbeat_timeout_ms), "--ha", json.dumps(ha.to_dict())],
@@ -92,12 +89,10 @@ def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: 
 
 
 def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int, heartbeat_interval_ms: int) -> ProcessInfo:
-    from flinkpy.cluster import ProcessInfo, _spawn
-
     log_path = home.log_dir / f"taskmanager-{tm_id}.log"
     out_path = home.log_dir / f"taskmanager-{tm_id}.out"
     with open(out_path, "ab", buffering=0) as out:
-        proc = _spawn(
+        proc = spawn(
             [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
              "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict())],
             log_path, out, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"},
@@ -108,7 +103,6 @@ def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int
 def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[ProcessInfo], timeout_s: float) -> dict[str, Any]:
     """Until a leader is published and ``taskmanagers`` have registered with it."""
     from flinkpy.client.rest import RestClient
-    from flinkpy.cluster import _alive, _tail
     from pathlib import Path
 
     deadline = time.monotonic() + timeout_s
@@ -120,10 +114,10 @@ def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[
                     return leader
             except FlinkpyError:
                 pass
-        dead = [p for p in procs if not _alive(p)]
+        dead = [p for p in procs if not alive(p)]
         if dead:
             raise FlinkpyError(
-                f"{dead[0].id} exited during start-up: {_tail(Path(dead[0].log_path), 3)}", remedy=f"see {dead[0].log_path}"
+                f"{dead[0].id} exited during start-up: {tail(Path(dead[0].log_path), 3)}", remedy=f"see {dead[0].log_path}"
             )
         time.sleep(0.02)
     raise OperationTimeoutError(
@@ -144,7 +138,6 @@ def launch_ha(
     heartbeat_timeout_ms: int,
     timeout_s: float,
 ) -> ClusterInfo:
-    from flinkpy.cluster import ClusterInfo, _alive
 
     home.ensure()
     shutil.rmtree(home.path / "jobmanagers", ignore_errors=True)
@@ -164,7 +157,7 @@ def launch_ha(
         import signal
 
         for p in started:
-            if _alive(p):
+            if alive(p):
                 os.kill(p.pid, signal.SIGKILL)
         raise
     finally:
@@ -178,11 +171,10 @@ def launch_ha(
 
 def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
     """Start one more JobManager for the HA cluster in ``home``: it joins as a standby."""
-    from flinkpy.cluster import _read_record, _tail, write_record
     from flinkpy.errors import ClusterUnreachableError, UsageError
     from pathlib import Path
 
-    info = _read_record(home)
+    info = read_record(home)
     if info is None:
         raise ClusterUnreachableError(f"no cluster is running in {home.path}", remedy="start one with 'flinkpy cluster start'")
     if info.ha is None:
@@ -204,7 +196,7 @@ def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.
         except (FileNotFoundError, ValueError):
             pass
         if time.monotonic() > deadline:
-            raise OperationTimeoutError(f"JobManager {jm.id} did not start within {timeout_s:.0f}s: {_tail(Path(jm.log_path), 3)}", remedy=f"see {jm.log_path}")
+            raise OperationTimeoutError(f"JobManager {jm.id} did not start within {timeout_s:.0f}s: {tail(Path(jm.log_path), 3)}", remedy=f"see {jm.log_path}")
         time.sleep(0.01)
     info.jobmanagers.append(jm)
     write_record(home, info)

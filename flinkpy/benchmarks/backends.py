@@ -1,4 +1,4 @@
-"""The state-backend part of the benchmark (``python -m flinkpy.benchmark --only backends``).
+"""The state-backend part of the benchmark (``python -m flinkpy.benchmarks --only backends``).
 
 - W1 and W2 on the RocksDB backend against the heap backend, in the same run (p=2).
 - For a keyed state of N keys (each value a 128-byte incompressible payload, about 150 bytes a
@@ -21,6 +21,8 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from flinkpy.benchmarks.workloads import ROOT
 from typing import Any, Callable
 
 SPREAD = 2**61  # the endless generator's second subtask starts here
@@ -176,6 +178,96 @@ def throughput(address: str, token: str, runs: int, workloads: dict[str, tuple[i
     return out
 
 
+def _figures(d: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": d["status"],
+        "uploaded_bytes": d.get("checkpointed_size"),
+        "full_bytes": d.get("state_size"),
+        "duration_ms": d.get("end_to_end_duration"),
+        "sync_ms_max": d.get("sync_duration_max"),
+    }
+
+
+class _LargeStateJob:
+    """The large-state job on one cluster: submitting it (fresh or restored), checkpointing it
+    on demand, and cancelling it so that its slots are free for the next run."""
+
+    def __init__(self, address: str, token: str, keys: int, rate: float, compaction: str, work: str) -> None:
+        from flinkpy.client.rest import RestClient
+
+        self.address, self.token, self.keys, self.rate, self.compaction, self.work = address, token, keys, rate, compaction, work
+        self.rest = RestClient(address, token)
+
+    def submit(self, savepoint: str | None = None) -> str:
+        from flinkpy.client.context import ExecutionContext, execution_context
+        from flinkpy.common import Configuration
+        from flinkpy.datastream import StreamExecutionEnvironment
+
+        with execution_context(ExecutionContext(address=self.address, token=self.token, python_path=[str(ROOT)], savepoint_path=savepoint)):
+            env = StreamExecutionEnvironment.get_execution_environment(Configuration().set_string("state.backend.rocksdb.compaction.style", self.compaction))
+            env.set_parallelism(2)
+            env.set_state_backend(_rocksdb(incremental=True))
+            env.get_checkpoint_config().set_externalized_checkpoint_cleanup("RETAIN_ON_CANCELLATION")
+            job_large_state(env, self.keys, self.rate, self.work)
+            return env.execute_async(f"bench-large-state-{self.keys}").get_job_id()
+
+    def running(self, jid: str) -> bool:
+        doc = self.rest.job(jid)
+        return doc["state"] == "RUNNING" and all(s["status"] == "RUNNING" for v in doc["vertices"] for s in v["subtasks"])
+
+    def cancel(self, jid: str) -> None:
+        """Cancel and wait until the job is over (its slots are free for the next one)."""
+        if self.rest.job(jid)["state"] in ("RUNNING", "CREATED", "RESTARTING"):
+            self.rest.cancel_job(jid)
+        while self.rest.job(jid)["state"] not in ("CANCELED", "FAILED", "FINISHED"):
+            time.sleep(0.05)
+
+    def checkpoint(self, jid: str) -> dict[str, Any]:
+        cid = self.rest.request("POST", f"/jobs/{jid}/checkpoints")["checkpoint_id"]
+        while (d := self.rest.request("GET", f"/jobs/{jid}/checkpoints/details/{cid}"))["status"] == "IN_PROGRESS":
+            time.sleep(0.02)
+        return _figures(d)
+
+    def wait_loaded(self, jid: str) -> float:
+        """Seconds until both source subtasks have emitted every key once."""
+        deadline = time.monotonic() + 3600
+        started = time.monotonic()
+        while not all(os.path.exists(os.path.join(self.work, f"loaded-{i}")) for i in range(2)):
+            if time.monotonic() > deadline or self.rest.job(jid)["state"] in ("FAILED", "CANCELED"):
+                cause = self.rest.request("GET", f"/jobs/{jid}/exceptions").get("root-exception")
+                raise RuntimeError(f"loading {self.keys} keys did not finish: {cause}")
+            time.sleep(0.5)
+        return time.monotonic() - started
+
+    def full_snapshot(self, jid: str) -> tuple[str, dict[str, Any]]:
+        """A canonical savepoint: its location, and its size, duration and the keyed tasks' peak RSS."""
+        target = os.path.join(self.work, "savepoints")
+        t0 = time.perf_counter()
+        with RssPeak(_keyed_pids(self.rest, jid)) as rss:  # the canonical file is streamed: memory stays flat
+            tid = self.rest.request("POST", f"/jobs/{jid}/savepoints", body={"target-directory": target})["request-id"]
+            while (st := self.rest.request("GET", f"/jobs/{jid}/savepoints/{tid}"))["status"]["id"] != "COMPLETED":
+                if st.get("operation", {}).get("failure-cause"):
+                    raise RuntimeError(f"savepoint failed: {st['operation']['failure-cause']}")
+                time.sleep(0.05)
+        full_ms = (time.perf_counter() - t0) * 1000
+        location = st["operation"]["location"]
+        full_bytes = sum(f.stat().st_size for f in Path(location).rglob("*") if f.is_file())
+        return location, {"bytes": full_bytes, "duration_ms": round(full_ms), "task_rss_peak": rss.peak}
+
+    def restore(self, path: str) -> tuple[float, int]:
+        """Submission to every task running, restored from ``path``; the keyed tasks' peak RSS."""
+        t0 = time.perf_counter()
+        jid2 = self.submit(path)
+        with RssPeak(_keyed_pids(self.rest, jid2)) as peak:
+            while not self.running(jid2):
+                if self.rest.job(jid2)["state"] in ("FAILED", "CANCELED"):
+                    raise RuntimeError(f"the restored job ended: {self.rest.request('GET', f'/jobs/{jid2}/exceptions').get('root-exception')}")
+                time.sleep(0.01)
+            ms = (time.perf_counter() - t0) * 1000
+        self.cancel(jid2)
+        return ms, peak.peak
+
+
 def large_state(address: str, token: str, keys: int, log: Callable[[str], None], *, changed: float = 0.01, interval_s: float | None = None,
                 compaction: str = "LEVEL", checkpoints: int = 6) -> dict[str, Any]:
     """Checkpoints of ``keys`` keys on RocksDB: incremental (first, then with ``changed`` of the
@@ -184,102 +276,29 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
 
     The interval between the checkpoints is long enough for the job to change ``changed`` of
     the keys at about 10 k records/s (what p=2 on RocksDB sustains with these values here)."""
-    from flinkpy.client.context import ExecutionContext, execution_context
-    from flinkpy.client.rest import RestClient
-    from flinkpy.datastream import StreamExecutionEnvironment
-
-    rest = RestClient(address, token)
     work = tempfile.mkdtemp(prefix="flinkpy-bench-backends-")
     if interval_s is None:
         interval_s = max(5.0, keys * changed / 10_000)
     rate = keys * changed / interval_s / 2  # per source subtask
-
-    def submit(savepoint: str | None = None) -> str:
-        with execution_context(ExecutionContext(address=address, token=token, python_path=[str(Path(__file__).parent.parent)], savepoint_path=savepoint)):
-            from flinkpy.common import Configuration
-
-            env = StreamExecutionEnvironment.get_execution_environment(Configuration().set_string("state.backend.rocksdb.compaction.style", compaction))
-            env.set_parallelism(2)
-            env.set_state_backend(_rocksdb(incremental=True))
-            env.get_checkpoint_config().set_externalized_checkpoint_cleanup("RETAIN_ON_CANCELLATION")
-            job_large_state(env, keys, rate, work)
-            return env.execute_async(f"bench-large-state-{keys}").get_job_id()
-
-    def running(jid: str) -> bool:
-        doc = rest.job(jid)
-        return doc["state"] == "RUNNING" and all(s["status"] == "RUNNING" for v in doc["vertices"] for s in v["subtasks"])
-
-    def cancel(jid: str) -> None:
-        """Cancel and wait until the job is over (its slots are free for the next one)."""
-        if rest.job(jid)["state"] in ("RUNNING", "CREATED", "RESTARTING"):
-            rest.cancel_job(jid)
-        while rest.job(jid)["state"] not in ("CANCELED", "FAILED", "FINISHED"):
-            time.sleep(0.05)
-
-    def checkpoint(jid: str) -> dict[str, Any]:
-        cid = rest.request("POST", f"/jobs/{jid}/checkpoints")["checkpoint_id"]
-        while (d := rest.request("GET", f"/jobs/{jid}/checkpoints/details/{cid}"))["status"] == "IN_PROGRESS":
-            time.sleep(0.02)
-        return d
-
-    def figures(d: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "status": d["status"],
-            "uploaded_bytes": d.get("checkpointed_size"),
-            "full_bytes": d.get("state_size"),
-            "duration_ms": d.get("end_to_end_duration"),
-            "sync_ms_max": d.get("sync_duration_max"),
-        }
-
-    jid = submit()
+    job = _LargeStateJob(address, token, keys, rate, compaction, work)
+    jid = job.submit()
     try:
-        deadline = time.monotonic() + 3600
-        started = time.monotonic()
-        while not all(os.path.exists(os.path.join(work, f"loaded-{i}")) for i in range(2)):
-            if time.monotonic() > deadline or rest.job(jid)["state"] in ("FAILED", "CANCELED"):
-                cause = rest.request("GET", f"/jobs/{jid}/exceptions").get("root-exception")
-                raise RuntimeError(f"loading {keys} keys did not finish: {cause}")
-            time.sleep(0.5)
-        load_s = time.monotonic() - started
+        load_s = job.wait_loaded(jid)
         log(f"  {keys} keys loaded in {load_s:.0f} s; first checkpoint ...")
-        first = figures(checkpoint(jid))
+        first = job.checkpoint(jid)
         increments = []
         for _ in range(checkpoints):
             time.sleep(interval_s)  # let about `changed` of the keys change (the throttled phase)
-            increments.append(figures(checkpoint(jid)))
+            increments.append(job.checkpoint(jid))
         log("  full snapshot (canonical savepoint) ...")
-        target = os.path.join(work, "savepoints")
-        t0 = time.perf_counter()
-        with RssPeak(_keyed_pids(rest, jid)) as rss:  # the canonical file is streamed: memory stays flat
-            tid = rest.request("POST", f"/jobs/{jid}/savepoints", body={"target-directory": target})["request-id"]
-            while (st := rest.request("GET", f"/jobs/{jid}/savepoints/{tid}"))["status"]["id"] != "COMPLETED":
-                if st.get("operation", {}).get("failure-cause"):
-                    raise RuntimeError(f"savepoint failed: {st['operation']['failure-cause']}")
-                time.sleep(0.05)
-        full_ms = (time.perf_counter() - t0) * 1000
-        location = st["operation"]["location"]
-        full_bytes = sum(f.stat().st_size for f in Path(location).rglob("*") if f.is_file())
-        last = rest.request("GET", f"/jobs/{jid}/checkpoints")["latest"]["completed"]["external_path"]
+        location, full_snapshot = job.full_snapshot(jid)
+        last = job.rest.request("GET", f"/jobs/{jid}/checkpoints")["latest"]["completed"]["external_path"]
     finally:
-        cancel(jid)
-
-    def restore(path: str) -> tuple[float, int]:
-        """Submission to every task running, restored from ``path``; the keyed tasks' peak RSS."""
-        t0 = time.perf_counter()
-        jid2 = submit(path)
-        with RssPeak(_keyed_pids(rest, jid2)) as peak:
-            while not running(jid2):
-                if rest.job(jid2)["state"] in ("FAILED", "CANCELED"):
-                    raise RuntimeError(f"the restored job ended: {rest.request('GET', f'/jobs/{jid2}/exceptions').get('root-exception')}")
-                time.sleep(0.01)
-            ms = (time.perf_counter() - t0) * 1000
-        cancel(jid2)
-        return ms, peak.peak
-
+        job.cancel(jid)
     log("  restore from the last incremental checkpoint ...")
-    restore_ms, _ = restore(str(Path(last).parent) if last.endswith("_metadata") else last)
+    restore_ms, _ = job.restore(str(Path(last).parent) if last.endswith("_metadata") else last)
     log("  restore from the savepoint ...")
-    savepoint_restore_ms, savepoint_restore_rss = restore(location)
+    savepoint_restore_ms, savepoint_restore_rss = job.restore(location)
     shutil.rmtree(work, ignore_errors=True)
     return {
         "keys": keys,
@@ -288,7 +307,7 @@ def large_state(address: str, token: str, keys: int, log: Callable[[str], None],
         "load_s": round(load_s, 1),
         "first": first,
         "incremental": increments,
-        "full_snapshot": {"bytes": full_bytes, "duration_ms": round(full_ms), "task_rss_peak": rss.peak},
+        "full_snapshot": full_snapshot,
         "restore_ms": round(restore_ms),
         "savepoint_restore": {"duration_ms": round(savepoint_restore_ms), "task_rss_peak": savepoint_restore_rss},
     }

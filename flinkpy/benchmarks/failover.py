@@ -1,6 +1,6 @@
 """JobManager failover time: SIGKILL the leader, time until the job runs again on the new one.
 
-Part of ``python -m flinkpy.benchmark`` (``--only failover``). A local ZooKeeper (tickTime
+Part of ``python -m flinkpy.benchmarks`` (``--only failover``). A local ZooKeeper (tickTime
 200 ms, so it honours the chosen session timeout exactly) and a cluster of two JobManagers and
 one TaskManager run in a temporary home; an endless even/odd job checkpoints every 100 ms.
 Each run kills the current leader, then measures from the kill to the moment the last subtask
@@ -37,7 +37,7 @@ def measure_failover(session_timeout_ms: int = 4000, runs: int = 3) -> dict[str,
     from flinkpy.client.program import run_program
     from flinkpy.cluster import ClusterHome, find_cluster, rest_client_for, start_cluster, stop_cluster
     from flinkpy.config import load_config
-    from flinkpy.ha.cluster import add_jobmanager
+    from flinkpy.cluster.ha import add_jobmanager
     from flinkpy.ha.zookeeper_server import start_zookeeper, stop_zookeeper
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,11 +12,13 @@ checkpoint or savepoint (any fsspec URL; its directory or its `_metadata`) and r
 It is what ``flinkpy state analyze PATH`` prints; :func:`to_dataframe` turns the result into a
 pandas DataFrame (one row per operator, state and key group) for the user's own analysis.
 
-Two engines compute it. ``local`` reads the state files one at a time in this process.
-``spark`` (:mod:`flinkpy.spark.analysis`) reads them in Spark tasks, one row per key, and
+Two engines compute it. ``local``, this module, reads the state files one at a time in this
+process. ``spark`` (:mod:`flinkpy.spark.analysis`) reads them in Spark tasks, one row per key, and
 aggregates with Spark, for snapshots too large for one process; its
 ``read_keyed_state(spark, path)`` returns that DataFrame of keys for the user's own queries.
-Both feed the same :func:`build_report`, so they give the same report.
+Both feed the same :func:`build_report`, so they give the same report. The Python API that
+chooses between them is :func:`flinkpy.client.analysis.analyze`: this module sits with the
+checkpoints it reads, below the Spark runner, and so never imports it.
 
 **What the numbers mean.**
 
@@ -99,8 +101,6 @@ from flinkpy.state import canonical
 from flinkpy.state.heap import SNAPSHOT_VERSION
 from flinkpy.state.heap import TIMER_EVENT_TABLE as TIMERS_EVENT, TIMER_PROCESSING_TABLE as TIMERS_PROCESSING
 
-#: ``--engine`` values: ``local`` (this process) and ``spark`` (Spark tasks, see flinkpy.spark.analysis)
-ENGINES = ("local", "spark")
 #: key reprs longer than this are cut (with "...") in the top-keys list
 KEY_REPR_LIMIT = 80
 #: columns of :func:`to_dataframe`, in order
@@ -114,9 +114,7 @@ def analyze(
     path: str,
     *,
     top: int = 10,
-    engine: str = "local",
     storage_options: Mapping[str, Any] | None = None,
-    spark: Any = None,
 ) -> dict[str, Any]:
     """Analyze the checkpoint or savepoint at ``path`` (its directory or `_metadata`, any fsspec URL).
 
@@ -144,19 +142,11 @@ def analyze(
     ``top`` is how many keys ``top_keys`` lists (largest first, ties in the order the snapshot
     holds them; 0 for none).
 
-    ``engine="local"`` reads the files one at a time in this process. ``engine="spark"`` reads
-    them in Spark tasks (one per state file) and computes the same report with DataFrame
-    aggregations (see :mod:`flinkpy.spark.analysis`): pass a ``SparkSession`` as ``spark``, or
-    one is started on ``local[*]``. Both engines give the same result, ``engine`` aside.
+    This is the ``local`` engine: it reads the files one at a time in this process
+    (:func:`flinkpy.client.analysis.analyze` offers Spark's too).
     """
-    if engine not in ENGINES:
-        raise UsageError(f"unknown analysis engine {engine!r}", remedy=f"use one of {', '.join(ENGINES)}")
     if top < 0:
         raise UsageError(f"top must be 0 or more, got {top}")
-    if engine == "spark":
-        from flinkpy.spark.analysis import analyze as analyze_with_spark
-
-        return analyze_with_spark(path, top=top, storage_options=storage_options, spark=spark)
     storage = CheckpointStorage(path, storage_options=storage_options)
     report = storage.verify(path)  # NotFoundError (exit 4) when there is no complete checkpoint
     if not report.restorable:

@@ -65,7 +65,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from flinkpy.benchmark import job_w1, job_w2, run_job, split
+from flinkpy.benchmarks.workloads import job_w1, job_w2, run_job, split
 
 PARALLELISM = 2
 MASTER = "local[2]"

@@ -1,0 +1,28 @@
+"""The project's benchmark: ``python -m flinkpy.benchmarks [--quick] [--json] [--runs N]``.
+
+Workloads (as in ../shared/PEERS.md):
+
+- W1: word count over 2,000,000 words (200,000 lines of 10 words, Zipf vocabulary of 10,000
+  words, seed 42): lines -> flat_map split -> map (word, 1) -> key_by word -> reduce -> sink.
+- W2: even/odd running sums over 1..5,000,000: numbers -> key_by parity -> reduce -> sink.
+
+``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
+(see flinkpy.benchmarks.spark).
+
+Each runs on flinkpy at parallelism 1 and 2 on one embedded cluster (real JobManager,
+TaskManager and task processes), and, in the same run, as a plain single-process Python loop
+that calls the same user functions (flat_map, map, key selector, reduce) with no engine in
+between. It prints records/s and the ratio flinkpy / loop: ratios, because absolute times on a
+shared machine are not stable. The engine's time is the job's net runtime as the JobManager
+measures it (RUNNING to FINISHED: task start-up included, cluster start-up not). It also
+measures the wall time from ``flinkpy run examples/word_count.py`` to the job's first output.
+This is a measurement tool, not a test: it asserts nothing.
+
+One module per concern, none importing another's logic but the shared workloads:
+:mod:`~flinkpy.benchmarks.workloads` (data, user functions, the loop, the jobs),
+:mod:`~flinkpy.benchmarks.snapshots` (checkpoints, savepoints, recovery),
+:mod:`~flinkpy.benchmarks.windows`, :mod:`~flinkpy.benchmarks.latency`,
+:mod:`~flinkpy.benchmarks.backends`, :mod:`~flinkpy.benchmarks.spark`,
+:mod:`~flinkpy.benchmarks.failover`; ``__main__`` parses the flags, runs the parts asked for and
+prints the report.
+"""

@@ -1,0 +1,235 @@
+"""``python -m flinkpy.benchmarks``: run the parts asked for on one embedded cluster, then print
+one report (a table for people, or one JSON document with ``--json``). See the package docstring
+for what is measured and how."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import flinkpy.benchmarks
+from flinkpy.benchmarks import backends
+from flinkpy.benchmarks.latency import first_output_latency, latency_run
+from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
+from flinkpy.benchmarks.windows import job_w1_windowed
+from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
+
+PARTS = ["w1", "w2", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"]
+
+#: a workload: (records, the loop's seconds, the job's builder, the rate's unit)
+Workload = tuple[int, Callable[[], float], Callable[[Any], None], str]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m flinkpy.benchmarks", description=(flinkpy.benchmarks.__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    ap.add_argument("--only", choices=PARTS,
+                    help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; only run when asked)")
+    ap.add_argument("--keys", type=lambda v: [int(float(k)) for k in v.split(",")], metavar="N[,N...]",
+                    help="with --only backends: the state sizes of the large-state step (default 1e5,1e6,1e7; quick 1e4,1e5,1e6)")
+    return ap.parse_args(argv)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def wanted(args: argparse.Namespace, part: str) -> bool:
+    """Whether a part that runs by default (all but spark and backends) is to run."""
+    return not args.only or args.only == part
+
+
+def measure_workload(address: str, token: str, name: str, workload: Workload, runs: int) -> dict[str, Any]:
+    """A workload in the loop, on flinkpy at p=1 and p=2, and at both with checkpoints every 1 s."""
+    n, loop, build, unit = workload
+    log(f"{name}: loop ...")
+    loop_s = statistics.median(loop() for _ in range(runs))
+    entry: dict[str, Any] = {"records": n, "unit": unit, "loop_rate": n / loop_s}
+    for p in (1, 2):
+        log(f"{name}: flinkpy p={p} ...")
+        secs = statistics.median(run_job(address, token, build, p, f"bench-{name}-p{p}") for _ in range(runs))
+        entry[f"p{p}_rate"] = n / secs
+        entry[f"p{p}_ratio"] = (n / secs) / entry["loop_rate"]
+    log(f"{name}: flinkpy p=1 with exactly-once checkpoints every 1 s ...")
+    secs = statistics.median(run_job(address, token, build, 1, f"bench-{name}-p1-cp", checkpoint_ms=1000) for _ in range(runs))
+    entry["p1_checkpointed_rate"] = n / secs
+    entry["p1_checkpointed_ratio"] = (n / secs) / entry["loop_rate"]
+    entry["checkpointed_vs_off"] = entry["p1_checkpointed_rate"] / entry["p1_rate"]
+    log(f"{name}: flinkpy p=2 with exactly-once checkpoints every 1 s ...")
+    secs = statistics.median(run_job(address, token, build, 2, f"bench-{name}-p2-cp", checkpoint_ms=1000) for _ in range(runs))
+    entry["p2_checkpointed_rate"] = n / secs
+    entry["p2_checkpointed_vs_off"] = entry["p2_checkpointed_rate"] / entry["p2_rate"]
+    history = LAST_CHECKPOINT_STATS.get(f"bench-{name}-p2-cp", {}).get("history", [])
+    done = [h for h in history if h.get("status") == "COMPLETED"]
+    entry["p2_checkpoints"] = len(done)
+    entry["p2_alignment_ms_max"] = max((h.get("alignment_duration_max") or 0 for h in done), default=None)
+    entry["p2_alignment_bytes_max"] = max((h.get("alignment_buffered") or 0 for h in done), default=None)
+    return entry
+
+
+def measure_backends(address: str, token: str, args: argparse.Namespace, workloads: dict[str, Workload]) -> dict[str, Any]:
+    """``--only backends``: W1/W2 on each backend, then large state on RocksDB per compaction style."""
+    result: dict[str, Any] = {"throughput": backends.throughput(address, token, args.runs, workloads, run_job, log), "large_state": []}
+    for keys in args.keys or ((10_000, 100_000, 1_000_000) if args.quick else (100_000, 1_000_000, 10_000_000)):
+        for compaction in ("LEVEL", "UNIVERSAL"):
+            log(f"large state: {keys} keys on rocksdb ({compaction} compaction), incremental checkpoints ...")
+            result["large_state"].append(backends.large_state(address, token, keys, log, compaction=compaction))
+    return result
+
+
+def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines: list[str], n_words: int, w2_count: int) -> None:
+    """Every part that runs on the embedded cluster (all but failover and the first output)."""
+    from flinkpy.cluster import EmbeddedCluster
+
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster(slots=2, job_stdout=subprocess.DEVNULL) as cluster:
+        paths = []
+        for part in range(2):
+            p = Path(tmp) / f"words-{part}.txt"
+            p.write_text("\n".join(lines[part::2]) + "\n")
+            paths.append(str(p))
+        address, token = cluster.rest_address, cluster.token()
+        workloads: dict[str, Workload] = {
+            "w1": (n_words, lambda: loop_w1(lines)[1], lambda env: job_w1(env, paths), "words/s"),
+            "w2": (w2_count, lambda: loop_w2(w2_count)[1], lambda env: job_w2(env, w2_count), "ints/s"),
+        }
+        if args.only == "spark":
+            from flinkpy.benchmarks.spark import compare
+
+            results["spark"] = compare(address, token, paths, n_words, w2_count, args.runs, log)
+        if args.only == "backends":
+            results["backends"] = measure_backends(address, token, args, workloads)
+        for name, workload in workloads.items():
+            if wanted(args, name):
+                results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
+        if wanted(args, "state"):
+            results["snapshots"] = []
+            for keys in (10_000, 100_000, 1_000_000):
+                log(f"snapshots of {keys} keys ...")
+                results["snapshots"].append(snapshot_durations(address, token, keys, 5 if args.quick else 10))
+        if wanted(args, "windows"):
+            log("sliding windows (5 s / 1 s) vs a rolling reduce on the event-time W1 ...")
+            rolling = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, False), 1, "bench-w1-rolling") for _ in range(args.runs))
+            windowed = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, True), 1, "bench-w1-sliding") for _ in range(args.runs))
+            results["windows"] = {"rolling_rate": n_words / rolling, "sliding_rate": n_words / windowed, "sliding_vs_rolling": rolling / windowed}
+        if wanted(args, "latency"):
+            total = 200_000 // (10 if args.quick else 1)
+            log("latency: peak throughput ...")
+            peak = latency_run(address, token, None, total, 100)["throughput"]
+            results["latency"] = {"peak_rate": peak, "runs": []}
+            for timeout in (0, 100):
+                log(f"latency at half of peak, buffer timeout {timeout} ms ...")
+                results["latency"]["runs"].append(latency_run(address, token, peak / 2, total // 2, timeout))
+        if wanted(args, "savepoint"):
+            log("savepoint and restore of 1,000,000 keys ...")
+            results["savepoint"] = savepoint_timing(address, token, 1_000_000)
+        if wanted(args, "recovery"):
+            results["recovery"] = []
+            for keys in (1_000, 100_000, 1_000_000):
+                log(f"recovery with {keys} keys ...")
+                runs = [recovery_time(address, token, keys) for _ in range(args.runs)]
+                best = sorted(runs, key=lambda r: r["recovery_ms"] if r["recovery_ms"] is not None else 1e12)
+                results["recovery"].append(dict(best[len(best) // 2]))
+
+
+def measure_failover(results: dict[str, Any], runs: int) -> None:
+    """JobManager failover under ZooKeeper HA, when a ZooKeeper installation is found."""
+    from flinkpy.errors import NotFoundError
+    from flinkpy.ha.zookeeper_server import find_installation
+
+    try:
+        find_installation()
+    except NotFoundError as e:
+        log(f"JobManager failover: skipped ({e.message})")
+        return
+    from flinkpy.benchmarks.failover import measure_failover as measure
+
+    log("JobManager failover (ZooKeeper session timeout 4 s) ...")
+    results["failover"] = measure(4000, runs)
+
+
+def report_workloads(results: dict[str, Any]) -> None:
+    print(f"{'workload':10} {'loop':>12} {'flinkpy p1':>12} {'ratio':>6} {'flinkpy p2':>12} {'ratio':>6}")
+    for name, e in results["workloads"].items():
+        print(
+            f"{name:10} {e['loop_rate'] / 1e3:>10.0f} k {e['p1_rate'] / 1e3:>10.0f} k {e['p1_ratio']:>6.2f} "
+            f"{e['p2_rate'] / 1e3:>10.0f} k {e['p2_ratio']:>6.2f}   ({e['unit']})"
+        )
+    for name, e in results["workloads"].items():
+        print(
+            f"{name} p1 with checkpoints every 1 s: {e['p1_checkpointed_rate'] / 1e3:.0f} k ({e['p1_checkpointed_ratio']:.2f} of the loop, "
+            f"{e['checkpointed_vs_off']:.2f} of checkpointing off)"
+        )
+        print(
+            f"{name} p2 with checkpoints every 1 s: {e['p2_checkpointed_rate'] / 1e3:.0f} k ({e['p2_checkpointed_vs_off']:.2f} of checkpointing off); "
+            f"{e['p2_checkpoints']} checkpoints, alignment max {e['p2_alignment_ms_max']} ms, {e['p2_alignment_bytes_max']} bytes processed while aligning"
+        )
+
+
+def report_parts(results: dict[str, Any]) -> None:
+    for snap in results.get("snapshots", []):
+        print(
+            f"snapshot of {snap['keys']:>9} keys ({snap['state_bytes'] or 0:>10.0f} bytes): sync median {snap['sync_ms_median']:.2f} ms, "
+            f"max {snap['sync_ms_max']:.2f} ms; async median {snap['async_ms_median']:.0f} ms  ({snap['checkpoints']} checkpoints)"
+        )
+    if "windows" in results:
+        w = results["windows"]
+        print(f"sliding windows 5 s / 1 s on W1: {w['sliding_rate'] / 1e3:.0f} k words/s; a rolling reduce: {w['rolling_rate'] / 1e3:.0f} k ({w['sliding_vs_rolling']:.2f} of it)")
+    if "latency" in results:
+        lat = results["latency"]
+        for r in lat["runs"]:
+            print(f"latency at {r['rate'] / 1e3:.0f} k rec/s (half of peak {lat['peak_rate'] / 1e3:.0f} k), buffer timeout {r['buffer_timeout_ms']} ms: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
+    if "savepoint" in results:
+        sp = results["savepoint"]
+        print(f"savepoint of {sp['keys']} keys ({sp['state_bytes']} bytes): {sp['savepoint_ms']} ms; submit-to-running restore from it: {sp['restore_ms']} ms")
+    for rec in results.get("recovery", []):
+        print(f"recovery with {rec['keys']:>9} keys ({rec['state_bytes']:>10} bytes): {rec['recovery_ms']} ms from SIGKILL to all tasks running, restored")
+    if "failover" in results:
+        f = results["failover"]
+        print(f"JobManager failover (session timeout {f['session_timeout_ms']} ms): SIGKILL of the leader -> job RUNNING on the new one "
+              f"in {f['failover_ms_median']} ms median ({', '.join(map(str, f['failover_ms']))})")
+    if "backends" in results:
+        for line in backends.report(results["backends"]):
+            print(line)
+    if "first_output_s" in results:
+        print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    scale = 10 if args.quick else 1
+    n_lines, w2_count = 200_000 // scale, 5_000_000 // scale
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "runs": args.runs, "quick": args.quick, "workloads": {}}
+    log(f"generating W1 data ({n_lines} lines, seed {SEED}) ...")
+    lines = make_lines(n_lines)
+    n_words = sum(len(line.split()) for line in lines)
+    measure_on_cluster(args, results, lines, n_words, w2_count)
+    if wanted(args, "failover"):
+        measure_failover(results, args.runs)
+    if args.only in (None, "w1", "w2"):
+        log("first output of `flinkpy run examples/word_count.py` ...")
+        results["first_output_s"] = statistics.median(first_output_latency() for _ in range(args.runs))
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"flinkpy benchmark, {results['date']}, median of {args.runs} run(s){' (quick)' if args.quick else ''}")
+    if "spark" in results:
+        from flinkpy.benchmarks.spark import report
+
+        print(report(results["spark"]))
+        return 0
+    report_workloads(results)
+    report_parts(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

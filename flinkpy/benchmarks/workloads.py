@@ -1,0 +1,144 @@
+"""The workloads W1 and W2: their data, their user functions, the plain loop that calls those
+functions with no engine (the ceiling the engine is measured against), and the flinkpy jobs.
+
+The user functions are module-level so that task processes import them by name (the job's
+``python_path`` is the repository root).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from itertools import accumulate
+from pathlib import Path
+from typing import Any, Callable
+
+#: the repository root (examples/, commands/), which jobs put on their python path
+ROOT = Path(__file__).resolve().parents[2]
+
+SEED = 42
+
+
+# -- the user functions, shared by the job and the loop ----------------------------------------
+
+
+def split(line: str) -> list[str]:
+    return line.split()
+
+
+def to_pair(word: str) -> tuple[str, int]:
+    return (word, 1)
+
+
+def word_key(pair: tuple[str, int]) -> str:
+    return pair[0]
+
+
+def add_counts(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
+    return (a[0], a[1] + b[1])
+
+
+def parity(n: int) -> int:
+    return n % 2
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+# -- data ------------------------------------------------------------------------------------
+
+
+def make_lines(n_lines: int, words_per_line: int = 10, vocabulary: int = 10_000, seed: int = SEED) -> list[str]:
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(vocabulary)]
+    cum = list(accumulate(1.0 / (k + 1) for k in range(vocabulary)))
+    words = rng.choices(vocab, cum_weights=cum, k=n_lines * words_per_line)
+    return [" ".join(words[i : i + words_per_line]) for i in range(0, len(words), words_per_line)]
+
+
+# -- the loops -------------------------------------------------------------------------------
+
+
+def loop_w1(lines: list[str]) -> tuple[int, float]:
+    started = time.perf_counter()
+    counts: dict[str, Any] = {}
+    n = 0
+    for line in lines:
+        for w in split(line):
+            rec = to_pair(w)
+            k = word_key(rec)
+            old = counts.get(k)
+            counts[k] = rec if old is None else add_counts(old, rec)
+            n += 1
+    return n, time.perf_counter() - started
+
+
+def loop_w2(count: int) -> tuple[int, float]:
+    started = time.perf_counter()
+    sums: dict[int, int] = {}
+    for x in range(1, count + 1):
+        k = parity(x)
+        old = sums.get(k)
+        sums[k] = x if old is None else add(old, x)
+    return count, time.perf_counter() - started
+
+
+# -- the jobs --------------------------------------------------------------------------------
+
+
+def _discard(stream: Any) -> Any:
+    from flinkpy.connectors.print_sink import DiscardingSink
+
+    return stream.sink_to(DiscardingSink())
+
+
+def job_w1(env: Any, paths: list[str], sink: Callable[[Any], Any] = _discard) -> None:
+    """W1; ``sink`` ends the stream (default: a DiscardingSink)."""
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.datastream.connectors.file_system import FileSource, StreamFormat
+
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), *paths).build()
+    sink(
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
+        .flat_map(split)
+        .map(to_pair)
+        .key_by(word_key)
+        .reduce(add_counts)
+    )
+
+
+def job_w2(env: Any, count: int, sink: Callable[[Any], Any] = _discard) -> None:
+    """W2; ``sink`` ends the stream (default: a DiscardingSink)."""
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    sink(
+        env.from_source(NumberSequenceSource(1, count), WatermarkStrategy.no_watermarks(), "numbers")
+        .key_by(parity)
+        .reduce(add)
+    )
+
+
+def run_job(address: str, token: str, build: Callable[[Any], None], parallelism: int, name: str, *, checkpoint_ms: int | None = None) -> float:
+    """Submit one job to the cluster and return its net runtime in seconds."""
+    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    with execution_context(ExecutionContext(address=address, token=token, python_path=[str(ROOT)])):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(parallelism)
+        if checkpoint_ms is not None:
+            env.enable_checkpointing(checkpoint_ms)
+        build(env)
+        result = env.execute(name)
+    if checkpoint_ms is not None:
+        from flinkpy.client.rest import RestClient
+
+        stats = RestClient(address, token).request("GET", f"/jobs/{result.get_job_id()}/checkpoints", params={"history": 100})
+        LAST_CHECKPOINT_STATS[name] = stats
+    return result.get_net_runtime() / 1000.0
+
+
+#: checkpoint statistics of the last checkpointed run of each benchmark job, by job name
+LAST_CHECKPOINT_STATS: dict[str, Any] = {}

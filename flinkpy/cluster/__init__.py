@@ -1,0 +1,34 @@
+"""Local clusters: a JobManager and TaskManagers as background processes on this machine.
+
+A cluster lives in its *home* (``$FLINKPY_HOME`` or ``~/.flinkpy``)::
+
+    secret              the cluster's secret and REST token (mode 0600)
+    flinkpy.yaml        configuration (optional)
+    cluster.json        what is running: REST address, pids (with their start times)
+    jobmanager.json     the JobManager's endpoints, written by it once it listens
+    log/                jobmanager.log, taskmanager-<id>.log, taskmanager-<id>.out (printed output)
+
+The embedded cluster that ``env.execute()`` starts when no cluster is configured is the same
+processes in a temporary home, stopped when the job ends (Flink's MiniCluster, with real processes).
+
+Modules: :mod:`~flinkpy.cluster.home` (the home and ``cluster.json``),
+:mod:`~flinkpy.cluster.spawning` (starting and reaping processes), :mod:`~flinkpy.cluster.local`
+(start, find, stop, the embedded cluster) and :mod:`~flinkpy.cluster.ha` (several JobManagers
+under ZooKeeper). The last two share the first two and never import each other's private names.
+"""
+
+from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, write_record
+from flinkpy.cluster.local import EmbeddedCluster, add_taskmanager, find_cluster, rest_client_for, start_cluster, stop_cluster
+
+__all__ = [
+    "ClusterHome",
+    "ClusterInfo",
+    "EmbeddedCluster",
+    "ProcessInfo",
+    "add_taskmanager",
+    "find_cluster",
+    "rest_client_for",
+    "start_cluster",
+    "stop_cluster",
+    "write_record",
+]

@@ -1,0 +1,152 @@
+"""A cluster's home and its record: which processes a local cluster runs, and where.
+
+The home (``$FLINKPY_HOME`` or ``~/.flinkpy``) holds the secret, the configuration, the logs and
+``cluster.json``, the record of the running processes (pids with their start times, so that a
+reused pid is not mistaken for ours). The standalone and the HA launchers both write it; every
+command reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flinkpy.processes import running
+
+
+@dataclass
+class ProcessInfo:
+    id: str
+    pid: int
+    create_time: float = 0.0
+    log_path: str = ""
+    stdout_path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "pid": self.pid, "log": self.log_path, "stdout": self.stdout_path}
+
+
+@dataclass
+class ClusterInfo:
+    home: Path
+    rest_address: str
+    jobmanager_pid: int
+    jobmanager: ProcessInfo
+    taskmanagers: list[ProcessInfo] = field(default_factory=list)
+    started: float = 0.0
+    #: high availability: every JobManager (leader and standbys), the HaConfig as a dict, and
+    #: the leader as ZooKeeper names it (None when unknown)
+    jobmanagers: list[ProcessInfo] = field(default_factory=list)
+    ha: dict[str, Any] | None = None
+    leader: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = {
+            "home": str(self.home),
+            "rest_address": self.rest_address,
+            "jobmanager": self.jobmanager.to_dict(),
+            "taskmanagers": [tm.to_dict() for tm in self.taskmanagers],
+            "started": self.started,
+        }
+        if self.ha is not None:
+            leader_id = (self.leader or {}).get("id")
+            doc["high_availability"] = {
+                "zookeeper": self.ha["quorum"],
+                "cluster_id": self.ha["cluster_id"],
+                "leader": self.leader,
+                "jobmanagers": [dict(jm.to_dict(), alive=alive(jm), role="leader" if jm.id == leader_id else "standby")
+                                for jm in self.jobmanagers],
+            }
+        return doc
+
+
+class ClusterHome:
+    """The directory a cluster keeps its secret, state and logs in."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @classmethod
+    def resolve(cls, path: str | Path | None = None) -> "ClusterHome":
+        if path is None:
+            path = os.environ.get("FLINKPY_HOME") or Path.home() / ".flinkpy"
+        return cls(Path(path).expanduser())
+
+    @property
+    def log_dir(self) -> Path:
+        return self.path / "log"
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "flinkpy.yaml"
+
+    def ensure(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        secret = self.path / "secret"
+        if not secret.exists():
+            fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+
+    def token(self) -> str:
+        try:
+            return (self.path / "secret").read_text().strip()
+        except FileNotFoundError as e:
+            raise LookupError(f"no cluster secret in {self.path}") from e
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def as_home(home: "ClusterHome | str | Path") -> ClusterHome:
+    return home if isinstance(home, ClusterHome) else ClusterHome(Path(home))
+
+
+def alive(proc: ProcessInfo) -> bool:
+    """Whether the recorded process still runs (its pid, with the same start time)."""
+    return running(proc.pid, proc.create_time)
+
+
+def cluster_record(c: ClusterInfo) -> dict[str, Any]:
+    rec = {
+        "rest_address": c.rest_address,
+        "started": c.started,
+        "jobmanager": vars(c.jobmanager),
+        "taskmanagers": [vars(tm) for tm in c.taskmanagers],
+    }
+    if c.ha is not None:
+        rec["ha"] = c.ha
+        rec["jobmanagers"] = [vars(jm) for jm in c.jobmanagers]
+    return rec
+
+
+def write_record(home: ClusterHome, c: ClusterInfo) -> None:
+    tmp = home.path / ".cluster.json.tmp"
+    tmp.write_text(json.dumps(cluster_record(c)))
+    os.replace(tmp, home.path / "cluster.json")
+
+
+def read_record(home: ClusterHome) -> ClusterInfo | None:
+    try:
+        rec = json.loads((home.path / "cluster.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    jm = ProcessInfo(**rec["jobmanager"])
+    return ClusterInfo(
+        home=home.path,
+        rest_address=rec["rest_address"],
+        jobmanager_pid=jm.pid,
+        jobmanager=jm,
+        taskmanagers=[ProcessInfo(**tm) for tm in rec["taskmanagers"]],
+        started=rec.get("started", 0.0),
+        jobmanagers=[ProcessInfo(**j) for j in rec.get("jobmanagers", [])],
+        ha=rec.get("ha"),
+    )
