@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
-from flinkpy.processes import create_time
+from flinkpy.processes import create_time, log_tail
 
 if TYPE_CHECKING:
     from flinkpy.cluster import ClusterHome, ClusterInfo, ProcessInfo
@@ -108,7 +108,7 @@ def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int
 def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[ProcessInfo], timeout_s: float) -> dict[str, Any]:
     """Until a leader is published and ``taskmanagers`` have registered with it."""
     from flinkpy.client.rest import RestClient
-    from flinkpy.cluster import _alive, _tail
+    from flinkpy.cluster import _alive
     from pathlib import Path
 
     deadline = time.monotonic() + timeout_s
@@ -123,7 +123,7 @@ def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[
         dead = [p for p in procs if not _alive(p)]
         if dead:
             raise FlinkpyError(
-                f"{dead[0].id} exited during start-up: {_tail(Path(dead[0].log_path), 3)}", remedy=f"see {dead[0].log_path}"
+                f"{dead[0].id} exited during start-up: {log_tail(Path(dead[0].log_path), 3)}", remedy=f"see {dead[0].log_path}"
             )
         time.sleep(0.02)
     raise OperationTimeoutError(
@@ -178,7 +178,7 @@ def launch_ha(
 
 def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
     """Start one more JobManager for the HA cluster in ``home``: it joins as a standby."""
-    from flinkpy.cluster import _read_record, _tail, write_record
+    from flinkpy.cluster import _read_record, write_record
     from flinkpy.errors import ClusterUnreachableError, UsageError
     from pathlib import Path
 
@@ -204,7 +204,7 @@ def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.
         except (FileNotFoundError, ValueError):
             pass
         if time.monotonic() > deadline:
-            raise OperationTimeoutError(f"JobManager {jm.id} did not start within {timeout_s:.0f}s: {_tail(Path(jm.log_path), 3)}", remedy=f"see {jm.log_path}")
+            raise OperationTimeoutError(f"JobManager {jm.id} did not start within {timeout_s:.0f}s: {log_tail(Path(jm.log_path), 3)}", remedy=f"see {jm.log_path}")
         time.sleep(0.01)
     info.jobmanagers.append(jm)
     write_record(home, info)
