@@ -373,7 +373,7 @@ def trigger(
     import time
 
     from commands.context import rest_client
-    from flinkpy.config import parse_duration_ms
+    from flinkpy.units import parse_duration_ms
     from flinkpy.errors import ConflictError, OperationTimeoutError, UsageError
 
     try:

@@ -24,7 +24,7 @@ Dynamic = Annotated[
 def duration_seconds(text: str, flag: str, *, positive: bool = False) -> float:
     """A duration flag in Flink's syntax ('30s', '500 ms', '2 min') as seconds, or a usage error
     naming the flag."""
-    from flinkpy.config import parse_duration_ms
+    from flinkpy.units import parse_duration_ms
     from flinkpy.errors import UsageError
 
     try:

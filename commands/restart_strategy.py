@@ -16,7 +16,8 @@ from rich.table import Table
 from commands.options import JobManager, JsonFlag
 from commands.output import emit_json, fmt_duration, fmt_time, out
 from commands.session import session
-from flinkpy.config import SCHEMA, format_duration_ms, parse_duration_ms
+from flinkpy.config import SCHEMA
+from flinkpy.units import format_duration_ms, parse_duration_ms
 from flinkpy.errors import UsageError
 from flinkpy.jobmanager.restart_strategies import (
     ALLOWED_TYPES,

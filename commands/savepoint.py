@@ -49,7 +49,7 @@ _FORMATS = ("canonical", "native")
 
 
 def timeout_s(value: str) -> float:
-    from flinkpy.config import parse_duration_ms
+    from flinkpy.units import parse_duration_ms
 
     try:
         return parse_duration_ms(value) / 1000

@@ -21,9 +21,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Generic, Iterable, Mapping, TypeVar
 
 from flinkpy.errors import ConfigurationError
+from flinkpy.units import format_duration_ms, format_memory_size, parse_duration_ms, parse_memory_size
 
 CONFIG_FILE_NAME = "flinkpy.yaml"
 ENV_PREFIX = "FLINKPY_"
@@ -32,19 +33,25 @@ ENV_PREFIX = "FLINKPY_"
 # --------------------------------------------------------------------------- value types
 
 
-class ValueType:
-    """How one kind of value is parsed from YAML/strings and written back as a string."""
+T = TypeVar("T")
+
+
+class ValueType(Generic[T]):
+    """How one kind of value is parsed from YAML/strings and written back as a string.
+
+    ``parse`` raises ValueError for a value it refuses; the caller names the key and ``allowed``.
+    """
 
     allowed: str = "a value"
 
-    def parse(self, raw: Any) -> Any:
+    def parse(self, raw: object) -> T:
         raise NotImplementedError
 
-    def format(self, value: Any) -> str:
+    def format(self, value: T) -> str:
         return str(value)
 
 
-class IntType(ValueType):
+class IntType(ValueType[int]):
     def __init__(self, minimum: int | None = None) -> None:
         self.minimum = minimum
         if minimum == 1:
@@ -54,7 +61,7 @@ class IntType(ValueType):
         else:
             self.allowed = "an integer"
 
-    def parse(self, raw: Any) -> int:
+    def parse(self, raw: object) -> int:
         # bool is an int in Python, but `true` is never a sensible slot count.
         if isinstance(raw, bool):
             raise ValueError
@@ -69,30 +76,30 @@ class IntType(ValueType):
         return value
 
 
-class BoolType(ValueType):
+class BoolType(ValueType[bool]):
     allowed = "true or false"
 
-    def parse(self, raw: Any) -> bool:
+    def parse(self, raw: object) -> bool:
         if isinstance(raw, bool):
             return raw
         if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
             return raw.strip().lower() == "true"
         raise ValueError
 
-    def format(self, value: Any) -> str:
+    def format(self, value: bool) -> str:
         return "true" if value else "false"
 
 
-class StringType(ValueType):
+class StringType(ValueType[str]):
     allowed = "a string"
 
-    def parse(self, raw: Any) -> str:
+    def parse(self, raw: object) -> str:
         if isinstance(raw, (dict, list)):
             raise ValueError
         return str(raw)
 
 
-class FloatType(ValueType):
+class FloatType(ValueType[float]):
     """A decimal number, optionally bounded (both bounds inclusive)."""
 
     def __init__(self, minimum: float | None = None, maximum: float | None = None) -> None:
@@ -106,7 +113,7 @@ class FloatType(ValueType):
         else:
             self.allowed = "a number"
 
-    def parse(self, raw: Any) -> float:
+    def parse(self, raw: object) -> float:
         if isinstance(raw, bool):
             raise ValueError
         if isinstance(raw, (int, float)):
@@ -119,18 +126,18 @@ class FloatType(ValueType):
             raise ValueError
         return value
 
-    def format(self, value: Any) -> str:
+    def format(self, value: float) -> str:
         return repr(float(value))
 
 
-class EnumType(ValueType):
+class EnumType(ValueType[str]):
     """Matched case-insensitively (as Flink does), stored in the schema's spelling."""
 
     def __init__(self, *values: str) -> None:
         self.values = values
         self.allowed = "one of " + ", ".join(values)
 
-    def parse(self, raw: Any) -> str:
+    def parse(self, raw: object) -> str:
         if isinstance(raw, str):
             for value in self.values:
                 if value.lower() == raw.strip().lower():
@@ -138,96 +145,26 @@ class EnumType(ValueType):
         raise ValueError
 
 
-_DURATION_UNITS_MS: dict[str, int] = {}
-for _names, _ms in (
-    (("ms", "milli", "millis", "millisecond", "milliseconds"), 1),
-    (("s", "sec", "secs", "second", "seconds"), 1000),
-    (("m", "min", "mins", "minute", "minutes"), 60_000),
-    (("h", "hour", "hours"), 3_600_000),
-    (("d", "day", "days"), 86_400_000),
-):
-    for _name in _names:
-        _DURATION_UNITS_MS[_name] = _ms
-
-
-def parse_duration_ms(raw: Any) -> int:
-    """Parse Flink's duration syntax into whole milliseconds; a bare number means milliseconds.
-
-    >>> parse_duration_ms("10 min"), parse_duration_ms("100ms"), parse_duration_ms(250)
-    (600000, 100, 250)
-    """
-    if isinstance(raw, bool):
-        raise ValueError(f"not a duration: {raw!r}")
-    if isinstance(raw, int):
-        if raw < 0:
-            raise ValueError(f"negative duration: {raw!r}")
-        return raw
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(raw))
-    if not match:
-        raise ValueError(f"not a duration: {raw!r}")
-    number, unit = int(match.group(1)), match.group(2).lower()
-    if not unit:
-        return number
-    if unit not in _DURATION_UNITS_MS:
-        raise ValueError(f"unknown duration unit {unit!r}")
-    return number * _DURATION_UNITS_MS[unit]
-
-
-def format_duration_ms(ms: int) -> str:
-    """The shortest exact Flink-syntax spelling, so values survive a round trip through strings."""
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
-        if ms and ms % size == 0:
-            return f"{ms // size} {unit}"
-    return f"{ms} ms"
-
-
-class DurationType(ValueType):
+class DurationType(ValueType[int]):
     allowed = "a duration such as '100 ms', '10 s', '10 min' or '1 h' (a bare number is milliseconds)"
 
-    def parse(self, raw: Any) -> int:
+    def parse(self, raw: object) -> int:
         return parse_duration_ms(raw)
 
-    def format(self, value: Any) -> str:
+    def format(self, value: int) -> str:
         return format_duration_ms(int(value))
 
 
-_MEMORY_UNITS: dict[str, int] = {}
-for _names, _bytes in (
-    (("b", "bytes"), 1),
-    (("k", "kb", "kibibytes"), 1 << 10),
-    (("m", "mb", "mebibytes"), 1 << 20),
-    (("g", "gb", "gibibytes"), 1 << 30),
-    (("t", "tb", "tebibytes"), 1 << 40),
-):
-    for _name in _names:
-        _MEMORY_UNITS[_name] = _bytes
-
-
-class MemorySizeType(ValueType):
+class MemorySizeType(ValueType[int]):
     """Flink's memory sizes: binary units (1 kb = 1024 bytes); a bare number is bytes."""
 
     allowed = "a memory size such as '32 kb', '64mb' or '1 g' (a bare number is bytes)"
 
-    def parse(self, raw: Any) -> int:
-        if isinstance(raw, bool):
-            raise ValueError
-        if isinstance(raw, int):
-            if raw < 0:
-                raise ValueError
-            return raw
-        match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(raw))
-        if not match:
-            raise ValueError
-        unit = match.group(2).lower() or "b"
-        if unit not in _MEMORY_UNITS:
-            raise ValueError
-        return int(match.group(1)) * _MEMORY_UNITS[unit]
+    def parse(self, raw: object) -> int:
+        return parse_memory_size(raw)
 
-    def format(self, value: Any) -> str:
-        for unit, size in (("g", 1 << 30), ("m", 1 << 20), ("kb", 1 << 10)):
-            if value and value % size == 0:
-                return f"{value // size} {'mb' if unit == 'm' else 'gb' if unit == 'g' else unit}"
-        return f"{value} b"
+    def format(self, value: int) -> str:
+        return format_memory_size(int(value))
 
 
 # --------------------------------------------------------------------------- the schema
@@ -238,7 +175,7 @@ class Option:
     """One configuration key: its type, its default (None = unset) and what it is for."""
 
     key: str
-    type: ValueType
+    type: ValueType[Any]
     default: Any
     description: str
     optional: bool = False
@@ -248,7 +185,7 @@ class Option:
         return ENV_PREFIX + re.sub(r"[.\-]", "_", self.key).upper()
 
 
-def _option(key: str, type_: ValueType, default: Any, description: str) -> Option:
+def _option(key: str, type_: ValueType[Any], default: Any, description: str) -> Option:
     return Option(key, type_, default, description, optional=default is None)
 
 
@@ -372,6 +309,25 @@ class Config:
         return Config(values, sources)
 
 
+def typed_value(settings: Mapping[str, object], key: str, *, source: str) -> Any:
+    """The schema-typed value of ``key`` in a plain mapping of settings (a submitted job's
+    strings), or the schema's default when it is absent or empty; a bad value is refused with
+    the schema's error, which names ``source``.
+
+    >>> typed_value({"taskmanager.memory.segment-size": "64 kb"}, "taskmanager.memory.segment-size", source="job")
+    65536
+    >>> typed_value({}, "execution.buffer-timeout.interval", source="job")
+    100
+    """
+    option = _lookup(key, source=source)
+    raw = settings.get(option.key)
+    if raw is None or raw == "":
+        return option.default
+    values: dict[str, Any] = {}
+    _apply(values, {}, option.key, raw, f"{source} {option.key}={raw}")
+    return values[option.key]
+
+
 def _lookup(key: str, *, source: str) -> Option:
     option = SCHEMA.get(key)
     if option is not None:
@@ -381,7 +337,7 @@ def _lookup(key: str, *, source: str) -> Option:
     raise ConfigurationError(f"unknown configuration key '{key}' (from {source})", remedy=hint)
 
 
-def _apply(values: dict[str, Any], sources: dict[str, str], key: str, raw: Any, source: str) -> None:
+def _apply(values: dict[str, Any], sources: dict[str, str], key: str, raw: object, source: str) -> None:
     option = _lookup(key, source=source)
     if raw is None and option.optional:
         values[option.key] = None

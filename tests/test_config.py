@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from flinkpy.config import SCHEMA, load_config, parse_duration_ms, parse_override
+from flinkpy.config import SCHEMA, load_config, parse_override
 from flinkpy.errors import ConfigurationError, ExitCode
+from flinkpy.units import parse_duration_ms
 
 
 def write(home: Path, text: str) -> Path:

@@ -95,15 +95,16 @@ def test_a_taskmanager_of_another_epoch_is_turned_away(ha_config: HaConfig) -> N
 
     from flinkpy.jobmanager.dispatcher import Dispatcher
     from flinkpy.network.connection import Connection
+    from flinkpy.protocol.messages import Refused, RegisterTaskManager
 
     d = Dispatcher()
     d.ha = object()  # any HA object: only its presence matters here
     d.leader_epoch = 3
     left, right = socket.socketpair()
     jm_side, tm_side = Connection(left), Connection(right)
-    d.register_taskmanager(jm_side, {"tm_id": "tm-x", "pid": 1, "host": "127.0.0.1", "slots": 1, "epoch": 2})
-    op, body = tm_side.recv()
-    assert op == "refused" and "epoch 2" in body["reason"]
+    d.register_taskmanager(jm_side, RegisterTaskManager(tm_id="tm-x", pid=1, host="127.0.0.1", slots=1, epoch=2))
+    answer = tm_side.recv()
+    assert isinstance(answer, Refused) and "epoch 2" in answer.reason
     assert tm_side.recv() is None  # the connection is closed
     assert "tm-x" not in d.taskmanagers
     tm_side.close()

@@ -1,9 +1,9 @@
-"""W1 and W2 three ways: ``python -m flinkpy.benchmark --only spark``.
+"""W1 and W2 three ways: ``python -m flinkpy.benchmarks --only spark``.
 
 In one run, on the same input and one warm ``local[2]`` Spark session:
 
 - **engine**: flinkpy's engine at parallelism 2 (an embedded cluster with 2 slots), running
-  flinkpy.benchmark's ``job_w1`` / ``job_w2``;
+  flinkpy.benchmarks.workloads' ``job_w1`` / ``job_w2``;
 - **flinkpy on Spark**: the same job definitions through the Spark runner
   (``flinkpy.spark.plan.translate`` then ``SparkPlan.start``: the runner's defaults, checkpoint
   location on, the bounded query ending by itself);

@@ -15,10 +15,10 @@ import time
 from typing import Any, Callable
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, write_record
-from flinkpy.cluster.spawning import spawn, tail
+from flinkpy.cluster.spawning import spawn
 from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
-from flinkpy.processes import create_time
+from flinkpy.processes import create_time, log_tail
 
 
 def current_leader(ha: dict[str, Any], timeout_s: float = 3.0) -> dict[str, Any] | None:
@@ -117,7 +117,7 @@ def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[
         dead = [p for p in procs if not alive(p)]
         if dead:
             raise FlinkpyError(
-                f"{dead[0].id} exited during start-up: {tail(Path(dead[0].log_path), 3)}", remedy=f"see {dead[0].log_path}"
+                f"{dead[0].id} exited during start-up: {log_tail(Path(dead[0].log_path), 3)}", remedy=f"see {dead[0].log_path}"
             )
         time.sleep(0.02)
     raise OperationTimeoutError(
@@ -196,7 +196,7 @@ def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.
         except (FileNotFoundError, ValueError):
             pass
         if time.monotonic() > deadline:
-            raise OperationTimeoutError(f"JobManager {jm.id} did not start within {timeout_s:.0f}s: {tail(Path(jm.log_path), 3)}", remedy=f"see {jm.log_path}")
+            raise OperationTimeoutError(f"JobManager {jm.id} did not start within {timeout_s:.0f}s: {log_tail(Path(jm.log_path), 3)}", remedy=f"see {jm.log_path}")
         time.sleep(0.01)
     info.jobmanagers.append(jm)
     write_record(home, info)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, as_home, cluster_record, read_record, write_record
-from flinkpy.cluster.spawning import spawn, tail, wait_gone
+from flinkpy.cluster.spawning import spawn, wait_gone
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
-from flinkpy.processes import create_time
+from flinkpy.processes import create_time, log_tail
 
 
 def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Pa
             pass
         if proc.poll() is not None:
             raise FlinkpyError(
-                f"the JobManager exited during start-up (code {proc.returncode}): {tail(log_path, 3)}",
+                f"the JobManager exited during start-up (code {proc.returncode}): {log_tail(log_path, 3)}",
                 remedy=f"see {log_path}",
             )
         time.sleep(0.01)
@@ -50,7 +50,7 @@ def _wait_for_taskmanagers(rest_address: str, token: str, n: int, procs: list[su
             return
         for proc, log in zip(procs, logs):
             if proc.poll() is not None:
-                raise FlinkpyError(f"a TaskManager exited during start-up (code {proc.returncode}): {tail(log, 3)}", remedy=f"see {log}")
+                raise FlinkpyError(f"a TaskManager exited during start-up (code {proc.returncode}): {log_tail(log, 3)}", remedy=f"see {log}")
         time.sleep(0.01)
     raise OperationTimeoutError(f"{n} TaskManager(s) did not register within {timeout_s:.0f}s", remedy=f"see the logs in {logs[0].parent}")
 
@@ -208,7 +208,7 @@ def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config:
     deadline = time.monotonic() + timeout_s
     while not any(tm["id"] == tm_id for tm in rest.taskmanagers()):
         if proc.poll() is not None:
-            raise FlinkpyError(f"TaskManager {tm_id} exited during start-up (code {proc.returncode}): {tail(log_path, 3)}", remedy=f"see {log_path}")
+            raise FlinkpyError(f"TaskManager {tm_id} exited during start-up (code {proc.returncode}): {log_tail(log_path, 3)}", remedy=f"see {log_path}")
         if time.monotonic() > deadline:
             raise OperationTimeoutError(f"TaskManager {tm_id} did not register within {timeout_s:.0f}s", remedy=f"see {log_path}")
         time.sleep(0.01)
@@ -344,7 +344,7 @@ class EmbeddedCluster:
         return self
 
     def logs(self) -> str:
-        return "\n".join(tail(p, 40) for p in sorted(self.home.log_dir.glob("*.log")))
+        return "\n".join(log_tail(p, 40) for p in sorted(self.home.log_dir.glob("*.log")))
 
     def __exit__(self, *exc: Any) -> None:
         import psutil

@@ -51,10 +51,3 @@ def wait_gone(procs: "list[Any]", timeout_s: float) -> "list[Any]":
             break
         time.sleep(0.01)
     return pending
-
-
-def tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""

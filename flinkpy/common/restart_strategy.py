@@ -17,12 +17,12 @@ True
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flinkpy.common.time import Duration, Time
 from flinkpy.errors import ConfigurationError
+from flinkpy.units import parse_duration_ms
 
 #: A delay as PyFlink accepts it: milliseconds, a timedelta, or flinkpy's Duration/Time.
 DelayLike = int | datetime.timedelta | Duration | Time
@@ -40,27 +40,6 @@ def _millis(value: DelayLike) -> int:
 
 def _text(ms: int) -> str:
     return f"{ms} ms"
-
-
-_UNITS = {
-    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
-    "min": 60_000, "m": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-}
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
-
-
-def parse_duration_millis(key: str, text: str) -> int:
-    """Parse a Flink duration such as ``10 s``, ``500ms`` or ``1 min`` (bare numbers are ms)."""
-    m = _DURATION.match(str(text).lower())
-    if not m or m.group(2) not in _UNITS:
-        raise ConfigurationError(
-            f"configuration key {key!r} has value {text!r}, which is not a duration",
-            remedy="write a number with a unit, such as '10 s', '500 ms' or '1 min'",
-        )
-    return int(m.group(1)) * _UNITS[m.group(2)]
 
 
 class RestartStrategyConfiguration:
@@ -273,7 +252,15 @@ class RestartStrategies:
             )
 
         def ms(key: str, default: int) -> int:
-            return parse_duration_millis(key, config[key]) if key in config else default
+            if key not in config:
+                return default
+            try:
+                return parse_duration_ms(config[key])
+            except ValueError:
+                raise ConfigurationError(
+                    f"configuration key {key!r} has value {config[key]!r}, which is not a duration",
+                    remedy="write a number with a unit, such as '10 s', '500 ms' or '1 min'",
+                ) from None
 
         def num(key: str, default: float, cast: type = float) -> float:
             if key not in config:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flinkpy.config import parse_duration_ms
+from flinkpy.units import parse_duration_ms
 
 
 class ExternalizedCheckpointCleanup:

@@ -151,7 +151,7 @@ class StreamExecutionEnvironment:
         """
         if self._buffer_timeout is not None:
             return self._buffer_timeout
-        from flinkpy.config import parse_duration_ms
+        from flinkpy.units import parse_duration_ms
 
         return parse_duration_ms(self._settings.get("execution.buffer-timeout.interval", "100 ms"))
 

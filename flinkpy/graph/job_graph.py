@@ -146,12 +146,53 @@ def build_job_graph(
     config: dict[str, str] | None = None,
     runtime_mode: str = "STREAMING",
 ) -> JobGraph:
+    """Chain the StreamGraph's operators into job vertices and its other edges into job edges."""
     if not graph.nodes:
         raise InvalidProgramError(
             "the job has no operators", remedy="define a source and at least one sink before execute()"
         )
     order = graph.topological_order()
-    par = {n: resolve_parallelism(graph.nodes[n], default_parallelism) for n in order}
+    par, maxp = _parallelisms(graph, order, default_parallelism, max_parallelism)
+    resolved = _partitioners(graph, par)
+    chain_of = _chains(graph, order, resolved, par, chaining_enabled)
+    heads = [n for n in order if chain_of[n] == n]
+    vertex_id = {h: idx + 1 for idx, h in enumerate(heads)}
+    members: dict[int, list[int]] = {h: [n for n in order if chain_of[n] == h] for h in heads}
+    operator_ids = _operator_ids(graph, order)
+    vertices: dict[int, JobVertex] = {}
+    for h in heads:
+        nodes = [graph.nodes[n] for n in members[h]]
+        vertices[vertex_id[h]] = JobVertex(
+            id=vertex_id[h],
+            name=" -> ".join(_display_name(x) for x in nodes),
+            parallelism=par[h],
+            max_parallelism=maxp[h],
+            node_ids=members[h],
+            is_source=graph.nodes[h].is_source,
+            uids=[x.uid for x in nodes],
+            operator_ids=[operator_ids[x.id] for x in nodes],
+            operator_names=[x.name for x in nodes],
+        )
+    ops = {n: _chained_operator(graph.nodes[n], operator_ids[n]) for n in order}
+    key_selectors: dict[int, dict[int, Any]] = {vertex_id[h]: {} for h in heads}
+    edges = _wire(graph, resolved, chain_of, vertex_id, ops, key_selectors)
+    payloads = {
+        vertex_id[h]: VertexPayload(operators=[ops[n] for n in members[h]], edge_key_selectors=key_selectors[vertex_id[h]])
+        for h in heads
+    }
+    return JobGraph(
+        job_name=job_name,
+        vertices=vertices,
+        edges=edges,
+        payloads=payloads,
+        config=dict(config or {}),
+        runtime_mode=runtime_mode,
+    )
+
+
+def _parallelisms(graph: StreamGraph, order: list[int], default: int, max_parallelism: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Each node's parallelism and max parallelism; a parallelism above the max is refused."""
+    par = {n: resolve_parallelism(graph.nodes[n], default) for n in order}
     maxp = {n: graph.nodes[n].max_parallelism or max_parallelism for n in order}
     for n in order:
         if par[n] > maxp[n]:
@@ -159,7 +200,12 @@ def build_job_graph(
                 f"operator {graph.nodes[n].name!r} has parallelism {par[n]} above its max parallelism {maxp[n]}",
                 remedy="raise pipeline.max-parallelism or lower the parallelism",
             )
-    # resolve partitioners
+    return par, maxp
+
+
+def _partitioners(graph: StreamGraph, par: dict[int, int]) -> dict[int, str]:
+    """The partitioner of every edge (by index): forward between equal parallelisms unless the
+    program chose one, rebalance otherwise; a forward edge that would change parallelism is refused."""
     resolved: dict[int, str] = {}
     for i, e in enumerate(graph.edges):
         p = e.partitioner
@@ -172,9 +218,12 @@ def build_job_graph(
                 remedy="use rebalance() or rescale(), or give both the same parallelism",
             )
         resolved[i] = p
-    for e in graph.edges:
-        if e.partitioner == HASH and maxp[e.target] != max_parallelism and graph.nodes[e.target].max_parallelism:
-            pass  # keyed operator with its own max parallelism: key groups follow the operator
+    return resolved
+
+
+def _chains(graph: StreamGraph, order: list[int], resolved: dict[int, str], par: dict[int, int], chaining_enabled: bool) -> dict[int, int]:
+    """The head of the chain each node belongs to: a node joins its single chainable
+    predecessor's chain (the module docstring gives the rule)."""
 
     def chainable(i: int) -> bool:
         e = graph.edges[i]
@@ -189,7 +238,6 @@ def build_job_graph(
             and not down.is_source
         )
 
-    # assign nodes to chains: a node joins its single chainable predecessor's chain
     chain_of: dict[int, int] = {}
     for n in order:
         ins = [i for i, e in enumerate(graph.edges) if e.target == n]
@@ -197,40 +245,33 @@ def build_job_graph(
             chain_of[n] = chain_of[graph.edges[ins[0]].source]
         else:
             chain_of[n] = n
-    heads = [n for n in order if chain_of[n] == n]
-    vertex_id = {h: idx + 1 for idx, h in enumerate(heads)}
+    return chain_of
 
-    operator_ids = _operator_ids(graph, order)
-    vertices: dict[int, JobVertex] = {}
-    members: dict[int, list[int]] = {h: [n for n in order if chain_of[n] == h] for h in heads}
-    for h in heads:
-        nodes = [graph.nodes[n] for n in members[h]]
-        vertices[vertex_id[h]] = JobVertex(
-            id=vertex_id[h],
-            name=" -> ".join(_display_name(x) for x in nodes),
-            parallelism=par[h],
-            max_parallelism=maxp[h],
-            node_ids=members[h],
-            is_source=graph.nodes[h].is_source,
-            uids=[x.uid for x in nodes],
-            operator_ids=[operator_ids[x.id] for x in nodes],
-            operator_names=[x.name for x in nodes],
-        )
+
+def _chained_operator(node: StreamNode, operator_id: str) -> ChainedOperator:
+    return ChainedOperator(
+        node_id=node.id,
+        kind=node.kind,
+        name=node.name,
+        uid=node.uid,
+        fn=node.fn,
+        key_selector=node.key_selector,
+        params=dict(node.params),
+        operator_id=operator_id,
+    )
+
+
+def _wire(
+    graph: StreamGraph,
+    resolved: dict[int, str],
+    chain_of: dict[int, int],
+    vertex_id: dict[int, int],
+    ops: dict[int, ChainedOperator],
+    key_selectors: dict[int, dict[int, Any]],
+) -> list[JobEdge]:
+    """Connect the operators: an edge inside a chain becomes a direct call (``chained_outputs``),
+    any other edge a job edge (``network_outputs``), with its key selector when it is keyed."""
     edges: list[JobEdge] = []
-    ops: dict[int, ChainedOperator] = {
-        n: ChainedOperator(
-            node_id=n,
-            kind=graph.nodes[n].kind,
-            name=graph.nodes[n].name,
-            uid=graph.nodes[n].uid,
-            fn=graph.nodes[n].fn,
-            key_selector=graph.nodes[n].key_selector,
-            params=dict(graph.nodes[n].params),
-            operator_id=operator_ids[n],
-        )
-        for n in order
-    }
-    key_selectors: dict[int, dict[int, Any]] = {vertex_id[h]: {} for h in heads}
     for i, e in enumerate(graph.edges):
         if chain_of[e.target] == chain_of[e.source] and chain_of[e.target] != e.target:
             if e.side_tag is not None:
@@ -252,18 +293,7 @@ def build_job_graph(
             ops[e.source].network_outputs.append(edge.id)
         if resolved[i] == HASH:
             key_selectors[edge.source][edge.id] = e.key_selector
-    payloads = {
-        vertex_id[h]: VertexPayload(operators=[ops[n] for n in members[h]], edge_key_selectors=key_selectors[vertex_id[h]])
-        for h in heads
-    }
-    return JobGraph(
-        job_name=job_name,
-        vertices=vertices,
-        edges=edges,
-        payloads=payloads,
-        config=dict(config or {}),
-        runtime_mode=runtime_mode,
-    )
+    return edges
 
 
 def _operator_ids(graph: StreamGraph, order: list[int]) -> dict[int, str]:

@@ -292,10 +292,6 @@ def _signal(server: ZooKeeperServer, sig: int) -> None:
         pass
 
 
-def _tail(path: str | Path, lines: int = 5) -> str:
-    return log_tail(path, lines, "\n")
-
-
 # --------------------------------------------------------------------------- four-letter words
 
 
@@ -510,7 +506,7 @@ def _wait_ready(info: ZooKeeperInfo, procs: list[subprocess.Popen], timeout_s: f
         for server, proc in zip(info.servers, procs):
             if proc.poll() is not None:
                 raise FlinkpyError(
-                    f"ZooKeeper server {server.id} exited during start-up (code {proc.returncode}): {_tail(server.log, 3)}",
+                    f"ZooKeeper server {server.id} exited during start-up (code {proc.returncode}): {log_tail(server.log, 3)}",
                     remedy=f"see {server.log}",
                 )
         ready = True

@@ -37,124 +37,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from flinkpy.checkpoint.options import CheckpointingOptions
 from flinkpy.checkpoint.shared_state import SharedStateRegistry, metadata_shared_files, shared_files
-from flinkpy.config import parse_duration_ms
-from flinkpy.errors import ConfigurationError, ConflictError
+from flinkpy.errors import ConflictError
 
 TaskKey = tuple[int, int]  # (vertex id, subtask index)
 
-MODES = ("EXACTLY_ONCE", "AT_LEAST_ONCE")
 KINDS = ("checkpoint", "savepoint")
-RETENTIONS = ("RETAIN_ON_CANCELLATION", "DELETE_ON_CANCELLATION", "NO_EXTERNALIZED_CHECKPOINTS")
-
-
-# -- configuration ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CheckpointingOptions:
-    """Flink's checkpointing options with Flink's defaults.
-
-    >>> CheckpointingOptions.from_config({"execution.checkpointing.interval": "10 s"}).interval_ms
-    10000
-    """
-
-    #: None turns periodic checkpoints off; manual triggers still work
-    interval_ms: int | None = None
-    mode: str = "EXACTLY_ONCE"
-    timeout_ms: int = 600_000
-    min_pause_ms: int = 0
-    max_concurrent: int = 1
-    #: consecutive checkpoint failures that are tolerated; one more fails the job
-    tolerable_failures: int = 0
-    #: completed checkpoints (not savepoints) kept; older ones are discarded
-    retained: int = 1
-    retain_on_cancellation: bool = False
-
-    def __post_init__(self) -> None:
-        if self.interval_ms is not None and self.interval_ms <= 0:
-            raise ValueError(f"interval_ms must be positive or None, not {self.interval_ms}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
-        if self.timeout_ms <= 0 or self.min_pause_ms < 0 or self.max_concurrent < 1:
-            raise ValueError("timeout_ms must be > 0, min_pause_ms >= 0 and max_concurrent >= 1")
-        if self.tolerable_failures < 0 or self.retained < 1:
-            raise ValueError("tolerable_failures must be >= 0 and retained >= 1")
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> CheckpointingOptions:
-        """Read Flink's ``execution.checkpointing.*`` keys (values are strings); others are ignored."""
-        kw: dict[str, Any] = {}
-        prefix = "execution.checkpointing."
-
-        def raw(name: str) -> Any:
-            return config.get(prefix + name)
-
-        def bad(name: str, value: Any, allowed: str) -> ConfigurationError:
-            return ConfigurationError(f"invalid value {value!r} for configuration key '{prefix}{name}'", remedy=f"use {allowed}")
-
-        def duration(name: str, minimum: int) -> int | None:
-            value = raw(name)
-            if value is None:
-                return None
-            allowed = "a duration such as '500 ms', '10 s' or '5 min' (a bare number means milliseconds)"
-            if minimum > 0:
-                allowed = "a positive " + allowed[2:]
-            try:
-                ms = parse_duration_ms(value.strip() if isinstance(value, str) else value)
-            except ValueError:
-                raise bad(name, value, allowed) from None
-            if ms < minimum:
-                raise bad(name, value, allowed)
-            return ms
-
-        def integer(name: str, minimum: int) -> int | None:
-            value = raw(name)
-            if value is None:
-                return None
-            try:
-                if isinstance(value, bool):
-                    raise ValueError
-                number = int(str(value).strip())
-            except ValueError:
-                raise bad(name, value, f"a whole number >= {minimum}") from None
-            if number < minimum:
-                raise bad(name, value, f"a whole number >= {minimum}")
-            return number
-
-        def choice(name: str, allowed: tuple[str, ...]) -> str | None:
-            value = raw(name)
-            if value is None:
-                return None
-            normalized = str(value).strip().upper().replace("-", "_")
-            if normalized not in allowed:
-                raise bad(name, value, "one of " + ", ".join(allowed))
-            return normalized
-
-        interval = raw("interval")
-        if interval is not None:
-            allowed = "a positive duration such as '500 ms', '10 s' or '5 min'; leave the key unset to turn periodic checkpoints off"
-            try:
-                ms = parse_duration_ms(interval.strip() if isinstance(interval, str) else interval)
-            except ValueError:
-                raise bad("interval", interval, allowed) from None
-            if ms <= 0:
-                raise bad("interval", interval, allowed)
-            kw["interval_ms"] = ms
-        for key, name, value in (
-            ("mode", "mode", choice("mode", MODES)),
-            ("timeout_ms", "timeout", duration("timeout", 1)),
-            ("min_pause_ms", "min-pause", duration("min-pause", 0)),
-            ("max_concurrent", "max-concurrent-checkpoints", integer("max-concurrent-checkpoints", 1)),
-            ("tolerable_failures", "tolerable-failed-checkpoints", integer("tolerable-failed-checkpoints", 0)),
-            ("retained", "num-retained", integer("num-retained", 1)),
-        ):
-            if value is not None:
-                kw[key] = value
-        retention = choice("externalized-checkpoint-retention", RETENTIONS)
-        if retention is not None:
-            kw["retain_on_cancellation"] = retention == "RETAIN_ON_CANCELLATION"
-        return cls(**kw)
 
 
 # -- checkpoints -----------------------------------------------------------------------------

@@ -8,13 +8,16 @@ that storage latency never blocks the JobManager's lock, and feeds the results b
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
+from flinkpy.clock import now_ms
+from flinkpy.protocol import messages as msgs
 from flinkpy.jobmanager.checkpoint_coordinator import (
     Abort,
+    Action as CheckpointAction,
     CheckpointCoordinator,
     CheckpointingOptions,
     Discard,
@@ -27,25 +30,23 @@ from flinkpy.jobmanager.checkpoint_coordinator import (
 )
 
 if TYPE_CHECKING:
-    from flinkpy.jobmanager.execution_graph import ExecutionGraph
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.jobmanager.execution_graph import Execution, ExecutionGraph
+    from flinkpy.jobmanager.leadership import JobHa
 
 log = logging.getLogger("flinkpy.checkpoints")
 _io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="checkpoint-io")
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class JobCheckpointing:
-    def __init__(self, graph: "ExecutionGraph", config: dict[str, str], checkpoint_dir: str):
+    def __init__(self, graph: "ExecutionGraph", options: CheckpointingOptions, checkpoint_dir: str, savepoint_dir: str):
         self.graph = graph
-        self.options = CheckpointingOptions.from_config(config)
+        self.options = options
         self.checkpoint_dir = checkpoint_dir
         tasks = list(graph.executions)
         sources = [k for k in tasks if graph.vertices[k[0]]["is_source"]]
         self.coordinator = CheckpointCoordinator(self.options, tasks, sources)
-        self._storage: Any = None
+        self._storage: CheckpointStorage | None = None
         #: waiters for a triggered checkpoint's outcome (REST long polls)
         self.outcomes: dict[int, dict[str, Any]] = {}
         #: the metadata of completed checkpoints still retained, by id (what restarts restore)
@@ -54,10 +55,11 @@ class JobCheckpointing:
         self.initial_restore: tuple[str, dict[str, Any]] | None = None
         #: savepoint requests by trigger id: status QUEUED, IN_PROGRESS, COMPLETED or FAILED
         self.savepoints: dict[str, dict[str, Any]] = {}
-        self.savepoint_dir = config.get("execution.checkpointing.savepoint-dir") or f"{checkpoint_dir.rstrip('/')}/savepoints"
+        #: where savepoints go when the request names no directory
+        self.savepoint_dir = savepoint_dir
         #: high availability: records checkpoint ids handed out and completed checkpoints in
         #: ZooKeeper (flinkpy.jobmanager.leadership.JobHa), or None
-        self.ha: Any = None
+        self.ha: JobHa | None = None
 
     # -- savepoints ---------------------------------------------------------------------------
 
@@ -85,11 +87,11 @@ class JobCheckpointing:
         }
         return trigger_id
 
-    def start_queued_savepoints(self, now: int) -> list[Any]:
+    def start_queued_savepoints(self, now: int) -> list[CheckpointAction]:
         from flinkpy.checkpoint.storage import savepoint_dir
         from flinkpy.jobmanager.checkpoint_coordinator import CheckpointTriggerRefused
 
-        actions: list[Any] = []
+        actions: list[CheckpointAction] = []
         for record in self.savepoints.values():
             if record["status"] != "QUEUED":
                 continue
@@ -107,7 +109,7 @@ class JobCheckpointing:
         return next((r for r in self.savepoints.values() if r.get("checkpoint_id") == checkpoint_id), None)
 
     @property
-    def storage(self) -> Any:
+    def storage(self) -> CheckpointStorage:
         if self._storage is None:
             from flinkpy.checkpoint.storage import CheckpointStorage
 
@@ -128,7 +130,7 @@ class JobCheckpointing:
                 subtasks = []
                 for sub in range(v["parallelism"]):
                     state = pending.states.get((vid, sub), {})
-                    entry = next((p for p in state.get("state", []) if p.get("operator_id") == operator_id), {})
+                    entry: dict[str, Any] = next((p for p in state.get("state", []) if p.get("operator_id") == operator_id), {})
                     subtasks.append(
                         {
                             "subtask": sub,
@@ -165,8 +167,8 @@ class JobCheckpointing:
 
     # -- carrying out actions ----------------------------------------------------------------
 
-    def perform(self, actions: list[Any], send: Callable[[Any, str, dict[str, Any]], None], events: Callable[[Callable[[], list[Any]]], None], fail_job: Callable[[str], None]) -> None:
-        """``send(execution, op, body)`` reaches a task; ``events(fn)`` later runs ``fn`` under the
+    def perform(self, actions: list[CheckpointAction], send: Callable[[Execution, msgs.TaskControl], None], events: Callable[[Callable[[], list[CheckpointAction]]], None], fail_job: Callable[[str], None]) -> None:
+        """``send(execution, message)`` reaches a task; ``events(fn)`` later runs ``fn`` under the
         dispatcher's lock and performs the actions it returns; ``fail_job(reason)`` fails the job."""
         g = self.graph
         for a in actions:
@@ -174,20 +176,20 @@ class JobCheckpointing:
                 if self.ha is not None and not self.ha.reserve(a.checkpoint_id):
                     continue  # fenced: no longer the leader; the checkpoint times out unheard
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
-                body = {"checkpoint_id": a.checkpoint_id, "timestamp": a.timestamp, "mode": a.mode, "kind": a.kind}
+                barrier = msgs.CheckpointBarrier(a.checkpoint_id, a.timestamp, mode=a.mode, kind=a.kind)
                 if a.kind == "checkpoint":
-                    body["base"] = self.coordinator.base_checkpoint_id  # incremental snapshots build on it
+                    barrier = dataclasses.replace(barrier, base=self.coordinator.base_checkpoint_id)  # incremental snapshots build on it
                 record = self.savepoint_of(a.checkpoint_id)
                 if record is not None:
-                    body.update(dir=record["dir"], stop=record["stop"], drain=record["drain"])
+                    barrier = dataclasses.replace(barrier, directory=record["dir"], stop=record["stop"], drain=record["drain"])
                 for key in a.sources:
-                    send(g.executions[key], "trigger_checkpoint", body)
+                    send(g.executions[key], msgs.TriggerCheckpoint(barrier))
             elif isinstance(a, Finalize):
                 self._finalize(a.checkpoint, events)
             elif isinstance(a, NotifyComplete):
                 for ex in g.executions.values():
                     if ex.state == "RUNNING":
-                        send(ex, "notify_checkpoint_complete", {"checkpoint_id": a.checkpoint_id})
+                        send(ex, msgs.NotifyCheckpointComplete(a.checkpoint_id))
             elif isinstance(a, Abort):
                 log.info("Checkpoint %d of job %s aborted: %s", a.checkpoint_id, g.job_id, a.reason)
                 self.outcomes[a.checkpoint_id] = {"status": "FAILED", "reason": a.reason}
@@ -196,7 +198,7 @@ class JobCheckpointing:
                     record.update(status="FAILED", failure=a.reason)
                 for ex in g.executions.values():
                     if ex.state == "RUNNING":
-                        send(ex, "notify_checkpoint_aborted", {"checkpoint_id": a.checkpoint_id})
+                        send(ex, msgs.NotifyCheckpointAborted(a.checkpoint_id))
             elif isinstance(a, Discard):
                 _io.submit(self._discard, a)
             elif isinstance(a, SweepShared):
@@ -204,7 +206,7 @@ class JobCheckpointing:
             elif isinstance(a, FailJob):
                 fail_job(a.reason)
 
-    def _finalize(self, pending: PendingCheckpoint, events: Callable[[Callable[[], list[Any]]], None]) -> None:
+    def _finalize(self, pending: PendingCheckpoint, events: Callable[[Callable[[], list[CheckpointAction]]], None]) -> None:
         cid = pending.checkpoint_id
 
         record = self.savepoint_of(cid)
@@ -257,7 +259,7 @@ class JobCheckpointing:
             return int(doc.get("checkpoint_id", 0)), directory, directory, doc
         return None
 
-    def restore_spec(self, ex: Any) -> dict[str, Any] | None:
+    def restore_spec(self, ex: Execution) -> dict[str, Any] | None:
         from flinkpy.checkpoint.restore import restore_spec
 
         point = self.latest_restore_point()

@@ -11,9 +11,12 @@ fails (the others are canceled first); RUNNING -> CANCELLING -> CANCELED.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flinkpy.graph.job_graph import consumers_of, producers_of
+
+if TYPE_CHECKING:
+    from flinkpy.jobmanager.restart_strategies import RestartBackoffTimeStrategy
 
 TERMINAL_TASK = {"FINISHED", "FAILED", "CANCELED"}
 GLOBALLY_TERMINAL = {"FINISHED", "FAILED", "CANCELED"}
@@ -91,7 +94,7 @@ class ExecutionGraph:
     backoff_ms), ``failover`` is "full" (restart every task) or "region" (restart the failed
     task's pipelined region: the connected part of the job graph it belongs to)."""
 
-    def __init__(self, job_id: str, meta: dict[str, Any], now_ms: int, *, strategy: Any = None, failover: str = "region"):
+    def __init__(self, job_id: str, meta: dict[str, Any], now_ms: int, *, strategy: RestartBackoffTimeStrategy | None = None, failover: str = "region"):
         self.job_id = job_id
         self.meta = meta
         self.name: str = meta["name"]
@@ -287,6 +290,8 @@ class ExecutionGraph:
         """Cancel the regions' tasks; they are redeployed, restored, after the strategy's backoff."""
         entry["restarted"] = True
         self.root_exception = entry
+        # only reached when the strategy allowed a restart, so there is one
+        assert self.strategy is not None
         backoff = self.strategy.backoff_ms()
         keys: set[tuple[int, int]] = set()
         actions: list[Action] = []
@@ -354,7 +359,7 @@ class ExecutionGraph:
                     p["message"] = message
                     self.events.append({"timestamp": now_ms, "type": "waiting-for-resources", "message": message})
 
-    def set_restart_strategy(self, strategy: Any, description: dict[str, Any], previous: dict[str, Any], now_ms: int) -> None:
+    def set_restart_strategy(self, strategy: RestartBackoffTimeStrategy, description: dict[str, Any], previous: dict[str, Any], now_ms: int) -> None:
         self.strategy = strategy
         self.events.append({"timestamp": now_ms, "type": "restart-strategy-changed", "from": previous, "to": description})
 

@@ -23,9 +23,15 @@ import pickle
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from flinkpy.clock import now_ms
 from flinkpy.ha.services import FencedError, ZooKeeperHa
+
+if TYPE_CHECKING:
+    from flinkpy.jobmanager.checkpointing import JobCheckpointing
+    from flinkpy.jobmanager.dispatcher import Dispatcher, JobRecord
+    from flinkpy.jobmanager.execution_graph import ExecutionGraph
 
 log = logging.getLogger("flinkpy.jobmanager.leadership")
 
@@ -56,7 +62,7 @@ class JobHa:
 
 
 class Leadership:
-    def __init__(self, dispatcher: Any, ha: ZooKeeperHa, jm_id: str, info: dict[str, Any]) -> None:
+    def __init__(self, dispatcher: Dispatcher, ha: ZooKeeperHa, jm_id: str, info: dict[str, Any]) -> None:
         self.dispatcher = dispatcher
         self.ha = ha
         self.jm_id = jm_id
@@ -99,7 +105,7 @@ class Leadership:
         threading.Thread(target=remove, name="ha-remove-job", daemon=True).start()
 
     @staticmethod
-    def apply_history(graph: Any, checkpointing: Any, history: bytes) -> None:
+    def apply_history(graph: ExecutionGraph, checkpointing: JobCheckpointing, history: bytes) -> None:
         """Carry a recovered job's history over from the previous leader (Flink starts afresh)."""
         doc = pickle.loads(history)
         g = doc["graph"]
@@ -117,7 +123,7 @@ class Leadership:
 
     # -- histories ------------------------------------------------------------------------------
 
-    def _history(self, rec: Any) -> tuple[tuple[Any, ...], bytes]:
+    def _history(self, rec: JobRecord) -> tuple[tuple[Any, ...], bytes]:
         from flinkpy.jobmanager.checkpoint_coordinator import PendingCheckpoint
 
         g, cc = rec.graph, rec.checkpointing.coordinator
@@ -223,7 +229,7 @@ class Leadership:
             d.submit(document, job_id=job_id, history=history)
             with d.lock:
                 rec = d.jobs[job_id]
-                rec.graph.events.append({"timestamp": int(time.time() * 1000), "type": "recovered-by-leader",
+                rec.graph.events.append({"timestamp": now_ms(), "type": "recovered-by-leader",
                                          "jobmanager": self.jm_id, "epoch": d.leader_epoch})
                 d.changed.notify_all()
         except Exception:  # noqa: BLE001 - one job's recovery must not stop the others

@@ -22,33 +22,55 @@ from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.jobmanager.rest import RestServer
 from flinkpy.network import auth
 from flinkpy.network.connection import Connection, handshake, listen
+from flinkpy.protocol import HandlerTable, ProtocolError
+from flinkpy.protocol.messages import FromTask, Heartbeat, RegisterTaskManager, Shutdown, TaskListening, TaskStateChanged
 
 log = logging.getLogger("flinkpy.jobmanager")
 
 
+def _taskmanager_handlers(dispatcher: Dispatcher, conn: Connection, registered: list[str]) -> HandlerTable:
+    """What a TaskManager sends the JobManager, and where it goes (``registered`` receives the
+    TaskManager's id once it registered)."""
+
+    def register(m: RegisterTaskManager) -> None:
+        registered.append(m.tm_id)
+        dispatcher.register_taskmanager(conn, m)
+
+    def from_task(m: FromTask) -> None:
+        event = m.message
+        if isinstance(event, TaskListening):
+            dispatcher.on_listening(m.job_id, m.exec_id, event.host, event.port, event.pid)
+        else:
+            dispatcher.on_task_event(m.job_id, m.exec_id, event)
+
+    return HandlerTable(
+        "the JobManager",
+        {
+            RegisterTaskManager: register,
+            Heartbeat: lambda m: dispatcher.heartbeat(m.tm_id),
+            FromTask: from_task,
+            TaskStateChanged: lambda m: dispatcher.on_task_state(m.job_id, m.exec_id, m.state, m.info, m.tm_id),
+        },
+    )
+
+
 def _serve_taskmanager(dispatcher: Dispatcher, conn: Connection) -> None:
-    tm_id: str | None = None
+    registered: list[str] = []
+    handlers = _taskmanager_handlers(dispatcher, conn, registered)
     try:
         while True:
-            msg = conn.recv()
-            if msg is None:
-                break
-            op, body = msg
-            if op == "register":
-                tm_id = body["tm_id"]
-                dispatcher.register_taskmanager(conn, body)
-            elif op == "heartbeat":
-                dispatcher.heartbeat(body["tm_id"])
-            elif op == "task_listening":
-                dispatcher.on_listening(body["job_id"], body["exec_id"], body["host"], body["port"], body.get("pid"))
-            elif op == "task_event":
-                dispatcher.on_task_event(body["job_id"], body["exec_id"], body["op"], body["body"])
-            elif op == "task_state":
-                dispatcher.on_task_state(body["job_id"], body["exec_id"], body["state"], body.get("info"), body.get("tm_id"))
+            try:
+                msg = conn.recv()
+                if msg is None:
+                    break
+                handlers(msg)
+            except ProtocolError as e:
+                log.error("ignored a message from TaskManager %s: %s", registered[-1] if registered else None, e)
     except OSError as e:
-        log.warning("connection to TaskManager %s broke: %s", tm_id, e)
+        log.warning("connection to TaskManager %s broke: %s", registered[-1] if registered else None, e)
     finally:
         conn.close()
+        tm_id = registered[-1] if registered else None
         if tm_id is not None:
             dispatcher.taskmanager_lost(tm_id, f"TaskManager {tm_id} disconnected (process ended or connection lost)")
 
@@ -154,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         # with high availability the TaskManagers outlive a JobManager: they follow the next leader
         for tm in list(dispatcher.taskmanagers.values()) if dispatcher.ha is None else []:
             try:
-                tm.conn.send("shutdown", None)
+                tm.conn.send(Shutdown())
             except OSError:
                 pass
     try:

@@ -29,27 +29,17 @@ import logging
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 from flinkpy import __version__
+from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
-from flinkpy.jobmanager.dispatcher import Dispatcher, now_ms
+from flinkpy.jobmanager.dispatcher import Dispatcher
+from flinkpy.processes import log_tail
 
 log = logging.getLogger("flinkpy.rest")
 MAX_BODY = 512 * 1024 * 1024
-
-
-def _tail(path: str, lines: int) -> str:
-    if not path:
-        return ""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return ""
-    text = data.decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:]) + ("\n" if text else "")
 
 
 class RestServer:
@@ -231,10 +221,12 @@ class RestServer:
             rec = d.taskmanagers.get(tm)
         if rec is None:
             raise NotFoundError(f"TaskManager {tm} is not registered", remedy="see 'flinkpy cluster status' for the ids")
-        return _tail(rec.stdout_path if kind == "stdout" else rec.log_path, int(query.get("lines", 100)))
+        text = log_tail(rec.stdout_path if kind == "stdout" else rec.log_path, int(query.get("lines", 100)))
+        return text + "\n" if text else ""
 
     def jm_log(self, query: dict[str, str], **_: Any) -> str:
-        return _tail(self.jobmanager_log, int(query.get("lines", 100)))
+        text = log_tail(self.jobmanager_log, int(query.get("lines", 100)))
+        return text + "\n" if text else ""
 
     def jobs_overview(self, **_: Any) -> dict[str, Any]:
         d = self.dispatcher
@@ -373,7 +365,7 @@ class RestServer:
             }
 
     def trigger_checkpoint(self, jid: str, **_: Any) -> tuple[int, dict[str, Any]]:
-        cid = self.dispatcher.trigger_checkpoint(jid)
+        cid = self.dispatcher.checkpoints.trigger_checkpoint(jid)
         return 202, {"checkpoint_id": cid, "request-id": str(cid)}
 
     @staticmethod
@@ -388,23 +380,23 @@ class RestServer:
 
     def trigger_savepoint(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         doc = self._json(body)
-        tid = self.dispatcher.trigger_savepoint(
+        tid = self.dispatcher.checkpoints.trigger_savepoint(
             jid, doc.get("target-directory"), stop=bool(doc.get("cancel-job")), fmt=str(doc.get("formatType") or "canonical")
         )
         return 202, {"request-id": tid}
 
     def stop_job(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         doc = self._json(body)
-        tid = self.dispatcher.trigger_savepoint(
+        tid = self.dispatcher.checkpoints.trigger_savepoint(
             jid, doc.get("targetDirectory"), stop=True, drain=bool(doc.get("drain")), fmt=str(doc.get("formatType") or "canonical")
         )
         return 202, {"request-id": tid}
 
     def savepoint_status(self, jid: str, tid: str, **_: Any) -> dict[str, Any]:
-        return self.dispatcher.savepoint_status(jid, tid)
+        return self.dispatcher.checkpoints.savepoint_status(jid, tid)
 
     def get_restart_strategy(self, jid: str, **_: Any) -> dict[str, Any]:
-        return self.dispatcher.restart_strategy(jid)
+        return self.dispatcher.restarts.strategy(jid)
 
     def put_restart_strategy(self, jid: str, body: bytes, **_: Any) -> dict[str, Any]:
         try:
@@ -412,15 +404,15 @@ class RestServer:
             config = {str(k): str(v) for k, v in doc["config"].items()}
         except (ValueError, KeyError, AttributeError) as e:
             raise InvalidProgramError(f"the body must be JSON {{\"config\": {{key: value}}}}: {e}") from e
-        return self.dispatcher.set_restart_strategy(jid, config)
+        return self.dispatcher.restarts.set_strategy(jid, config)
 
     def inject_fault(self, body: bytes, jid: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
         doc = self._json(body)
         kind = str(doc.pop("kind", ""))
-        return 202, self.dispatcher.fault(jid, kind, doc)
+        return 202, self.dispatcher.faults.inject(jid, kind, doc)
 
     def fault_history(self, jid: str | None = None, **_: Any) -> dict[str, Any]:
-        return {"jid": jid, "faults": self.dispatcher.fault_history(jid)}
+        return {"jid": jid, "faults": self.dispatcher.faults.history(jid)}
 
     def patch_job(self, jid: str, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
         mode = query.get("mode", "cancel")

@@ -34,8 +34,9 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from flinkpy.config import SCHEMA, format_duration_ms
+from flinkpy.config import SCHEMA
 from flinkpy.errors import ConfigurationError
+from flinkpy.units import format_duration_ms
 
 TYPE_KEY = "restart-strategy.type"
 PREFIX = "restart-strategy."

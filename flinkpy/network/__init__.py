@@ -1,5 +1,5 @@
 """Sockets between flinkpy's processes: framing, authentication, control connections, data channels.
 
-Layers (each imports only those above it): ``framing`` -> ``auth`` -> ``connection`` ->
-``credit`` (pure) -> ``channels``.
+Layers (each imports only those above it): ``framing`` -> ``auth`` -> ``connection`` (which
+encodes and decodes :mod:`flinkpy.protocol` messages) -> ``credit`` (pure) -> ``channels``.
 """

@@ -1,19 +1,19 @@
-"""Control connections: authenticated sockets that carry pickled messages.
+"""Control connections: authenticated sockets that carry typed control messages.
 
 Used between JobManager and TaskManagers and between a TaskManager and its task processes.
-Messages are tuples ``(op, payload)``; pickling is safe here only because both ends proved they
-hold the cluster secret (``auth``) before the first message. Sending is thread-safe.
+Messages are :mod:`flinkpy.protocol` dataclasses, encoded and decoded here, at the wire edge;
+their pickled fields are safe only because both ends proved they hold the cluster secret
+(``auth``) before the first message. Sending is thread-safe.
 """
 
 from __future__ import annotations
 
-import pickle
 import socket
 import threading
-from typing import Any
 
 from flinkpy.network import auth
 from flinkpy.network.framing import FrameReader, send_frame
+from flinkpy.protocol import Message, decode, encode
 
 MESSAGE = 1
 
@@ -25,17 +25,20 @@ class Connection:
         self._send_lock = threading.Lock()
         self.closed = False
 
-    def send(self, op: str, payload: Any = None) -> None:
-        data = pickle.dumps((op, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    def send(self, message: Message) -> None:
+        data = encode(message)
         with self._send_lock:
             send_frame(self.sock, MESSAGE, data)
 
-    def recv(self) -> tuple[str, Any] | None:
-        """Block for the next message; ``None`` when the peer closed the connection."""
+    def recv(self) -> Message | None:
+        """Block for the next message; ``None`` when the peer closed the connection.
+
+        Raises :class:`flinkpy.protocol.ProtocolError` for a message of another protocol
+        version or an unknown type (the connection stays usable: the frame was consumed)."""
         frame = self._reader.read_one()
         if frame is None:
             return None
-        return pickle.loads(frame[1])
+        return decode(frame[1])
 
     @property
     def buffered(self) -> bool:

@@ -6,14 +6,14 @@ task reads its file (checking its size and sha256 against `_metadata` before dec
 explodes it into one row per key of every keyed state. :func:`read_keyed_state` returns that
 DataFrame for the user's own queries; :func:`analyze` computes from it, with DataFrame
 aggregations, the report of ``flinkpy state analyze`` — the same report, figure for figure, as
-the local engine of :mod:`flinkpy.state.analysis` (both hand their measurements to
+the local engine of :mod:`flinkpy.checkpoint.analysis` (both hand their measurements to
 ``build_report``).
 
 Columns of :func:`read_keyed_state` (:data:`KEY_COLUMNS`): ``operator_id``, ``uid``,
 ``operator`` (its name), ``subtask``, ``state``, ``kind`` (value, list, map, reducing,
 aggregating), ``internal`` (the engine's own states: timers, window contents), ``key_group``,
 ``key`` (``repr`` of the key), ``entries`` and ``bytes`` (as defined in
-:mod:`flinkpy.state.analysis`: the key's elements, and the pickled size of its entry).
+:mod:`flinkpy.checkpoint.analysis`: the key's elements, and the pickled size of its entry).
 
 The Spark workers decode pickles, so the job's modules must be importable there when its state
 holds instances of the job's classes (``PYTHONPATH`` on the workers), and only trusted
@@ -95,7 +95,7 @@ def analyze(
     master: str = "local[*]",
     conf: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The report of ``flinkpy.state.analysis.analyze(path, engine="spark")``, computed by Spark.
+    """The report of ``flinkpy.client.analysis.analyze(path, engine="spark")``, computed by Spark.
 
     Uses ``spark`` when given (and leaves it running), else starts a session on ``master`` with
     ``conf`` and stops it at the end.

@@ -35,10 +35,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from flinkpy.clock import now_ms
 from flinkpy.errors import ConflictError, ExitCode, FlinkpyError, NotFoundError
 from flinkpy.spark import control_registry as registry
 from flinkpy.spark import supervisor_snapshots as snapshots
 from flinkpy.spark.supervisor import GiveUp, SparkJobSupervisor
+from flinkpy.units import parse_duration_ms
 
 log = logging.getLogger("flinkpy.spark.driver")
 
@@ -48,10 +50,6 @@ EXECUTOR_CHECK_TIMEOUT_S = 180.0
 #: how long a savepoint waits for the running micro-batch to end before stopping the query
 #: anyway (an unfinished batch is replayed from its offsets: the copy stays consistent)
 BATCH_BOUNDARY_WAIT_S = 2.0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def parse_spark_conf(items: list[str] | str | None) -> dict[str, str]:
@@ -218,7 +216,7 @@ class SparkDriver:
 
     def checkpoint_config(self) -> dict[str, Any]:
         interval = self.config.get("execution.checkpointing.interval")
-        return {"mode": "exactly_once", "interval": _duration_ms(interval) if interval else 0x7FFFFFFFFFFFFFFF,
+        return {"mode": "exactly_once", "interval": parse_duration_ms(interval) if interval else 0x7FFFFFFFFFFFFFFF,
                 "checkpoint_storage": self.location, "runner": "spark"}
 
     def request_savepoint(self, target_dir: str | None, *, stop: bool) -> str:
@@ -335,7 +333,7 @@ class SparkDriver:
     def _start_query(self) -> Any:
         interval = self.config.get("execution.checkpointing.interval")
         return self.plan.start(self.spark, checkpoint_location=self.location,
-                               trigger_interval_ms=_duration_ms(interval) if interval else None,
+                               trigger_interval_ms=parse_duration_ms(interval) if interval else None,
                                query_name=f"flinkpy_{self.job_id}")
 
     def supervise(self) -> None:
@@ -477,12 +475,6 @@ def _settled(faults: list[dict[str, Any]], state: str, restarts: int) -> list[di
     from flinkpy.faults import settle
 
     return settle(faults, state, restarts)
-
-
-def _duration_ms(value: Any) -> int:
-    from flinkpy.config import parse_duration_ms
-
-    return parse_duration_ms(value)
 
 
 def _load_plan(spec: dict[str, Any], config: dict[str, str]) -> tuple[Any, str, dict[str, str]]:

@@ -248,10 +248,6 @@ def _log_since(path: str | Path, offset: int) -> str:
         return ""
 
 
-def _tail(path: str | Path, lines: int = 3) -> str:
-    return log_tail(path, lines, " | ")
-
-
 _MASTER_URL = re.compile(r"Starting Spark master at spark://[^:\s]+:(\d+)")
 _WORKER_ADDR = re.compile(r"Starting Spark worker [^:\s]+:(\d+)")
 _WEBUI = re.compile(r"Bound (?:Master|Worker)WebUI to \S+, and started at https?://[^:\s]+:(\d+)")
@@ -368,7 +364,7 @@ def _wait_ports(proc: subprocess.Popen, log: Path, offset: int, addr: re.Pattern
         if proc.poll() is not None:
             bind = _BIND_FAILED.search(text)
             raise (ConflictError if bind else FlinkpyError)(
-                f"{what} exited during start-up (code {proc.returncode}): {_tail(log)}",
+                f"{what} exited during start-up (code {proc.returncode}): {log_tail(log, 3, ' | ')}",
                 remedy=f"choose another --port, or --port 0 for a free one; see {log}" if bind else f"see {log}")
         if time.monotonic() >= deadline:
             raise OperationTimeoutError(f"{what} did not start listening in time", remedy=f"see {log}")
@@ -391,7 +387,7 @@ def _wait_registered(info: StandaloneCluster, deadline: float, say: Callable[[st
             child = _children.get(p.pid)
             if child is not None and child.poll() is not None:
                 raise FlinkpyError(f"Spark {p.role} {p.index if p.role == 'worker' else ''} exited during start-up "
-                                   f"(code {child.returncode}): {_tail(p.log)}".replace("  ", " "), remedy=f"see {p.log}")
+                                   f"(code {child.returncode}): {log_tail(p.log, 3, ' | ')}".replace("  ", " "), remedy=f"see {p.log}")
         if time.monotonic() >= deadline:
             raise OperationTimeoutError(f"only {len(alive)} of {len(want)} Spark worker(s) registered with {info.master_url} in time",
                                         remedy=f"see the logs in {standalone_dir(info.home) / 'log'}")

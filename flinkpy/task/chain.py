@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.connectors.base import ReaderContext
 from flinkpy.graph.job_graph import ChainedOperator, VertexPayload
+from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.task import operators as ops
 from flinkpy.task.runtime_context import TaskRuntimeContext
+
+if TYPE_CHECKING:
+    from flinkpy.state.backend import KeyedStateBackendBase
+    from flinkpy.state.operator import OperatorStateBackend
+    from flinkpy.task.timers import InternalTimerService
+
+    BackendFactory = Callable[[], KeyedStateBackendBase]
 
 SIMPLE = {
     "map": ops.MapOperator,
@@ -32,16 +40,16 @@ class OperatorChain:
         payload: VertexPayload,
         writers: dict[int, ops.Output],
         *,
-        tdd: dict[str, Any],
-        backend_factory: Callable[[], Any],
+        descriptor: TaskDeploymentDescriptor,
+        backend_factory: BackendFactory,
     ):
         self.payload = payload
-        self.tdd = tdd
+        self.descriptor = descriptor
         self.by_id: dict[int, Any] = {}
         self.source: Any = None
-        self.backend: Any = None
+        self.backend: KeyedStateBackendBase | None = None
         self._contexts: dict[int, TaskRuntimeContext] = {}
-        batch_mode = tdd.get("runtime_mode") == "BATCH"
+        batch_mode = descriptor.runtime_mode == "BATCH"
         for spec in reversed(payload.operators):
             outputs: list[ops.Output] = [self.by_id[n] for n in spec.chained_outputs]
             outputs += [writers[e] for e in spec.network_outputs]
@@ -57,34 +65,34 @@ class OperatorChain:
         self.head = self.by_id[head.node_id]
         self.operators = [self.by_id[s.node_id] for s in payload.operators]
         #: operator state of CheckpointedFunctions, by node id
-        self.operator_backends: dict[int, Any] = {}
-        self.restore = RestoredState(tdd.get("restore"))
+        self.operator_backends: dict[int, OperatorStateBackend] = {}
+        self.restore = RestoredState(descriptor.restore)
         #: (checkpoint id, keyed-state handle) when the on-disk backend continues the very store
         #: of an incremental checkpoint (its next checkpoint may reference that store's files)
         self.restored_native: tuple[int, dict[str, Any]] | None = None
         #: timer services of the keyed operators (the task loop fires processing-time timers)
-        self.timer_services: list[Any] = []
+        self.timer_services: list[InternalTimerService] = []
         #: operators that emit periodic watermarks (assign_timestamps_and_watermarks)
         self.watermark_emitters = [op for op in self.operators if isinstance(op, ops.TimestampsAndWatermarksOperator)]
 
     def is_keyed(self, op: Any) -> bool:
         return self.backend is not None and getattr(op, "backend", None) is self.backend
 
-    def _context(self, spec: ChainedOperator, backend: Any) -> TaskRuntimeContext:
-        t = self.tdd
+    def _context(self, spec: ChainedOperator, backend: KeyedStateBackendBase | None) -> TaskRuntimeContext:
+        d = self.descriptor
         return TaskRuntimeContext(
-            task_name=t["vertex_name"],
-            subtask_index=t["subtask"],
-            parallelism=t["parallelism"],
-            max_parallelism=t["max_parallelism"],
-            attempt=t["attempt"],
-            job_parameters=t.get("job_parameters", {}),
+            task_name=d.vertex_name,
+            subtask_index=d.subtask,
+            parallelism=d.parallelism,
+            max_parallelism=d.max_parallelism,
+            attempt=d.attempt,
+            job_parameters=d.job_parameters,
             backend=backend,
             operator_name=spec.name,
         )
 
-    def _build(self, spec: ChainedOperator, out: ops.Output, backend_factory: Callable[[], Any], batch_mode: bool) -> Any:
-        t = self.tdd
+    def _build(self, spec: ChainedOperator, out: ops.Output, backend_factory: BackendFactory, batch_mode: bool) -> Any:
+        d = self.descriptor
         if spec.kind == "source":
             op = _SourceHead(spec.name, spec.fn, out, spec.params.get("watermark_strategy"))
             self.source = spec.fn
@@ -99,11 +107,11 @@ class OperatorChain:
             op = SIMPLE[spec.kind](spec.name, spec.fn, out)
         elif spec.kind == "sink":
             ctx = ReaderContext(
-                subtask_index=t["subtask"],
-                parallelism=t["parallelism"],
-                job_id=t["job_id"],
+                subtask_index=d.subtask,
+                parallelism=d.parallelism,
+                job_id=d.job_id,
                 operator_name=spec.name,
-                attempt=t["attempt"],
+                attempt=d.attempt,
             )
             op = ops.SinkOperator(spec.name, spec.fn, out, ctx)
         elif spec.kind == "keyed_reduce":
@@ -133,7 +141,7 @@ class OperatorChain:
         from flinkpy.datastream.functions import CheckpointedFunction, FunctionInitializationContext
         from flinkpy.state.operator import OperatorStateBackend
 
-        t = self.tdd
+        d = self.descriptor
         from flinkpy.task.timers import InternalTimerService
 
         for spec, op in zip(self.payload.operators, self.operators):
@@ -145,12 +153,12 @@ class OperatorChain:
             if isinstance(op.fn, CheckpointedFunction):
                 backend = OperatorStateBackend()
                 functions = [s["functions"] for s in operator_states if s and "functions" in s]
-                backend.restore(functions, subtask_index=t["subtask"], parallelism=t["parallelism"])
+                backend.restore(functions, subtask_index=d.subtask, parallelism=d.parallelism)
                 self.operator_backends[spec.node_id] = backend
                 op.fn.initialize_state(FunctionInitializationContext(backend, bool(operator_states)))
             if isinstance(op, ops.SinkOperator):
                 old_p = len(operator_states)
-                mine = [s.get("sink") for i, s in enumerate(operator_states) if s and i % t["parallelism"] == t["subtask"] and s.get("sink") is not None]
+                mine = [s.get("sink") for i, s in enumerate(operator_states) if s and i % d.parallelism == d.subtask and s.get("sink") is not None]
                 op.set_restored_state(mine if old_p else [])
 
     def _restore_keyed(self, operator_id: str) -> None:

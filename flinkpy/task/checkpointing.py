@@ -19,10 +19,17 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.datastream.functions import CheckpointedFunction, CheckpointListener, FunctionSnapshotContext
+from flinkpy.protocol import Message
+from flinkpy.protocol.deployment import TaskDeploymentDescriptor
+from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline
 from flinkpy.task import operators as ops
+
+if TYPE_CHECKING:
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.task.chain import OperatorChain
 
 
 @dataclass
@@ -37,13 +44,13 @@ class _Upload:
 
 
 class TaskCheckpointer:
-    def __init__(self, tdd: dict[str, Any], chain: Any, send: Callable[[str, Any], None]):
-        self.tdd = tdd
+    def __init__(self, descriptor: TaskDeploymentDescriptor, chain: OperatorChain, send: Callable[[Message], None]):
+        self.descriptor = descriptor
         self.chain = chain
         self.send = send
-        self.job_id: str = tdd["job_id"]
-        self.subtask: int = tdd["subtask"]
-        self._storage: Any = None
+        self.job_id: str = descriptor.job_id
+        self.subtask: int = descriptor.subtask
+        self._storage: CheckpointStorage | None = None
         self._queue: "queue.Queue[_Upload | None]" = queue.Queue()
         self._thread = threading.Thread(target=self._upload_loop, name="checkpoint-uploader", daemon=True)
         self._thread.start()
@@ -52,18 +59,18 @@ class TaskCheckpointer:
         self.decline_next = 0
         from flinkpy.task.fault_points import FaultPoints
 
-        self.faults = FaultPoints(tdd)
+        self.faults = FaultPoints(descriptor)
         #: incremental snapshots: the shared files each recent checkpoint of this task uploaded
         #: or referenced, by checkpoint id (what a later checkpoint may build on)
-        self.incremental = bool(tdd.get("config", {}).get("incremental"))
+        self.incremental = descriptor.config.incremental
         self._uploads: dict[int, dict[str, dict[str, Any]]] = {}
 
     @property
-    def storage(self) -> Any:
+    def storage(self) -> CheckpointStorage:
         if self._storage is None:
             from flinkpy.checkpoint.storage import CheckpointStorage
 
-            self._storage = CheckpointStorage(self.tdd["config"]["checkpoint_dir"])
+            self._storage = CheckpointStorage(self.descriptor.config.checkpoint_dir)
         return self._storage
 
     # -- the synchronous part (task thread) --------------------------------------------------
@@ -71,13 +78,13 @@ class TaskCheckpointer:
     def snapshot(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0, directory: str | None = None, base: int | None = None) -> None:
         if self.decline_next > 0:
             self.decline_next -= 1
-            self.decline(checkpoint_id, f"injected fault (flinkpy fault fail-checkpoint): {self.tdd['vertex_name']} ({self.subtask + 1}) declined checkpoint {checkpoint_id}")
+            self.decline(checkpoint_id, f"injected fault (flinkpy fault fail-checkpoint): {self.descriptor.vertex_name} ({self.subtask + 1}) declined checkpoint {checkpoint_id}")
             return
         started = time.perf_counter()
         try:
             parts = self._take(checkpoint_id, timestamp, source_offsets, None if directory else base, incremental=self.incremental and not directory)
         except Exception as e:  # noqa: BLE001 - a failed snapshot declines, it does not crash the task
-            self.decline(checkpoint_id, f"snapshot of {self.tdd['vertex_name']} failed: {type(e).__name__}: {e}", traceback.format_exc())
+            self.decline(checkpoint_id, f"snapshot of {self.descriptor.vertex_name} failed: {type(e).__name__}: {e}", traceback.format_exc())
             return
         sync_ms = (time.perf_counter() - started) * 1000
         self.last_sync_ms = sync_ms
@@ -150,13 +157,13 @@ class TaskCheckpointer:
             try:
                 state = self._upload(job)
             except Exception as e:  # noqa: BLE001
-                self.decline(job.checkpoint_id, f"upload of {self.tdd['vertex_name']} ({self.subtask + 1}) failed: {type(e).__name__}: {e}", traceback.format_exc())
+                self.decline(job.checkpoint_id, f"upload of {self.descriptor.vertex_name} ({self.subtask + 1}) failed: {type(e).__name__}: {e}", traceback.format_exc())
                 continue
             job.metrics["async_ms"] = round((time.monotonic() - job.started) * 1000, 3)
             # Flink's figures: what this checkpoint uploaded, and the full size a restore reads
             job.metrics["checkpointed_size"] = sum(_sizes(p, job.checkpoint_id)[0] for p in state)
             job.metrics["state_size"] = sum(_sizes(p, job.checkpoint_id)[1] for p in state)
-            self.send("checkpoint_ack", {"checkpoint_id": job.checkpoint_id, "state": state, "metrics": job.metrics})
+            self.send(CheckpointAck(checkpoint_id=job.checkpoint_id, state=state, metrics=job.metrics))
 
     def _upload(self, job: _Upload) -> list[dict[str, Any]]:
         from flinkpy.state.incremental import IncrementalSnapshot, shared_by_file
@@ -207,7 +214,7 @@ class TaskCheckpointer:
     # -- notifications -----------------------------------------------------------------------
 
     def decline(self, checkpoint_id: int, reason: str, details: str = "") -> None:
-        self.send("checkpoint_decline", {"checkpoint_id": checkpoint_id, "reason": reason, "details": details})
+        self.send(CheckpointDecline(checkpoint_id=checkpoint_id, reason=reason, details=details))
 
     def notify_complete(self, checkpoint_id: int) -> None:
         for op in self.chain.operators:

@@ -27,20 +27,22 @@ import os
 import signal
 from typing import Any
 
+from flinkpy.protocol.deployment import TaskDeploymentDescriptor
+
 
 class FaultPoints:
-    def __init__(self, tdd: dict[str, Any]):
+    def __init__(self, descriptor: TaskDeploymentDescriptor):
         raw = os.environ.get("FLINKPY_FAULT_POINTS")
         self.rules: list[dict[str, Any]] = []
         if raw:
-            self.rules = [r for r in json.loads(raw) if self._mine(r, tdd)]
+            self.rules = [r for r in json.loads(raw) if self._mine(r, descriptor)]
 
     @staticmethod
-    def _mine(rule: dict[str, Any], tdd: dict[str, Any]) -> bool:
+    def _mine(rule: dict[str, Any], d: TaskDeploymentDescriptor) -> bool:
         return (
-            rule.get("vertex", tdd["vertex_id"]) == tdd["vertex_id"]
-            and rule.get("subtask", tdd["subtask"]) == tdd["subtask"]
-            and rule.get("attempt", 0) == tdd["attempt"]
+            rule.get("vertex", d.vertex_id) == d.vertex_id
+            and rule.get("subtask", d.subtask) == d.subtask
+            and rule.get("attempt", 0) == d.attempt
         )
 
     def __bool__(self) -> bool:

@@ -7,14 +7,15 @@ kill). Exit codes arrive from the zygote, which is the tasks' parent and reaps t
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from typing import Any
+
+from flinkpy.protocol import HandlerTable, ProtocolError, decode, encode
+from flinkpy.protocol.messages import LauncherReady, SpawnTask, TaskExited, TaskSpawned
 
 
 class ForkedProcess:
@@ -51,16 +52,22 @@ class ForkedProcess:
 
 
 class LauncherFailed(RuntimeError):
-    pass
+    """The launcher is gone or did not fork a task in time (the TaskManager starts another)."""
 
 
 class TaskLauncher:
+    """The TaskManager's handle on its zygote: asks it to fork tasks, learns of their exits."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[threading.Event, list[int]]] = {}
         self._procs: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}
         self._next = 0
+        self._handlers = HandlerTable(
+            "the TaskManager's task launcher client",
+            {LauncherReady: self._on_ready, TaskSpawned: self._on_spawned, TaskExited: self._on_exited},
+        )
         self._start()
 
     def _start(self) -> None:
@@ -85,20 +92,12 @@ class TaskLauncher:
                 data = b""
             if not data:
                 break
-            msg = json.loads(data)
-            with self._lock:
-                if "ready" in msg:
-                    self._ready.set()
-                elif "spawned" in msg:
-                    event, box = self._pending.pop(msg["spawned"])
-                    box.append(msg["pid"])
-                    event.set()
-                elif "exited" in msg:
-                    proc = self._procs.pop(msg["exited"], None)
-                    if proc is not None:
-                        proc._exited(msg["code"])
-                    else:
-                        self._early_exits[msg["exited"]] = msg["code"]
+            try:
+                msg = decode(data)
+                with self._lock:
+                    self._handlers(msg)
+            except ProtocolError:
+                continue  # the launcher runs the same code as we do: cannot happen
         # the zygote is gone: its children died with it; report them so nobody waits forever
         with self._lock:
             for proc in self._procs.values():
@@ -108,15 +107,33 @@ class TaskLauncher:
                 event.set()
             self._ready.set()
 
+    # -- the launcher's messages (lock held) -------------------------------------------------
+
+    def _on_ready(self, msg: LauncherReady) -> None:
+        self._ready.set()
+
+    def _on_spawned(self, msg: TaskSpawned) -> None:
+        event, box = self._pending.pop(msg.token)
+        box.append(msg.pid)
+        event.set()
+
+    def _on_exited(self, msg: TaskExited) -> None:
+        proc = self._procs.pop(msg.pid, None)
+        if proc is not None:
+            proc._exited(msg.code)
+        else:
+            self._early_exits[msg.pid] = msg.code
+
     def spawn(self, task_socket: socket.socket, timeout_s: float = 10.0) -> ForkedProcess:
         if not self._ready.wait(timeout_s) or self.proc.poll() is not None:
             raise LauncherFailed(f"the task launcher (pid {self.proc.pid}) is not running (exit code {self.proc.poll()})")
         with self._lock:
             token = self._next
             self._next += 1
-            event, box = threading.Event(), []
+            event = threading.Event()
+            box: list[int] = []
             self._pending[token] = (event, box)
-        socket.send_fds(self.sock, [json.dumps({"spawn": token}).encode()], [task_socket.fileno()])
+        socket.send_fds(self.sock, [encode(SpawnTask(token))], [task_socket.fileno()])
         if not event.wait(timeout_s) or not box:
             raise LauncherFailed("the task launcher did not fork the task")
         pid = box[0]

@@ -14,6 +14,8 @@ When the JobManager connection closes the TaskManager kills its tasks and exits:
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import logging
 import os
@@ -28,7 +30,33 @@ from pathlib import Path
 from typing import Any
 
 from flinkpy.network.connection import Connection, connect
-from flinkpy.taskmanager.launcher import LauncherFailed, TaskLauncher
+from flinkpy.protocol import HandlerTable, Message, ProtocolError
+from flinkpy.protocol.deployment import DeployTask, TaskDeploymentDescriptor
+from flinkpy.protocol.messages import (
+    CancelTask,
+    CheckpointAck,
+    CheckpointDecline,
+    ConnectTask,
+    FromTask,
+    Heartbeat,
+    KillTask,
+    KillTaskManager,
+    PauseTask,
+    PauseTaskManager,
+    Refused,
+    Registered,
+    RegisterTaskManager,
+    Shutdown,
+    StorageOutage,
+    TaskControl,
+    TaskFailed,
+    TaskFinished,
+    TaskListening,
+    TaskRunning,
+    TaskStateChanged,
+    ToTask,
+)
+from flinkpy.taskmanager.launcher import ForkedProcess, LauncherFailed, TaskLauncher
 
 log = logging.getLogger("flinkpy.taskmanager")
 
@@ -37,9 +65,10 @@ log = logging.getLogger("flinkpy.taskmanager")
 class TaskHandle:
     job_id: str
     exec_id: str
-    proc: Any  # a ForkedProcess (or anything with pid/poll/wait/terminate/kill)
+    proc: ForkedProcess
     ctrl: Connection
-    final: tuple[str, Any] | None = None
+    #: the task's last word: ("FINISHED", metrics) or ("FAILED", failure info)
+    final: tuple[str, dict[str, Any]] | None = None
     cancel_requested: bool = False
     #: we escalated a cancel to SIGKILL (so a SIGKILL exit is ours, not a crash)
     killed_by_us: bool = False
@@ -52,6 +81,8 @@ class TaskHandle:
 
 
 class TaskManager:
+    """One worker: its slots, its task processes, and its connection to the JobManager."""
+
     def __init__(self, tm_id: str, slots: int, home: Path, jm_host: str, jm_port: int, secret: bytes, host: str, heartbeat_s: float):
         self.tm_id = tm_id
         self.slots = slots
@@ -68,6 +99,24 @@ class TaskManager:
         self.stopping = False
         #: an injected storage outage's end (epoch s): handed to tasks deployed before it ends
         self.storage_outage_until = 0.0
+        #: the JobManager's messages; a handler returning True ends ``serve``
+        self.handlers = HandlerTable(
+            f"TaskManager {tm_id}",
+            {
+                DeployTask: lambda m: self.deploy(m.descriptor),
+                ConnectTask: lambda m: self._to_task((m.job_id, m.exec_id), m),
+                CancelTask: lambda m: self.cancel((m.job_id, m.exec_id)),
+                ToTask: lambda m: self._to_task((m.job_id, m.exec_id), m.message),
+                KillTaskManager: self._kill_self,
+                PauseTaskManager: self._pause_self,
+                StorageOutage: self._storage_outage,
+                KillTask: self._kill_task,
+                PauseTask: self._pause_task,
+                Registered: self._registered,
+                Refused: self._refused,
+                Shutdown: self._shutdown_requested,
+            },
+        )
 
     def connect_to_leader(self, leader: dict[str, Any]) -> None:
         """High availability: connect to the JobManager ZooKeeper names as the leader."""
@@ -101,16 +150,15 @@ class TaskManager:
     def register(self, log_path: str, stdout_path: str) -> None:
         assert self.jm is not None
         self.jm.send(
-            "register",
-            {
-                "epoch": self.epoch,
-                "tm_id": self.tm_id,
-                "pid": os.getpid(),
-                "host": self.host,
-                "slots": self.slots,
-                "log_path": log_path,
-                "stdout_path": stdout_path,
-            },
+            RegisterTaskManager(
+                tm_id=self.tm_id,
+                pid=os.getpid(),
+                host=self.host,
+                slots=self.slots,
+                log_path=log_path,
+                stdout_path=stdout_path,
+                epoch=self.epoch,
+            )
         )
 
     def serve(self, *, follow_leader: bool = False) -> None:
@@ -122,6 +170,9 @@ class TaskManager:
         while True:
             try:
                 msg = jm.recv()
+            except ProtocolError as e:
+                log.error("ignored a message from the JobManager: %s", e)
+                continue
             except OSError:
                 msg = None
             if msg is None:
@@ -132,48 +183,43 @@ class TaskManager:
                 log.info("JobManager connection closed; stopping TaskManager %s", self.tm_id)
                 self.shutdown()
                 return
-            op, body = msg
             try:
-                if op == "deploy":
-                    self.deploy(body)
-                elif op == "connect":
-                    self._to_task((body["job_id"], body["exec_id"]), "connect", body)
-                elif op == "cancel":
-                    self.cancel((body["job_id"], body["exec_id"]))
-                elif op == "to_task":
-                    self._to_task((body["job_id"], body["exec_id"]), body["op"], body["body"])
-                elif op == "fault":
-                    self.fault(body)
-                elif op == "registered":
-                    log.info("registered at the JobManager as %s with %d slots", self.tm_id, self.slots)
-                    print(f"TaskManager {self.tm_id} registered", file=sys.stderr, flush=True)
-                elif op == "refused":
-                    log.warning("the JobManager refused the registration: %s", body.get("reason"))
-                    jm.close()
-                elif op == "shutdown":
-                    self.shutdown()
-                    self.stopping = True
+                if self.handlers(msg):
                     return
             except Exception:  # noqa: BLE001 - one bad message must not kill the TaskManager
-                log.exception("handling %s failed", op)
+                log.exception("handling %s failed", msg.wire_name)
+
+    def _registered(self, msg: Registered) -> None:
+        log.info("registered at the JobManager as %s with %d slots", self.tm_id, self.slots)
+        print(f"TaskManager {self.tm_id} registered", file=sys.stderr, flush=True)
+
+    def _refused(self, msg: Refused) -> None:
+        log.warning("the JobManager refused the registration: %s", msg.reason)
+        if self.jm is not None:
+            self.jm.close()
+
+    def _shutdown_requested(self, msg: Shutdown) -> bool:
+        self.shutdown()
+        self.stopping = True
+        return True
 
     def _heartbeat(self, jm: Connection) -> None:
         while not self.stopping and self.jm is jm:
             try:
                 with self.lock:
                     running = len(self.tasks)
-                jm.send("heartbeat", {"tm_id": self.tm_id, "tasks": running})
+                jm.send(Heartbeat(tm_id=self.tm_id, tasks=running))
             except OSError:
                 return
             time.sleep(self.heartbeat_s)
 
     # -- tasks -------------------------------------------------------------------------------
 
-    def deploy(self, tdd: dict[str, Any]) -> None:
-        exec_id = tdd["exec_id"]
+    def deploy(self, descriptor: TaskDeploymentDescriptor) -> None:
+        exec_id = descriptor.exec_id
         parent, child = socket.socketpair()
         try:
-            proc: Any = self.launcher.spawn(child)
+            proc = self.launcher.spawn(child)
         except LauncherFailed as e:
             log.warning("%s; restarting the launcher", e)
             self.launcher.close()
@@ -181,56 +227,73 @@ class TaskManager:
             proc = self.launcher.spawn(child)
         child.close()
         ctrl = Connection(parent)
-        handle = TaskHandle(tdd["job_id"], exec_id, proc, ctrl)
+        handle = TaskHandle(descriptor.job_id, exec_id, proc, ctrl)
         with self.lock:
             self.tasks[handle.key] = handle
-        tdd = dict(tdd, secret=self.secret, host=self.host)
-        if self.storage_outage_until > time.time():
-            tdd["storage_outage_until"] = self.storage_outage_until
-        ctrl.send("deploy", tdd)
+        outage = self.storage_outage_until if self.storage_outage_until > time.time() else 0.0
+        ctrl.send(DeployTask(dataclasses.replace(descriptor, secret=self.secret, host=self.host, storage_outage_until=outage)))
         threading.Thread(target=self._supervise, args=(handle,), name=f"task-{exec_id}", daemon=True).start()
         log.info("deployed %s (pid %d)", exec_id, proc.pid)
 
-    def _send_jm(self, op: str, body: Any) -> None:
+    def _send_jm(self, msg: Message) -> None:
         jm = self.jm
         if jm is None:
             return  # between leaders: old tasks' news must not reach the next one
         try:
-            jm.send(op, body)
+            jm.send(msg)
         except OSError:
             pass
 
-    def _report(self, handle: TaskHandle, state: str, info: Any = None) -> None:
-        jm = self.jm
-        if jm is None:
-            return
-        try:
-            jm.send("task_state", {"job_id": handle.job_id, "exec_id": handle.exec_id, "state": state, "info": info, "tm_id": self.tm_id})
-        except OSError:
-            pass
+    def _report(self, handle: TaskHandle, state: str, info: dict[str, Any] | None = None) -> None:
+        self._send_jm(TaskStateChanged(job_id=handle.job_id, exec_id=handle.exec_id, state=state, info=info, tm_id=self.tm_id))
+
+    def _task_handlers(self, handle: TaskHandle) -> HandlerTable:
+        """What a task process reports, and what the TaskManager does with it."""
+        forward = functools.partial(self._forward_from_task, handle)
+        return HandlerTable(
+            f"TaskManager {self.tm_id} (reports of task {handle.exec_id})",
+            {
+                TaskListening: forward,
+                CheckpointAck: forward,
+                CheckpointDecline: forward,
+                TaskRunning: lambda m: self._report(handle, "RUNNING"),
+                TaskFinished: functools.partial(self._task_finished, handle),
+                TaskFailed: functools.partial(self._task_failed, handle),
+            },
+        )
+
+    def _forward_from_task(self, handle: TaskHandle, msg: TaskListening | CheckpointAck | CheckpointDecline) -> None:
+        self._send_jm(FromTask(job_id=handle.job_id, exec_id=handle.exec_id, message=msg))
+
+    def _task_finished(self, handle: TaskHandle, msg: TaskFinished) -> None:
+        handle.final = ("FINISHED", msg.metrics)
+
+    def _task_failed(self, handle: TaskHandle, msg: TaskFailed) -> None:
+        # report at once: the process's exit closes its channels, and the consumers'
+        # "producer failed" errors must not reach the JobManager before the real cause
+        handle.final = ("FAILED", msg.info())
+        self._report(handle, "FAILED", msg.info())
 
     def _supervise(self, handle: TaskHandle) -> None:
+        """Pass the task's reports on until its process ends, then report how it ended."""
+        handlers = self._task_handlers(handle)
         while True:
             try:
                 msg = handle.ctrl.recv()
+            except ProtocolError as e:
+                log.error("ignored a message from task %s: %s", handle.exec_id, e)
+                continue
             except OSError:
                 msg = None
             if msg is None:
                 break
-            op, body = msg
-            if op == "listening":
-                self._send_jm("task_listening", {"job_id": handle.job_id, "exec_id": handle.exec_id, **body})
-            elif op == "running":
-                self._report(handle, "RUNNING")
-            elif op in ("checkpoint_ack", "checkpoint_decline"):
-                self._send_jm("task_event", {"job_id": handle.job_id, "exec_id": handle.exec_id, "op": op, "body": body})
-            elif op == "finished":
-                handle.final = ("FINISHED", body)
-            elif op == "failed":
-                # report at once: the process's exit closes its channels, and the consumers'
-                # "producer failed" errors must not reach the JobManager before the real cause
-                handle.final = ("FAILED", body)
-                self._report(handle, "FAILED", body)
+            try:
+                handlers(msg)
+            except ProtocolError as e:
+                log.error("ignored a message from task %s: %s", handle.exec_id, e)
+        self._report_exit(handle)
+
+    def _report_exit(self, handle: TaskHandle) -> None:
         code = handle.proc.wait()
         handle.ctrl.close()
         with self.lock:
@@ -254,48 +317,62 @@ class TaskManager:
                 },
             )
 
-    def _to_task(self, key: tuple[str, str], op: str, body: Any) -> None:
+    def _to_task(self, key: tuple[str, str], msg: TaskControl | ConnectTask) -> None:
         with self.lock:
             handle = self.tasks.get(key)
         if handle is not None:
             try:
-                handle.ctrl.send(op, body)
+                handle.ctrl.send(msg)
             except OSError:
                 pass
 
     # -- injected faults (`flinkpy fault ...`; the JobManager validated the target) ----------
 
-    def fault(self, body: dict[str, Any]) -> None:
-        action = body["action"]
-        log.warning("injecting fault %s: %s", action, {k: v for k, v in body.items() if k != "action"})
-        if action == "kill-self":
-            os.kill(os.getpid(), signal.Signals[f"SIG{body.get('signal', 'KILL')}"])
-        elif action == "pause-self":
-            _pause_by_helper(os.getpid(), float(body["seconds"]))
-        elif action == "storage-outage":
-            from flinkpy.checkpoint.storage import set_outage
+    def _kill_self(self, msg: KillTaskManager) -> None:
+        log.warning("injecting fault kill-self: signal %s", msg.signal)
+        os.kill(os.getpid(), signal.Signals[f"SIG{msg.signal}"])
 
-            self.storage_outage_until = float(body["until"])
-            set_outage(self.storage_outage_until)
-            with self.lock:
-                keys = list(self.tasks)
-            for key in keys:
-                self._to_task(key, "fault_storage_outage", {"until": self.storage_outage_until})
-        else:  # aimed at one task
-            with self.lock:
-                handle = self.tasks.get((body["job_id"], body["exec_id"]))
-            if handle is None or handle.proc.poll() is not None:
-                log.warning("fault %s: task %s of job %s is not running here", action, body["exec_id"], body["job_id"])
-                return
-            if action == "kill-task":
-                os.kill(handle.proc.pid, signal.Signals[f"SIG{body.get('signal', 'KILL')}"])
-            elif action == "pause-task":
-                pid = handle.proc.pid
-                os.kill(pid, signal.SIGSTOP)
-                # a timer of ours resumes it: we are not the process being stopped
-                timer = threading.Timer(float(body["seconds"]), _resume, args=(pid,))
-                timer.daemon = True
-                timer.start()
+    def _pause_self(self, msg: PauseTaskManager) -> None:
+        log.warning("injecting fault pause-self: %s s", msg.seconds)
+        _pause_by_helper(os.getpid(), msg.seconds)
+
+    def _storage_outage(self, msg: StorageOutage) -> None:
+        from flinkpy.checkpoint.storage import set_outage
+
+        log.warning("injecting fault storage-outage: until %s", msg.until)
+        self.storage_outage_until = msg.until
+        set_outage(self.storage_outage_until)
+        with self.lock:
+            keys = list(self.tasks)
+        for key in keys:
+            self._to_task(key, StorageOutage(until=self.storage_outage_until))
+
+    def _running_task(self, action: str, job_id: str, exec_id: str) -> TaskHandle | None:
+        """The task a fault is aimed at, if its process still runs here."""
+        with self.lock:
+            handle = self.tasks.get((job_id, exec_id))
+        if handle is None or handle.proc.poll() is not None:
+            log.warning("fault %s: task %s of job %s is not running here", action, exec_id, job_id)
+            return None
+        return handle
+
+    def _kill_task(self, msg: KillTask) -> None:
+        log.warning("injecting fault kill-task: %s", msg)
+        handle = self._running_task("kill-task", msg.job_id, msg.exec_id)
+        if handle is not None:
+            os.kill(handle.proc.pid, signal.Signals[f"SIG{msg.signal}"])
+
+    def _pause_task(self, msg: PauseTask) -> None:
+        log.warning("injecting fault pause-task: %s", msg)
+        handle = self._running_task("pause-task", msg.job_id, msg.exec_id)
+        if handle is None:
+            return
+        pid = handle.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        # a timer of ours resumes it: we are not the process being stopped
+        timer = threading.Timer(msg.seconds, _resume, args=(pid,))
+        timer.daemon = True
+        timer.start()
 
     def cancel(self, key: tuple[str, str]) -> None:
         with self.lock:

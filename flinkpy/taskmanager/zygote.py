@@ -6,22 +6,25 @@ engine's modules (never user code) and then forks one child per task, which star
 milliseconds with everything loaded. It is single-threaded, so forking it is safe (forking the
 multi-threaded TaskManager would not be).
 
-Protocol on a SOCK_SEQPACKET socketpair with the TaskManager (one message per packet, JSON):
-- TaskManager -> zygote: ``{"spawn": token}`` carrying the task's control socket as SCM_RIGHTS;
-- zygote -> TaskManager: ``{"spawned": token, "pid": pid}`` and ``{"exited": pid, "code": code}``
-  (a negative code is the signal that ended it, as subprocess reports it).
+Protocol on a SOCK_SEQPACKET socketpair with the TaskManager (one :mod:`flinkpy.protocol`
+message per packet): the zygote announces ``LauncherReady``; the TaskManager sends
+``SpawnTask(token)`` carrying the task's control socket as SCM_RIGHTS; the zygote answers
+``TaskSpawned(token, pid)`` and, when the task ends, ``TaskExited(pid, code)`` (a negative code
+is the signal that ended it, as subprocess reports it).
 
 The zygote dies with the TaskManager (parent-death signal), and each task with the zygote.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
 import socket
 import sys
+
+from flinkpy.protocol import Message, ProtocolError, decode, encode
+from flinkpy.protocol.messages import LauncherReady, SpawnTask, TaskExited, TaskSpawned
 
 PRELOAD = (
     "cloudpickle",
@@ -49,9 +52,9 @@ def _preload() -> None:
             pass
 
 
-def _send(sock: socket.socket, message: dict) -> None:
+def _send(sock: socket.socket, message: Message) -> None:
     try:
-        sock.send(json.dumps(message).encode())
+        sock.send(encode(message))
     except OSError:
         os._exit(0)  # the TaskManager is gone
 
@@ -83,7 +86,7 @@ def serve(sock: socket.socket) -> None:
                 break
             if pid == 0:
                 break
-            _send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+            _send(sock, TaskExited(pid=pid, code=os.waitstatus_to_exitcode(status)))
         if sock not in readable:
             continue
         try:
@@ -92,8 +95,13 @@ def serve(sock: socket.socket) -> None:
             data, fds = b"", []
         if not data:
             os._exit(0)
-        request = json.loads(data)
-        if not fds:
+        try:
+            request = decode(data)
+        except ProtocolError:
+            request = None
+        if not isinstance(request, SpawnTask) or not fds:
+            for fd in fds:
+                os.close(fd)
             continue
         pid = os.fork()
         if pid == 0:
@@ -115,7 +123,7 @@ def serve(sock: socket.socket) -> None:
                 finally:
                     os._exit(code)
         os.close(fds[0])
-        _send(sock, {"spawned": request["spawn"], "pid": pid})
+        _send(sock, TaskSpawned(token=request.token, pid=pid))
 
 
 def main() -> None:
@@ -125,7 +133,7 @@ def main() -> None:
     die_with_parent(parent)
     sock = socket.socket(fileno=fd)
     _preload()
-    _send(sock, {"ready": os.getpid()})
+    _send(sock, LauncherReady(pid=os.getpid()))
     serve(sock)
 
 

@@ -1,0 +1,128 @@
+"""The JobManager's side of checkpoints and savepoints of running jobs.
+
+Each job's ``JobCheckpointing`` (its CheckpointCoordinator plus the storage I/O) decides; this
+component connects it to the rest of the JobManager: it triggers periodic checkpoints and queued
+savepoints on every tick, takes the savepoint and checkpoint requests that come over REST, feeds
+the tasks' acknowledgements and declines in, and carries out the coordinator's actions (messages
+to tasks, work to do later, failing the job). A savepoint is a checkpoint the operator asked for:
+the same path with another kind.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from flinkpy.clock import now_ms
+from flinkpy.errors import ConfigurationError, ConflictError, NotFoundError
+from flinkpy.jobmanager.checkpoint_coordinator import Action as CheckpointAction
+from flinkpy.jobmanager.execution_graph import Execution
+from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline, TaskControl, ToTask
+
+if TYPE_CHECKING:
+    from flinkpy.jobmanager.dispatcher import Dispatcher
+
+log = logging.getLogger("flinkpy.jobmanager")
+
+SAVEPOINT_FORMATS = ("canonical", "native")
+
+
+class CheckpointHandler:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    def tick(self) -> None:
+        """Start queued savepoints and due periodic checkpoints of running jobs; fail the queued
+        savepoints of jobs that ended."""
+        d = self.dispatcher
+        with d.lock:
+            for job_id, rec in d.jobs.items():
+                if not rec.graph.all_running():
+                    for r in rec.checkpointing.savepoints.values():
+                        if r["status"] == "QUEUED" and rec.graph.is_terminal():
+                            r.update(status="FAILED", failure=f"job {job_id} is {rec.graph.state}")
+                    continue
+                cp = rec.checkpointing
+                if cp.savepoints:
+                    self.perform(job_id, cp.start_queued_savepoints(now_ms()))
+                if cp.periodic:
+                    self.perform(job_id, cp.coordinator.tick(now_ms()))
+
+    def trigger_savepoint(self, job_id: str, target_dir: str | None, *, stop: bool = False, drain: bool = False, fmt: str = "canonical") -> str:
+        """Queue a savepoint (of a stop-with-savepoint when ``stop``); returns its trigger id."""
+        d = self.dispatcher
+        with d.lock:
+            rec = d.job(job_id)
+            if rec.graph.state != "RUNNING":
+                raise ConflictError(f"job {job_id} is {rec.graph.state}: savepoints are taken of running jobs", remedy="see 'flinkpy list -a'")
+            fmt = fmt.lower()
+            if fmt not in SAVEPOINT_FORMATS:
+                raise ConfigurationError(f"savepoint format {fmt!r} is not known", remedy="use canonical or native")
+            trigger_id = rec.checkpointing.request_savepoint(target_dir, stop=stop, drain=drain, fmt=fmt, now=now_ms())
+            log.info("job %s: %s requested (trigger %s, target %s)", job_id, "stop with savepoint" if stop else "savepoint", trigger_id, target_dir)
+            return trigger_id
+
+    def savepoint_status(self, job_id: str, trigger_id: str) -> dict[str, Any]:
+        """A savepoint operation's status, in the shape of Flink's REST API."""
+        d = self.dispatcher
+        with d.lock:
+            rec = d.job(job_id)
+            r = rec.checkpointing.savepoints.get(trigger_id)
+            if r is None:
+                raise NotFoundError(f"no savepoint trigger {trigger_id} for job {job_id}", remedy="use the id 'savepoint trigger --detached' printed")
+            if r["status"] == "COMPLETED":
+                return {"status": {"id": "COMPLETED"}, "operation": {"location": r["location"]}, "checkpoint_id": r["checkpoint_id"]}
+            if r["status"] == "FAILED":
+                reason = r.get("failure", "failed")
+                return {"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {"class": "flinkpy.SavepointException", "stack-trace": reason}}}
+            return {"status": {"id": "IN_PROGRESS"}, "checkpoint_id": r["checkpoint_id"]}
+
+    def trigger_checkpoint(self, job_id: str, kind: str = "checkpoint") -> int:
+        """Trigger a checkpoint now (``flinkpy checkpoint trigger``); returns its id."""
+        d = self.dispatcher
+        with d.lock:
+            rec = d.job(job_id)
+            if not rec.graph.all_running():
+                raise ConflictError(
+                    f"job {job_id} is {rec.graph.state} and not all of its tasks are running: no checkpoint can be taken",
+                    remedy="trigger checkpoints of running jobs only",
+                )
+            cid, actions = rec.checkpointing.coordinator.trigger(now_ms(), kind=kind)
+            self.perform(job_id, actions)
+            return cid
+
+    def on_task_event(self, job_id: str, exec_id: str, event: CheckpointAck | CheckpointDecline) -> None:
+        """A task acknowledged (``checkpoint_ack``) or declined (``checkpoint_decline``) a checkpoint."""
+        d = self.dispatcher
+        with d.lock:
+            rec = d.jobs.get(job_id)
+            ex = rec.graph.by_exec_id(exec_id) if rec else None
+            if rec is None or ex is None:
+                return
+            coord = rec.checkpointing.coordinator
+            key = (ex.vertex_id, ex.subtask)
+            if isinstance(event, CheckpointAck):
+                actions = coord.acknowledge(key, event.checkpoint_id, {"state": event.state}, event.metrics, now_ms())
+            else:
+                actions = coord.decline(key, event.checkpoint_id, event.reason, now_ms())
+            self.perform(job_id, actions)
+            d.changed.notify_all()
+
+    def perform(self, job_id: str, actions: list[CheckpointAction]) -> None:
+        """Carry out the coordinator's actions for one job. Lock held."""
+        d = self.dispatcher
+        rec = d.jobs[job_id]
+
+        def send(ex: Execution, message: TaskControl) -> None:
+            d.registry.send(ex.tm_id, ToTask(job_id=job_id, exec_id=ex.exec_id, message=message))
+
+        def later(fn: Callable[[], list[CheckpointAction]]) -> None:
+            with d.lock:
+                self.perform(job_id, fn())
+                d.changed.notify_all()
+
+        def fail_job(reason: str) -> None:
+            log.error("job %s fails: %s", job_id, reason)
+            d.perform(job_id, rec.graph.fail_global("flinkpy.CheckpointException", reason, now_ms()))
+
+        rec.checkpointing.perform(actions, send, later, fail_job)

@@ -1,0 +1,119 @@
+"""A submitted job's configuration, parsed once into the typed views the JobManager reads.
+
+A job arrives with its settings as strings (``flinkpy.yaml``, ``-D`` and what the job file set,
+flattened by the client). They are parsed here, at submission, with the configuration schema's
+parsers and defaults (``flinkpy.config.SCHEMA``); a bad value refuses the submission with an
+error that names the key. After that, the scheduler, the checkpointing, the failover and the
+deployment of tasks read typed fields and never a string again.
+
+>>> opts = JobOptions.parse({"execution.checkpointing.interval": "10 s", "$job.region": "eu"}, "ckpts")
+>>> opts.checkpointing.interval_ms, opts.task.buffer_timeout_ms, opts.job_parameters, opts.failover
+(10000, 100, {'region': 'eu'}, 'region')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from flinkpy.checkpoint.options import CheckpointingOptions
+from flinkpy.config import SCHEMA, typed_value
+from flinkpy.errors import ConfigurationError
+from flinkpy.jobmanager.restart_strategies import RestartBackoffTimeStrategy, strategy_from_config
+
+#: where errors say a bad value came from
+SOURCE = "the job's configuration"
+FAILOVER_KEY = "jobmanager.execution.failover-strategy"
+#: keys that carry the job's global parameters (``env.get_config().set_global_job_parameters``)
+JOB_PARAMETER_PREFIX = "$job."
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """The settings every task process of a job needs, parsed (its deployment's ``config``)."""
+
+    buffer_timeout_ms: int = 100
+    auto_watermark_ms: int = 200
+    segment_size: int = 32 * 1024
+    incremental: bool = False
+    #: the ``state.backend.*`` keys as submitted: the task's state backend factory reads them
+    state_backend: dict[str, str] = field(default_factory=dict)
+    #: credit a receiver announces per channel: its exclusive buffers plus a share of the floating ones
+    credit: int = 4
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> TaskOptions:
+        def get(key: str) -> Any:
+            return typed_value(settings, key, source=SOURCE)
+
+        return cls(
+            buffer_timeout_ms=get("execution.buffer-timeout.interval"),
+            auto_watermark_ms=get("pipeline.auto-watermark-interval"),
+            segment_size=get("taskmanager.memory.segment-size"),
+            incremental=get("execution.checkpointing.incremental"),
+            state_backend={k: v for k, v in settings.items() if k.startswith("state.backend.")},
+            credit=get("taskmanager.network.memory.buffers-per-channel")
+            + max(0, get("taskmanager.network.memory.floating-buffers-per-gate") // 4),
+        )
+
+    def descriptor(self) -> dict[str, Any]:
+        """The form a task deployment carries (plain values, picklable, read by flinkpy.task)."""
+        return {
+            "buffer_timeout_ms": self.buffer_timeout_ms,
+            "auto_watermark_ms": self.auto_watermark_ms,
+            "segment_size": self.segment_size,
+            "incremental": self.incremental,
+            "state_backend": dict(self.state_backend),
+            "credit": self.credit,
+        }
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Everything the JobManager reads from one job's configuration."""
+
+    #: the settings as submitted (kept for high availability and the REST API)
+    settings: dict[str, str]
+    failover: str
+    #: handed to the job's ExecutionGraph, which owns it (it counts failures) from then on
+    restart_strategy: RestartBackoffTimeStrategy
+    checkpointing: CheckpointingOptions
+    checkpoint_dir: str
+    savepoint_dir: str
+    #: CLAIM: a retained checkpoint the job starts from becomes the job's own (deleted when subsumed)
+    claim: bool
+    slot_request_timeout_ms: int
+    task: TaskOptions
+    job_parameters: dict[str, str]
+
+    @classmethod
+    def parse(cls, settings: Mapping[str, Any], default_checkpoint_dir: str) -> JobOptions:
+        """Parse and check every setting the JobManager reads; raises ConfigurationError."""
+        settings = dict(settings)
+        failover = _failover(settings)
+        strategy = strategy_from_config(settings, checkpointing_enabled=bool(settings.get("execution.checkpointing.interval")))
+        checkpointing = CheckpointingOptions.from_config(settings)
+        checkpoint_dir = settings.get("execution.checkpointing.dir") or default_checkpoint_dir
+        return cls(
+            settings=settings,
+            failover=failover,
+            restart_strategy=strategy,
+            checkpointing=checkpointing,
+            checkpoint_dir=checkpoint_dir,
+            savepoint_dir=settings.get("execution.checkpointing.savepoint-dir") or f"{checkpoint_dir.rstrip('/')}/savepoints",
+            claim=str(settings.get("execution.state-recovery.claim-mode", "NO_CLAIM")).upper() == "CLAIM",
+            slot_request_timeout_ms=typed_value(settings, "slot.request.timeout", source=SOURCE),
+            task=TaskOptions.from_settings(settings),
+            job_parameters={k[len(JOB_PARAMETER_PREFIX):]: v for k, v in settings.items() if k.startswith(JOB_PARAMETER_PREFIX)},
+        )
+
+
+def _failover(settings: Mapping[str, Any]) -> str:
+    raw = settings.get(FAILOVER_KEY, "region")
+    try:
+        failover: str = SCHEMA[FAILOVER_KEY].type.parse(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{FAILOVER_KEY}: {str(raw).lower()!r} is not a failover strategy", remedy="use full or region"
+        ) from None
+    return failover

@@ -1,0 +1,96 @@
+"""The task deployment descriptor: everything a task process needs to run one subtask.
+
+The JobManager builds one per execution attempt; the TaskManager adds what only it knows (the
+cluster secret, its host, an injected storage outage in progress) and hands it to the task
+process it starts. The task never reads the JobManager's configuration: the few settings it
+needs travel, already parsed, as :class:`TaskConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from flinkpy.protocol.codec import Message, message
+
+
+@dataclass(frozen=True)
+class InputGateDeployment:
+    """One input edge of the task: which upstream subtasks send to it."""
+
+    edge_id: int
+    source_vertex: int
+    partitioner: str
+    producers: list[int]
+
+
+@dataclass(frozen=True)
+class ResultPartitionDeployment:
+    """One output edge of the task: which downstream subtasks it sends to, and how."""
+
+    edge_id: int
+    target_vertex: int
+    partitioner: str
+    target_parallelism: int
+    target_max_parallelism: int
+    consumers: list[int]
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The settings of a task, parsed by the JobManager (the defaults are only for tests that
+    build a descriptor by hand; a deployment always carries every one)."""
+
+    buffer_timeout_ms: int = 100
+    auto_watermark_ms: int = 200
+    segment_size: int = 32768
+    #: exclusive buffers announced per input channel at start (credit-based flow control)
+    credit: int = 4
+    incremental: bool = False
+    #: the ``state.backend.*`` keys of the job's configuration
+    state_backend: dict[str, str] = field(default_factory=dict)
+    checkpoint_dir: str = ""
+    checkpointing_mode: str = "EXACTLY_ONCE"
+
+
+@dataclass(frozen=True)
+class TaskDeploymentDescriptor:
+    """One execution attempt of one subtask of a job vertex (an operator chain)."""
+
+    job_id: str
+    exec_id: str
+    vertex_id: int
+    vertex_name: str
+    subtask: int
+    parallelism: int
+    max_parallelism: int
+    attempt: int
+    #: the pickled VertexPayload (the chain's operators and user functions): only the task
+    #: process unpickles it, after putting ``python_path`` on ``sys.path``
+    payload: bytes
+    inputs: list[InputGateDeployment]
+    outputs: list[ResultPartitionDeployment]
+    config: TaskConfig
+    python_path: list[str] = field(default_factory=list)
+    runtime_mode: str = "STREAMING"
+    job_parameters: dict[str, str] = field(default_factory=dict)
+    #: what to restore from (flinkpy.checkpoint.restore.restore_spec), None for a fresh start
+    restore: dict[str, Any] | None = None
+    # -- added by the TaskManager ------------------------------------------------------------
+    secret: bytes = b""
+    #: the address the task's output channels listen on
+    host: str = "127.0.0.1"
+    #: deployed during an injected storage outage: its end (epoch seconds), else 0
+    storage_outage_until: float = 0.0
+
+    def describe(self) -> str:
+        """``name (subtask/parallelism)``, as Flink names a subtask in its logs."""
+        return f"{self.vertex_name} ({self.subtask + 1}/{self.parallelism})"
+
+
+@message("deploy")
+@dataclass(frozen=True)
+class DeployTask(Message):
+    """JobManager -> TaskManager -> task: start this execution attempt."""
+
+    descriptor: TaskDeploymentDescriptor

@@ -1,0 +1,220 @@
+"""The input processor of a task that reads input channels (every task but a source).
+
+One loop multiplexes the input channels and the control connection with a selector. Frames
+of a channel whose barrier arrived during an exactly-once alignment are held back and released,
+in order, once the alignment ends (:mod:`flinkpy.task.barriers` decides; this module only
+carries the decisions out). Watermarks and idleness go through the status watermark valve;
+processing-time timers, periodic watermarks and the record writers' buffer timeouts bound
+how long the loop may wait.
+"""
+
+from __future__ import annotations
+
+import pickle
+import selectors
+import struct
+import time
+from typing import TYPE_CHECKING, Callable
+
+from flinkpy.network import channels as net
+from flinkpy.protocol.messages import CheckpointBarrier
+from flinkpy.task.barriers import BarrierAligner, BarrierTracker, Canceled, Snapshot
+from flinkpy.task.watermarks import StatusWatermarkValve
+
+if TYPE_CHECKING:
+    from flinkpy.task.task import Task
+
+Frame = tuple[int, bytes]
+#: the selector key's data for the control connection (input channels are 0..n-1)
+CONTROL = -1
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class InputProcessor:
+    """Reads the task's input channels until each has reached its end of partition."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.inputs: list[net.InputChannel] = task.inputs
+        chain = task.chain
+        #: the head's process method, cached for the hot path (a fault_raise replaces it)
+        self.head: Callable[[list, list[int] | None], None] = chain.head.process
+        self._head_watermark = chain.head.process_watermark
+        self._head_status = chain.head.process_watermark_status
+        n = len(self.inputs)
+        self.valve = StatusWatermarkValve(n)
+        self._idle_out = False
+        exactly_once = task.descriptor.config.checkpointing_mode == "EXACTLY_ONCE"
+        self.aligner: BarrierAligner | BarrierTracker = BarrierAligner(n) if exactly_once else BarrierTracker(n)
+        self._held: list[list[Frame]] = [[] for _ in self.inputs]
+        #: channels whose socket reached EOF with their END_OF_PARTITION still held
+        self._drained: set[int] = set()
+        #: the barriers seen, by checkpoint id (a savepoint's carries its directory)
+        self._barriers: dict[int, CheckpointBarrier] = {}
+        self._selector = selectors.DefaultSelector()
+        self._open_channels = n
+        self.records_in = 0
+        self.alignment_bytes = 0
+        self.idle_s = 0.0
+        #: an upstream task stopped with a savepoint without draining
+        self.stopped_without_drain = False
+
+    def run(self) -> None:
+        """Process every input channel to its end; control messages are handled in between."""
+        sel = self._selector
+        for i, ch in enumerate(self.inputs):
+            sel.register(ch.sock, selectors.EVENT_READ, i)
+        sel.register(self.task.ctrl.sock, selectors.EVENT_READ, CONTROL)
+        control = self.task.control
+        config = self.task.descriptor.config
+        timeout_s = config.buffer_timeout_ms / 1000.0
+        wm_interval = config.auto_watermark_ms / 1000.0
+        monotonic = time.monotonic
+        writers = list(self.task.writers.values())
+        timers = self.task.chain.timer_services
+        emitters = self.task.chain.watermark_emitters
+        next_wm = monotonic() + wm_interval
+        while self._open_channels:
+            if control.ctrl.buffered:
+                control.handle_one()
+                continue
+            timeout = timeout_s if any(w.oldest is not None for w in writers) else None
+            next_timer = min((t for t in (ts.next_processing_time() for ts in timers) if t is not None), default=None)
+            if next_timer is not None:
+                until = max(0.0, next_timer / 1000.0 - time.time())
+                timeout = until if timeout is None else min(timeout, until)
+            if emitters:
+                until = max(0.0, next_wm - monotonic())
+                timeout = until if timeout is None else min(timeout, until)
+            waited = monotonic()
+            events = sel.select(timeout)
+            self.idle_s += monotonic() - waited
+            if next_timer is not None:
+                for ts in timers:
+                    ts.fire_processing_timers()
+            if emitters and monotonic() >= next_wm:
+                for e in emitters:
+                    e.emit_periodic_watermark()
+                next_wm = monotonic() + wm_interval
+            for key, _ in events:
+                if key.data == CONTROL:
+                    control.handle_one()
+                else:
+                    self._read_channel(key.data)
+            if writers:
+                now = monotonic()
+                for w in writers:
+                    w.flush_if_due(now)
+        sel.close()
+
+    def _read_channel(self, i: int) -> None:
+        """Read what channel ``i`` has; process its frames, or hold them behind a barrier."""
+        ch = self.inputs[i]
+        if ch.finished or i in self._drained:
+            return  # closed by a held END_OF_PARTITION released earlier in this round
+        held = self._held[i]
+        try:
+            frames = ch.reader.feed()
+        except OSError as e:
+            raise net.ChannelBroken(f"{ch.describe} broke ({e}): the producer failed") from e
+        if frames is None:
+            if any(kind == net.END_OF_PARTITION for kind, _ in held):
+                # the end of the partition is already here, held behind a barrier: the
+                # producer closed after sending it, as it should
+                self._selector.unregister(ch.sock)
+                self._drained.add(i)
+                return
+            raise net.ChannelBroken(f"{ch.describe} closed before the end of its partition: the producer failed")
+        aligner = self.aligner
+        for frame in frames:
+            if held or aligner.is_blocked(i):
+                held.append(frame)  # behind a barrier: wait for the alignment
+            else:
+                self._handle_frame(i, frame)
+
+    def _handle_frame(self, i: int, frame: Frame) -> None:
+        kind, data = frame
+        ch = self.inputs[i]
+        if kind == net.DATA or kind == net.DATA_TS:
+            ch.credit.on_buffer_received()
+            if kind == net.DATA:
+                batch, timestamps = pickle.loads(data), None
+            else:
+                batch, timestamps = pickle.loads(data)
+            self.records_in += len(batch)
+            if self.aligner.aligning:
+                self.alignment_bytes += len(data)
+            self.head(batch, timestamps)
+            ch.return_credit()
+        elif kind == net.WATERMARK:
+            self._after_valve(self.valve.on_watermark(i, struct.unpack(">q", data)[0]))
+        elif kind == net.WATERMARK_STATUS:
+            self._after_valve(self.valve.on_status(i, idle=data == b"\x01"))
+        elif kind == net.BARRIER:
+            self._on_barrier(i, pickle.loads(data))
+        elif kind == net.END_OF_PARTITION:
+            self._on_end_of_partition(i, data)
+        else:
+            raise net.ChannelBroken(f"unexpected frame kind {kind} on {ch.describe}")
+
+    def _on_barrier(self, i: int, barrier: CheckpointBarrier) -> None:
+        self._barriers[barrier.checkpoint_id] = barrier
+        decision = self.aligner.on_barrier(i, barrier.checkpoint_id, _now_ms())
+        faults = self.task.faults
+        if self.aligner.aligning and faults:
+            faults.reach("alignment", barrier.checkpoint_id)
+        self._on_decision(decision, barrier)
+
+    def _on_end_of_partition(self, i: int, data: bytes) -> None:
+        ch = self.inputs[i]
+        if i not in self._drained:
+            self._selector.unregister(ch.sock)
+        ch.close()
+        self._open_channels -= 1
+        stopped = data == net.STOPPED
+        if stopped:
+            self.stopped_without_drain = True
+        self._after_valve(self.valve.on_end_of_partition(i, advance=not stopped))
+        self._on_decision(self.aligner.on_end_of_partition(i, _now_ms()), None)
+
+    def _after_valve(self, advanced: int | None) -> None:
+        """The task's event time advanced, or its inputs went idle / active."""
+        if advanced is not None:
+            self._head_watermark(advanced)
+        if self.valve.all_idle != self._idle_out:
+            self._idle_out = self.valve.all_idle
+            self._head_status(self._idle_out)
+
+    def _on_decision(self, decision: Snapshot | Canceled | None, barrier: CheckpointBarrier | None) -> None:
+        if decision is None:
+            return
+        checkpointer = self.task.checkpointer
+        describe = self.task.describe
+        if isinstance(decision, Canceled):
+            checkpointer.decline(decision.checkpoint_id, f"a newer checkpoint's barrier reached {describe} during its alignment")
+            self._release_held()
+            return
+        if decision.canceled is not None:
+            checkpointer.decline(decision.canceled, f"a newer checkpoint's barrier reached {describe} during its alignment")
+        b = self._barriers.pop(decision.checkpoint_id, None) or barrier or CheckpointBarrier(decision.checkpoint_id, _now_ms())
+        self.task.checkpoint(b, alignment_ms=decision.alignment_ms, alignment_bytes=self.alignment_bytes)
+        self.alignment_bytes = 0
+        self._release_held()
+
+    def abort_alignment(self, checkpoint_id: int) -> None:
+        """The JobManager aborted ``checkpoint_id``: stop aligning for it, release what was held."""
+        if self.aligner.abort(checkpoint_id):
+            self._release_held()
+
+    def _release_held(self) -> None:
+        """Process, in order, the frames held back behind barriers of channels now unblocked."""
+        progress = True
+        while progress:
+            progress = False
+            for i, held in enumerate(self._held):
+                while held and not self.aligner.is_blocked(i):
+                    self._handle_frame(i, held.pop(0))
+                    progress = True

@@ -1,0 +1,108 @@
+"""The source loop of a source task: poll the reader, run the chain, take checkpoints between polls.
+
+A checkpoint trigger is taken between two polls, so the reader's position at that moment is
+exactly "everything before the barrier": its snapshot is the source's offsets. A
+stop-with-savepoint holds the loop until the savepoint completed (the job stops) or failed
+(the job goes on). An unbounded source with nothing to read waits briefly on the control
+connection instead of spinning, and goes idle (for watermarks) after its strategy's timeout.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from typing import TYPE_CHECKING, Any
+
+from flinkpy.connectors.base import ReaderContext
+from flinkpy.task.watermarks import MAX_WATERMARK
+
+if TYPE_CHECKING:
+    from flinkpy.task.task import Task
+
+#: records asked of the reader per poll
+SOURCE_BATCH = 1024
+
+
+class SourceLoop:
+    """Runs the source of a task's chain until its input ends or the job stops with a savepoint."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.records_in = 0
+        #: the source was never idle in the input processor's sense: it polls
+        self.idle_s = 0.0
+        #: stopped with a savepoint without draining: the end of input carries no final watermark
+        self.stopped_without_drain = False
+
+    def _create_reader(self) -> Any:
+        d = self.task.descriptor
+        chain = self.task.chain
+        return chain.source.create_reader(
+            ReaderContext(
+                subtask_index=d.subtask,
+                parallelism=d.parallelism,
+                job_id=d.job_id,
+                operator_name=d.vertex_name,
+                attempt=d.attempt,
+                restored_state=chain.restored_source_state(),
+                side_output=lambda tag, records: chain.head.side_output(tag, records, None),
+            )
+        )
+
+    def run(self) -> None:
+        reader = self._create_reader()
+        control = self.task.control
+        source_head = self.task.chain.head
+        head = source_head.process
+        writers = list(self.task.writers.values())
+        monotonic = time.monotonic
+        emitters = [source_head, *self.task.chain.watermark_emitters]
+        wm_interval = self.task.descriptor.config.auto_watermark_ms / 1000.0
+        next_wm = monotonic() + wm_interval
+        strategy = getattr(source_head, "strategy", None)
+        idle_after = (strategy.idle_timeout_ms / 1000.0) if strategy is not None and strategy.idle_timeout_ms else None
+        last_data = monotonic()
+        ctrl_sock = control.ctrl.sock
+        try:
+            while True:
+                if control.pending():
+                    control.handle_one()
+                    head = source_head.process  # a fault_raise may have wrapped the head
+                    if self._take_checkpoints(reader):
+                        break
+                batch = reader.poll(SOURCE_BATCH)
+                if batch is None:
+                    break
+                now = monotonic()
+                if batch:
+                    self.records_in += len(batch)
+                    head(batch, None)
+                    last_data = now
+                else:
+                    if idle_after is not None and now - last_data >= idle_after:
+                        source_head.mark_idle()
+                    select.select([ctrl_sock], [], [], 0.001)  # idle unbounded source: wait for control
+                if now >= next_wm and wm_interval > 0:
+                    for e in emitters:
+                        e.emit_periodic_watermark()
+                    next_wm = now + wm_interval
+                if writers:
+                    for w in writers:
+                        w.flush_if_due(now)
+        finally:
+            reader.close()
+
+    def _take_checkpoints(self, reader: Any) -> bool:
+        """Take the triggered checkpoints in order; True when a stop-with-savepoint succeeded."""
+        triggers = self.task.control.pending_triggers
+        while triggers:
+            barrier = triggers.pop(0)
+            if barrier.drain:
+                # drain: event time ends before the savepoint, so windows and timers fire
+                self.task.chain.head.process_watermark(MAX_WATERMARK)
+            # the reader's position now is exactly "everything before the barrier"
+            self.task.checkpoint(barrier, source_offsets=reader.snapshot_state())
+            if barrier.stop and self.task.control.await_savepoint(barrier.checkpoint_id):
+                self.stopped_without_drain = not barrier.drain
+                return True
+        return False

@@ -1,0 +1,229 @@
+"""Task: one execution attempt of one parallel subtask of an operator chain, in its own process.
+
+The task wires its parts together and walks them through its life (see
+:mod:`flinkpy.task.process`): channels to its producers and consumers, the operator chain, the
+checkpointer, the control handler, and then either the source loop or the input processor.
+What happens inside each part is that part's business; the task keeps what they share: the
+deployment descriptor, the record writers, forwarding a barrier and taking the snapshot, and
+the report at the end (metrics, or the failure with the user's traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from flinkpy.network import channels as net
+from flinkpy.network.connection import Connection, listen
+from flinkpy.protocol.deployment import TaskDeploymentDescriptor
+from flinkpy.protocol.messages import CheckpointBarrier, ConnectTask, TaskFailed, TaskFinished, TaskListening, TaskRunning
+from flinkpy.task.control import EXIT_ORPHANED, ControlHandler
+from flinkpy.task.fault_points import FaultPoints
+from flinkpy.task.input_processor import InputProcessor
+from flinkpy.task.record_writer import RecordWriter
+from flinkpy.task.source_loop import SourceLoop
+from flinkpy.task.watermarks import MAX_WATERMARK
+
+if TYPE_CHECKING:
+    from flinkpy.graph.job_graph import VertexPayload
+    from flinkpy.state.backend import KeyedStateBackendBase
+    from flinkpy.task.chain import OperatorChain
+    from flinkpy.task.checkpointing import TaskCheckpointer
+
+
+class Task:
+    """One task process's subtask; ``run()`` is its whole life."""
+
+    #: built in ``run()``, once the payload is loaded and the channels are connected
+    chain: OperatorChain
+    checkpointer: TaskCheckpointer
+
+    def __init__(self, descriptor: TaskDeploymentDescriptor, ctrl: Connection):
+        self.descriptor = descriptor
+        self.ctrl = ctrl
+        self.describe = descriptor.describe()
+        self.inputs: list[net.InputChannel] = []
+        self.writers: dict[int, RecordWriter] = {}
+        self.acceptor: net.ChannelAcceptor | None = None
+        self.faults = FaultPoints(descriptor)
+        if descriptor.storage_outage_until:  # deployed during an injected storage outage
+            from flinkpy.checkpoint.storage import set_outage
+
+            set_outage(descriptor.storage_outage_until)
+        self.control = ControlHandler(self)
+        #: the loop that runs the chain: a source's, or the input processor of any other task
+        self.loop: SourceLoop | InputProcessor | None = None
+        self.input_processor: InputProcessor | None = None
+        self.started = time.monotonic()
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _load_payload(self) -> VertexPayload:
+        for p in reversed(self.descriptor.python_path):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        import cloudpickle  # noqa: F401  (registers reducers the payload may need)
+
+        payload: VertexPayload = pickle.loads(self.descriptor.payload)
+        return payload
+
+    def _listen(self) -> None:
+        d = self.descriptor
+        expected = {(o.edge_id, c) for o in d.outputs for c in o.consumers}
+        port = None
+        if expected:
+            listener = listen(d.host, 0)
+            port = listener.getsockname()[1]
+            self.acceptor = net.ChannelAcceptor(listener, d.secret, d.job_id, d.subtask, expected)
+        self.ctrl.send(TaskListening(host=d.host, port=port, pid=os.getpid()))
+
+    def _connect_inputs(self, peers: dict[str, tuple[str, int]]) -> None:
+        d = self.descriptor
+        for inp in d.inputs:
+            for producer in inp.producers:
+                host, port = peers[f"{inp.source_vertex}:{producer}"]
+                ch = net.open_input_channel(
+                    host,
+                    port,
+                    d.secret,
+                    job_id=d.job_id,
+                    edge_id=inp.edge_id,
+                    producer=producer,
+                    consumer=d.subtask,
+                    initial_credit=d.config.credit,
+                    describe=f"edge {inp.edge_id} from subtask {producer} of vertex {inp.source_vertex}",
+                )
+                self.inputs.append(ch)
+
+    def _build_writers(self, payload: VertexPayload) -> None:
+        d = self.descriptor
+        accepted = self.acceptor.wait_all(timeout=30.0) if self.acceptor else {}
+        for out in d.outputs:
+            chans = []
+            for c in out.consumers:
+                sock, reader = accepted[(out.edge_id, c)]
+                chans.append(net.make_output_channel(sock, reader, out.edge_id, c, f"edge {out.edge_id} to subtask {c} of vertex {out.target_vertex}"))
+            self.writers[out.edge_id] = RecordWriter(
+                chans,
+                out.partitioner,
+                key_selector=payload.edge_key_selectors.get(out.edge_id),
+                max_parallelism=out.target_max_parallelism,
+                consumer_parallelism=out.target_parallelism,
+                buffer_timeout_ms=d.config.buffer_timeout_ms,
+                segment_size=d.config.segment_size,
+                seed=d.subtask,
+            )
+
+    def _backend(self) -> KeyedStateBackendBase:
+        """The keyed state backend for the key groups of this subtask (built when an operator
+        of the chain is keyed)."""
+        from flinkpy.datastream.state_backend import create_keyed_backend
+        from flinkpy.state.key_groups import key_group_range_for_operator
+
+        d = self.descriptor
+        kg_range = key_group_range_for_operator(d.max_parallelism, d.parallelism, d.subtask)
+        return create_keyed_backend(d.config.state_backend or {}, d.max_parallelism, kg_range)
+
+    # -- run ---------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """The task's life; returns the process's exit code (failures are reported first)."""
+        from flinkpy.task.chain import OperatorChain
+        from flinkpy.task.checkpointing import TaskCheckpointer
+
+        try:
+            payload = self._load_payload()
+            self._listen()
+            msg = self.ctrl.recv()
+            if not isinstance(msg, ConnectTask):
+                return EXIT_ORPHANED
+            self._connect_inputs(msg.peers)
+            self._build_writers(payload)
+            chain = OperatorChain(payload, dict(self.writers), descriptor=self.descriptor, backend_factory=self._backend)
+            self.chain = chain
+            self.checkpointer = TaskCheckpointer(self.descriptor, chain, self.ctrl.send)
+            chain.open()
+            self.started = time.monotonic()
+            self.ctrl.send(TaskRunning())
+            self.faults.reach("running")
+            if chain.source is not None:
+                self.loop = SourceLoop(self)
+                self.loop.run()
+                if not self.loop.stopped_without_drain:
+                    chain.head.process_watermark(MAX_WATERMARK)  # the end of a bounded input: event time ends
+            else:
+                self.loop = self.input_processor = InputProcessor(self)
+                self.loop.run()
+            self._finish()
+            return 0
+        except BaseException as e:  # noqa: BLE001 - everything is reported, then the process ends
+            self._report_failure(e)
+            return 1
+
+    def _finish(self) -> None:
+        """The end of input: end the operators, flush, send END_OF_PARTITION, report."""
+        chain = self.chain
+        stopped = self.loop is not None and self.loop.stopped_without_drain
+        chain.end_input()
+        for w in self.writers.values():
+            w.finish(stopped=stopped)
+        self.checkpointer.close()
+        chain.close()
+        if chain.backend is not None:
+            chain.backend.close()  # the RocksDB backend deletes its working directory
+        sys.stdout.flush()
+        self.ctrl.send(TaskFinished(metrics=self._metrics()))
+
+    def checkpoint(self, barrier: CheckpointBarrier, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
+        """Forward the barrier (after the records before it), then snapshot; a savepoint writes
+        its files into its own directory."""
+        payload = pickle.dumps(barrier)
+        for w in self.writers.values():
+            w.broadcast_event(net.BARRIER, payload)
+        self.checkpointer.snapshot(
+            barrier.checkpoint_id, barrier.timestamp, source_offsets=source_offsets,
+            alignment_ms=alignment_ms, alignment_bytes=alignment_bytes, directory=barrier.directory,
+            base=barrier.base,
+        )
+
+    # -- reports -----------------------------------------------------------------------------
+
+    def _metrics(self) -> dict[str, float | int]:
+        """Flink's task metrics, totals over the task's life (ms): busy, idle, back-pressured."""
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        wall_ms = (time.monotonic() - self.started) * 1000
+        idle_s = self.loop.idle_s if self.loop is not None else 0.0
+        backpressured_ms = sum(ch.backpressured_s for w in self.writers.values() for ch in w.channels) * 1000
+        return {
+            "records_in": self.loop.records_in if self.loop is not None else 0,
+            "records_out": sum(w.records_out for w in self.writers.values()),
+            "wall_ms": round(wall_ms, 1),
+            "cpu_ms": round((ru.ru_utime + ru.ru_stime) * 1000, 1),
+            "idle_ms": round(idle_s * 1000, 1),
+            "backpressured_ms": round(backpressured_ms, 1),
+            "busy_ms": round(max(0.0, wall_ms - idle_s * 1000 - backpressured_ms), 1),
+        }
+
+    def _report_failure(self, e: BaseException) -> None:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        try:
+            sys.stdout.flush()
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            self.ctrl.send(
+                TaskFailed(
+                    exception=f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins."),
+                    message=str(e),
+                    stacktrace=tb,
+                    task=self.describe,
+                )
+            )
+        except OSError:
+            pass
