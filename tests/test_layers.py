@@ -56,8 +56,8 @@ PACKAGE = ROOT / "flinkpy"
 
 #: bottom to top; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
-    ("flinkpy", "errors", "processes"),
-    ("config",),
+    ("flinkpy", "errors", "processes", "clock", "units"),
+    ("config", "protocol"),
     ("common",),
     ("network", "faults", "graph", "state"),
     ("checkpoint", "connectors", "ha"),
@@ -73,20 +73,6 @@ LAYERS: list[tuple[str, ...]] = [
 #: (importing module, imported module) pairs against the layers, each being removed by other work
 #: of issue #18; remove an entry with the import it names
 PENDING: set[tuple[str, str]] = {
-    # task -> datastream (engine): import the shared definitions from below, where they now live:
-    # flinkpy.common.functions / .state / .window, and flinkpy.state.configured.create_keyed_backend
-    ("flinkpy.task.chain", "flinkpy.datastream.functions"),
-    ("flinkpy.task.checkpointing", "flinkpy.datastream.functions"),
-    ("flinkpy.task.operators", "flinkpy.datastream.functions"),
-    ("flinkpy.task.runtime_context", "flinkpy.datastream.functions"),
-    ("flinkpy.task.window_operator", "flinkpy.datastream.state"),
-    ("flinkpy.task.window_operator", "flinkpy.datastream.window"),
-    ("flinkpy.task.process", "flinkpy.datastream.state_backend"),
-    # spark -> datastream (Spark runner): the same, flinkpy.common.functions / .state / .window
-    ("flinkpy.spark.keyed", "flinkpy.datastream.functions"),
-    ("flinkpy.spark.keyed", "flinkpy.datastream.state"),
-    ("flinkpy.spark.state", "flinkpy.datastream.state"),
-    ("flinkpy.spark.time_mode", "flinkpy.datastream.window"),
     # spark -> client (Spark runner, client): the low pieces of client/ go down, below spark
     # and cluster: the execution context (context.py), the python-files setting
     # (python_files.py) and the REST transport (RestClient in rest.py); running a job file for

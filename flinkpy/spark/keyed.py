@@ -89,7 +89,7 @@ def by_key_group(spec: KeyedSpec) -> bool:
     function cannot reach keyed state (no ``open()`` of its own)."""
     if spec.kind != "keyed_reduce":
         return False
-    from flinkpy.datastream.functions import Function
+    from flinkpy.common.functions import Function
 
     opener = getattr(type(spec.fn), "open", None)
     return opener is None or opener is Function.open
@@ -100,7 +100,7 @@ def on_group_state(spec: KeyedSpec) -> bool:
     STREAMING mode (no timer: nothing waits for Spark's watermark) and no ``close()`` to call."""
     if not by_key_group(spec) or spec.batch_mode:
         return False
-    from flinkpy.datastream.functions import Function
+    from flinkpy.common.functions import Function
 
     closer = getattr(type(spec.fn), "close", None)
     return closer is None or closer is Function.close
@@ -118,7 +118,7 @@ class _Reduce:
     STATE = "_reduce"
 
     def __init__(self, name: str, fn: Any, output: Any, backend: Any, batch_mode: bool) -> None:
-        from flinkpy.datastream.state import ValueStateDescriptor
+        from flinkpy.common.state import ValueStateDescriptor
         from flinkpy.task.operators import _method
 
         self.name = name

@@ -40,7 +40,7 @@ import pickle
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from flinkpy.datastream.state import (
+from flinkpy.common.state import (
     AggregatingState,
     ListState,
     MapState,

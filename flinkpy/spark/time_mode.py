@@ -63,7 +63,7 @@ def choose(kind: str, fn: Any) -> str:
 def window_needs_processing_time(spec: Any) -> bool:
     """A window spec whose assigner is in processing time, or whose trigger (or a trigger it
     wraps) registers processing-time timers; TTL state in its functions counts too."""
-    from flinkpy.datastream.window import GlobalWindows
+    from flinkpy.common.window import GlobalWindows
 
     assigner = spec.assigner
     if not assigner.is_event_time() and not isinstance(assigner, GlobalWindows):

@@ -138,7 +138,7 @@ class OperatorChain:
 
     def initialize_state(self) -> None:
         """Restore keyed state and operator state, and call initialize_state() (before open)."""
-        from flinkpy.datastream.functions import CheckpointedFunction, FunctionInitializationContext
+        from flinkpy.common.functions import CheckpointedFunction, FunctionInitializationContext
         from flinkpy.state.operator import OperatorStateBackend
 
         d = self.descriptor

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from flinkpy.datastream.functions import CheckpointedFunction, CheckpointListener, FunctionSnapshotContext
+from flinkpy.common.functions import CheckpointedFunction, CheckpointListener, FunctionSnapshotContext
 from flinkpy.protocol import Message
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline

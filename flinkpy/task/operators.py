@@ -490,7 +490,7 @@ class KeyedProcessOperator(KeyedOperator):
     def _fire(self, key: Any, timestamp: int, domain: str) -> None:
         if self._on_timer is None:
             return
-        from flinkpy.datastream.functions import TimeDomain
+        from flinkpy.common.functions import TimeDomain
 
         ctx = self._timer_ctx
         ctx.current_key = key

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flinkpy.datastream.functions import RuntimeContext
+from flinkpy.common.functions import RuntimeContext
 from flinkpy.errors import InvalidProgramError
 
 

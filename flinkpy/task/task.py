@@ -121,7 +121,7 @@ class Task:
     def _backend(self) -> KeyedStateBackendBase:
         """The keyed state backend for the key groups of this subtask (built when an operator
         of the chain is keyed)."""
-        from flinkpy.datastream.state_backend import create_keyed_backend
+        from flinkpy.state.configured import create_keyed_backend
         from flinkpy.state.key_groups import key_group_range_for_operator
 
         d = self.descriptor

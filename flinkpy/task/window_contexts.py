@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from flinkpy.datastream.window import Trigger, Window
+from flinkpy.common.window import Trigger, Window
 from flinkpy.errors import InvalidProgramError
 from flinkpy.task.window_state import StateStore
 

@@ -24,8 +24,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from flinkpy.datastream.state import ValueStateDescriptor
-from flinkpy.datastream.window import (
+from flinkpy.common.state import ValueStateDescriptor
+from flinkpy.common.window import (
     MAX_TIMESTAMP,
     Evictor,
     MergingWindowAssigner,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from flinkpy.datastream.state import ValueStateDescriptor
+from flinkpy.common.state import ValueStateDescriptor
 from flinkpy.errors import InvalidProgramError
 
 
