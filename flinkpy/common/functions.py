@@ -455,12 +455,3 @@ class CheckpointListener(abc.ABC):  # noqa: B024
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         pass
-
-
-# PyFlink keeps the window functions in this module too
-from flinkpy.common.window import (  # noqa: E402  (after the classes window.py builds on)
-    AllWindowFunction,
-    ProcessAllWindowFunction,
-    ProcessWindowFunction,
-    WindowFunction,
-)

@@ -30,6 +30,9 @@ from flinkpy.common.functions import (
     FunctionInitializationContext,
     CheckpointedFunction,
     CheckpointListener,
+)
+# PyFlink keeps the window functions in this module too
+from flinkpy.common.window import (
     AllWindowFunction,
     ProcessAllWindowFunction,
     ProcessWindowFunction,
