@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from commands.context import cluster_home, load_cli_config, rest_client, token_of
+from commands.context import client, cluster_home, load_cli_config, token_of
 from commands.output import emit_json, out, progress, status
 from commands.options import Dynamic, JobManager, JsonFlag, duration_seconds
 from commands.session import session
@@ -198,8 +198,8 @@ def cluster_status(json_: JsonFlag = False) -> None:
 
     if info.ha is not None and info.leader is None:
         _no_leader(info)
-    client = rest_client_for(info, token_of(home))
-    overview, tms = client.overview(), client.taskmanagers()
+    rest = rest_client_for(info, token_of(home))
+    overview, tms = rest.overview(), rest.taskmanagers()
     zookeeper = None
     if info.ha is not None:
         from flinkpy.ha.cluster import session_of
@@ -284,7 +284,7 @@ def logs(
         flinkpy cluster logs
         flinkpy cluster logs tm-1 --stdout -n 20
     """
-    text = rest_client(jobmanager).log(component, stdout=stdout, lines=lines)
+    text = client(jobmanager).log(component, stdout=stdout, lines=lines)
     if session.json:
         emit_json({"component": component, "stream": "stdout" if stdout else "log", "lines": text.splitlines()})
         return

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from commands.context import job_rest_client
+from commands.context import client
 from commands.output import emit_json, fmt_duration, fmt_time, out
 from commands.options import JobManager, JsonFlag
 from commands.session import session
@@ -32,7 +32,7 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
         flinkpy job show 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy job show --json 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b | jq -r .state
     """
-    doc = job_rest_client(jobmanager, job_id).job(job_id)
+    doc = client(jobmanager).job(job_id)
     if session.json:
         emit_json(doc)
         return
@@ -87,7 +87,7 @@ def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = F
         flinkpy job exceptions 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy job exceptions --json 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b | jq '.exceptionHistory.entries | length'
     """
-    doc = job_rest_client(jobmanager, job_id).job_exceptions(job_id)
+    doc = client(jobmanager).job_exceptions(job_id)
     if session.json:
         emit_json(doc)
         return

@@ -13,10 +13,13 @@ import runpy
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.client.context import ExecutionContext, PlanCaptured, SubmittedJob, execution_context
 from flinkpy.errors import FlinkpyError, InvalidProgramError, JobCanceledError, JobExecutionError, NotFoundError
+
+if TYPE_CHECKING:
+    from flinkpy.spark.plan import SparkPlan
 
 
 def _compile_check(path: Path) -> None:
@@ -156,6 +159,35 @@ def plan_program(path: str, args: list[str], *, parallelism: int | None = None) 
         f"the job program {path} did not call execute()",
         remedy="build the pipeline and call env.execute()",
     )
+
+
+def spark_plans(path: str, args: list[str], *, parallelism: int | None = None) -> list[SparkPlan]:
+    """Run JOB.py up to its execute() calls and translate each job for Spark, running nothing
+    (``InvalidProgramError`` naming the operator Spark cannot run with the same results)."""
+    from flinkpy.spark.capture import capture_job
+    from flinkpy.spark.plan import translate
+
+    jobs = capture_job(path, args, parallelism=parallelism)
+    if not jobs:
+        raise InvalidProgramError(f"the job program {path} did not call execute()", remedy="build the pipeline and call env.execute()")
+    return [translate(job.env, config={}, job_name=job.job_name) for job in jobs]
+
+
+def outcome_error(job: SubmittedJob) -> FlinkpyError | None:
+    """The error a job that was waited for ended with (FAILED: its cause; CANCELED), else None."""
+    if job.state == "FAILED":
+        cause = job.failure or {}
+        where = f" in {cause['task']}" if cause.get("task") else ""
+        why = f": {cause.get('class', 'Exception')}: {cause.get('message', '')}".rstrip(": ") if cause else ""
+        return JobExecutionError(
+            f"job {job.job_id} ({job.name}) failed{where}{why}",
+            details=cause.get("stack-trace"),
+            job_id=job.job_id,
+            remedy="the task's traceback is printed above" if job.embedded else f"see the traceback with 'flinkpy job exceptions {job.job_id}'",
+        )
+    if job.state == "CANCELED":
+        return JobCanceledError(f"job {job.job_id} ({job.name}) was cancelled", remedy="run it again if that was not intended")
+    return None
 
 
 def _config(home: Any, overrides: dict[str, str]) -> dict[str, str]:

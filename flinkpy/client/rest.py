@@ -206,6 +206,61 @@ class RestClient:
     def submit_job(self, payload: bytes) -> str:
         return self.request("POST", "/jobs", body=payload)["jobid"]
 
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoints(self, jid: str, history: int | None = None) -> dict[str, Any]:
+        """Flink's checkpoint statistics: counts, the latest ones and the newest ``history``."""
+        params = None if history is None else {"history": history}
+        return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints", params=params)
+
+    def checkpoint_details(self, jid: str, checkpoint_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints/details/{checkpoint_id}")
+
+    def trigger_checkpoint(self, jid: str) -> int:
+        """Ask for a checkpoint now; its id (follow it with :meth:`checkpoint_details`)."""
+        return int(self.request("POST", f"/jobs/{_quote(jid)}/checkpoints")["checkpoint_id"])
+
+    # ------------------------------------------------------------------ savepoints and stop
+
+    def trigger_savepoint(self, jid: str, target_dir: str | None, *, format_type: str = "CANONICAL") -> str:
+        """Ask for a savepoint; the request id of the asynchronous operation."""
+        body = {"target-directory": target_dir, "formatType": format_type, "cancel-job": False}
+        return str(self.request("POST", f"/jobs/{_quote(jid)}/savepoints", body=body)["request-id"])
+
+    def stop_with_savepoint(self, jid: str, target_dir: str | None, *, drain: bool = False) -> str:
+        """Ask for a final savepoint after which the job finishes; the request id."""
+        body = {"targetDirectory": target_dir, "drain": drain}
+        return str(self.request("POST", f"/jobs/{_quote(jid)}/stop", body=body)["request-id"])
+
+    def savepoint_status(self, jid: str, request_id: str) -> dict[str, Any]:
+        """The operation document of a savepoint or stop request: ``{"status": {"id"}, "operation"}``."""
+        return self.request("GET", f"/jobs/{_quote(jid)}/savepoints/{_quote(request_id)}")
+
+    # ------------------------------------------------------------------ restart strategies
+
+    def restart_strategy(self, jid: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{_quote(jid)}/restart-strategy")
+
+    def set_restart_strategy(self, jid: str, config: Mapping[str, str]) -> dict[str, Any]:
+        """Replace the job's restart strategy with the one ``config`` (restart-strategy.* keys) gives."""
+        return self.request("PUT", f"/jobs/{_quote(jid)}/restart-strategy", body={"config": dict(config)})
+
+    # ------------------------------------------------------------------ faults
+
+    def inject_job_fault(self, jid: str, kind: str, **params: Any) -> dict[str, Any]:
+        """Inject a fault into one job's tasks (None parameters are left out); its journal entry."""
+        body = {"kind": kind, **{k: v for k, v in params.items() if v is not None}}
+        return self.request("POST", f"/jobs/{_quote(jid)}/faults", body=body)
+
+    def inject_cluster_fault(self, kind: str, **params: Any) -> dict[str, Any]:
+        """Inject a fault into the cluster (TaskManagers, storage); its journal entry."""
+        body = {"kind": kind, **{k: v for k, v in params.items() if v is not None}}
+        return self.request("POST", "/cluster/faults", body=body)
+
+    def fault_history(self, jid: str) -> dict[str, Any]:
+        """The job's fault journal: ``{"jid", "faults": [...]}``."""
+        return self.request("GET", f"/jobs/{_quote(jid)}/faults")
+
 
 def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
