@@ -6,7 +6,7 @@ every later command finds the cluster without being told its address.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -17,10 +17,13 @@ from commands.options import Dynamic, JobManager, JsonFlag, duration_seconds
 from commands.session import session
 from flinkpy.errors import ClusterUnreachableError
 
+if TYPE_CHECKING:
+    from flinkpy.cluster import ClusterInfo, ProcessInfo
+
 app = typer.Typer(help="Start, stop and inspect a standalone flinkpy cluster on this machine.", no_args_is_help=True)
 
 
-def _process_dict(proc: Any) -> dict[str, Any]:
+def _process_dict(proc: ProcessInfo) -> dict[str, object]:
     return {"id": proc.id, "pid": proc.pid, "log": str(getattr(proc, "log_path", "") or "")}
 
 
@@ -246,7 +249,7 @@ def cluster_status(json_: JsonFlag = False) -> None:
     console.print(table)
 
 
-def _no_leader(info: Any) -> None:
+def _no_leader(info: ClusterInfo) -> None:
     """HA cluster with no leader right now: show what is known, then exit 3."""
     from flinkpy.ha.cluster import session_of
 

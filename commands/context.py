@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from flinkpy.client.client import Client
     from flinkpy.client.rest import RestClient
+    from flinkpy.cluster import ClusterHome
     from flinkpy.config import Config
 
 JOBMANAGER_ENV = "FLINKPY_JOBMANAGER"  # flinkpy.client.client.JOBMANAGER_ENV, without importing it for --help
@@ -22,8 +23,8 @@ HOME_ENV = "FLINKPY_HOME"
 JOBMANAGER_HELP = "Address of the JobManager (HOST:PORT or http://HOST:PORT); default: $FLINKPY_JOBMANAGER, then the cluster in $FLINKPY_HOME."
 
 
-def cluster_home() -> Any:
-    """The cluster home (``flinkpy.cluster.ClusterHome``)."""
+def cluster_home() -> ClusterHome:
+    """The cluster home of this invocation ($FLINKPY_HOME, else ~/.flinkpy)."""
     from flinkpy.cluster import ClusterHome
 
     return ClusterHome.resolve()
@@ -42,7 +43,7 @@ def load_cli_config(overrides: list[str] | None = None) -> Config:
     return load_config(home_dir(), overrides=pairs)
 
 
-def token_of(home: Any) -> str | None:
+def token_of(home: ClusterHome) -> str | None:
     try:
         return home.token()
     except (OSError, LookupError):

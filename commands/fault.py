@@ -12,7 +12,7 @@ nothing else is left to ask. Random choices (which subtask, which TaskManager, c
 from __future__ import annotations
 
 import random
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -21,6 +21,9 @@ from commands.options import JobManager, JsonFlag, duration_seconds
 from commands.output import emit_json, info, status
 from commands.session import session
 from flinkpy.errors import UsageError
+
+if TYPE_CHECKING:
+    from flinkpy.client.rest import JsonObject, JsonScalar
 
 app = typer.Typer(
     help="Inject faults (killed or paused tasks and TaskManagers, exceptions, failed checkpoints, storage outages, slow or broken data channels) through the cluster.",
@@ -52,7 +55,7 @@ def _pick(seed: int | None) -> tuple[float, int]:
     return rng.random(), used
 
 
-def _report(entry: dict[str, Any], verb: str, extra: dict[str, Any] | None = None) -> None:
+def _report(entry: JsonObject, verb: str, extra: JsonObject | None = None) -> None:
     from flinkpy.faults import describe_target
 
     if session.json:
@@ -61,7 +64,7 @@ def _report(entry: dict[str, Any], verb: str, extra: dict[str, Any] | None = Non
     info(f"{verb} {describe_target(entry['target'])}")
 
 
-def _job_fault(jobmanager: str | None, job_id: str, kind: str, vertex: str | None, subtask: int | None, seed: int | None, **params: Any) -> tuple[dict[str, Any], int | None]:
+def _job_fault(jobmanager: str | None, job_id: str, kind: str, vertex: str | None, subtask: int | None, seed: int | None, **params: JsonScalar) -> tuple[JsonObject, int | None]:
     pick = used_seed = None
     if vertex is None or subtask is None:
         pick, used_seed = _pick(seed)
@@ -217,7 +220,7 @@ def network(job_id: JobId,
     """
     if (delay is None) == (not drop_connection):
         raise UsageError("give exactly one of --delay and --drop-connection", remedy="e.g. --delay 200ms, or --drop-connection")
-    params: dict[str, Any] = {"drop": True} if drop_connection else {"delay_ms": _seconds(str(delay), "--delay") * 1000, "seconds": _seconds(for_, "--for")}
+    params: dict[str, JsonScalar] = {"drop": True} if drop_connection else {"delay_ms": _seconds(str(delay), "--delay") * 1000, "seconds": _seconds(for_, "--for")}
     entry, used = _job_fault(jobmanager, job_id, "network", vertex, subtask, seed, **params)
     verb = "dropped the output connections of" if drop_connection else f"delayed each buffer by {delay} for {for_} on the outputs of"
     _report(entry, verb, {"seed": used})

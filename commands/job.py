@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -11,6 +11,9 @@ from commands.context import client
 from commands.output import emit_json, fmt_duration, fmt_time, out
 from commands.options import JobManager, JsonFlag
 from commands.session import session
+
+if TYPE_CHECKING:
+    from flinkpy.client.rest import JsonObject
 
 app = typer.Typer(help="Inspect one job: its state, its vertices and its exceptions.", no_args_is_help=True)
 
@@ -65,7 +68,7 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
             console.print(f"  {fmt_time(event.get('timestamp'))}  {event.get('type')}  {details}", markup=False)
 
 
-def _describe(strategy: dict[str, Any] | None) -> str:
+def _describe(strategy: JsonObject | None) -> str:
     if not strategy:
         return "none"
     rest = ", ".join(f"{k}={v}" for k, v in strategy.items() if k != "type")
@@ -93,7 +96,7 @@ def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = F
         return
     console = out()
     root = doc.get("root-exception")
-    entries: list[dict[str, Any]] = (doc.get("exceptionHistory") or {}).get("entries") or []
+    entries: list[JsonObject] = (doc.get("exceptionHistory") or {}).get("entries") or []
     if not root and not entries:
         console.print(f"Job {job_id} has no exceptions.", markup=False)
         return

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -12,20 +12,23 @@ from commands.output import emit_json, fmt_time, out
 from commands.options import JobManager, JsonFlag
 from commands.session import session
 
+if TYPE_CHECKING:
+    from flinkpy.client.rest import JsonObject
+
 app = typer.Typer()
 
 SCHEDULED_STATES = frozenset({"CREATED", "INITIALIZING"})
 TERMINAL_STATES = frozenset({"FINISHED", "CANCELED", "FAILED"})
 
 
-def select_jobs(jobs: list[dict[str, Any]], *, all_: bool, running: bool, scheduled: bool) -> list[dict[str, Any]]:
+def select_jobs(jobs: list[JsonObject], *, all_: bool, running: bool, scheduled: bool) -> list[JsonObject]:
     """Flink's defaults: without flags, running and scheduled jobs; -a everything."""
     if all_:
         return jobs
     if not running and not scheduled:
         running = scheduled = True
 
-    def keep(job: dict[str, Any]) -> bool:
+    def keep(job: JsonObject) -> bool:
         state = job.get("state", "")
         if state in SCHEDULED_STATES:
             return scheduled

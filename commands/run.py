@@ -166,7 +166,7 @@ def run(
 
 
 def _restore_options(from_savepoint: str | None, from_latest: str | None, allow_non_restored: bool, claim_mode: str | None,
-                     overrides: dict[str, str]) -> dict[str, Any]:
+                     overrides: dict[str, str]) -> dict[str, str | bool]:
     """run_program's restore arguments from -s/--from-latest/-n/--claim-mode (the claim mode
     goes into ``overrides``); says on stderr which snapshot --from-latest picked."""
     if from_savepoint and from_latest:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from flinkpy.client.client import Client
 from flinkpy.client.operations import TERMINAL_STATES
+from flinkpy.client.rest import JsonObject
 from flinkpy.errors import ConflictError, NotFoundError
 from flinkpy.faults.chaos import PlannedFault, fault_request
 
@@ -33,7 +34,7 @@ class ChaosEvent:
     what: str
     at_s: float = 0.0
     kind: str = ""
-    entry: dict[str, Any] | None = None
+    entry: JsonObject | None = None
     reason: str | None = None
     state: str | None = None
 
@@ -43,13 +44,13 @@ class ChaosSummary:
     job_id: str
     seed: int
     planned: int
-    injected: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    injected: list[JsonObject] = field(default_factory=list)
+    skipped: list[JsonObject] = field(default_factory=list)
     restarts_observed: int = 0
     state: str = ""
     interrupted: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The document ``flinkpy fault chaos --json`` prints."""
         return {
             "jid": self.job_id,
@@ -70,7 +71,7 @@ def sleep_until(moment: float) -> None:
         time.sleep(min(left, 0.2))
 
 
-def inject_planned(client: Client, job_id: str, planned: PlannedFault) -> dict[str, Any]:
+def inject_planned(client: Client, job_id: str, planned: PlannedFault) -> JsonObject:
     """Inject one planned fault; ``ConflictError``/``NotFoundError`` when its target is not
     there now (kill-taskmanager refuses to take the last TaskManager)."""
     scope, body = fault_request(planned)

@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from flinkpy.client import operations
 from flinkpy.client.operations import Deadline
-from flinkpy.client.rest import RestClient
+from flinkpy.client.rest import JsonObject, JsonScalar, RestClient
 from flinkpy.errors import ClusterUnreachableError, ConflictError, NotFoundError
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class Client:
             )
         return rest_client_for(info, self.token)
 
-    def spark_record(self, job_id: str) -> dict[str, Any] | None:
+    def spark_record(self, job_id: str) -> JsonObject | None:
         """The Spark driver's record of ``job_id`` in the cluster home; None when the job is
         not a Spark job registered there (or an address names one JobManager)."""
         if self.address:
@@ -119,10 +119,10 @@ class Client:
 
     # ----------------------------------------------------------------- the cluster
 
-    def overview(self) -> dict[str, Any]:
+    def overview(self) -> JsonObject:
         return self.cluster.overview()
 
-    def taskmanagers(self) -> list[dict[str, Any]]:
+    def taskmanagers(self) -> list[JsonObject]:
         return self.cluster.taskmanagers()
 
     def log(self, component: str, *, stdout: bool = False, lines: int = 100) -> str:
@@ -130,10 +130,10 @@ class Client:
 
     # ----------------------------------------------------------------- jobs
 
-    def list_jobs(self) -> list[dict[str, Any]]:
+    def list_jobs(self) -> list[JsonObject]:
         """The cluster's jobs ("runner": "local") and the Spark jobs of the home ("runner":
         "spark"); no cluster is fine when there are Spark jobs."""
-        spark: list[dict[str, Any]] = []
+        spark: list[JsonObject] = []
         if not self.address:
             from flinkpy.spark.control_registry import list_records, overview_entry
 
@@ -146,10 +146,10 @@ class Client:
             jobs = []
         return jobs + spark
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> JsonObject:
         return self.endpoint(job_id).job(job_id)
 
-    def job_exceptions(self, job_id: str) -> dict[str, Any]:
+    def job_exceptions(self, job_id: str) -> JsonObject:
         return self.endpoint(job_id).job_exceptions(job_id)
 
     def cancel(self, job_id: str) -> None:
@@ -157,14 +157,14 @@ class Client:
 
     # ----------------------------------------------------------------- checkpoints
 
-    def checkpoints(self, job_id: str, history: int | None = None) -> dict[str, Any]:
+    def checkpoints(self, job_id: str, history: int | None = None) -> JsonObject:
         return self.endpoint(job_id).checkpoints(job_id, history)
 
     def trigger_checkpoint(self, job_id: str) -> int:
         """Trigger a checkpoint on the cluster now; its id."""
         return self.cluster.trigger_checkpoint(job_id)
 
-    def wait_for_checkpoint(self, job_id: str, checkpoint_id: int, deadline: Deadline, timeout: str) -> dict[str, Any]:
+    def wait_for_checkpoint(self, job_id: str, checkpoint_id: int, deadline: Deadline, timeout: str) -> JsonObject:
         return operations.wait_for_checkpoint(self.cluster, job_id, checkpoint_id, deadline, timeout)
 
     # ----------------------------------------------------------------- savepoints and stop
@@ -193,12 +193,12 @@ class Client:
         return operations.request_operation(end, job_id, lambda: end.stop_with_savepoint(job_id, target_dir, drain=drain),
                                             if_busy="fail", deadline=deadline)
 
-    def savepoint_status(self, job_id: str, request_id: str) -> dict[str, Any]:
+    def savepoint_status(self, job_id: str, request_id: str) -> JsonObject:
         """The operation document as the endpoint returned it (see :meth:`savepoint_location`)."""
         return self.endpoint(job_id).savepoint_status(job_id, request_id)
 
     @staticmethod
-    def savepoint_location(doc: dict[str, Any], job_id: str, request_id: str) -> str | None:
+    def savepoint_location(doc: JsonObject, job_id: str, request_id: str) -> str | None:
         """The location in a status document; None in progress; ``SavepointFailedError``."""
         return operations.operation_result(doc, job_id, request_id)
 
@@ -228,24 +228,24 @@ class Client:
 
     # ----------------------------------------------------------------- restart strategies
 
-    def restart_strategy(self, job_id: str) -> dict[str, Any]:
+    def restart_strategy(self, job_id: str) -> JsonObject:
         return self.endpoint(job_id).restart_strategy(job_id)
 
-    def set_restart_strategy(self, job_id: str, config: Mapping[str, str]) -> dict[str, Any]:
+    def set_restart_strategy(self, job_id: str, config: Mapping[str, str]) -> JsonObject:
         """Give the job (on the cluster) the strategy of ``config``'s restart-strategy.* keys."""
         return self.cluster.set_restart_strategy(job_id, config)
 
     # ----------------------------------------------------------------- faults
 
-    def inject_job_fault(self, job_id: str, kind: str, **params: Any) -> dict[str, Any]:
+    def inject_job_fault(self, job_id: str, kind: str, **params: JsonScalar) -> JsonObject:
         """A fault aimed at the job's tasks (or a Spark job's workers); its journal entry."""
         return self.endpoint(job_id).inject_job_fault(job_id, kind, **params)
 
-    def inject_cluster_fault(self, kind: str, **params: Any) -> dict[str, Any]:
+    def inject_cluster_fault(self, kind: str, **params: JsonScalar) -> JsonObject:
         """A fault aimed at the cluster (a TaskManager, the storage); its journal entry."""
         return self.cluster.inject_cluster_fault(kind, **params)
 
-    def fault_history(self, job_id: str) -> dict[str, Any]:
+    def fault_history(self, job_id: str) -> JsonObject:
         return self.endpoint(job_id).fault_history(job_id)
 
     def require_spark_job(self, job_id: str, kind: str) -> None:
@@ -254,7 +254,7 @@ class Client:
             raise NotFoundError(f"no Spark job {job_id} is registered in this cluster home: {kind} applies to jobs run with --runner spark",
                                 remedy="see 'flinkpy list -a'; on flinkpy's engine use kill-taskmanager or kill-task")
 
-    def kill_jobmanager(self, *, force: bool = False) -> dict[str, Any]:
+    def kill_jobmanager(self, *, force: bool = False) -> JsonObject:
         """SIGKILL the home's (leading) JobManager; returns ``{"what", "pid", ...}`` of it.
 
         Without high availability its jobs are lost with it: refused unless ``force``.

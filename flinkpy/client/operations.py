@@ -16,9 +16,9 @@ True
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
-from flinkpy.client.rest import RestClient
+from flinkpy.client.rest import JsonObject, RestClient
 from flinkpy.errors import (
     ConflictError,
     JobCanceledError,
@@ -61,7 +61,7 @@ class _Backoff:
         self.poll = min(self.poll * 2, 0.5)
 
 
-def operation_result(doc: dict[str, Any], job_id: str, request_id: str) -> str | None:
+def operation_result(doc: JsonObject, job_id: str, request_id: str) -> str | None:
     """The savepoint's location when the operation completed; None while in progress; raises
     ``SavepointFailedError`` (with the remote stack trace as details) when it failed."""
     if (doc.get("status") or {}).get("id") != "COMPLETED":
@@ -168,11 +168,11 @@ def wait_until_finished(endpoint: RestClient, job_id: str, deadline: Deadline, l
     return str(state)
 
 
-def wait_for_checkpoint(endpoint: RestClient, job_id: str, checkpoint_id: int, deadline: Deadline, timeout: str) -> dict[str, Any]:
+def wait_for_checkpoint(endpoint: RestClient, job_id: str, checkpoint_id: int, deadline: Deadline, timeout: str) -> JsonObject:
     """Poll a triggered checkpoint until it completes; its details document. A failed one is a
     ``ConflictError``, one still running at the deadline an ``OperationTimeoutError``
     (``timeout`` is how the caller spelled the time it gave)."""
-    detail: dict[str, Any] = {}
+    detail: JsonObject = {}
     poll = 0.05
     while not deadline.passed():
         detail = endpoint.checkpoint_details(job_id, checkpoint_id)

@@ -8,11 +8,12 @@ one the job was restored from) are never disposed of, whatever their age.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 from flinkpy.checkpoint.metadata import summarize
 from flinkpy.checkpoint.retention import dispose_files
 from flinkpy.checkpoint.storage import CheckpointStorage, storage_options
+from flinkpy.client.rest import JsonObject
 from flinkpy.client.restore_plan import Snapshot, find_snapshots
 
 
@@ -63,7 +64,7 @@ def prune_savepoints(location: str, job_id: str, keep: int, protect: Iterable[st
     return deleted
 
 
-def list_snapshots(directory: str) -> list[dict[str, Any]]:
+def list_snapshots(directory: str) -> list[JsonObject]:
     """Every checkpoint and savepoint under ``directory``, newest first, each verified (every
     referenced file present with its recorded size and checksum) as one row: path, kind, job
     id and name, checkpoint id, completion time, total size, parallelism per operator,
