@@ -166,22 +166,9 @@ def _print_metadata(dir_url: str, doc: dict[str, Any], summary: dict[str, Any]) 
 
 def _inspect_spark(path: str, spark_reader: bool | None) -> None:
     """The Spark branch of 'inspect' (see flinkpy.spark.checkpoint_inspect)."""
-    import importlib.util
+    from flinkpy.spark.checkpoint_inspect import inspect_with_readers
 
-    from flinkpy.spark.checkpoint_inspect import inspect as inspect_location
-
-    if spark_reader is None:
-        spark_reader = importlib.util.find_spec("pyspark") is not None
-    spark = None
-    if spark_reader:
-        from flinkpy.spark.analysis import spark_session
-
-        spark = spark_session("local[1]", {"spark.sql.shuffle.partitions": "1"}, app_name="flinkpy checkpoint inspect")
-    try:
-        doc = inspect_location(path, spark=spark)
-    finally:
-        if spark is not None:
-            spark.stop()
+    doc = inspect_with_readers(path, spark_reader)
     if session.json:
         emit_json(doc)
         return
