@@ -1,8 +1,9 @@
 """How a command finds its cluster: one rule for every command that talks to a JobManager.
 
 ``-m/--jobmanager`` wins over ``$FLINKPY_JOBMANAGER``, which wins over the cluster recorded in
-the cluster home (``$FLINKPY_HOME`` or ``~/.flinkpy``). The engine is imported lazily so that
-``flinkpy --help`` stays fast.
+the cluster home (``$FLINKPY_HOME`` or ``~/.flinkpy``): ``flinkpy.client.Client.from_environment``
+applies the rule, and the client it returns serves Spark jobs of the home too. The engine is
+imported lazily so that ``flinkpy --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
     from flinkpy.cluster import ClusterHome
     from flinkpy.config import Config
 
-JOBMANAGER_ENV = "FLINKPY_JOBMANAGER"  # flinkpy.client.client.JOBMANAGER_ENV, without importing it for --help
 HOME_ENV = "FLINKPY_HOME"
 
 JOBMANAGER_HELP = "Address of the JobManager (HOST:PORT or http://HOST:PORT); default: $FLINKPY_JOBMANAGER, then the cluster in $FLINKPY_HOME."

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 
-from commands.context import JOBMANAGER_ENV, load_cli_config
+from commands.context import client, load_cli_config
 from commands.output import emit_json, out, status
 from commands.options import Dynamic, JobManager, JsonFlag
 from commands.session import session
@@ -152,12 +151,9 @@ def run(
     if spark_master is not None:
         overrides["spark.master"] = spark_master
     load_cli_config([f"{k}={v}" for k, v in overrides.items()])  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
-    from flinkpy.client.program import run_program
-
     restore = _restore_options(from_savepoint, from_latest, allow_non_restored, claim_mode, overrides)
-    submitted = run_program(
-        path, list(args or []), address=jobmanager or os.environ.get(JOBMANAGER_ENV) or None, parallelism=parallelism,
-        detached=detached, overrides=overrides,
+    submitted = client(jobmanager).run(
+        path, list(args or []), parallelism=parallelism, detached=detached, overrides=overrides,
         job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
         on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
         spark_conf=_spark_conf(spark_conf), **restore,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from flinkpy.client import operations
 from flinkpy.client.operations import Deadline
@@ -30,6 +30,7 @@ from flinkpy.client.rest import JsonObject, JsonScalar, RestClient
 from flinkpy.errors import ClusterUnreachableError, ConflictError, NotFoundError
 
 if TYPE_CHECKING:
+    from flinkpy.client.context import SubmittedJob
     from flinkpy.cluster import ClusterHome
 
 #: names the JobManager to talk to when no address is given explicitly
@@ -129,6 +130,16 @@ class Client:
         return self.cluster.log(component, stdout=stdout, lines=lines)
 
     # ----------------------------------------------------------------- jobs
+
+    def run(self, path: str, args: Sequence[str] = (), **options: Any) -> list[SubmittedJob]:
+        """Run JOB.py, submitting what its ``env.execute()`` builds to this client's cluster (an
+        embedded one when none runs), or to Spark with ``execution.runner: spark`` in
+        ``overrides`` or the configuration. ``options`` are those of
+        :func:`flinkpy.client.program.run_program` (parallelism, detached, overrides,
+        savepoint_path, ...); returns the submitted jobs, with their final state unless detached."""
+        from flinkpy.client.program import run_program
+
+        return run_program(path, list(args), address=self.address, home=self.home, **options)
 
     def list_jobs(self) -> list[JsonObject]:
         """The cluster's jobs ("runner": "local") and the Spark jobs of the home ("runner":

@@ -19,6 +19,7 @@ from flinkpy.client.context import ExecutionContext, PlanCaptured, SubmittedJob,
 from flinkpy.errors import FlinkpyError, InvalidProgramError, JobCanceledError, JobExecutionError, NotFoundError
 
 if TYPE_CHECKING:
+    from flinkpy.cluster import ClusterHome
     from flinkpy.spark.plan import SparkPlan
 
 
@@ -88,19 +89,21 @@ def run_program(
     savepoint_path: str | None = None,
     allow_non_restored_state: bool = False,
     spark_conf: dict[str, str] | None = None,
+    home: ClusterHome | str | Path | None = None,
 ) -> list[SubmittedJob]:
     """Run JOB.py; returns the jobs it submitted (with their final state unless detached).
 
     With ``execution.runner: spark`` the job runs on Spark under a supervising driver process
     (``flinkpy.spark.control_launch``); ``spark_conf`` adds Spark settings.
 
-    ``address`` None means: the cluster running in the cluster home, if any, else an embedded one.
+    ``address`` None means: the cluster running in the cluster home (``home``, else
+    ``$FLINKPY_HOME``), if any, else an embedded one.
     """
     from flinkpy.cluster import ClusterHome, find_cluster
 
     token = None
     leader = None
-    home = ClusterHome.resolve()
+    home = ClusterHome.resolve(home)
     if address is None:
         running = find_cluster(home)
         if running is not None:
