@@ -1,20 +1,19 @@
 """``flinkpy.client.Client`` against a real cluster: the typed calls the CLI stands on.
 
 One cluster (2 TaskManagers x 2 slots) serves the whole module; each test submits its own
-endless even/odd job (checkpoints every 100 ms) with the CLI, drives it through the client
-library in this process, and cancels it before it ends, so no task outlives its test. Waiting
+endless even/odd job (checkpoints every 100 ms) with ``Client.run``, drives it through the
+client library in this process, and cancels it before it ends, so no task outlives its test. Waiting
 is ``wait_for`` with deadlines, or the client's own ``Deadline``.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from conftest import all_gone_after, run_cli, wait_for
+from conftest import all_gone_after, wait_for
 from flinkpy.checkpoint.retention import dispose
 from flinkpy.client.chaos import ChaosEvent, run_chaos
 from flinkpy.client.client import Client
@@ -26,13 +25,13 @@ from test_recovery import ENDLESS_EVEN_ODD, ENDLESS_N
 
 pytestmark = pytest.mark.timeout(180)
 
-FLAGS = (
-    "-D", "execution.checkpointing.interval=100ms",
-    "-D", "restart-strategy.type=fixed-delay",
-    "-D", "restart-strategy.fixed-delay.attempts=1000",
-    "-D", "restart-strategy.fixed-delay.delay=0s",
-    "-D", "execution.checkpointing.tolerable-failed-checkpoints=1000",
-)
+OVERRIDES = {
+    "execution.checkpointing.interval": "100ms",
+    "restart-strategy.type": "fixed-delay",
+    "restart-strategy.fixed-delay.attempts": "1000",
+    "restart-strategy.fixed-delay.delay": "0s",
+    "execution.checkpointing.tolerable-failed-checkpoints": "1000",
+}
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +64,12 @@ def running(client: Client, jid: str) -> bool:
 
 @pytest.fixture
 def job(client: Client, tmp_path: Path) -> Iterator[str]:
-    """An endless job, RUNNING with a completed checkpoint; cancelled (and ended) afterwards."""
+    """An endless job submitted through the client, RUNNING with a completed checkpoint;
+    cancelled (and ended) afterwards."""
     program = tmp_path / "endless.py"
     program.write_text(ENDLESS_EVEN_ODD % ENDLESS_N)
-    res = run_cli("run", "-d", *FLAGS, "--json", str(program))
-    assert res.returncode == 0, res.stderr
-    jid = json.loads(res.stdout)["jobs"][0]["jid"]
+    (submitted,) = client.run(str(program), detached=True, overrides=OVERRIDES)
+    jid = submitted.job_id
     wait_for(lambda: running(client, jid), timeout=30, message=f"job {jid} RUNNING")
     wait_for(lambda: client.checkpoints(jid)["counts"]["completed"] >= 1, timeout=30, message="a completed checkpoint")
     yield jid
