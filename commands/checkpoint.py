@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from commands.errors import PROG
-from commands.options import JobManager, JsonFlag
+from commands.options import JobManager, JsonFlag, timeout_seconds
 from commands.output import emit_json, fmt_size, fmt_time, out, progress
 from commands.session import session
 from flinkpy.errors import ExitCode
@@ -115,6 +115,11 @@ def inspect(
     if session.json:
         emit_json({"path": dir_url, "metadata_path": meta_url, "metadata": doc, "summary": summary})
         return
+    _print_metadata(dir_url, doc, summary)
+
+
+def _print_metadata(dir_url: str, doc: dict[str, Any], summary: dict[str, Any]) -> None:
+    """'inspect' for people: the header lines, then one table row per operator subtask."""
     console = out()
     kind = doc["kind"] + (f" ({doc['savepoint_format']})" if doc.get("savepoint_format") else "")
     duration = doc["completion_timestamp"] - doc["trigger_timestamp"]
@@ -161,22 +166,9 @@ def inspect(
 
 def _inspect_spark(path: str, spark_reader: bool | None) -> None:
     """The Spark branch of 'inspect' (see flinkpy.spark.checkpoint_inspect)."""
-    import importlib.util
+    from flinkpy.spark.checkpoint_inspect import inspect_with_readers
 
-    from flinkpy.spark.checkpoint_inspect import inspect as inspect_location
-
-    if spark_reader is None:
-        spark_reader = importlib.util.find_spec("pyspark") is not None
-    spark = None
-    if spark_reader:
-        from flinkpy.spark.analysis import spark_session
-
-        spark = spark_session("local[1]", {"spark.sql.shuffle.partitions": "1"}, app_name="flinkpy checkpoint inspect")
-    try:
-        doc = inspect_location(path, spark=spark)
-    finally:
-        if spark is not None:
-            spark.stop()
+    doc = inspect_with_readers(path, spark_reader)
     if session.json:
         emit_json(doc)
         return
@@ -311,9 +303,9 @@ def list_(
         flinkpy checkpoint list 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy checkpoint list --json JOB_ID | jq .latest.completed.external_path
     """
-    from commands.context import job_rest_client
+    from commands.context import client
 
-    doc = job_rest_client(jobmanager, job_id).request("GET", f"/jobs/{job_id}/checkpoints", params={"history": history})
+    doc = client(jobmanager).checkpoints(job_id, history)
     if session.json:
         emit_json(doc)
         return
@@ -370,33 +362,15 @@ def trigger(
         flinkpy checkpoint trigger 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         path=$(flinkpy checkpoint trigger --json JOB_ID | jq -r .external_path)
     """
-    import time
+    from commands.context import client as connect
+    from flinkpy.client.operations import Deadline
 
-    from commands.context import rest_client
-    from flinkpy.units import parse_duration_ms
-    from flinkpy.errors import ConflictError, OperationTimeoutError, UsageError
-
-    try:
-        timeout_ms = parse_duration_ms(timeout)
-    except Exception as e:  # noqa: BLE001
-        raise UsageError(f"--timeout {timeout!r} is not a duration", remedy="use e.g. 30s, 10min") from e
-    client = rest_client(jobmanager)
-    cid = client.request("POST", f"/jobs/{job_id}/checkpoints")["checkpoint_id"]
-    deadline = time.monotonic() + timeout_ms / 1000
-    detail: dict[str, Any] = {}
+    timeout_s = timeout_seconds(timeout)
+    client = connect(jobmanager)
+    cid = client.trigger_checkpoint(job_id)
+    deadline = Deadline(timeout_s)
     with progress(f"Waiting for checkpoint {cid} of job {job_id}..."):
-        poll = 0.05
-        while time.monotonic() < deadline:
-            detail = client.request("GET", f"/jobs/{job_id}/checkpoints/details/{cid}")
-            if detail.get("status") in ("COMPLETED", "FAILED"):
-                break
-            time.sleep(poll)
-            poll = min(poll * 2, 0.5)
-    status_ = detail.get("status")
-    if status_ == "FAILED":
-        raise ConflictError(f"checkpoint {cid} of job {job_id} failed: {detail.get('failure_message')}", remedy="see 'flinkpy checkpoint list JOB_ID'")
-    if status_ != "COMPLETED":
-        raise OperationTimeoutError(f"checkpoint {cid} of job {job_id} did not complete within {timeout}", remedy="see 'flinkpy checkpoint list JOB_ID'")
+        detail = client.wait_for_checkpoint(job_id, cid, deadline, timeout)
     if session.json:
         emit_json(detail)
         return

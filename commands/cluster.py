@@ -6,21 +6,24 @@ every later command finds the cluster without being told its address.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from commands.context import cluster_home, load_cli_config, rest_client, token_of
+from commands.context import client, cluster_home, load_cli_config, token_of
 from commands.output import emit_json, out, progress, status
 from commands.options import Dynamic, JobManager, JsonFlag, duration_seconds
 from commands.session import session
 from flinkpy.errors import ClusterUnreachableError
 
+if TYPE_CHECKING:
+    from flinkpy.cluster import ClusterInfo, ProcessInfo
+
 app = typer.Typer(help="Start, stop and inspect a standalone flinkpy cluster on this machine.", no_args_is_help=True)
 
 
-def _process_dict(proc: Any) -> dict[str, Any]:
+def _process_dict(proc: ProcessInfo) -> dict[str, object]:
     return {"id": proc.id, "pid": proc.pid, "log": str(getattr(proc, "log_path", "") or "")}
 
 
@@ -198,8 +201,8 @@ def cluster_status(json_: JsonFlag = False) -> None:
 
     if info.ha is not None and info.leader is None:
         _no_leader(info)
-    client = rest_client_for(info, token_of(home))
-    overview, tms = client.overview(), client.taskmanagers()
+    rest = rest_client_for(info, token_of(home))
+    overview, tms = rest.overview(), rest.taskmanagers()
     zookeeper = None
     if info.ha is not None:
         from flinkpy.cluster.ha import session_of
@@ -246,7 +249,7 @@ def cluster_status(json_: JsonFlag = False) -> None:
     console.print(table)
 
 
-def _no_leader(info: Any) -> None:
+def _no_leader(info: ClusterInfo) -> None:
     """HA cluster with no leader right now: show what is known, then exit 3."""
     from flinkpy.cluster.ha import session_of
 
@@ -284,7 +287,7 @@ def logs(
         flinkpy cluster logs
         flinkpy cluster logs tm-1 --stdout -n 20
     """
-    text = rest_client(jobmanager).log(component, stdout=stdout, lines=lines)
+    text = client(jobmanager).log(component, stdout=stdout, lines=lines)
     if session.json:
         emit_json({"component": component, "stream": "stdout" if stdout else "log", "lines": text.splitlines()})
         return

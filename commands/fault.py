@@ -11,19 +11,19 @@ nothing else is left to ask. Random choices (which subtask, which TaskManager, c
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import time
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from commands.context import job_rest_client, rest_client
+from commands.context import client
 from commands.options import JobManager, JsonFlag, duration_seconds
 from commands.output import emit_json, info, status
 from commands.session import session
-from flinkpy.errors import ConflictError, NotFoundError, UsageError
+from flinkpy.errors import UsageError
+
+if TYPE_CHECKING:
+    from flinkpy.client.rest import JsonObject, JsonScalar
 
 app = typer.Typer(
     help="Inject faults (killed or paused tasks and TaskManagers, exceptions, failed checkpoints, storage outages, slow or broken data channels) through the cluster.",
@@ -49,13 +49,13 @@ def _rng(seed: int | None) -> tuple[int, random.Random]:
     return seed, random.Random(seed)
 
 
-def _inject(jobmanager: str | None, job_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
-    path = f"/jobs/{job_id}/faults" if job_id else "/cluster/faults"
-    client = job_rest_client(jobmanager, job_id) if job_id else rest_client(jobmanager)
-    return client.request("POST", path, body={k: v for k, v in body.items() if v is not None})
+def _pick(seed: int | None) -> tuple[float, int]:
+    """The number that chooses a target among the live ones, and the seed it came from."""
+    used, rng = _rng(seed)
+    return rng.random(), used
 
 
-def _report(entry: dict[str, Any], verb: str, extra: dict[str, Any] | None = None) -> None:
+def _report(entry: JsonObject, verb: str, extra: JsonObject | None = None) -> None:
     from flinkpy.faults import describe_target
 
     if session.json:
@@ -64,12 +64,11 @@ def _report(entry: dict[str, Any], verb: str, extra: dict[str, Any] | None = Non
     info(f"{verb} {describe_target(entry['target'])}")
 
 
-def _job_fault(jobmanager: str | None, job_id: str, kind: str, vertex: str | None, subtask: int | None, seed: int | None, **params: Any) -> tuple[dict[str, Any], int | None]:
+def _job_fault(jobmanager: str | None, job_id: str, kind: str, vertex: str | None, subtask: int | None, seed: int | None, **params: JsonScalar) -> tuple[JsonObject, int | None]:
     pick = used_seed = None
     if vertex is None or subtask is None:
-        used_seed, rng = _rng(seed)
-        pick = rng.random()
-    entry = _inject(jobmanager, job_id, {"kind": kind, "vertex": vertex, "subtask": subtask, "pick": pick, **params})
+        pick, used_seed = _pick(seed)
+    entry = client(jobmanager).inject_job_fault(job_id, kind, vertex=vertex, subtask=subtask, pick=pick, **params)
     return entry, used_seed
 
 
@@ -123,31 +122,13 @@ def kill_executor(job_id: JobId,
         flinkpy fault kill-executor JOB_ID
         flinkpy fault kill-executor JOB_ID --executor 1 --json
     """
-    _require_spark_job(job_id, jobmanager, "kill-executor")
+    c = client(jobmanager)
+    c.require_spark_job(job_id, "kill-executor")
     pick = used = None
     if executor is None:
-        used, rng = _rng(seed)
-        pick = rng.random()
-    entry = _inject(jobmanager, job_id, {"kind": "kill-executor", "executor": executor, "pick": pick})
+        pick, used = _pick(seed)
+    entry = c.inject_job_fault(job_id, "kill-executor", executor=executor, pick=pick)
     _report(entry, "sent SIGKILL to", {"seed": used})
-
-
-def _spark_record(job_id: str, jobmanager: str | None) -> dict[str, Any] | None:
-    """The Spark driver's record of the job in the cluster home (None: not a Spark job here)."""
-    import os
-
-    from commands.context import JOBMANAGER_ENV, cluster_home
-    from flinkpy.spark.control_registry import read_record
-
-    if jobmanager or os.environ.get(JOBMANAGER_ENV):
-        return None
-    return read_record(cluster_home().path, job_id)
-
-
-def _require_spark_job(job_id: str, jobmanager: str | None, kind: str) -> None:
-    if _spark_record(job_id, jobmanager) is None:
-        raise NotFoundError(f"no Spark job {job_id} is registered in this cluster home: {kind} applies to jobs run with --runner spark",
-                            remedy="see 'flinkpy list -a'; on flinkpy's engine use kill-taskmanager or kill-task")
 
 
 @app.command("pause-task")
@@ -209,7 +190,7 @@ def fail_checkpoint(job_id: JobId, count: Annotated[int, typer.Option("--count",
     \b
         flinkpy fault fail-checkpoint JOB_ID --count 2
     """
-    entry = _inject(jobmanager, job_id, {"kind": "fail-checkpoint", "count": count})
+    entry = client(jobmanager).inject_job_fault(job_id, "fail-checkpoint", count=count)
     _report(entry, f"the next {count} checkpoint(s) will be declined by")
 
 
@@ -239,7 +220,7 @@ def network(job_id: JobId,
     """
     if (delay is None) == (not drop_connection):
         raise UsageError("give exactly one of --delay and --drop-connection", remedy="e.g. --delay 200ms, or --drop-connection")
-    params: dict[str, Any] = {"drop": True} if drop_connection else {"delay_ms": _seconds(str(delay), "--delay") * 1000, "seconds": _seconds(for_, "--for")}
+    params: dict[str, JsonScalar] = {"drop": True} if drop_connection else {"delay_ms": _seconds(str(delay), "--delay") * 1000, "seconds": _seconds(for_, "--for")}
     entry, used = _job_fault(jobmanager, job_id, "network", vertex, subtask, seed, **params)
     verb = "dropped the output connections of" if drop_connection else f"delayed each buffer by {delay} for {for_} on the outputs of"
     _report(entry, verb, {"seed": used})
@@ -257,12 +238,10 @@ def kill_taskmanager(tm_id: TmId = None, seed: Seed = None, jobmanager: JobManag
         flinkpy fault kill-taskmanager
         flinkpy fault kill-taskmanager tm-1
     """
-    used = None
-    pick = None
+    used = pick = None
     if tm_id is None:
-        used, rng = _rng(seed)
-        pick = rng.random()
-    entry = _inject(jobmanager, None, {"kind": "kill-taskmanager", "taskmanager": tm_id, "pick": pick})
+        pick, used = _pick(seed)
+    entry = client(jobmanager).inject_cluster_fault("kill-taskmanager", taskmanager=tm_id, pick=pick)
     _report(entry, "killed", {"seed": used})
 
 
@@ -284,9 +263,8 @@ def pause_taskmanager(tm_id: TmId = None, for_: For = "30s", seed: Seed = None, 
     seconds = _seconds(for_, "--for")
     used = pick = None
     if tm_id is None:
-        used, rng = _rng(seed)
-        pick = rng.random()
-    entry = _inject(jobmanager, None, {"kind": "pause-taskmanager", "taskmanager": tm_id, "pick": pick, "seconds": seconds})
+        pick, used = _pick(seed)
+    entry = client(jobmanager).inject_cluster_fault("pause-taskmanager", taskmanager=tm_id, pick=pick, seconds=seconds)
     _report(entry, f"paused for {seconds:g}s", {"seed": used})
 
 
@@ -304,7 +282,7 @@ def storage_outage(for_: For = "20s", jobmanager: JobManager = None, json_: Json
         flinkpy fault storage-outage --for 20s
     """
     seconds = _seconds(for_, "--for")
-    entry = _inject(jobmanager, None, {"kind": "storage-outage", "seconds": seconds})
+    entry = client(jobmanager).inject_cluster_fault("storage-outage", seconds=seconds)
     _report(entry, f"for {seconds:g}s: write failures in")
 
 
@@ -327,33 +305,13 @@ def kill_jobmanager(yes: Annotated[bool, typer.Option("--yes", help="Kill it eve
         flinkpy fault kill-jobmanager
         flinkpy fault kill-jobmanager --yes
     """
-    from commands.context import cluster_home
-    from flinkpy.cluster import find_cluster
-    from flinkpy.errors import ClusterUnreachableError
-
-    cluster = find_cluster(cluster_home())
-    if cluster is None:
-        raise ClusterUnreachableError("no cluster is running in this home", remedy="start one with 'flinkpy cluster start'")
-    if cluster.ha is not None:
-        if cluster.leader is None:
-            raise ClusterUnreachableError("no JobManager leads this cluster right now", remedy="see 'flinkpy cluster status'")
-        target = {"what": "JobManager", "id": cluster.leader["id"], "pid": int(cluster.leader["pid"]), "epoch": cluster.leader["epoch"]}
-        os.kill(target["pid"], signal.SIGKILL)
-        if session.json:
-            emit_json({"kind": "kill-jobmanager", "target": target})
-        else:
-            info(f"killed the leading JobManager {target['id']} (pid {target['pid']}, epoch {target['epoch']}); a standby takes over")
-        return
-    if not yes:
-        raise ConflictError(
-            f"killing the JobManager (pid {cluster.jobmanager_pid}) loses every job of the cluster: it has no high availability",
-            remedy="pass --yes to kill it anyway, or start the cluster with --ha zookeeper",
-        )
-    os.kill(cluster.jobmanager_pid, signal.SIGKILL)
+    target = client(None).kill_jobmanager(force=yes)
     if session.json:
-        emit_json({"kind": "kill-jobmanager", "target": {"what": "JobManager", "pid": cluster.jobmanager_pid}})
+        emit_json({"kind": "kill-jobmanager", "target": target})
+    elif "id" in target:
+        info(f"killed the leading JobManager {target['id']} (pid {target['pid']}, epoch {target['epoch']}); a standby takes over")
     else:
-        info(f"killed the JobManager (pid {cluster.jobmanager_pid}); its jobs are lost")
+        info(f"killed the JobManager (pid {target['pid']}); its jobs are lost")
 
 
 @app.command("history")
@@ -372,7 +330,7 @@ def history(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = Fals
     from commands.output import fmt_time
     from flinkpy.faults import describe_target
 
-    doc = job_rest_client(jobmanager, job_id).request("GET", f"/jobs/{job_id}/faults")
+    doc = client(jobmanager).fault_history(job_id)
     if session.json:
         emit_json(doc)
         return
@@ -409,93 +367,34 @@ def chaos(job_id: JobId,
         flinkpy fault chaos SPARK_JOB_ID --faults kill-task,kill-executor --duration 1m --every 10s
         flinkpy fault chaos JOB_ID --faults kill-task,raise --duration 30s --every 3s
     """
+    from flinkpy.client.chaos import ChaosEvent, run_chaos
     from flinkpy.faults import describe_target
-    from flinkpy.faults.chaos import DEFAULT_KINDS, SPARK_KINDS, plan
+    from flinkpy.faults.chaos import kinds_for, plan
 
-    on_spark = _spark_record(job_id, jobmanager) is not None
-    kinds = [k.strip() for k in faults.split(",") if k.strip()] if faults else list(SPARK_KINDS if on_spark else DEFAULT_KINDS)
-    if on_spark and (other := [k for k in kinds if k not in SPARK_KINDS]):
-        raise UsageError(f"job {job_id} runs on Spark, where {', '.join(other)} cannot be injected",
-                         remedy=f"choose from {', '.join(SPARK_KINDS)}")
-    if not on_spark and "kill-executor" in kinds:
-        raise UsageError(f"kill-executor applies to Spark jobs; job {job_id} is not one registered in this cluster home",
-                         remedy="use kill-taskmanager to lose a machine's worth of tasks on flinkpy's engine")
+    c = client(jobmanager)
+    requested = [k.strip() for k in faults.split(",") if k.strip()] if faults else None
+    kinds = kinds_for(job_id, c.spark_record(job_id) is not None, requested)
     used, _ = _rng(seed)
     try:
         schedule = plan(used, _seconds(duration, "--duration"), _seconds(every, "--every"), kinds)
     except ValueError as e:
         raise UsageError(str(e), remedy="see 'flinkpy fault chaos --help'") from None
-    client = job_rest_client(jobmanager, job_id) if on_spark else rest_client(jobmanager)
-    job = client.job(job_id)
-    restarts_before = job["restarts"]
-    injected: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
-    started = time.monotonic()
-    interrupted = False
-    try:
-        for planned in schedule:
-            _sleep_until(started + planned.at_s)
-            state = client.job(job_id)["state"]
-            if state in ("FINISHED", "FAILED", "CANCELED"):
-                status(f"job {job_id} is {state}: chaos ends")
-                break
-            try:
-                entry = _chaos_fault(client, job_id, planned)
-            except (ConflictError, NotFoundError) as e:
-                skipped.append({"at_s": planned.at_s, "kind": planned.kind, "reason": e.message})
-                status(f"+{planned.at_s:6.2f}s {planned.kind}: skipped ({e.message})")
-                continue
-            injected.append({"at_s": planned.at_s, **entry})
-            status(f"+{planned.at_s:6.2f}s {planned.kind}: {describe_target(entry['target'])}")
-        else:
-            _sleep_until(started + _seconds(duration, "--duration"))
-    except KeyboardInterrupt:
-        interrupted = True
-        status("interrupted: chaos stops")
-    job = client.job(job_id)
-    summary = {
-        "jid": job_id,
-        "seed": used,
-        "planned": len(schedule),
-        "injected": injected,
-        "skipped": skipped,
-        "restarts-observed": job["restarts"] - restarts_before,
-        "state": job["state"],
-        "interrupted": interrupted,
-    }
+
+    def render(event: ChaosEvent) -> None:
+        if event.what == "ended":
+            status(f"job {job_id} is {event.state}: chaos ends")
+        elif event.what == "skipped":
+            status(f"+{event.at_s:6.2f}s {event.kind}: skipped ({event.reason})")
+        elif event.what == "injected" and event.entry is not None:
+            status(f"+{event.at_s:6.2f}s {event.kind}: {describe_target(event.entry['target'])}")
+        elif event.what == "interrupted":
+            status("interrupted: chaos stops")
+
+    summary = run_chaos(c, job_id, schedule, seed=used, duration_s=_seconds(duration, "--duration"), on_event=render)
     if session.json:
-        emit_json(summary)
+        emit_json(summary.to_dict())
     else:
-        info(f"chaos on job {job_id} (seed {used}): {len(injected)} fault(s) injected, {len(skipped)} skipped, "
-             f"{summary['restarts-observed']} restart(s) observed; job {job['state']}")
-    if interrupted:
+        info(f"chaos on job {job_id} (seed {used}): {len(summary.injected)} fault(s) injected, {len(summary.skipped)} skipped, "
+             f"{summary.restarts_observed} restart(s) observed; job {summary.state}")
+    if summary.interrupted:
         raise typer.Exit(130)
-
-
-def _sleep_until(deadline: float) -> None:
-    # a CLI waiting for a wall-clock moment; not synchronisation
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, 0.2))
-
-
-def _chaos_fault(client: Any, job_id: str, planned: Any) -> dict[str, Any]:
-    kind = planned.kind
-    if kind in ("kill-taskmanager", "pause-taskmanager"):
-        if kind == "kill-taskmanager" and len(client.taskmanagers()) < 2:
-            raise ConflictError("only one TaskManager is left", remedy="start more TaskManagers")
-        body: dict[str, Any] = {"kind": kind, "pick": planned.pick}
-        if kind == "pause-taskmanager":
-            body["seconds"] = planned.pause_s
-        return client.request("POST", "/cluster/faults", body=body)
-    body = {"kind": kind, "pick": planned.pick}
-    if kind == "raise":
-        body["after"] = planned.count
-    elif kind == "fail-checkpoint":
-        body = {"kind": kind, "count": planned.count}
-    elif kind == "pause-task":
-        body["seconds"] = planned.pause_s
-    elif kind == "network-delay":
-        body = {"kind": "network", "pick": planned.pick, "delay_ms": 200, "seconds": planned.pause_s}
-    elif kind == "network-drop":
-        body = {"kind": "network", "pick": planned.pick, "drop": True}
-    return client.request("POST", f"/jobs/{job_id}/faults", body=body)

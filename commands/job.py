@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from commands.context import job_rest_client
+from commands.context import client
 from commands.output import emit_json, fmt_duration, fmt_time, out
 from commands.options import JobManager, JsonFlag
 from commands.session import session
+
+if TYPE_CHECKING:
+    from flinkpy.client.rest import JsonObject
 
 app = typer.Typer(help="Inspect one job: its state, its vertices and its exceptions.", no_args_is_help=True)
 
@@ -32,7 +35,7 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
         flinkpy job show 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy job show --json 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b | jq -r .state
     """
-    doc = job_rest_client(jobmanager, job_id).job(job_id)
+    doc = client(jobmanager).job(job_id)
     if session.json:
         emit_json(doc)
         return
@@ -65,7 +68,7 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
             console.print(f"  {fmt_time(event.get('timestamp'))}  {event.get('type')}  {details}", markup=False)
 
 
-def _describe(strategy: dict[str, Any] | None) -> str:
+def _describe(strategy: JsonObject | None) -> str:
     if not strategy:
         return "none"
     rest = ", ".join(f"{k}={v}" for k, v in strategy.items() if k != "type")
@@ -87,13 +90,13 @@ def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = F
         flinkpy job exceptions 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy job exceptions --json 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b | jq '.exceptionHistory.entries | length'
     """
-    doc = job_rest_client(jobmanager, job_id).job_exceptions(job_id)
+    doc = client(jobmanager).job_exceptions(job_id)
     if session.json:
         emit_json(doc)
         return
     console = out()
     root = doc.get("root-exception")
-    entries: list[dict[str, Any]] = (doc.get("exceptionHistory") or {}).get("entries") or []
+    entries: list[JsonObject] = (doc.get("exceptionHistory") or {}).get("entries") or []
     if not root and not entries:
         console.print(f"Job {job_id} has no exceptions.", markup=False)
         return

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from commands.context import cluster_home, job_rest_client, rest_client
+from commands.context import client
 from commands.output import emit_json, fmt_time, out
 from commands.options import JobManager, JsonFlag
 from commands.session import session
+
+if TYPE_CHECKING:
+    from flinkpy.client.rest import JsonObject
 
 app = typer.Typer()
 
@@ -18,42 +21,20 @@ SCHEDULED_STATES = frozenset({"CREATED", "INITIALIZING"})
 TERMINAL_STATES = frozenset({"FINISHED", "CANCELED", "FAILED"})
 
 
-def select_jobs(jobs: list[dict[str, Any]], *, all_: bool, running: bool, scheduled: bool) -> list[dict[str, Any]]:
+def select_jobs(jobs: list[JsonObject], *, all_: bool, running: bool, scheduled: bool) -> list[JsonObject]:
     """Flink's defaults: without flags, running and scheduled jobs; -a everything."""
     if all_:
         return jobs
     if not running and not scheduled:
         running = scheduled = True
 
-    def keep(job: dict[str, Any]) -> bool:
+    def keep(job: JsonObject) -> bool:
         state = job.get("state", "")
         if state in SCHEDULED_STATES:
             return scheduled
         return running and state not in TERMINAL_STATES
 
     return [job for job in jobs if keep(job)]
-
-
-def _all_jobs(jobmanager: str | None) -> list[dict[str, Any]]:
-    """The cluster's jobs ("runner": "local") and, unless -m names a JobManager, the Spark jobs
-    registered in the cluster home ("runner": "spark"); no cluster is fine when Spark jobs exist."""
-    import os
-
-    from commands.context import JOBMANAGER_ENV
-    from flinkpy.errors import ClusterUnreachableError
-
-    spark: list[dict[str, Any]] = []
-    if not (jobmanager or os.environ.get(JOBMANAGER_ENV)):
-        from flinkpy.spark.control_registry import list_records, overview_entry
-
-        spark = [overview_entry(r) for r in list_records(cluster_home().path)]
-    try:
-        jobs = [dict(j, runner=j.get("runner", "local")) for j in rest_client(jobmanager).jobs_overview()]
-    except ClusterUnreachableError:
-        if not spark:
-            raise
-        jobs = []
-    return jobs + spark
 
 
 @app.command("list")
@@ -79,7 +60,7 @@ def list_jobs(
         flinkpy list -a -m 127.0.0.1:8081
         flinkpy list --json | jq -r '.jobs[] | select(.state == "RUNNING") | .jid'
     """
-    jobs = select_jobs(_all_jobs(jobmanager), all_=all_, running=running, scheduled=scheduled)
+    jobs = select_jobs(client(jobmanager).list_jobs(), all_=all_, running=running, scheduled=scheduled)
     jobs.sort(key=lambda j: j.get("start-time") or 0)
     if session.json:
         emit_json({"jobs": jobs})
@@ -117,7 +98,7 @@ def cancel(
         flinkpy cancel 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy list --json | jq -r '.jobs[].jid' | xargs -n1 flinkpy cancel
     """
-    job_rest_client(jobmanager, job_id).cancel_job(job_id)
+    client(jobmanager).cancel(job_id)
     if session.json:
         emit_json({"jid": job_id, "cancel": "requested"})
     else:

@@ -34,3 +34,14 @@ def duration_seconds(text: str, flag: str, *, positive: bool = False) -> float:
     if positive and ms <= 0:
         raise UsageError(f"{flag} must be positive", remedy="use e.g. 30s")
     return ms / 1000.0
+
+
+def timeout_seconds(text: str) -> float:
+    """A --timeout flag in Flink's duration syntax as seconds, or a usage error."""
+    from flinkpy.units import parse_duration_ms
+    from flinkpy.errors import UsageError
+
+    try:
+        return parse_duration_ms(text) / 1000
+    except Exception as e:  # noqa: BLE001
+        raise UsageError(f"--timeout {text!r} is not a duration", remedy="use e.g. 30s, 10min") from e

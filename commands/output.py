@@ -54,6 +54,11 @@ def progress(message: str) -> Iterator[None]:
         yield
 
 
+def savepoint_completed(location: str) -> None:
+    """The line of a completed savepoint (savepoint trigger and status, stop): Flink's words."""
+    out().print(f"Savepoint completed. Path: {location}", markup=False, soft_wrap=True)
+
+
 def fmt_time(ms: int | None) -> str:
     """An epoch-millisecond timestamp as local time, the way Flink's CLI shows start times."""
     if ms is None or ms < 0:

@@ -132,9 +132,9 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
         flinkpy restart-strategy show 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy restart-strategy show --json JOB_ID | jq .restarts
     """
-    from commands.context import job_rest_client
+    from commands.context import client
 
-    doc = job_rest_client(jobmanager, job_id).request("GET", f"/jobs/{job_id}/restart-strategy")
+    doc = client(jobmanager).restart_strategy(job_id)
     if session.json:
         emit_json(doc)
         return
@@ -204,11 +204,11 @@ def set_(
             "--reset-threshold": reset_threshold, "--jitter": jitter, "--attempts-before-reset": attempts_before_reset,
         },
     )
-    from commands.context import rest_client
+    from commands.context import client
 
     # The full key set, defaults included, so the job gets exactly this strategy whatever
     # the cluster's own configuration says.
-    doc = rest_client(jobmanager).request("PUT", f"/jobs/{job_id}/restart-strategy", body={"config": strategy.to_config()})
+    doc = client(jobmanager).set_restart_strategy(job_id, strategy.to_config())
     if session.json:
         emit_json(doc)
         return

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 
-from commands.context import JOBMANAGER_ENV, load_cli_config
+from commands.context import client, load_cli_config
 from commands.output import emit_json, out, status
 from commands.options import Dynamic, JobManager, JsonFlag
 from commands.session import session
 from flinkpy.config import parse_override
-from flinkpy.errors import JobCanceledError, JobExecutionError, NotFoundError, UsageError
+from flinkpy.errors import NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from flinkpy.client.context import SubmittedJob
 
 app = typer.Typer()
 
@@ -33,65 +35,65 @@ def _check_job_file(job: Path) -> str:
     return str(job)
 
 
+Detached = Annotated[bool, typer.Option("-d", "--detached", help="Submit the job and return without waiting for it to finish.")]
+FromSavepoint = Annotated[
+    Optional[str],
+    typer.Option(
+        "-s",
+        "--fromSavepoint",
+        "--from-savepoint",
+        metavar="PATH",
+        help="Restore the job's state from this savepoint or retained checkpoint (its directory, _metadata or an fsspec URL).",
+    ),
+]
+AllowNonRestored = Annotated[
+    bool,
+    typer.Option(
+        "-n",
+        "--allowNonRestoredState",
+        "--allow-non-restored-state",
+        help="With -s: allow state of operators the job no longer has to be dropped instead of refusing to run.",
+    ),
+]
+ClaimMode = Annotated[
+    Optional[str],
+    typer.Option(
+        "--claim-mode",
+        "--claimMode",
+        "-rm",
+        "--restoreMode",
+        metavar="claim|no_claim",
+        help="With -s: who owns a retained checkpoint restored from. no_claim (default): it is left alone and the first checkpoint is full; claim: the job owns it and deletes it once newer checkpoints subsume it (execution.state-recovery.claim-mode).",
+    ),
+]
+FromLatest = Annotated[
+    Optional[str],
+    typer.Option(
+        "--from-latest",
+        metavar="DIR",
+        help="Restore from the newest complete checkpoint or savepoint found under DIR (by completion time).",
+    ),
+]
+Runner = Annotated[
+    Optional[str],
+    typer.Option("--runner", metavar="local|spark", help="Engine to run on: local (flinkpy's own, the default) or spark (Spark Structured Streaming through PySpark); execution.runner."),
+]
+SparkMaster = Annotated[
+    Optional[str],
+    typer.Option("--spark-master", metavar="MASTER", help="With --runner spark: the Spark master, e.g. local[2], spark://HOST:7077, yarn (spark.master; default local[2])."),
+]
+SparkConf = Annotated[
+    Optional[list[str]],
+    typer.Option("--spark-conf", metavar="KEY=VALUE", help="With --runner spark: a Spark setting for the job's SparkSession (repeatable)."),
+]
+
+
 @app.command("run", context_settings=_PASS_THROUGH)
 def run(
-    job: JobFile,
-    args: JobArgs = None,
-    detached: Annotated[bool, typer.Option("-d", "--detached", help="Submit the job and return without waiting for it to finish.")] = False,
-    parallelism: Parallelism = None,
-    from_savepoint: Annotated[
-        Optional[str],
-        typer.Option(
-            "-s",
-            "--fromSavepoint",
-            "--from-savepoint",
-            metavar="PATH",
-            help="Restore the job's state from this savepoint or retained checkpoint (its directory, _metadata or an fsspec URL).",
-        ),
-    ] = None,
-    allow_non_restored: Annotated[
-        bool,
-        typer.Option(
-            "-n",
-            "--allowNonRestoredState",
-            "--allow-non-restored-state",
-            help="With -s: allow state of operators the job no longer has to be dropped instead of refusing to run.",
-        ),
-    ] = False,
-    claim_mode: Annotated[
-        Optional[str],
-        typer.Option(
-            "--claim-mode",
-            "--claimMode",
-            "-rm",
-            "--restoreMode",
-            metavar="claim|no_claim",
-            help="With -s: who owns a retained checkpoint restored from. no_claim (default): it is left alone and the first checkpoint is full; claim: the job owns it and deletes it once newer checkpoints subsume it (execution.state-recovery.claim-mode).",
-        ),
-    ] = None,
-    from_latest: Annotated[
-        Optional[str],
-        typer.Option(
-            "--from-latest",
-            metavar="DIR",
-            help="Restore from the newest complete checkpoint or savepoint found under DIR (by completion time).",
-        ),
-    ] = None,
-    runner: Annotated[
-        Optional[str],
-        typer.Option("--runner", metavar="local|spark", help="Engine to run on: local (flinkpy's own, the default) or spark (Spark Structured Streaming through PySpark); execution.runner."),
-    ] = None,
-    spark_master: Annotated[
-        Optional[str],
-        typer.Option("--spark-master", metavar="MASTER", help="With --runner spark: the Spark master, e.g. local[2], spark://HOST:7077, yarn (spark.master; default local[2])."),
-    ] = None,
-    spark_conf: Annotated[
-        Optional[list[str]],
-        typer.Option("--spark-conf", metavar="KEY=VALUE", help="With --runner spark: a Spark setting for the job's SparkSession (repeatable)."),
-    ] = None,
-    jobmanager: JobManager = None,
-    dynamic: Dynamic = None,
-    json_: JsonFlag = False,
+    job: JobFile, args: JobArgs = None, detached: Detached = False, parallelism: Parallelism = None,
+    from_savepoint: FromSavepoint = None, allow_non_restored: AllowNonRestored = False, claim_mode: ClaimMode = None,
+    from_latest: FromLatest = None, runner: Runner = None, spark_master: SparkMaster = None, spark_conf: SparkConf = None,
+    jobmanager: JobManager = None, dynamic: Dynamic = None, json_: JsonFlag = False,
 ) -> None:
     """Run a job: execute JOB.py, submitting what it builds to a cluster.
 
@@ -149,9 +151,20 @@ def run(
     if spark_master is not None:
         overrides["spark.master"] = spark_master
     load_cli_config([f"{k}={v}" for k, v in overrides.items()])  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
-    from flinkpy.client.program import run_program
+    restore = _restore_options(from_savepoint, from_latest, allow_non_restored, claim_mode, overrides)
+    submitted = client(jobmanager).run(
+        path, list(args or []), parallelism=parallelism, detached=detached, overrides=overrides,
+        job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
+        on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
+        spark_conf=_spark_conf(spark_conf), **restore,
+    )
+    _report_submitted(submitted, detached)
 
-    restore: dict[str, Any] = {}
+
+def _restore_options(from_savepoint: str | None, from_latest: str | None, allow_non_restored: bool, claim_mode: str | None,
+                     overrides: dict[str, str]) -> dict[str, str | bool]:
+    """run_program's restore arguments from -s/--from-latest/-n/--claim-mode (the claim mode
+    goes into ``overrides``); says on stderr which snapshot --from-latest picked."""
     if from_savepoint and from_latest:
         raise UsageError("-s/--fromSavepoint and --from-latest exclude each other", remedy="pass one of them")
     if allow_non_restored and not (from_savepoint or from_latest):
@@ -171,20 +184,13 @@ def run(
             raise UsageError("--claim-mode needs -s PATH or --from-latest DIR", remedy="pass the checkpoint to restore from")
         overrides["execution.state-recovery.claim-mode"] = mode
     if from_savepoint:
-        restore = {"savepoint_path": from_savepoint, "allow_non_restored_state": allow_non_restored}
+        return {"savepoint_path": from_savepoint, "allow_non_restored_state": allow_non_restored}
+    return {}
 
-    submitted = run_program(
-        path,
-        list(args or []),
-        address=jobmanager or os.environ.get(JOBMANAGER_ENV) or None,
-        parallelism=parallelism,
-        detached=detached,
-        overrides=overrides,
-        job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
-        on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
-        spark_conf=_spark_conf(spark_conf),
-        **restore,
-    )
+
+def _report_submitted(submitted: list[SubmittedJob], detached: bool) -> None:
+    """Status lines and the JSON document of the jobs a run submitted; exit 5 or 10 when one
+    of them (waited for) failed or was cancelled."""
     for sub in submitted:
         if detached and sub.state == "CREATED":
             status(f"Job {sub.job_id} waits for slots that other jobs hold (up to slot.request.timeout); "
@@ -194,30 +200,14 @@ def run(
             if sub.net_runtime_ms is not None:
                 status(f"Job Runtime: {sub.net_runtime_ms} ms")
     if session.json:
-        emit_json(
-            {
-                "jobs": [
-                    {"jid": s.job_id, "name": s.name, "state": s.state, "net-runtime": s.net_runtime_ms}
-                    for s in submitted
-                ]
-            }
-        )
+        emit_json({"jobs": [{"jid": s.job_id, "name": s.name, "state": s.state, "net-runtime": s.net_runtime_ms} for s in submitted]})
     if not detached:
+        from flinkpy.client.program import outcome_error
+
         for sub in submitted:
-            if sub.state == "FAILED":
-                cause = sub.failure or {}
-                where = f" in {cause['task']}" if cause.get("task") else ""
-                why = f": {cause.get('class', 'Exception')}: {cause.get('message', '')}".rstrip(": ") if cause else ""
-                raise JobExecutionError(
-                    f"job {sub.job_id} ({sub.name}) failed{where}{why}",
-                    details=cause.get("stack-trace"),
-                    job_id=sub.job_id,
-                    remedy="the task's traceback is printed above"
-                    if sub.embedded
-                    else f"see the traceback with 'flinkpy job exceptions {sub.job_id}'",
-                )
-            if sub.state == "CANCELED":
-                raise JobCanceledError(f"job {sub.job_id} ({sub.name}) was cancelled", remedy="run it again if that was not intended")
+            error = outcome_error(sub)
+            if error is not None:
+                raise error
 
 
 def _spark_conf(items: list[str] | None) -> dict[str, str] | None:
@@ -286,14 +276,9 @@ def info(
 
 
 def _info_spark(path: str, args: list[str], parallelism: int | None) -> None:
-    from flinkpy.errors import InvalidProgramError
-    from flinkpy.spark.capture import capture_job
-    from flinkpy.spark.plan import translate
+    from flinkpy.client.program import spark_plans
 
-    jobs = capture_job(path, args, parallelism=parallelism)
-    if not jobs:
-        raise InvalidProgramError(f"the job program {path} did not call execute()", remedy="build the pipeline and call env.execute()")
-    plans = [translate(job.env, config={}, job_name=job.job_name) for job in jobs]
+    plans = spark_plans(path, args, parallelism=parallelism)
     if session.json:
         emit_json(plans[0].to_dict() if len(plans) == 1 else [p.to_dict() for p in plans])
         return

@@ -8,9 +8,7 @@ directly (any path or fsspec URL) and need no cluster.
 
 from __future__ import annotations
 
-import posixpath
 import sys
-import time
 from typing import Annotated, Any, Optional
 
 import typer
@@ -18,17 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from commands.errors import PROG
-from commands.options import JobManager, JsonFlag
-from commands.output import emit_json, fmt_size, fmt_time, out, progress, status
+from commands.options import JobManager, JsonFlag, timeout_seconds
+from commands.output import emit_json, fmt_size, fmt_time, out, progress, savepoint_completed, status
 from commands.session import session
-from flinkpy.errors import (
-    ConflictError,
-    ExitCode,
-    NotFoundError,
-    OperationTimeoutError,
-    SavepointFailedError,
-    UsageError,
-)
+from flinkpy.errors import ExitCode, NotFoundError, SavepointFailedError, UsageError
 
 app = typer.Typer(
     help="Trigger savepoints of running jobs, follow them, list and dispose of savepoint files, dry-run a restore.",
@@ -43,197 +34,6 @@ PathArg = Annotated[
 ]
 
 _FORMATS = ("canonical", "native")
-
-
-# --------------------------------------------------------------------------- helpers (also used by `stop`)
-
-
-def timeout_s(value: str) -> float:
-    from flinkpy.units import parse_duration_ms
-
-    try:
-        return parse_duration_ms(value) / 1000
-    except Exception as e:  # noqa: BLE001
-        raise UsageError(f"--timeout {value!r} is not a duration", remedy="use e.g. 30s, 10min") from e
-
-
-def _sleep_until(deadline: float, poll: float) -> float:
-    time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
-    return min(poll * 2, 0.5)
-
-
-def _job_state(client: Any, job_id: str) -> str | None:
-    try:
-        return client.job(job_id).get("state")
-    except NotFoundError:
-        return None
-
-
-def operation_result(doc: dict[str, Any], job_id: str, trigger_id: str) -> str | None:
-    """The savepoint's location when the operation completed; None while in progress; raises on failure."""
-    if (doc.get("status") or {}).get("id") != "COMPLETED":
-        return None
-    op = doc.get("operation") or {}
-    if op.get("location"):
-        return str(op["location"])
-    cause = op.get("failure-cause") or {}
-    trace = cause.get("stack-trace") or ""
-    last = next((line.strip() for line in reversed(trace.strip().splitlines()) if line.strip()), "")
-    what = cause.get("class") or "unknown cause"
-    raise SavepointFailedError(
-        f"savepoint {trigger_id} of job {job_id} failed: {last or what}",
-        remedy="see the cause with --debug and the job's exceptions with 'flinkpy job exceptions JOB_ID'",
-        details=trace or None,
-    )
-
-
-def wait_for_savepoint(client: Any, job_id: str, trigger_id: str, deadline: float, what: str = "savepoint") -> str:
-    """Poll the operation until it completes; its location, or SavepointFailedError / timeout."""
-    with progress(f"Waiting for {what} {trigger_id} of job {job_id}..."):
-        poll = 0.05
-        while True:
-            doc = client.request("GET", f"/jobs/{job_id}/savepoints/{trigger_id}")
-            location = operation_result(doc, job_id, trigger_id)
-            if location is not None:
-                return location
-            if time.monotonic() >= deadline:
-                raise OperationTimeoutError(
-                    f"{what} {trigger_id} of job {job_id} did not complete in time",
-                    remedy=f"follow it with 'flinkpy savepoint status {job_id} {trigger_id}', or pass a longer --timeout",
-                )
-            poll = _sleep_until(deadline, poll)
-
-
-def post_operation(client: Any, job_id: str, path: str, body: dict[str, Any], *, if_busy: str, deadline: float) -> str:
-    """POST a savepoint (or stop) request; returns the request id.
-
-    A 409 means the job is not running (always exit 9) or a savepoint is already in progress:
-    with ``if_busy == "wait"`` the request is repeated until it is accepted or the deadline.
-    """
-    poll = 0.05
-    waited = False
-    while True:
-        try:
-            return str(client.request("POST", path, body=body)["request-id"])
-        except ConflictError as exc:
-            state = _job_state(client, job_id)
-            if state is None:
-                raise NotFoundError(f"job {job_id} not found", remedy="list jobs with 'flinkpy list -a'") from None
-            if state != "RUNNING":
-                raise ConflictError(
-                    f"job {job_id} is {state}, not RUNNING: no savepoint can be taken",
-                    remedy="savepoints are taken of running jobs; see 'flinkpy list -a'",
-                ) from None
-            if if_busy != "wait":
-                raise ConflictError(
-                    f"{exc.message}" if "progress" in exc.message else f"a savepoint of job {job_id} is already in progress ({exc.message})",
-                    remedy="wait for it ('flinkpy savepoint status'), or pass --if-busy wait",
-                ) from None
-            if time.monotonic() >= deadline:
-                raise OperationTimeoutError(
-                    f"a savepoint of job {job_id} was still in progress when --timeout ran out",
-                    remedy="pass a longer --timeout",
-                ) from None
-            if not waited:
-                status(f"A savepoint of job {job_id} is in progress; waiting for it to end...")
-                waited = True
-            poll = _sleep_until(deadline, poll)
-
-
-def _norm(url: str) -> str:
-    """A URL or path reduced to the file system path, for comparing two spellings of one directory."""
-    from fsspec.core import url_to_fs
-
-    from flinkpy.checkpoint.storage import storage_options
-
-    try:
-        _, path = url_to_fs(url, **storage_options(url))
-    except Exception:  # noqa: BLE001
-        path = url
-    return path.rstrip("/")
-
-
-def _parent_url(url: str) -> str:
-    head = url.rstrip("/").rpartition("/")[0]
-    return head + "/" if head.endswith(":/") else head
-
-
-def restored_from(client: Any, job_id: str) -> str | None:
-    try:
-        doc = client.request("GET", f"/jobs/{job_id}/checkpoints")
-    except NotFoundError:
-        return None
-    restored = ((doc or {}).get("latest") or {}).get("restored") or {}
-    return restored.get("external_path")
-
-
-def prune_savepoints(location: str, job_id: str, keep: int, protect: list[str]) -> list[str]:
-    """Delete ``job_id``'s savepoints next to ``location`` beyond the newest ``keep``; return what was deleted.
-
-    Only directories directly in the same target directory whose `_metadata` says "savepoint"
-    of this very job are considered; ``location`` itself and every path in ``protect`` are kept.
-    """
-    from flinkpy.checkpoint.storage import CheckpointStorage
-    from flinkpy.client.restore_plan import find_snapshots
-
-    target = _parent_url(location)
-    keep_paths = {_norm(location), *(_norm(p) for p in protect if p)}
-    mine = [
-        s
-        for s in find_snapshots(target, max_depth=2)
-        if s.metadata is not None
-        and s.metadata["kind"] == "savepoint"
-        and s.metadata["job_id"] == job_id
-        and _norm(_parent_url(s.path)) == _norm(target)
-    ]
-    mine.sort(key=lambda s: (s.metadata["completion_timestamp"], s.metadata["checkpoint_id"]), reverse=True)  # type: ignore[index]
-    # The one just made counts among the newest N even if a clock went backwards.
-    newest = [s for s in mine if _norm(s.path) == _norm(location)] + [s for s in mine if _norm(s.path) != _norm(location)]
-    deleted = []
-    for snap in newest[keep:]:
-        if _norm(snap.path) in keep_paths:
-            continue
-        _dispose_files(CheckpointStorage(snap.path), snap.path, snap.metadata)  # type: ignore[arg-type]
-        deleted.append(snap.path)
-    return deleted
-
-
-def _dispose_files(storage: Any, dir_url: str, doc: dict[str, Any]) -> int:
-    """Delete `_metadata` (first: the savepoint stops being one), then the files it references,
-    then the directories left empty. Returns the number of state files deleted."""
-    from flinkpy.checkpoint.metadata import METADATA_FILE, handles
-
-    fs, root = storage._fs(dir_url)
-    storage._fresh(fs)
-    root = root.rstrip("/")
-    fs.rm_file(f"{root}/{METADATA_FILE}")
-    # a Spark savepoint's files (its copied checkpoint location) are listed in its "spark" section
-    spark_files = {h["path"] for h in (doc.get("spark") or {}).get("files", [])}
-    files = sorted({h["path"] for _op, _sub, _kind, h in handles(doc)} | spark_files)
-    removed = 0
-    for rel in files:
-        try:
-            fs.rm_file(f"{root}/{rel}")
-            removed += 1
-        except FileNotFoundError:
-            pass
-    # Sub-directories of state files, deepest first, then the savepoint directory: only when empty.
-    dirs = sorted({posixpath.dirname(f"{root}/{rel}") for rel in files} | {root}, key=len, reverse=True)
-    for d in dirs:
-        if d != root and not d.startswith(root + "/"):
-            continue
-        try:
-            storage._fresh(fs)
-            if fs.isdir(d) and not fs.ls(d, detail=False):
-                fs.rmdir(d)
-        except (FileNotFoundError, OSError):
-            pass
-    storage._fresh(fs)
-    return removed
-
-
-def _completed_line(location: str) -> None:
-    out().print(f"Savepoint completed. Path: {location}", markup=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- cluster commands
@@ -285,33 +85,37 @@ def trigger(
         flinkpy savepoint trigger --detached JOB_ID
         path=$(flinkpy savepoint trigger --json JOB_ID | jq -r .location)
     """
-    from commands.context import job_rest_client
+    from commands.context import client as connect
+    from flinkpy.client.operations import Deadline
 
     fmt = type_.lower()
     if fmt not in _FORMATS:
         raise UsageError(f"--type {type_!r} is not a savepoint format", remedy="use canonical or native")
     if if_busy not in ("fail", "wait"):
         raise UsageError(f"--if-busy {if_busy!r} is not fail or wait", remedy="use --if-busy fail or --if-busy wait")
-    deadline = time.monotonic() + timeout_s(timeout)
-    client = job_rest_client(jobmanager, job_id)
-    body = {"target-directory": target_dir, "formatType": fmt.upper(), "cancel-job": False}
-    trigger_id = post_operation(client, job_id, f"/jobs/{job_id}/savepoints", body, if_busy=if_busy, deadline=deadline)
+    deadline = Deadline(timeout_seconds(timeout))
+    client = connect(jobmanager)
+    trigger_id = client.trigger_savepoint(
+        job_id, target_dir, format_type=fmt.upper(), deadline=deadline, if_busy=if_busy,
+        on_busy=lambda: status(f"A savepoint of job {job_id} is in progress; waiting for it to end..."),
+    )
     if detached:
         if session.json:
             emit_json({"jid": job_id, "request-id": trigger_id, "status": "IN_PROGRESS"})
         else:
             out().print(trigger_id, markup=False)
         return
-    location = wait_for_savepoint(client, job_id, trigger_id, deadline)
+    with progress(f"Waiting for savepoint {trigger_id} of job {job_id}..."):
+        location = client.wait_for_savepoint(job_id, trigger_id, deadline)
     disposed: list[str] = []
     if keep is not None:
-        disposed = prune_savepoints(location, job_id, keep, [restored_from(client, job_id) or ""])
+        disposed = client.prune_savepoints(job_id, location, keep)
         for path in disposed:
             status(f"Disposed of older savepoint {path}")
     if session.json:
         emit_json({"jid": job_id, "request-id": trigger_id, "status": "COMPLETED", "location": location, "disposed": disposed})
     else:
-        _completed_line(location)
+        savepoint_completed(location)
 
 
 @app.command("status")
@@ -336,22 +140,23 @@ def status_(
         flinkpy savepoint status JOB_ID 1b2c3d4e5f60
         flinkpy savepoint status --json JOB_ID TRIGGER_ID | jq -r .status.id
     """
-    from commands.context import job_rest_client
+    from commands.context import client as connect
 
-    doc = job_rest_client(jobmanager, job_id).request("GET", f"/jobs/{job_id}/savepoints/{trigger_id}")
+    client = connect(jobmanager)
+    doc = client.savepoint_status(job_id, trigger_id)
     if session.json:
         emit_json(doc)
         try:
-            operation_result(doc, job_id, trigger_id)
+            client.savepoint_location(doc, job_id, trigger_id)
         except SavepointFailedError as exc:
             sys.stderr.write(f"{PROG}: error: {exc.message}\n")
             raise typer.Exit(ExitCode.SAVEPOINT_FAILED) from None
         return
-    location = operation_result(doc, job_id, trigger_id)
+    location = client.savepoint_location(doc, job_id, trigger_id)
     if location is None:
         out().print(f"Savepoint {trigger_id} of job {job_id} is in progress.", markup=False)
     else:
-        _completed_line(location)
+        savepoint_completed(location)
 
 
 # --------------------------------------------------------------------------- offline commands
@@ -380,21 +185,13 @@ def dispose(
         flinkpy savepoint dispose /var/flinkpy/savepoints/savepoint-3f2a9c-1b2c3d4e5f60
         flinkpy savepoint dispose s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60
     """
-    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.checkpoint.retention import dispose as dispose_savepoint
 
-    storage = CheckpointStorage(path)
-    dir_url, _ = storage.locate(path)
-    doc = storage.read_metadata(path)
-    if doc["kind"] != "savepoint" and not force:
-        raise ConflictError(
-            f"{dir_url} is a retained checkpoint ({doc['checkpoint_id']} of job {doc['job_id']}), not a savepoint",
-            remedy="pass --force to dispose of it anyway",
-        )
-    removed = _dispose_files(storage, dir_url, doc)
+    done = dispose_savepoint(path, force=force)
     if session.json:
-        emit_json({"path": dir_url, "kind": doc["kind"], "job_id": doc["job_id"], "checkpoint_id": doc["checkpoint_id"], "files_deleted": removed})
+        emit_json(done.to_dict())
     else:
-        out().print(f"Disposed of {doc['kind']} {dir_url} ({removed} state file(s) and _metadata).", markup=False)
+        out().print(f"Disposed of {done.kind} {done.path} ({done.files_deleted} state file(s) and _metadata).", markup=False)
 
 
 def _default_list_dir() -> str:
@@ -436,36 +233,10 @@ def list_(
         flinkpy savepoint list
         flinkpy savepoint list s3://bucket/savepoints --json | jq -r '.snapshots[0].path'
     """
-    from flinkpy.checkpoint.metadata import summarize
-    from flinkpy.checkpoint.storage import CheckpointStorage
-    from flinkpy.client.restore_plan import find_snapshots
+    from flinkpy.client.savepoints import list_snapshots
 
     root = directory or _default_list_dir()
-    rows = []
-    for snap in find_snapshots(root):
-        doc = snap.metadata
-        if doc is None:
-            rows.append(
-                {"path": snap.path, "kind": None, "job_id": None, "job_name": None, "checkpoint_id": None, "completion_timestamp": None,
-                 "total_size": None, "parallelism": {}, "restorable": False, "problems": [snap.problem]}
-            )
-            continue
-        report = CheckpointStorage(snap.path).verify(snap.path)
-        rows.append(
-            {
-                "path": snap.path,
-                "kind": doc["kind"],
-                "job_id": doc["job_id"],
-                "job_name": doc["job_name"],
-                "checkpoint_id": doc["checkpoint_id"],
-                "completion_timestamp": doc["completion_timestamp"],
-                "total_size": summarize(doc)["total_size"],
-                "parallelism": {(op.get("uid") or op["name"] or op["operator_id"]): op["parallelism"] for op in doc["operators"]},
-                "restorable": report.restorable,
-                "problems": [str(p) for p in report.problems],
-            }
-        )
-    rows.sort(key=lambda r: r["completion_timestamp"] or 0, reverse=True)
+    rows = list_snapshots(root)
     if session.json:
         emit_json({"dir": root, "snapshots": rows})
         return

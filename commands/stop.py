@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Optional
 
 import typer
 
-from commands.options import JobManager, JsonFlag
-from commands.output import emit_json, out, progress, status
-from commands.savepoint import post_operation, timeout_s, wait_for_savepoint
+from commands.options import JobManager, JsonFlag, timeout_seconds
+from commands.output import emit_json, progress, savepoint_completed, status
 from commands.session import session
-from flinkpy.errors import JobCanceledError, JobExecutionError, OperationTimeoutError
 
 app = typer.Typer()
 
@@ -52,33 +49,18 @@ def stop(
         flinkpy stop --savepoint-path s3://bucket/savepoints --drain JOB_ID
         path=$(flinkpy stop --json JOB_ID | jq -r .location)
     """
-    from commands.context import job_rest_client
+    from commands.context import client as connect
+    from flinkpy.client.operations import Deadline
 
-    deadline = time.monotonic() + timeout_s(timeout)
-    client = job_rest_client(jobmanager, job_id)
-    body = {"targetDirectory": savepoint_path, "drain": drain}
-    request_id = post_operation(client, job_id, f"/jobs/{job_id}/stop", body, if_busy="fail", deadline=deadline)
-    location = wait_for_savepoint(client, job_id, request_id, deadline, what="stop-with-savepoint")
+    deadline = Deadline(timeout_seconds(timeout))
+    client = connect(jobmanager)
+    request_id = client.stop_with_savepoint(job_id, savepoint_path, drain=drain, deadline=deadline)
+    with progress(f"Waiting for stop-with-savepoint {request_id} of job {job_id}..."):
+        location = client.wait_for_savepoint(job_id, request_id, deadline, what="stop-with-savepoint")
     if not session.json:
-        out().print(f"Savepoint completed. Path: {location}", markup=False, soft_wrap=True)
-    state = None
+        savepoint_completed(location)
     with progress(f"Waiting for job {job_id} to finish..."):
-        poll = 0.05
-        while True:
-            state = client.job(job_id).get("state")
-            if state in ("FINISHED", "FAILED", "CANCELED"):
-                break
-            if time.monotonic() >= deadline:
-                raise OperationTimeoutError(
-                    f"job {job_id} is still {state} after its final savepoint {location}",
-                    remedy="check it with 'flinkpy job show JOB_ID'",
-                )
-            time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
-            poll = min(poll * 2, 0.5)
-    if state == "FAILED":
-        raise JobExecutionError(f"job {job_id} failed after its final savepoint {location}", job_id=job_id, remedy=f"see 'flinkpy job exceptions {job_id}'")
-    if state == "CANCELED":
-        raise JobCanceledError(f"job {job_id} was cancelled after its final savepoint {location}")
+        state = client.wait_until_finished(job_id, deadline, location)
     if session.json:
         emit_json({"jid": job_id, "request-id": request_id, "location": location, "state": state})
     status(f"Job {job_id} has finished.")

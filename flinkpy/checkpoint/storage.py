@@ -171,6 +171,12 @@ class CheckpointStorage:
         fs.invalidate_cache()
         return fs
 
+    def filesystem(self, url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The file system holding ``url`` and the path in it, with listings not cached: for
+        callers that walk or delete snapshot files themselves (retention, listings)."""
+        fs, path = self._fs(url)
+        return self._fresh(fs), path
+
     def job_dir(self, job_id: str) -> str:
         """URL of the directory holding a job's checkpoints."""
         return f"{self.base_url.rstrip('/')}/{job_id}"

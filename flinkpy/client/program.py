@@ -13,10 +13,14 @@ import runpy
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.client.context import ExecutionContext, PlanCaptured, SubmittedJob, execution_context
 from flinkpy.errors import FlinkpyError, InvalidProgramError, JobCanceledError, JobExecutionError, NotFoundError
+
+if TYPE_CHECKING:
+    from flinkpy.cluster import ClusterHome
+    from flinkpy.spark.plan import SparkPlan
 
 
 def _compile_check(path: Path) -> None:
@@ -85,19 +89,21 @@ def run_program(
     savepoint_path: str | None = None,
     allow_non_restored_state: bool = False,
     spark_conf: dict[str, str] | None = None,
+    home: ClusterHome | str | Path | None = None,
 ) -> list[SubmittedJob]:
     """Run JOB.py; returns the jobs it submitted (with their final state unless detached).
 
     With ``execution.runner: spark`` the job runs on Spark under a supervising driver process
     (``flinkpy.spark.control_launch``); ``spark_conf`` adds Spark settings.
 
-    ``address`` None means: the cluster running in the cluster home, if any, else an embedded one.
+    ``address`` None means: the cluster running in the cluster home (``home``, else
+    ``$FLINKPY_HOME``), if any, else an embedded one.
     """
     from flinkpy.cluster import ClusterHome, find_cluster
 
     token = None
     leader = None
-    home = ClusterHome.resolve()
+    home = ClusterHome.resolve(home)
     if address is None:
         running = find_cluster(home)
         if running is not None:
@@ -156,6 +162,35 @@ def plan_program(path: str, args: list[str], *, parallelism: int | None = None) 
         f"the job program {path} did not call execute()",
         remedy="build the pipeline and call env.execute()",
     )
+
+
+def spark_plans(path: str, args: list[str], *, parallelism: int | None = None) -> list[SparkPlan]:
+    """Run JOB.py up to its execute() calls and translate each job for Spark, running nothing
+    (``InvalidProgramError`` naming the operator Spark cannot run with the same results)."""
+    from flinkpy.spark.capture import capture_job
+    from flinkpy.spark.plan import translate
+
+    jobs = capture_job(path, args, parallelism=parallelism)
+    if not jobs:
+        raise InvalidProgramError(f"the job program {path} did not call execute()", remedy="build the pipeline and call env.execute()")
+    return [translate(job.env, config={}, job_name=job.job_name) for job in jobs]
+
+
+def outcome_error(job: SubmittedJob) -> FlinkpyError | None:
+    """The error a job that was waited for ended with (FAILED: its cause; CANCELED), else None."""
+    if job.state == "FAILED":
+        cause = job.failure or {}
+        where = f" in {cause['task']}" if cause.get("task") else ""
+        why = f": {cause.get('class', 'Exception')}: {cause.get('message', '')}".rstrip(": ") if cause else ""
+        return JobExecutionError(
+            f"job {job.job_id} ({job.name}) failed{where}{why}",
+            details=cause.get("stack-trace"),
+            job_id=job.job_id,
+            remedy="the task's traceback is printed above" if job.embedded else f"see the traceback with 'flinkpy job exceptions {job.job_id}'",
+        )
+    if job.state == "CANCELED":
+        return JobCanceledError(f"job {job.job_id} ({job.name}) was cancelled", remedy="run it again if that was not intended")
+    return None
 
 
 def _config(home: Any, overrides: dict[str, str]) -> dict[str, str]:

@@ -28,6 +28,11 @@ from flinkpy.errors import (
     OperationTimeoutError,
 )
 
+#: a JSON object as the REST API sends it: Flink's field names, values as JSON decodes them
+JsonObject = dict[str, Any]
+#: a value of a request's parameter (a fault's, a query's)
+JsonScalar = str | int | float | bool | None
+
 _STATUS_ERRORS: dict[int, type[FlinkpyError]] = {
     401: AuthenticationError,
     403: AuthenticationError,
@@ -76,8 +81,8 @@ class RestClient:
         method: str,
         path: str,
         *,
-        params: Mapping[str, Any] | None = None,
-        body: bytes | dict[str, Any] | None = None,
+        params: Mapping[str, JsonScalar] | None = None,
+        body: bytes | JsonObject | None = None,
         timeout: float | None = None,
     ) -> Any:
         """Send one request; returns parsed JSON, or text for ``text/plain`` answers."""
@@ -96,7 +101,7 @@ class RestClient:
             if found:
                 self.address = normalize_address(found)
 
-    def _request_once(self, method: str, path: str, *, params: Mapping[str, Any] | None, body: bytes | dict[str, Any] | None, timeout: float | None) -> Any:
+    def _request_once(self, method: str, path: str, *, params: Mapping[str, JsonScalar] | None, body: bytes | JsonObject | None, timeout: float | None) -> Any:
         url = self.address + path
         if params:
             url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
@@ -150,10 +155,10 @@ class RestClient:
 
     # ------------------------------------------------------------------ cluster
 
-    def overview(self) -> dict[str, Any]:
+    def overview(self) -> JsonObject:
         return self.request("GET", "/overview")
 
-    def taskmanagers(self) -> list[dict[str, Any]]:
+    def taskmanagers(self) -> list[JsonObject]:
         return self.request("GET", "/taskmanagers").get("taskmanagers", [])
 
     def log(self, component: str, stdout: bool = False, lines: int = 100) -> str:
@@ -168,16 +173,16 @@ class RestClient:
 
     # ------------------------------------------------------------------ jobs
 
-    def jobs_overview(self) -> list[dict[str, Any]]:
+    def jobs_overview(self) -> list[JsonObject]:
         return self.request("GET", "/jobs/overview").get("jobs", [])
 
-    def job(self, jid: str) -> dict[str, Any]:
+    def job(self, jid: str) -> JsonObject:
         return self.request("GET", f"/jobs/{_quote(jid)}")
 
-    def job_exceptions(self, jid: str) -> dict[str, Any]:
+    def job_exceptions(self, jid: str) -> JsonObject:
         return self.request("GET", f"/jobs/{_quote(jid)}/exceptions")
 
-    def execution_result(self, jid: str, timeout_s: float) -> dict[str, Any]:
+    def execution_result(self, jid: str, timeout_s: float) -> JsonObject:
         """One long poll: the server answers when the job ends or after ``timeout_s``."""
         return self.request(
             "GET",
@@ -186,7 +191,7 @@ class RestClient:
             timeout=timeout_s + self.timeout_s,
         )
 
-    def wait_for_job(self, jid: str, timeout_s: float | None = None, *, poll_s: float = 30) -> dict[str, Any]:
+    def wait_for_job(self, jid: str, timeout_s: float | None = None, *, poll_s: float = 30) -> JsonObject:
         """Block until the job is globally terminal; returns its ``job-execution-result``."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -205,6 +210,61 @@ class RestClient:
 
     def submit_job(self, payload: bytes) -> str:
         return self.request("POST", "/jobs", body=payload)["jobid"]
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoints(self, jid: str, history: int | None = None) -> JsonObject:
+        """Flink's checkpoint statistics: counts, the latest ones and the newest ``history``."""
+        params = None if history is None else {"history": history}
+        return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints", params=params)
+
+    def checkpoint_details(self, jid: str, checkpoint_id: int) -> JsonObject:
+        return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints/details/{checkpoint_id}")
+
+    def trigger_checkpoint(self, jid: str) -> int:
+        """Ask for a checkpoint now; its id (follow it with :meth:`checkpoint_details`)."""
+        return int(self.request("POST", f"/jobs/{_quote(jid)}/checkpoints")["checkpoint_id"])
+
+    # ------------------------------------------------------------------ savepoints and stop
+
+    def trigger_savepoint(self, jid: str, target_dir: str | None, *, format_type: str = "CANONICAL") -> str:
+        """Ask for a savepoint; the request id of the asynchronous operation."""
+        body = {"target-directory": target_dir, "formatType": format_type, "cancel-job": False}
+        return str(self.request("POST", f"/jobs/{_quote(jid)}/savepoints", body=body)["request-id"])
+
+    def stop_with_savepoint(self, jid: str, target_dir: str | None, *, drain: bool = False) -> str:
+        """Ask for a final savepoint after which the job finishes; the request id."""
+        body = {"targetDirectory": target_dir, "drain": drain}
+        return str(self.request("POST", f"/jobs/{_quote(jid)}/stop", body=body)["request-id"])
+
+    def savepoint_status(self, jid: str, request_id: str) -> JsonObject:
+        """The operation document of a savepoint or stop request: ``{"status": {"id"}, "operation"}``."""
+        return self.request("GET", f"/jobs/{_quote(jid)}/savepoints/{_quote(request_id)}")
+
+    # ------------------------------------------------------------------ restart strategies
+
+    def restart_strategy(self, jid: str) -> JsonObject:
+        return self.request("GET", f"/jobs/{_quote(jid)}/restart-strategy")
+
+    def set_restart_strategy(self, jid: str, config: Mapping[str, str]) -> JsonObject:
+        """Replace the job's restart strategy with the one ``config`` (restart-strategy.* keys) gives."""
+        return self.request("PUT", f"/jobs/{_quote(jid)}/restart-strategy", body={"config": dict(config)})
+
+    # ------------------------------------------------------------------ faults
+
+    def inject_job_fault(self, jid: str, kind: str, **params: JsonScalar) -> JsonObject:
+        """Inject a fault into one job's tasks (None parameters are left out); its journal entry."""
+        body = {"kind": kind, **{k: v for k, v in params.items() if v is not None}}
+        return self.request("POST", f"/jobs/{_quote(jid)}/faults", body=body)
+
+    def inject_cluster_fault(self, kind: str, **params: JsonScalar) -> JsonObject:
+        """Inject a fault into the cluster (TaskManagers, storage); its journal entry."""
+        body = {"kind": kind, **{k: v for k, v in params.items() if v is not None}}
+        return self.request("POST", "/cluster/faults", body=body)
+
+    def fault_history(self, jid: str) -> JsonObject:
+        """The job's fault journal: ``{"jid", "faults": [...]}``."""
+        return self.request("GET", f"/jobs/{_quote(jid)}/faults")
 
 
 def _quote(segment: str) -> str:

@@ -57,8 +57,7 @@ def find_snapshots(directory: str, *, max_depth: int = DEFAULT_DEPTH) -> list[Sn
     read is listed with its problem rather than skipped.
     """
     storage = CheckpointStorage(directory)
-    fs, root = storage._fs(directory)
-    storage._fresh(fs)
+    fs, root = storage.filesystem(directory)
     if not fs.exists(root):
         raise NotFoundError(f"no directory {directory}", remedy="pass a directory that holds checkpoints or savepoints")
     if fs.isfile(root):

@@ -1,6 +1,6 @@
 """The chaos schedule: random faults at random moments, the same for the same seed.
 
-Pure: no clock, no cluster. The ``flinkpy fault chaos`` command walks the schedule, waiting
+Pure: no clock, no cluster. :mod:`flinkpy.client.chaos` walks the schedule, waiting
 for each fault's moment, and resolves ``pick`` to a live target with
 :func:`flinkpy.faults.choose` (targets depend on the cluster at that moment; the choice among
 them does not).
@@ -74,3 +74,45 @@ def plan(seed: int, duration_s: float, every_s: float, kinds: Sequence[str]) -> 
         pause = round(rng.uniform(0.1, 0.5) * every_s, 2)
         out.append(PlannedFault(round(at, 3), kind, pick, count, pause))
     return out
+
+
+def kinds_for(job_id: str, on_spark: bool, requested: Sequence[str] | None) -> list[str]:
+    """The kinds a chaos run on ``job_id`` draws from: ``requested``, or the default of the
+    job's runner. A kind the runner cannot take is refused (``UsageError``): a Spark job takes
+    only :data:`SPARK_KINDS`, and kill-executor needs a Spark job."""
+    from flinkpy.errors import UsageError
+
+    kinds = list(requested) if requested else list(SPARK_KINDS if on_spark else DEFAULT_KINDS)
+    if on_spark and (other := [k for k in kinds if k not in SPARK_KINDS]):
+        raise UsageError(f"job {job_id} runs on Spark, where {', '.join(other)} cannot be injected",
+                         remedy=f"choose from {', '.join(SPARK_KINDS)}")
+    if not on_spark and "kill-executor" in kinds:
+        raise UsageError(f"kill-executor applies to Spark jobs; job {job_id} is not one registered in this cluster home",
+                         remedy="use kill-taskmanager to lose a machine's worth of tasks on flinkpy's engine")
+    return kinds
+
+
+def fault_request(planned: PlannedFault) -> tuple[str, dict[str, Any]]:
+    """Where a planned fault goes ("cluster" or "job") and the request's body.
+
+    >>> fault_request(PlannedFault(1.0, "network-drop", 0.5, 3, 0.2))
+    ('job', {'kind': 'network', 'pick': 0.5, 'drop': True})
+    """
+    kind = planned.kind
+    if kind in ("kill-taskmanager", "pause-taskmanager"):
+        body: dict[str, Any] = {"kind": kind, "pick": planned.pick}
+        if kind == "pause-taskmanager":
+            body["seconds"] = planned.pause_s
+        return "cluster", body
+    body = {"kind": kind, "pick": planned.pick}
+    if kind == "raise":
+        body["after"] = planned.count
+    elif kind == "fail-checkpoint":
+        body = {"kind": kind, "count": planned.count}
+    elif kind == "pause-task":
+        body["seconds"] = planned.pause_s
+    elif kind == "network-delay":
+        body = {"kind": "network", "pick": planned.pick, "delay_ms": 200, "seconds": planned.pause_s}
+    elif kind == "network-drop":
+        body = {"kind": "network", "pick": planned.pick, "drop": True}
+    return "job", body

@@ -103,6 +103,25 @@ def inspect(path: str, *, spark: Any = None) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the logs
 
 
+def inspect_with_readers(path: str, spark_reader: bool | None = None) -> dict[str, Any]:
+    """:func:`inspect`, with Spark's state readers on a local Spark started for it (and stopped
+    after) when ``spark_reader`` is True, or None and PySpark is installed."""
+    import importlib.util
+
+    if spark_reader is None:
+        spark_reader = importlib.util.find_spec("pyspark") is not None
+    spark = None
+    if spark_reader:
+        from flinkpy.spark.analysis import spark_session
+
+        spark = spark_session("local[1]", {"spark.sql.shuffle.partitions": "1"}, app_name="flinkpy checkpoint inspect")
+    try:
+        return inspect(path, spark=spark)
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
 def _json(text: str) -> Any:
     try:
         return json.loads(text)

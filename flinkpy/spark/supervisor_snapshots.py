@@ -213,7 +213,7 @@ def write_savepoint(location: str, target_dir: str, doc: dict[str, Any], *, job_
 
     url = savepoint_dir(target_dir, job_id)
     storage = CheckpointStorage(url)
-    fs, path = storage._fs(url)
+    fs, path = storage.filesystem(url)
     fs.makedirs(path, exist_ok=True)
     fs.put(location.rstrip("/") + "/", f"{path.rstrip('/')}/{SPARK_DIR}", recursive=True)
     storage.write_metadata_in(url, doc)
@@ -269,7 +269,7 @@ def restore_savepoint(directory: str, doc: dict[str, Any], location: str) -> Non
     from flinkpy.checkpoint.storage import CheckpointStorage
 
     storage = CheckpointStorage(directory)
-    fs, root = storage._fs(directory)
+    fs, root = storage.filesystem(directory)
     if os.path.exists(location) and os.listdir(location):
         raise InvalidProgramError(f"the checkpoint location {location} is not empty", remedy="restore into a new job")
     os.makedirs(os.path.dirname(location.rstrip("/")), exist_ok=True)

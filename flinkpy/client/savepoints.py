@@ -1,0 +1,98 @@
+"""Savepoints on storage: listing them with their health, and keeping only the newest N.
+
+Both work on files alone (any path or fsspec URL), no cluster needed. Retention is deliberately
+narrow: only directories directly in the target directory whose `_metadata` says "savepoint"
+of this very job are candidates; the savepoint just taken and the ones named as protected (the
+one the job was restored from) are never disposed of, whatever their age.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from flinkpy.checkpoint.metadata import summarize
+from flinkpy.checkpoint.retention import dispose_files
+from flinkpy.checkpoint.storage import CheckpointStorage, storage_options
+from flinkpy.client.rest import JsonObject
+from flinkpy.client.restore_plan import Snapshot, find_snapshots
+
+
+def _norm(url: str) -> str:
+    """A URL or path reduced to the file system path, for comparing two spellings of one directory."""
+    from fsspec.core import url_to_fs
+
+    try:
+        _, path = url_to_fs(url, **storage_options(url))
+    except Exception:  # noqa: BLE001 - an unknown protocol: compare the spelling itself
+        path = url
+    return str(path).rstrip("/")
+
+
+def _parent_url(url: str) -> str:
+    head = url.rstrip("/").rpartition("/")[0]
+    return head + "/" if head.endswith(":/") else head
+
+
+def _completed(snap: Snapshot) -> tuple[int, int]:
+    doc = snap.metadata or {}
+    return int(doc.get("completion_timestamp") or 0), int(doc.get("checkpoint_id") or 0)
+
+
+def prune_savepoints(location: str, job_id: str, keep: int, protect: Iterable[str | None] = ()) -> list[str]:
+    """Dispose of ``job_id``'s savepoints next to ``location`` beyond the newest ``keep``;
+    returns the paths disposed of, newest first."""
+    target = _parent_url(location)
+    here = _norm(location)
+    keep_paths = {here, *(_norm(p) for p in protect if p)}
+    mine = [
+        s
+        for s in find_snapshots(target, max_depth=2)
+        if s.metadata is not None
+        and s.metadata["kind"] == "savepoint"
+        and s.metadata["job_id"] == job_id
+        and _norm(_parent_url(s.path)) == _norm(target)
+    ]
+    mine.sort(key=_completed, reverse=True)
+    # The one just made counts among the newest N even if a clock went backwards.
+    newest = [s for s in mine if _norm(s.path) == here] + [s for s in mine if _norm(s.path) != here]
+    deleted = []
+    for snap in newest[keep:]:
+        if _norm(snap.path) in keep_paths or snap.metadata is None:
+            continue
+        dispose_files(CheckpointStorage(snap.path), snap.path, snap.metadata)
+        deleted.append(snap.path)
+    return deleted
+
+
+def list_snapshots(directory: str) -> list[JsonObject]:
+    """Every checkpoint and savepoint under ``directory``, newest first, each verified (every
+    referenced file present with its recorded size and checksum) as one row: path, kind, job
+    id and name, checkpoint id, completion time, total size, parallelism per operator,
+    restorable and its problems. A `_metadata` that cannot be read is a row that is not
+    restorable, with its problem."""
+    rows = []
+    for snap in find_snapshots(directory):
+        doc = snap.metadata
+        if doc is None:
+            rows.append(
+                {"path": snap.path, "kind": None, "job_id": None, "job_name": None, "checkpoint_id": None, "completion_timestamp": None,
+                 "total_size": None, "parallelism": {}, "restorable": False, "problems": [snap.problem]}
+            )
+            continue
+        report = CheckpointStorage(snap.path).verify(snap.path)
+        rows.append(
+            {
+                "path": snap.path,
+                "kind": doc["kind"],
+                "job_id": doc["job_id"],
+                "job_name": doc["job_name"],
+                "checkpoint_id": doc["checkpoint_id"],
+                "completion_timestamp": doc["completion_timestamp"],
+                "total_size": summarize(doc)["total_size"],
+                "parallelism": {(op.get("uid") or op["name"] or op["operator_id"]): op["parallelism"] for op in doc["operators"]},
+                "restorable": report.restorable,
+                "problems": [str(p) for p in report.problems],
+            }
+        )
+    rows.sort(key=lambda r: r["completion_timestamp"] or 0, reverse=True)
+    return rows
