@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from flinkpy.client.client import Client
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.cluster import ClusterHome
     from flinkpy.config import Config
 

@@ -23,7 +23,7 @@ from commands.session import session
 from flinkpy.errors import UsageError
 
 if TYPE_CHECKING:
-    from flinkpy.client.rest import JsonObject, JsonScalar
+    from flinkpy.network.rest_client import JsonObject, JsonScalar
 
 app = typer.Typer(
     help="Inject faults (killed or paused tasks and TaskManagers, exceptions, failed checkpoints, storage outages, slow or broken data channels) through the cluster.",

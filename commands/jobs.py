@@ -13,7 +13,7 @@ from commands.options import JobManager, JsonFlag
 from commands.session import session
 
 if TYPE_CHECKING:
-    from flinkpy.client.rest import JsonObject
+    from flinkpy.network.rest_client import JsonObject
 
 app = typer.Typer()
 

@@ -16,7 +16,7 @@ from flinkpy.config import parse_override
 from flinkpy.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
-    from flinkpy.client.context import SubmittedJob
+    from flinkpy.program.context import SubmittedJob
 
 app = typer.Typer()
 

@@ -20,8 +20,8 @@ import sys
 import time
 
 from flinkpy.connectors.collect import collect_sink
-from flinkpy.client.context import ExecutionContext, execution_context
-from flinkpy.client.rest import RestClient
+from flinkpy.program.context import ExecutionContext, execution_context
+from flinkpy.network.rest_client import RestClient
 from flinkpy.cluster import EmbeddedCluster
 from flinkpy.common import RestartStrategies, WatermarkStrategy
 from flinkpy.datastream import StreamExecutionEnvironment

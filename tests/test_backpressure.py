@@ -57,7 +57,7 @@ def progress(path: Path) -> int:
 
 @pytest.mark.timeout(90)
 def test_slow_sink_backpressures_a_fast_source(cluster, flinkpy_home: Path, tmp_path: Path, cli) -> None:
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.cluster import ClusterHome
 
     rest = RestClient(cluster.rest_address, ClusterHome(flinkpy_home).token())

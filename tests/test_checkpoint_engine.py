@@ -23,7 +23,7 @@ import pytest
 
 from conftest import run_cli, wait_for
 from commands.context import token_of
-from flinkpy.client.rest import RestClient
+from flinkpy.network.rest_client import RestClient
 from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
 from flinkpy.connectors.number_sequence import split_ranges
 from flinkpy.errors import ExitCode

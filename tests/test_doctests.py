@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import flinkpy
-from flinkpy.client.context import ExecutionContext, execution_context
+from flinkpy.program.context import ExecutionContext, execution_context
 
 FLAGS = doctest.ELLIPSIS
 #: modules whose examples are not run, with the reason; none today: each example that needs a

@@ -208,7 +208,7 @@ def test_zookeeper_outage_stops_the_leader_and_jobs_recover_when_it_returns(ha_c
     token = (flinkpy_home / "secret").read_text().strip()
 
     zookeeper.stop()
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.errors import FlinkpyError
 
     def leading() -> list[str]:

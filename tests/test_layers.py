@@ -12,13 +12,17 @@ The layers, bottom to top (:data:`LAYERS`); a unit may import any unit of a lowe
 of its own layer or above:
 
 1. ``flinkpy`` (the version), ``errors`` (the one exception hierarchy), ``processes`` (process
-   identity): what everything may use.
-2. ``config``: the YAML schema and its parsers.
+   identity), ``clock`` (the one ``now_ms``), ``units`` (the one duration and memory-size
+   parser): what everything may use.
+2. ``config`` (the YAML schema and its parsers) and ``protocol`` (the typed, versioned messages
+   and deployment descriptors that JobManager, TaskManager and tasks exchange).
 3. ``common``: the definitions user code and the runtime share, as Flink keeps them in
    flink-core: types, time, serialization, configuration objects, and the user-function,
    state-descriptor and window definitions (``flinkpy.datastream.functions``/``state``/``window``
-   re-export them under PyFlink's paths).
-4. The engine's parts that know nothing of each other: ``network`` (framing, channels, credit),
+   re-export them under PyFlink's paths); and ``program``: a job program's execution context,
+   its Python files and running its file, which the Spark runner, the client and the API share.
+4. The engine's parts that know nothing of each other: ``network`` (framing, channels, credit,
+   and the REST transport every process that talks to a JobManager uses),
    ``faults`` (pure fault planning), ``graph`` (StreamGraph -> JobGraph), ``state`` (key groups,
    keyed state backends).
 5. ``checkpoint`` (storage, ``_metadata`` and snapshot analysis, over state), ``connectors``
@@ -62,7 +66,7 @@ PACKAGE = ROOT / "flinkpy"
 LAYERS: list[tuple[str, ...]] = [
     ("flinkpy", "errors", "processes", "clock", "units"),
     ("config", "protocol"),
-    ("common",),
+    ("common", "program"),
     ("network", "faults", "graph", "state"),
     ("checkpoint", "connectors", "ha"),
     ("task",),
@@ -76,23 +80,7 @@ LAYERS: list[tuple[str, ...]] = [
 
 #: (importing module, imported module) pairs against the layers, each being removed by other work
 #: of issue #18; remove an entry with the import it names
-PENDING: set[tuple[str, str]] = {
-    # spark -> client (Spark runner, client): the low pieces of client/ go down, below spark
-    # and cluster: the execution context (context.py), the python-files setting
-    # (python_files.py) and the REST transport (RestClient in rest.py); running a job file for
-    # its plan (spark/capture.py uses
-    # client.program's private _config and _run) becomes a public function below spark
-    ("flinkpy.spark.capture", "flinkpy.client.context"),
-    ("flinkpy.spark.capture", "flinkpy.client.program"),
-    ("flinkpy.spark.control_launch", "flinkpy.client.context"),
-    ("flinkpy.spark.control_registry", "flinkpy.client.rest"),
-    ("flinkpy.spark.driver", "flinkpy.client.python_files"),
-    ("flinkpy.spark.shipping", "flinkpy.client"),
-    # cluster -> client (client): the launchers poll the JobManager's REST API until the
-    # TaskManagers registered; they need the REST transport once it sits below them
-    ("flinkpy.cluster.local", "flinkpy.client.rest"),
-    ("flinkpy.cluster.ha", "flinkpy.client.rest"),
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

@@ -379,7 +379,7 @@ env.execute("long")
 
 @pytest.mark.timeout(90)
 def test_strangers_cannot_make_the_cluster_unpickle(cluster, flinkpy_home: Path, tmp_path: Path, monkeypatch, cli) -> None:
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.cluster import ClusterHome
 
     rest = RestClient(cluster.rest_address, ClusterHome(flinkpy_home).token())

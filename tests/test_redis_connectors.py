@@ -396,7 +396,7 @@ def test_exactly_once_from_redis_streams_to_files_after_a_crash(redis_server, st
 
 @pytest.mark.timeout(60)
 def test_stop_with_savepoint_and_resume_at_parallelism_3_reads_every_entry_once(redis_server, start, tmp_path: Path) -> None:
-    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.program.context import ExecutionContext, execution_context
 
     seeded("rescale job")
     client = redis_server.client()

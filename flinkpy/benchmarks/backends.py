@@ -193,13 +193,13 @@ class _LargeStateJob:
     on demand, and cancelling it so that its slots are free for the next run."""
 
     def __init__(self, address: str, token: str, keys: int, rate: float, compaction: str, work: str) -> None:
-        from flinkpy.client.rest import RestClient
+        from flinkpy.network.rest_client import RestClient
 
         self.address, self.token, self.keys, self.rate, self.compaction, self.work = address, token, keys, rate, compaction, work
         self.rest = RestClient(address, token)
 
     def submit(self, savepoint: str | None = None) -> str:
-        from flinkpy.client.context import ExecutionContext, execution_context
+        from flinkpy.program.context import ExecutionContext, execution_context
         from flinkpy.common import Configuration
         from flinkpy.datastream import StreamExecutionEnvironment
 

@@ -73,7 +73,7 @@ def latency_run(address: str, token: str, rate: float | None, total: int, buffer
     """map -> key_by -> reduce -> sink, p=1; the sink records now - emit time per record."""
     import tempfile as _tempfile
 
-    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.program.context import ExecutionContext, execution_context
     from flinkpy.common import WatermarkStrategy
     from flinkpy.connectors.number_sequence import NumberSequenceSource
     from flinkpy.datastream import StreamExecutionEnvironment

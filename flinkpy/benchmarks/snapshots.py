@@ -25,8 +25,8 @@ def job_keyed_state(env: Any, keys: int) -> None:
 
 def snapshot_durations(address: str, token: str, keys: int, checkpoints: int) -> dict[str, Any]:
     """Sync and async durations of checkpoints of a keyed state of ``keys`` keys (p=1)."""
-    from flinkpy.client.context import ExecutionContext, execution_context
-    from flinkpy.client.rest import RestClient
+    from flinkpy.program.context import ExecutionContext, execution_context
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.datastream import StreamExecutionEnvironment
 
     rest = RestClient(address, token)
@@ -89,8 +89,8 @@ def recovery_time(address: str, token: str, keys: int) -> dict[str, Any]:
     import os
     import signal
 
-    from flinkpy.client.context import ExecutionContext, execution_context
-    from flinkpy.client.rest import RestClient
+    from flinkpy.program.context import ExecutionContext, execution_context
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.common import RestartStrategies
     from flinkpy.datastream import StreamExecutionEnvironment
 
@@ -138,8 +138,8 @@ def savepoint_timing(address: str, token: str, keys: int) -> dict[str, Any]:
     """A savepoint of ``keys`` keys: its duration, and the time to restore a job from it."""
     import tempfile as _tempfile
 
-    from flinkpy.client.context import ExecutionContext, execution_context
-    from flinkpy.client.rest import RestClient
+    from flinkpy.program.context import ExecutionContext, execution_context
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.datastream import StreamExecutionEnvironment
 
     rest = RestClient(address, token)

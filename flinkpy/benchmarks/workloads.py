@@ -122,7 +122,7 @@ def job_w2(env: Any, count: int, sink: Callable[[Any], Any] = _discard) -> None:
 
 def run_job(address: str, token: str, build: Callable[[Any], None], parallelism: int, name: str, *, checkpoint_ms: int | None = None) -> float:
     """Submit one job to the cluster and return its net runtime in seconds."""
-    from flinkpy.client.context import ExecutionContext, execution_context
+    from flinkpy.program.context import ExecutionContext, execution_context
     from flinkpy.datastream import StreamExecutionEnvironment
 
     with execution_context(ExecutionContext(address=address, token=token, python_path=[str(ROOT)])):
@@ -133,7 +133,7 @@ def run_job(address: str, token: str, build: Callable[[Any], None], parallelism:
         build(env)
         result = env.execute(name)
     if checkpoint_ms is not None:
-        from flinkpy.client.rest import RestClient
+        from flinkpy.network.rest_client import RestClient
 
         stats = RestClient(address, token).request("GET", f"/jobs/{result.get_job_id()}/checkpoints", params={"history": 100})
         LAST_CHECKPOINT_STATS[name] = stats

@@ -2,7 +2,7 @@
 the REST client under it, and the program runner.
 
 Names are imported on first use, so that importing a submodule (as every task process does
-with ``flinkpy.client.context``) costs only that submodule.
+with ``flinkpy.program.context``) costs only that submodule.
 
 >>> from flinkpy.client import Client, Deadline
 >>> Client("127.0.0.1:8081", token="t").cluster.address

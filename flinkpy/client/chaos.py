@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from flinkpy.client.client import Client
 from flinkpy.client.operations import TERMINAL_STATES
-from flinkpy.client.rest import JsonObject
+from flinkpy.network.rest_client import JsonObject
 from flinkpy.errors import ConflictError, NotFoundError
 from flinkpy.faults.chaos import PlannedFault, fault_request
 

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from flinkpy.client import operations
 from flinkpy.client.operations import Deadline
-from flinkpy.client.rest import JsonObject, JsonScalar, RestClient
+from flinkpy.network.rest_client import JsonObject, JsonScalar, RestClient
 from flinkpy.errors import ClusterUnreachableError, ConflictError, NotFoundError
 
 if TYPE_CHECKING:
-    from flinkpy.client.context import SubmittedJob
+    from flinkpy.program.context import SubmittedJob
     from flinkpy.cluster import ClusterHome
 
 #: names the JobManager to talk to when no address is given explicitly

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from flinkpy.client.context import PlanCaptured, SubmittedJob, current_context
+from flinkpy.program.context import PlanCaptured, SubmittedJob, current_context
 from flinkpy.client.job_client import JobClient, JobExecutionResult
 from flinkpy.errors import InvalidProgramError, JobCanceledError, JobExecutionError, UsageError
 from flinkpy.graph.job_graph import JobGraph
@@ -99,14 +99,14 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
     for warning in guarantees["warnings"]:
         print(f"flinkpy: warning: {warning}", file=sys.stderr, flush=True)
     restore = _restore_point(job, ctx.savepoint_path, ctx.allow_non_restored_state) if ctx.savepoint_path else None
-    from flinkpy.client.python_files import KEY, import_roots
+    from flinkpy.program.python_files import KEY, import_roots
 
     # the job's directory, then what it added with add_python_file (python.files)
     python_path = (ctx.python_path or [p for p in sys.path[:1] if p]) + import_roots((job.config or {}).get(KEY))
     payload = _document(job, python_path, restore)
     detached = detached or ctx.detached
     if ctx.address:
-        from flinkpy.client.rest import RestClient
+        from flinkpy.network.rest_client import RestClient
 
         rest = RestClient(ctx.address, ctx.token or _token_for(ctx.address), leader=ctx.leader)
         job_id = rest.submit_job(payload)
@@ -125,7 +125,7 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
             "detached execution needs a running cluster, but none is configured",
             remedy="start one with 'flinkpy cluster start' (or pass -m HOST:PORT), or run attached",
         )
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.cluster import EmbeddedCluster
 
     slots = max(v.parallelism for v in job.vertices.values())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from flinkpy.client.rest import JsonObject, RestClient
+from flinkpy.network.rest_client import JsonObject, RestClient
 from flinkpy.errors import (
     ConflictError,
     JobCanceledError,

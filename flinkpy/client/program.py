@@ -8,72 +8,16 @@ task processes too, so helper modules next to the job import there as well). Eac
 
 from __future__ import annotations
 
-import os
-import runpy
-import sys
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from flinkpy.client.context import ExecutionContext, PlanCaptured, SubmittedJob, execution_context
-from flinkpy.errors import FlinkpyError, InvalidProgramError, JobCanceledError, JobExecutionError, NotFoundError
+from flinkpy.program.context import ExecutionContext, PlanCaptured, SubmittedJob
+from flinkpy.program.invocation import job_config, run_file
+from flinkpy.errors import FlinkpyError, InvalidProgramError, JobCanceledError, JobExecutionError
 
 if TYPE_CHECKING:
     from flinkpy.cluster import ClusterHome
     from flinkpy.spark.plan import SparkPlan
-
-
-def _compile_check(path: Path) -> None:
-    try:
-        source = path.read_bytes()
-    except FileNotFoundError:
-        raise NotFoundError(f"job file {path} does not exist", remedy="pass the path of a Python job file") from None
-    except IsADirectoryError:
-        raise NotFoundError(f"job file {path} is a directory", remedy="pass the path of a Python job file") from None
-    try:
-        compile(source, str(path), "exec")
-    except SyntaxError as e:
-        raise InvalidProgramError(
-            f"{path}:{e.lineno}: syntax error: {e.msg}",
-            remedy="fix the job file and run it again",
-        ) from None
-
-
-def _run(path: Path, args: list[str], ctx: ExecutionContext) -> None:
-    _compile_check(path)
-    job_dir = str(path.resolve().parent)
-    ctx.python_path = [job_dir]
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [str(path), *args]
-    sys.path.insert(0, job_dir)
-    try:
-        with execution_context(ctx):
-            runpy.run_path(str(path), run_name="__main__")
-    except (FlinkpyError, PlanCaptured, KeyboardInterrupt):
-        raise
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            raise InvalidProgramError(f"the job program {path} exited with status {e.code}") from None
-    except Exception as e:  # the user's program raised before or around execute()
-        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        where = _user_frame(e, path)
-        raise InvalidProgramError(
-            f"the job program {path} raised {type(e).__name__}: {e}{where}",
-            remedy="fix the program; re-run with --debug for the traceback",
-            details=tb,
-        ) from e
-    finally:
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-
-
-def _user_frame(e: BaseException, path: Path) -> str:
-    target = str(path.resolve())
-    line = None
-    for frame, lineno in traceback.walk_tb(e.__traceback__):
-        if os.path.abspath(frame.f_code.co_filename) == target:
-            line = lineno
-    return f" (at line {line})" if line else ""
 
 
 def run_program(
@@ -117,7 +61,7 @@ def run_program(
             token = home.token()
         except LookupError:
             token = None
-    config = _config(home, overrides or {})
+    config = job_config(home, overrides or {})
     if config.get("execution.runner") == "spark":
         from flinkpy.spark.control_launch import run_on_spark
 
@@ -137,7 +81,7 @@ def run_program(
         leader=leader,
     )
     try:
-        _run(Path(path), args, ctx)
+        run_file(Path(path), args, ctx)
     except (JobExecutionError, JobCanceledError):
         if not ctx.submitted:
             raise
@@ -153,9 +97,9 @@ def plan_program(path: str, args: list[str], *, parallelism: int | None = None) 
     """Run JOB.py up to its first execute() and return the plan it would submit."""
     from flinkpy.cluster import ClusterHome
 
-    ctx = ExecutionContext(mode="plan", parallelism=parallelism, config=_config(ClusterHome.resolve(), {}))
+    ctx = ExecutionContext(mode="plan", parallelism=parallelism, config=job_config(ClusterHome.resolve(), {}))
     try:
-        _run(Path(path), args, ctx)
+        run_file(Path(path), args, ctx)
     except PlanCaptured as captured:
         return captured.plan
     raise InvalidProgramError(
@@ -191,11 +135,3 @@ def outcome_error(job: SubmittedJob) -> FlinkpyError | None:
     if job.state == "CANCELED":
         return JobCanceledError(f"job {job.job_id} ({job.name}) was cancelled", remedy="run it again if that was not intended")
     return None
-
-
-def _config(home: Any, overrides: dict[str, str]) -> dict[str, str]:
-    """flinkpy.yaml < environment < -D, validated; as strings for the job graph."""
-    from flinkpy.config import load_config
-
-    cfg = load_config(home.path, overrides=overrides)
-    return cfg.to_dict()

@@ -13,7 +13,7 @@ from typing import Iterable
 from flinkpy.checkpoint.metadata import summarize
 from flinkpy.checkpoint.retention import dispose_files
 from flinkpy.checkpoint.storage import CheckpointStorage, storage_options
-from flinkpy.client.rest import JsonObject
+from flinkpy.network.rest_client import JsonObject
 from flinkpy.client.restore_plan import Snapshot, find_snapshots
 
 

@@ -102,7 +102,7 @@ def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int
 
 def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[ProcessInfo], timeout_s: float) -> dict[str, Any]:
     """Until a leader is published and ``taskmanagers`` have registered with it."""
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
     from pathlib import Path
 
     deadline = time.monotonic() + timeout_s

@@ -41,7 +41,7 @@ def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Pa
 
 
 def _wait_for_taskmanagers(rest_address: str, token: str, n: int, procs: list[subprocess.Popen], logs: list[Path], timeout_s: float) -> None:
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
 
     client = RestClient(rest_address, token, timeout_s=5)
     deadline = time.monotonic() + timeout_s
@@ -181,7 +181,7 @@ def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, sl
 def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
     """Start one more TaskManager for the cluster running in ``home`` (to add capacity, or to
     replace a lost one a job is waiting for); returns once it has registered."""
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
 
     home = as_home(home)
     info = find_cluster(home)
@@ -247,7 +247,7 @@ def find_cluster(home: "ClusterHome | str | Path") -> ClusterInfo | None:
 
 def rest_client_for(info: ClusterInfo, token: str | None, timeout_s: float = 10) -> Any:
     """A REST client of the cluster; with high availability it follows the leader."""
-    from flinkpy.client.rest import RestClient
+    from flinkpy.network.rest_client import RestClient
 
     if info.ha is None:
         return RestClient(info.rest_address, token, timeout_s=timeout_s)

@@ -43,7 +43,7 @@ class StreamExecutionEnvironment:
     """
 
     def __init__(self, configuration: Any = None):
-        from flinkpy.client.context import current_context
+        from flinkpy.program.context import current_context
         from flinkpy.common.execution_config import ExecutionConfig
 
         ctx = current_context()
@@ -236,7 +236,7 @@ class StreamExecutionEnvironment:
         import os
         import sys
 
-        from flinkpy.client import python_files
+        from flinkpy.program import python_files
         from flinkpy.errors import NotFoundError
 
         path = os.path.abspath(file_path)
@@ -417,7 +417,7 @@ class StreamExecutionEnvironment:
 
     def _captured(self, job_name: str) -> bool:
         """In a capturing context (the Spark runner), hand this environment over instead of running it."""
-        from flinkpy.client.context import current_context
+        from flinkpy.program.context import current_context
 
         capture = current_context().capture
         if capture is None:

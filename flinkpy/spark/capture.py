@@ -43,14 +43,14 @@ def capture_job(path: str, args: list[str], *, config: dict[str, str] | None = N
     ``config`` defaults to flinkpy.yaml (and the environment) as ``flinkpy run`` reads them;
     ``parallelism`` is ``-p``. Errors of the program are raised as ``flinkpy run`` raises them.
     """
-    from flinkpy.client.context import ExecutionContext
-    from flinkpy.client.program import _config, _run
+    from flinkpy.program.context import ExecutionContext
+    from flinkpy.program.invocation import job_config, run_file
 
     if config is None:
         from flinkpy.cluster import ClusterHome
 
-        config = _config(ClusterHome.resolve(), {})
+        config = job_config(ClusterHome.resolve(), {})
     captured: list = []
     ctx = ExecutionContext(mode="plan", parallelism=parallelism, config=dict(config), capture=captured)
-    _run(Path(path), list(args), ctx)
+    run_file(Path(path), list(args), ctx)
     return [CapturedJob(env, name) for env, name in captured]

@@ -17,7 +17,7 @@ import uuid
 from typing import Any, Callable
 
 from flinkpy import errors
-from flinkpy.client.context import SubmittedJob
+from flinkpy.program.context import SubmittedJob
 from flinkpy.spark import control_registry as registry
 
 #: how long the driver may take to run the job file and translate it

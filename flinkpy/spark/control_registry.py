@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from flinkpy.client.rest import RestClient
+from flinkpy.network.rest_client import RestClient
 from flinkpy.errors import ClusterUnreachableError, ConflictError, NotFoundError
 from flinkpy.processes import running
 

@@ -320,7 +320,7 @@ class SparkDriver:
         from flinkpy.spark import shipping
 
         if shipping.ships(self.master):
-            from flinkpy.client.python_files import KEY, entries
+            from flinkpy.program.python_files import KEY, entries
 
             files = shipping.prepare(self.ship_dir, job_file=self.spec["job_file"], python_file_entries=entries(self.config.get(KEY)))
             shipping.ship(sc, files)

@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from flinkpy.client import python_files
+from flinkpy.program import python_files
 from flinkpy.errors import ConfigurationError, OperationTimeoutError
 
 log = logging.getLogger("flinkpy.spark.shipping")
