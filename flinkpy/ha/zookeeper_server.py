@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, NotFoundError, OperationTimeoutError
+from flinkpy.ha.zookeeper_probe import HOST, four_letter_word, server_mode  # noqa: F401  (importers read them here too)
 from flinkpy.processes import create_time, log_tail, port_free, running
 
 #: environment variable naming the ZooKeeper server jar to run
@@ -52,7 +53,6 @@ DEFAULT_JAR = "/usr/share/java/zookeeper.jar"
 #: an slf4j binding, so that the server logs at all (without one it is silent)
 SLF4J_SIMPLE = "/usr/share/java/slf4j-simple.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-HOST = "127.0.0.1"
 #: four-letter commands the servers answer (``ruok`` for readiness, ``srvr`` for the mode)
 FOUR_LETTER_WORDS = "ruok,srvr,stat,mntr,cons,conf,envi"
 JVM_OPTS = [
@@ -290,39 +290,6 @@ def _signal(server: ZooKeeperServer, sig: int) -> None:
         os.kill(server.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-# --------------------------------------------------------------------------- four-letter words
-
-
-def four_letter_word(port: int, word: str, host: str = HOST, timeout_s: float = 1.0) -> str | None:
-    """Send a four-letter command (``ruok``, ``srvr``, ``mntr``, ...); its answer, or None when
-    the server does not answer."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as s:
-            s.sendall(word.encode("ascii"))
-            chunks = []
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-    except OSError:
-        return None
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-def server_mode(port: int, host: str = HOST, timeout_s: float = 1.0) -> tuple[str | None, str | None]:
-    """(mode, version) from ``srvr``: mode is standalone, leader or follower; None when the
-    server does not answer or does not serve requests (an ensemble member without quorum)."""
-    text = four_letter_word(port, "srvr", host, timeout_s)
-    if not text:
-        return None, None
-    mode = re.search(r"^Mode: *(\S+)", text, re.M)
-    version = re.search(r"^Zookeeper version: *([^,\s]+)", text, re.M)
-    # Debian's build leaves an unexpanded "-${mvngit.commit.id}" in its version
-    v = re.sub(r"-\$\{[^}]*\}$", "", version.group(1)) if version else None
-    return (mode.group(1) if mode else None), v
 
 
 # --------------------------------------------------------------------------- start / stop / status
