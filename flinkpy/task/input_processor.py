@@ -16,6 +16,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Callable
 
+from flinkpy.clock import now_ms
 from flinkpy.network import channels as net
 from flinkpy.protocol.messages import CheckpointBarrier
 from flinkpy.task.barriers import BarrierAligner, BarrierTracker, Canceled, Snapshot
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
 Frame = tuple[int, bytes]
 #: the selector key's data for the control connection (input channels are 0..n-1)
 CONTROL = -1
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class InputProcessor:
@@ -162,7 +159,7 @@ class InputProcessor:
 
     def _on_barrier(self, i: int, barrier: CheckpointBarrier) -> None:
         self._barriers[barrier.checkpoint_id] = barrier
-        decision = self.aligner.on_barrier(i, barrier.checkpoint_id, _now_ms())
+        decision = self.aligner.on_barrier(i, barrier.checkpoint_id, now_ms())
         faults = self.task.faults
         if self.aligner.aligning and faults:
             faults.reach("alignment", barrier.checkpoint_id)
@@ -178,7 +175,7 @@ class InputProcessor:
         if stopped:
             self.stopped_without_drain = True
         self._after_valve(self.valve.on_end_of_partition(i, advance=not stopped))
-        self._on_decision(self.aligner.on_end_of_partition(i, _now_ms()), None)
+        self._on_decision(self.aligner.on_end_of_partition(i, now_ms()), None)
 
     def _after_valve(self, advanced: int | None) -> None:
         """The task's event time advanced, or its inputs went idle / active."""
@@ -199,7 +196,7 @@ class InputProcessor:
             return
         if decision.canceled is not None:
             checkpointer.decline(decision.canceled, f"a newer checkpoint's barrier reached {describe} during its alignment")
-        b = self._barriers.pop(decision.checkpoint_id, None) or barrier or CheckpointBarrier(decision.checkpoint_id, _now_ms())
+        b = self._barriers.pop(decision.checkpoint_id, None) or barrier or CheckpointBarrier(decision.checkpoint_id, now_ms())
         self.task.checkpoint(b, alignment_ms=decision.alignment_ms, alignment_bytes=self.alignment_bytes)
         self.alignment_bytes = 0
         self._release_held()
