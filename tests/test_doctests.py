@@ -60,6 +60,14 @@ def prompt_namespace(module_globals: dict[str, Any]) -> Iterator[dict[str, Any]]
         sys.modules["__main__"] = saved
 
 
+@contextlib.contextmanager
+def _restored(path: list[str]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+
+
 def test_the_examples_are_found() -> None:
     # a finder that found nothing would make every other test here pass vacuously
     examples = sum(len(t.examples) for tests in DOCTESTS.values() for t in tests)
@@ -88,7 +96,8 @@ def test_examples_run(module: str) -> None:
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     report: list[str] = []
     context = ExecutionContext(address=None, job_stdout=sys.__stdout__.fileno())
-    with execution_context(context):
+    saved_path = list(sys.path)  # an example may make a module importable (add_python_file)
+    with execution_context(context), _restored(saved_path):
         for test in DOCTESTS[module]:
             with prompt_namespace(test.globs) as globs:
                 runner.run(doctest.DocTest(test.examples, globs, test.name, test.filename, test.lineno, test.docstring),

@@ -246,7 +246,8 @@ class StreamExecutionEnvironment:
         self._settings[python_files.KEY] = python_files.add_entry(self._settings.get(python_files.KEY), path)
         root = python_files.import_root(path)
         if root not in sys.path:
-            sys.path.insert(0, root)
+            # appended: sys.path[0] stays the job's own directory, which the job ships first
+            sys.path.append(root)
 
     def add_jars(self, *jars_path: str) -> None:
         """Accepted for PyFlink compatibility; flinkpy runs no JVM, so jars have no effect."""
