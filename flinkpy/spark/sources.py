@@ -76,6 +76,21 @@ def poll_exactly(reader: Any, count: int, chunk: int = 4096) -> tuple[list, bool
     return out, False
 
 
+def count_polled(reader: Any, budget: int, chunk: int = 4096) -> tuple[int, bool]:
+    """Poll up to ``budget`` records (fewer when nothing more is available now) and count them
+    without keeping them: planning a whole bounded input holds one chunk at a time. True once
+    the reader ended."""
+    count = 0
+    while count < budget:
+        got = reader.poll(min(chunk, budget - count))
+        if got is None:
+            return count, True
+        if not got:
+            break
+        count += len(got)
+    return count, False
+
+
 class SourceOffsets:
     """A flinkpy source's micro-batches, without pyspark: the offsets of the next batch planned
     by polling the source's readers (:meth:`plan`), its input partitions (:meth:`partitions`:
@@ -111,11 +126,11 @@ class SourceOffsets:
             reader = _reader(self.source, i, self.parallelism, part["s"] or None,
                              lambda tag_id, recs: side.__setitem__(0, side[0] + len(recs)))
             try:
-                records, done = poll_exactly(reader, budget)
+                count, done = count_polled(reader, budget)
                 state = reader.snapshot_state()
             finally:
                 reader.close()
-            end[str(i)] = {"s": encode(state), "n": part["n"] + len(records), "d": done}
+            end[str(i)] = {"s": encode(state), "n": part["n"] + count, "d": done}
             if side[0] or "x" in part:
                 end[str(i)]["x"] = part.get("x", 0) + side[0]
         if all(end[str(i)]["d"] for i in range(self.parallelism)):
