@@ -219,12 +219,11 @@ def _saved_offsets(location: str) -> list[Any]:
 
 
 def _apply(spark: Any, step: Step, df: Any) -> Any:
-    """``df`` with ``step`` applied (a source step makes the DataFrame)."""
+    """``df`` with a chain or keyed ``step`` applied (sources: :meth:`SparkPlan._dataframe`,
+    which hands each its saved offset)."""
     from flinkpy.spark import records
 
-    if step.kind == "source":
-        df = step.payload(spark)
-    elif step.kind == "chain":
+    if step.kind == "chain":
         df = df.mapInArrow(*_chain_function(step.payload))
     elif step.kind == "keyed":
         level: KeyedLevel = step.payload
