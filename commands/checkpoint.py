@@ -15,9 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from commands.errors import PROG
-from commands.options import JobManager, JsonFlag, timeout_seconds
+from commands.options import JobManager, JsonFlag, Wide, timeout_seconds
 from commands.output import emit_json, fmt_size, fmt_time, out, progress
 from commands.session import session
+from commands.tables import Column, render
 from flinkpy.errors import ExitCode
 
 app = typer.Typer(
@@ -285,6 +286,7 @@ def list_(
     job_id: JobId,
     history: Annotated[int, typer.Option("--history", min=1, metavar="N", help="How many of the newest checkpoints to show.")] = 10,
     jobmanager: JobManager = None,
+    wide: Wide = False,
     json_: JsonFlag = False,
 ) -> None:
     """Show a job's checkpoint history and counts.
@@ -309,14 +311,16 @@ def list_(
     if session.json:
         emit_json(doc)
         return
-    table = Table(title=f"Checkpoints of job {job_id}", title_justify="left")
-    for column in ("ID", "Status", "Triggered", "Duration", "Checkpointed", "Full size", "Alignment", "Aligned bytes", "Acks"):
-        table.add_column(column, justify="right" if column not in ("Status", "Triggered") else "left")
+    columns = [Column("ID", justify="right"), Column("Status", fold=True, min_width=10), Column("Triggered", drop=3),
+               Column("Duration", justify="right"), Column("Checkpointed", justify="right", drop=4),
+               Column("Full size", justify="right"), Column("Alignment", justify="right", drop=2),
+               Column("Aligned bytes", justify="right", drop=5), Column("Acks", justify="right", drop=1)]
+    rows = []
     for h in doc.get("history", []):
         status_text = h.get("status", "?")
         if h.get("failure_message"):
             status_text += f": {h['failure_message']}"
-        table.add_row(
+        rows.append([
             str(h.get("id")),
             status_text,
             fmt_time(h.get("trigger_timestamp")),
@@ -326,9 +330,9 @@ def list_(
             _ms(h.get("alignment_duration_max")),
             fmt_size(h.get("alignment_buffered") or 0),
             f"{h.get('num_acknowledged_subtasks', 0)}/{h.get('num_subtasks', 0)}",
-        )
+        ])
     console = out()
-    console.print(table)
+    render(console, columns, rows, title=f"Checkpoints of job {job_id}", wide=wide)
     counts = doc.get("counts", {})
     console.print(
         f"Counts: {counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed, "
@@ -353,8 +357,11 @@ def trigger(
     """Trigger a checkpoint of a running job now and wait for it.
 
     Prints the completed checkpoint's path (stdout), with progress on stderr while waiting.
-    Exit status: 0 completed, 9 failed or refused (the job is not running, or as many
-    checkpoints as allowed are already in progress), 6 not completed within --timeout.
+    When as many checkpoints as allowed (execution.checkpointing.max-concurrent-checkpoints)
+    are in progress, the request waits its turn, as in Flink: it starts as soon as one ends,
+    before the next periodic checkpoint. --timeout bounds the whole wait.
+    Exit status: 0 completed, 9 failed or refused (the job is not running, or some of its
+    tasks have finished), 6 not started or not completed within --timeout.
 
     Examples:
 
@@ -367,11 +374,13 @@ def trigger(
 
     timeout_s = timeout_seconds(timeout)
     client = connect(jobmanager)
-    cid = client.trigger_checkpoint(job_id)
     deadline = Deadline(timeout_s)
+    with progress(f"Triggering a checkpoint of job {job_id}..."):
+        cid = client.trigger_checkpoint(job_id, wait_s=max(deadline.left(), 0.001))
     with progress(f"Waiting for checkpoint {cid} of job {job_id}..."):
         detail = client.wait_for_checkpoint(job_id, cid, deadline, timeout)
     if session.json:
         emit_json(detail)
         return
     out().print(f"Checkpoint {cid} completed. Path: {detail.get('external_path')}", markup=False)
+

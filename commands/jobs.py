@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from commands.context import client
 from commands.output import emit_json, fmt_time, out
-from commands.options import JobManager, JsonFlag
+from commands.options import JobManager, JsonFlag, Wide
 from commands.session import session
+from commands.tables import Column, render
 
 if TYPE_CHECKING:
     from flinkpy.network.rest_client import JsonObject
@@ -43,6 +43,7 @@ def list_jobs(
     running: Annotated[bool, typer.Option("-r", "--running", help="Show only running jobs.")] = False,
     scheduled: Annotated[bool, typer.Option("-s", "--scheduled", help="Show only scheduled (created, not yet running) jobs.")] = False,
     jobmanager: JobManager = None,
+    wide: Wide = False,
     json_: JsonFlag = False,
 ) -> None:
     """List the jobs of a cluster.
@@ -50,8 +51,10 @@ def list_jobs(
     Without flags, shows running and scheduled jobs (like 'flink list'); -a adds finished,
     cancelled and failed ones. Jobs are sorted by start time. Jobs started with --runner spark
     (registered by their drivers in the cluster home) are listed too, with runner "spark" (a
-    Runner column appears when there are any); the cluster's own jobs have runner "local". With no cluster running, only Spark jobs are
-    listed.
+    Runner column appears when there are any); the cluster's own jobs have runner "local".
+    With no cluster running, only Spark jobs are listed. In a narrow terminal long names wrap
+    and the least important columns (Runner, Restarts, Start time) are left out, as the
+    table's caption says; --wide shows them all.
 
     Examples:
 
@@ -69,15 +72,13 @@ def list_jobs(
         what = "jobs" if all_ else "scheduled jobs" if scheduled and not running else "running jobs"
         out().print(f"No {what}.")
         return
-    table = Table()
     # the Runner column only when some job runs on Spark: the usual table stays as it was
     runners = any(job.get("runner", "local") != "local" for job in jobs)
-    for column in ("Start time", "JobID", "Name", "State", "Restarts") + (("Runner",) if runners else ()):
-        table.add_column(column, no_wrap=column != "Name", justify="right" if column == "Restarts" else "left")
-    for job in jobs:
-        row = [fmt_time(job.get("start-time")), job.get("jid", "?"), job.get("name", ""), job.get("state", "?"), str(job.get("restarts", 0))]
-        table.add_row(*row, *([job.get("runner", "local")] if runners else []))
-    out().print(table)
+    columns = [Column("Start time", drop=2), Column("JobID"), Column("Name", fold=True), Column("State"),
+               Column("Restarts", justify="right", drop=1)] + ([Column("Runner", drop=3)] if runners else [])
+    rows = [[fmt_time(job.get("start-time")), job.get("jid", "?"), job.get("name", ""), job.get("state", "?"), str(job.get("restarts", 0))]
+            + ([job.get("runner", "local")] if runners else []) for job in jobs]
+    render(out(), columns, rows, wide=wide)
 
 
 @app.command("cancel")

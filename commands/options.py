@@ -45,3 +45,8 @@ def timeout_seconds(text: str) -> float:
         return parse_duration_ms(text) / 1000
     except Exception as e:  # noqa: BLE001
         raise UsageError(f"--timeout {text!r} is not a duration", remedy="use e.g. 30s, 10min") from e
+
+Wide = Annotated[
+    bool,
+    typer.Option("--wide", help="Show every column at full width, however long the lines get (a narrow terminal otherwise leaves out the least important columns and wraps long values)."),
+]

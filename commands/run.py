@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -103,7 +105,11 @@ def run(
     appears on stdout; flinkpy's own status lines go to stderr.
 
     Without -d the command waits for the job and exits 5 if it fails, 10 if it is cancelled.
-    Options must come before JOB.py: everything after it is passed to the job.
+    With -d it returns once the job is submitted and prints its id on stdout (one line per
+    job: jid=$(flinkpy run -d job.py) works; Flink's "Job has been submitted with JobID" line
+    is on stderr), and exits 5 when the job failed before running. With -d or --json, what
+    JOB.py itself prints goes to stderr. Options must come before JOB.py: everything after it
+    is passed to the job.
 
     A job whose slots other jobs still hold (submitted right after cancelling the job before
     it, say) waits for them in state CREATED, up to slot.request.timeout (5 min; -D
@@ -137,7 +143,7 @@ def run(
         flinkpy run examples/word_count.py --input words.txt
         flinkpy run --runner spark --spark-master 'local[2]' examples/even_odd_sum.py
         flinkpy run --runner spark --spark-master spark://127.0.0.1:7077 examples/word_count.py
-        flinkpy run -d -p 4 -m 127.0.0.1:8081 job.py
+        jid=$(flinkpy run -d -p 4 -m 127.0.0.1:8081 job.py)
         flinkpy run -D execution.checkpointing.interval=10s job.py
         flinkpy run --json -d job.py | jq -r '.jobs[0].jid'
         flinkpy run -s /savepoints/savepoint-3f2a9c-1b2c3d4e5f60 -p 3 job.py
@@ -152,12 +158,16 @@ def run(
         overrides["spark.master"] = spark_master
     load_cli_config([f"{k}={v}" for k, v in overrides.items()])  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
     restore = _restore_options(from_savepoint, from_latest, allow_non_restored, claim_mode, overrides)
-    submitted = client(jobmanager).run(
-        path, list(args or []), parallelism=parallelism, detached=detached, overrides=overrides,
-        job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
-        on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
-        spark_conf=_spark_conf(spark_conf), **restore,
-    )
+    # stdout is for the JSON document, or with -d for the job ids: what the program prints
+    # while it builds the job goes to stderr then
+    quiet_stdout = session.json or detached
+    with contextlib.redirect_stdout(sys.stderr) if quiet_stdout else contextlib.nullcontext():
+        submitted = client(jobmanager).run(
+            path, list(args or []), parallelism=parallelism, detached=detached, overrides=overrides,
+            job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
+            on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
+            spark_conf=_spark_conf(spark_conf), **restore,
+        )
     _report_submitted(submitted, detached)
 
 
@@ -201,13 +211,16 @@ def _report_submitted(submitted: list[SubmittedJob], detached: bool) -> None:
                 status(f"Job Runtime: {sub.net_runtime_ms} ms")
     if session.json:
         emit_json({"jobs": [{"jid": s.job_id, "name": s.name, "state": s.state, "net-runtime": s.net_runtime_ms} for s in submitted]})
-    if not detached:
-        from flinkpy.client.program import outcome_error
+    elif detached:
+        for sub in submitted:  # jid=$(flinkpy run -d job.py)
+            print(sub.job_id, flush=True)
+    from flinkpy.client.program import outcome_error
 
-        for sub in submitted:
-            error = outcome_error(sub)
-            if error is not None:
-                raise error
+    for sub in submitted:
+        # waited for: how it ended; detached: whether it failed before running (too few slots)
+        error = outcome_error(sub) if not detached or sub.state == "FAILED" else None
+        if error is not None:
+            raise error
 
 
 def _spark_conf(items: list[str] | None) -> dict[str, str] | None:

@@ -12,13 +12,12 @@ import sys
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from commands.errors import PROG
-from commands.options import JobManager, JsonFlag, timeout_seconds
+from commands.options import JobManager, JsonFlag, Wide, timeout_seconds
 from commands.output import emit_json, fmt_size, fmt_time, out, progress, savepoint_completed, status
 from commands.session import session
+from commands.tables import Column, render
 from flinkpy.errors import ExitCode, NotFoundError, SavepointFailedError, UsageError
 
 app = typer.Typer(
@@ -211,6 +210,7 @@ def list_(
             show_default=False,
         ),
     ] = None,
+    wide: Wide = False,
     json_: JsonFlag = False,
 ) -> None:
     """List the savepoints and checkpoints under a directory (offline), newest first.
@@ -243,22 +243,22 @@ def list_(
     if not rows:
         out().print(f"No savepoints or checkpoints under {root}.", markup=False)
         return
-    table = Table(title=f"Savepoints and checkpoints under {root}", title_justify="left")
-    for column in ("Path", "Kind", "Job", "Name", "Id", "Completed", "Size", "Parallelism", "Restorable"):
-        table.add_column(column, overflow="fold", justify="right" if column in ("Id", "Size") else "left")
-    for r in rows:
-        table.add_row(
-            Text(r["path"]),
-            r["kind"] or "?",
-            r["job_id"] or "?",
-            Text(r["job_name"] or ""),
-            str(r["checkpoint_id"] if r["checkpoint_id"] is not None else "?"),
-            fmt_time(r["completion_timestamp"]),
-            fmt_size(r["total_size"]) if r["total_size"] is not None else "?",
-            Text(", ".join(f"{k}={v}" for k, v in r["parallelism"].items())),
-            "yes" if r["restorable"] else Text("no: " + "; ".join(r["problems"])),
-        )
-    out().print(table)
+    columns = [Column("Path", fold=True, min_width=20), Column("Kind", drop=4), Column("Job", fold=True, drop=3),
+               Column("Name", fold=True, drop=5), Column("Id", justify="right"), Column("Completed", drop=2),
+               Column("Size", justify="right", drop=1), Column("Parallelism", fold=True, drop=6),
+               Column("Restorable", fold=True)]
+    rows = [[
+        r["path"],
+        r["kind"] or "?",
+        r["job_id"] or "?",
+        r["job_name"] or "",
+        str(r["checkpoint_id"] if r["checkpoint_id"] is not None else "?"),
+        fmt_time(r["completion_timestamp"]),
+        fmt_size(r["total_size"]) if r["total_size"] is not None else "?",
+        ", ".join(f"{k}={v}" for k, v in r["parallelism"].items()),
+        "yes" if r["restorable"] else "no: " + "; ".join(r["problems"]),
+    ] for r in rows]
+    render(out(), columns, rows, title=f"Savepoints and checkpoints under {root}", wide=wide)
 
 
 @app.command("plan", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -270,6 +270,7 @@ def plan(
     allow_non_restored: Annotated[
         bool, typer.Option("-n", "--allowNonRestoredState", "--allow-non-restored-state", help="Allow state of operators the program no longer has to be dropped.")
     ] = False,
+    wide: Wide = False,
     json_: JsonFlag = False,
 ) -> None:
     """Dry-run restoring JOB.py from a savepoint, with no cluster: would it work, and how.
@@ -305,7 +306,7 @@ def plan(
     if session.json:
         emit_json(doc)
     else:
-        _print_plan(doc)
+        _print_plan(doc, wide)
     if not doc["restorable"]:
         for problem in doc["problems"]:
             sys.stderr.write(f"{PROG}: error: {problem}\n")
@@ -313,16 +314,17 @@ def plan(
         raise typer.Exit(ExitCode.INVALID_PROGRAM)
 
 
-def _print_plan(doc: dict[str, Any]) -> None:
+def _print_plan(doc: dict[str, Any], wide: bool) -> None:
     console = out()
     console.print(
         f"Restoring {doc['program']} from {doc['kind']} {doc['checkpoint_id']} of job {doc['job_name']} ({doc['job_id']}) at {doc['savepoint']}",
         markup=False,
         soft_wrap=True,
     )
-    table = Table(title="Operators", title_justify="left")
-    for column in ("Operator", "State", "Matched by", "Parallelism", "Max parallelism", "Key groups (new subtask <- old subtasks)"):
-        table.add_column(column, overflow="fold")
+    columns = [Column("Operator", fold=True), Column("State", fold=True), Column("Matched by", drop=2),
+               Column("Parallelism"), Column("Max parallelism", drop=1, fold=True, min_width=8),
+               Column("Key groups (new subtask <- old subtasks)", fold=True, min_width=16, drop=3)]
+    rows = []
     for op in doc["operators"]:
         label = op["name"] + (f" [uid {op['uid']}]" if op["uid"] else "")
         par = f"{op['old_parallelism']} -> {op['new_parallelism']}" if op["old_parallelism"] is not None else f"(new) {op['new_parallelism']}"
@@ -340,8 +342,8 @@ def _print_plan(doc: dict[str, Any]) -> None:
                 if r["key_groups"]
             )
         state = op["status"] + (f": {', '.join(op['states'])}" if op["states"] else "")
-        table.add_row(Text(label), Text(state), op["matched_by"] or "-", par, maxp, groups)
-    console.print(table)
+        rows.append([label, state, op["matched_by"] or "-", par, maxp, groups])
+    render(console, columns, rows, title="Operators", wide=wide)
     for d in doc["dropped"]:
         label = (d["name"] or "?") + (f" [uid {d['uid']}]" if d["uid"] else f" [id {d['operator_id']}]")
         verdict = "dropped" if doc["allow_non_restored_state"] else "NOT RESTORED (refused without -n)"

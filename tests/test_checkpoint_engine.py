@@ -257,6 +257,30 @@ def test_retention_trigger_and_statistics(cluster, flinkpy_home: Path, tmp_path:
     assert res.returncode == ExitCode.NOT_FOUND, (res.returncode, res.stderr)
 
 
+def test_manual_trigger_waits_its_turn_behind_a_periodic_checkpoint(cluster, tmp_path: Path) -> None:
+    """A checkpoint trigger while a periodic checkpoint is in progress (at most one at a time)
+    queues behind it, as in Flink, instead of failing; --timeout bounds the wait (exit 6)."""
+    jid = submit(tmp_path, KEYED_JOB, "execution.checkpointing.interval=200ms", "execution.checkpointing.timeout=60s")
+    wait_for(lambda: stats(jid)["counts"]["completed"] >= 1, timeout=30, message="a first checkpoint")
+    # a frozen sum task holds the next periodic checkpoint in progress for 4 s
+    paused = run_cli("fault", "pause-task", jid, "--vertex", "sums", "--subtask", "0", "--for", "4s")
+    assert paused.returncode == 0, paused.stderr
+    blocked = wait_for(lambda: stats(jid)["counts"]["in_progress"] == 1 and stats(jid)["latest"].get("completed"),
+                       timeout=10, message="a checkpoint held in progress by the paused task")
+    assert blocked
+    held = max(h["id"] for h in stats(jid)["history"] if h["status"] == "IN_PROGRESS")
+    res = run_cli("checkpoint", "trigger", jid, "--timeout", "1s")
+    assert res.returncode == ExitCode.TIMEOUT, (res.returncode, res.stderr)
+    assert "could start within" in res.stderr and res.stdout == "", res.stderr
+    res = run_cli("checkpoint", "trigger", jid, "--json", "--timeout", "60s")
+    assert res.returncode == 0, res.stderr
+    detail = json.loads(res.stdout)
+    assert detail["status"] == "COMPLETED" and detail["id"] > held, (held, detail["id"])
+    # it went next: no periodic checkpoint started between the held one and it
+    assert detail["id"] == held + 1, (held, detail["id"])
+    cancel(jid)
+
+
 # --------------------------------------------------------------------------- clusters of our own
 
 

@@ -78,12 +78,18 @@ def test_cluster_lifecycle(flinkpy_home: Path, cli, job_files: dict[str, Path]) 
 
         assert "already running" in one_line_error(cli("cluster", "start", "--rest-port", "0"), ExitCode.CONFLICT)
 
-        # submit detached: returns at once with the id
+        # submit detached: returns at once with Flink's line on stderr and the bare id on
+        # stdout, so that jid=$(flinkpy run -d ...) works
         res = cli("run", "-d", "-p", "2", str(job_files["long"]), timeout=30)
         assert res.returncode == 0, res.stderr
-        found = JOB_ID.search(res.stdout + res.stderr)
+        found = JOB_ID.search(res.stderr)
         assert found, res.stdout + res.stderr
         jid = found.group(1)
+        assert res.stdout == jid + "\n", res.stdout
+        # the job table at 80 columns: every line fits, no column squeezed to an ellipsis
+        listed = cli("list", env={"COLUMNS": "80"})
+        assert listed.returncode == 0 and jid in listed.stdout, listed.stderr
+        assert max(map(len, listed.stdout.splitlines())) <= 80 and "…" not in listed.stdout, listed.stdout
 
         def state() -> str:
             return json_of(cli("job", "show", jid, "--json"))["state"]

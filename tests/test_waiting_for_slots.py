@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from flinkpy.errors import ExitCode
+
 from conftest import wait_for
 
 JOB = textwrap.dedent(
@@ -111,9 +113,11 @@ def test_a_submitted_job_waits_for_slots_other_jobs_hold(flinkpy_home: Path, cli
         wait_for(lambda: show(second)["state"] == "RUNNING" and all(v["status"] == "RUNNING" for v in show(second)["vertices"]),
                  timeout=30, message="the waiting job running on the released slots")
         res = cli("run", "-d", "-p", "3", str(job))  # more than the cluster has: no waiting
-        assert res.returncode == 0, res.stderr
-        assert "waits for slots" not in res.stderr
+        # it failed before running: -d says so with the job's exit code, and the id on stdout
+        assert res.returncode == ExitCode.JOB_FAILED, (res.returncode, res.stderr)
+        assert "waits for slots" not in res.stderr and "NoResourceAvailableException" in res.stderr
         failed = res.stderr.split("JobID ")[1].split()[0]
+        assert res.stdout == failed + "\n"
         assert show(failed)["state"] == "FAILED"
         assert cli("cancel", second).returncode == 0
     finally:

@@ -171,9 +171,10 @@ class Client:
     def checkpoints(self, job_id: str, history: int | None = None) -> JsonObject:
         return self.endpoint(job_id).checkpoints(job_id, history)
 
-    def trigger_checkpoint(self, job_id: str) -> int:
-        """Trigger a checkpoint on the cluster now; its id."""
-        return self.cluster.trigger_checkpoint(job_id)
+    def trigger_checkpoint(self, job_id: str, wait_s: float = 0.0) -> int:
+        """Trigger a checkpoint on the cluster now; its id. While as many checkpoints as
+        allowed are in progress it waits its turn, up to ``wait_s``."""
+        return self.cluster.trigger_checkpoint(job_id, wait_s)
 
     def wait_for_checkpoint(self, job_id: str, checkpoint_id: int, deadline: Deadline, timeout: str) -> JsonObject:
         return operations.wait_for_checkpoint(self.cluster, job_id, checkpoint_id, deadline, timeout)

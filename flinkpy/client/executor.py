@@ -113,11 +113,7 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
         if ctx.on_submit:
             ctx.on_submit(job_id, job.job_name)
         if detached:
-            try:
-                state = rest.job(job_id).get("state", "RUNNING")  # CREATED while it waits for slots
-            except Exception:  # noqa: BLE001 - the submission stands; the state is a courtesy
-                state = "RUNNING"
-            ctx.submitted.append(SubmittedJob(job_id, job.job_name, state))
+            ctx.submitted.append(_detached_submission(rest, job_id, job.job_name))
             return JobClient(rest, job_id, job.job_name)
         return _wait(ctx, rest, job_id, job.job_name, embedded=False)
     if detached:
@@ -141,6 +137,19 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
         finally:
             if ctx.announce:
                 print("flinkpy: stopping the embedded local cluster", file=sys.stderr, flush=True)
+
+
+def _detached_submission(rest: Any, job_id: str, name: str) -> SubmittedJob:
+    """A job submitted without waiting for it: its state right after submission (CREATED while
+    it waits for slots; FAILED, with the cause, when the cluster could not schedule it)."""
+    try:
+        state = rest.job(job_id).get("state", "RUNNING")
+        if state != "FAILED":
+            return SubmittedJob(job_id, name, state)
+        result = rest.wait_for_job(job_id, 10)
+    except Exception:  # noqa: BLE001 - the submission stands; the state is a courtesy
+        return SubmittedJob(job_id, name, "RUNNING")
+    return SubmittedJob(job_id, name, "FAILED", result.get("net-runtime"), False, result.get("failure-cause"))
 
 
 def _wait(ctx: Any, rest: Any, job_id: str, name: str, *, embedded: bool) -> JobExecutionResult:

@@ -225,9 +225,11 @@ Action = TriggerCheckpoint | Finalize | NotifyComplete | Abort | Discard | Sweep
 class CheckpointTriggerRefused(ConflictError):
     """A manual trigger cannot start now; ``reason`` says why (and the message what to do)."""
 
-    def __init__(self, reason: str, *, remedy: str | None = None):
+    def __init__(self, reason: str, *, remedy: str | None = None, busy: bool = False):
         super().__init__(f"cannot trigger a checkpoint: {reason}", remedy=remedy)
         self.reason = reason
+        #: refused only because as many checkpoints as allowed are in progress: worth waiting for
+        self.busy = busy
 
 
 # -- the coordinator -------------------------------------------------------------------------
@@ -336,6 +338,7 @@ class CheckpointCoordinator:
             raise CheckpointTriggerRefused(
                 f"{len(self.pending)} checkpoint(s) already in progress ({ids}), the maximum is {self.options.max_concurrent}",
                 remedy="wait for them to complete or raise execution.checkpointing.max-concurrent-checkpoints",
+                busy=True,
             )
         actions = self._trigger(now_ms, kind)
         return actions[0].checkpoint_id, actions  # type: ignore[union-attr]

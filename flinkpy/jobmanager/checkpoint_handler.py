@@ -11,10 +11,11 @@ the same path with another kind.
 from __future__ import annotations
 
 import logging
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.clock import now_ms
-from flinkpy.errors import ConfigurationError, ConflictError, NotFoundError
+from flinkpy.errors import ConfigurationError, ConflictError, NotFoundError, OperationTimeoutError
 from flinkpy.jobmanager.checkpoint_coordinator import Action as CheckpointAction
 from flinkpy.jobmanager.execution_graph import Execution
 from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline, TaskControl, ToTask
@@ -45,7 +46,7 @@ class CheckpointHandler:
                 cp = rec.checkpointing
                 if cp.savepoints:
                     self.perform(job_id, cp.start_queued_savepoints(now_ms()))
-                if cp.periodic:
+                if cp.periodic and not cp.manual_waiting:
                     self.perform(job_id, cp.coordinator.tick(now_ms()))
 
     def trigger_savepoint(self, job_id: str, target_dir: str | None, *, stop: bool = False, drain: bool = False, fmt: str = "canonical") -> str:
@@ -77,17 +78,45 @@ class CheckpointHandler:
                 return {"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {"class": "flinkpy.SavepointException", "stack-trace": reason}}}
             return {"status": {"id": "IN_PROGRESS"}, "checkpoint_id": r["checkpoint_id"]}
 
-    def trigger_checkpoint(self, job_id: str, kind: str = "checkpoint") -> int:
-        """Trigger a checkpoint now (``flinkpy checkpoint trigger``); returns its id."""
+    def trigger_checkpoint(self, job_id: str, kind: str = "checkpoint", *, wait_s: float = 0.0) -> int:
+        """Trigger a checkpoint now (``flinkpy checkpoint trigger``); returns its id.
+
+        While as many checkpoints as allowed are in progress the request waits its turn, up to
+        ``wait_s``, as a manual trigger queues in Flink: periodic checkpoints do not start
+        while it waits, so it goes next."""
+        from flinkpy.jobmanager.checkpoint_coordinator import CheckpointTriggerRefused
+
         d = self.dispatcher
+        deadline = monotonic() + wait_s
         with d.lock:
             rec = d.job(job_id)
-            if not rec.graph.all_running():
-                raise ConflictError(
-                    f"job {job_id} is {rec.graph.state} and not all of its tasks are running: no checkpoint can be taken",
-                    remedy="trigger checkpoints of running jobs only",
-                )
-            cid, actions = rec.checkpointing.coordinator.trigger(now_ms(), kind=kind)
+            waiting = False
+            try:
+                while True:
+                    if not rec.graph.all_running():
+                        raise ConflictError(
+                            f"job {job_id} is {rec.graph.state} and not all of its tasks are running: no checkpoint can be taken",
+                            remedy="trigger checkpoints of running jobs only",
+                        )
+                    try:
+                        cid, actions = rec.checkpointing.coordinator.trigger(now_ms(), kind=kind)
+                        break
+                    except CheckpointTriggerRefused as e:
+                        remaining = deadline - monotonic()
+                        if not e.busy or wait_s <= 0:
+                            raise
+                        if remaining <= 0:
+                            raise OperationTimeoutError(
+                                f"no checkpoint of job {job_id} could start within {wait_s:g} s: {e.reason}",
+                                remedy="wait longer (--timeout) or raise execution.checkpointing.max-concurrent-checkpoints",
+                            ) from None
+                        if not waiting:
+                            waiting = True
+                            rec.checkpointing.manual_waiting += 1
+                        d.changed.wait(min(remaining, 0.5))
+            finally:
+                if waiting:
+                    rec.checkpointing.manual_waiting -= 1
             self.perform(job_id, actions)
             return cid
 

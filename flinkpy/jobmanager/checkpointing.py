@@ -55,6 +55,8 @@ class JobCheckpointing:
         self.initial_restore: tuple[str, dict[str, Any]] | None = None
         #: savepoint requests by trigger id: status QUEUED, IN_PROGRESS, COMPLETED or FAILED
         self.savepoints: dict[str, dict[str, Any]] = {}
+        #: manual checkpoint requests waiting for a free slot: periodic ones wait behind them
+        self.manual_waiting = 0
         #: where savepoints go when the request names no directory
         self.savepoint_dir = savepoint_dir
         #: high availability: records checkpoint ids handed out and completed checkpoints in
@@ -98,7 +100,7 @@ class JobCheckpointing:
             try:
                 cid, started = self.coordinator.trigger(now, kind="savepoint", reason="savepoint")
             except CheckpointTriggerRefused as e:
-                if "in progress" not in e.message or now - record["requested_ms"] > 60_000:
+                if not e.busy or now - record["requested_ms"] > 60_000:
                     record.update(status="FAILED", failure=f"the savepoint could not start: {e.message}")
                 continue
             record.update(status="IN_PROGRESS", checkpoint_id=cid, dir=savepoint_dir(record["target"], self.graph.job_id))

@@ -34,7 +34,8 @@ from urllib.parse import parse_qs, urlparse
 
 from flinkpy import __version__
 from flinkpy.clock import now_ms
-from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
+from flinkpy.errors import (ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError,
+                            OperationTimeoutError)
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.processes import log_tail
 
@@ -153,7 +154,8 @@ class RestServer:
                 self._send(h, 404, {"errors": [f"no such endpoint: {path}"], "kind": "NotFound"})
         except FlinkpyError as e:
             status = (404 if isinstance(e, NotFoundError) else 409 if isinstance(e, ConflictError)
-                      else 422 if isinstance(e, ConfigurationError) else 503 if isinstance(e, ClusterUnreachableError) else 400)
+                      else 422 if isinstance(e, ConfigurationError) else 503 if isinstance(e, ClusterUnreachableError)
+                      else 504 if isinstance(e, OperationTimeoutError) else 400)
             self._send(h, status, {"errors": [e.message], "remedy": e.remedy, "kind": type(e).__name__})
         except Exception as e:  # noqa: BLE001
             log.exception("REST %s %s failed", method, h.path)
@@ -364,8 +366,10 @@ class RestServer:
                 "checkpoint_storage": cp.checkpoint_dir,
             }
 
-    def trigger_checkpoint(self, jid: str, **_: Any) -> tuple[int, dict[str, Any]]:
-        cid = self.dispatcher.checkpoints.trigger_checkpoint(jid)
+    def trigger_checkpoint(self, jid: str, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
+        # ?timeout=S: a long poll that waits for a free checkpoint slot (a manual trigger queues)
+        wait_s = min(max(float(query.get("timeout", 0) or 0), 0.0), 3600.0)
+        cid = self.dispatcher.checkpoints.trigger_checkpoint(jid, wait_s=wait_s)
         return 202, {"checkpoint_id": cid, "request-id": str(cid)}
 
     @staticmethod

@@ -41,6 +41,8 @@ _STATUS_ERRORS: dict[int, type[FlinkpyError]] = {
     422: ConfigurationError,
     # a standby JobManager, or a new leader still recovering the job (high availability)
     503: ClusterUnreachableError,
+    # the JobManager waited as long as the request asked (a long poll that ran out)
+    504: OperationTimeoutError,
 }
 
 _DEFAULT_REMEDIES: dict[type[FlinkpyError], str] = {
@@ -221,9 +223,13 @@ class RestClient:
     def checkpoint_details(self, jid: str, checkpoint_id: int) -> JsonObject:
         return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints/details/{checkpoint_id}")
 
-    def trigger_checkpoint(self, jid: str) -> int:
-        """Ask for a checkpoint now; its id (follow it with :meth:`checkpoint_details`)."""
-        return int(self.request("POST", f"/jobs/{_quote(jid)}/checkpoints")["checkpoint_id"])
+    def trigger_checkpoint(self, jid: str, wait_s: float = 0.0) -> int:
+        """Ask for a checkpoint now; its id (follow it with :meth:`checkpoint_details`). With
+        ``wait_s`` the request waits up to that long for its turn when as many checkpoints as
+        allowed are in progress (else that is a ``ConflictError`` at once)."""
+        params = {"timeout": wait_s} if wait_s > 0 else None
+        doc = self.request("POST", f"/jobs/{_quote(jid)}/checkpoints", params=params, timeout=wait_s + self.timeout_s)
+        return int(doc["checkpoint_id"])
 
     # ------------------------------------------------------------------ savepoints and stop
 

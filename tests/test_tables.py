@@ -1,0 +1,45 @@
+"""Tables at 80 columns: columns wrap or give way whole, never squeezed to an ellipsis."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from commands.tables import Column, fit_columns, render
+
+JOBS = [Column("Start time", drop=2), Column("JobID"), Column("Name", fold=True), Column("State"),
+        Column("Restarts", justify="right", drop=1)]
+ROW = ["25.11.2026 11:59:36", "c8cb2c83f76d4eab8145bcdbc3f70fe0", "a job with a rather long descriptive name", "RUNNING", "0"]
+
+
+def rendered(columns: list[Column], rows: list[list[str]], width: int, wide: bool = False) -> str:
+    buffer = io.StringIO()
+    render(Console(file=buffer, width=width, color_system=None), columns, rows, title="Jobs", wide=wide)
+    return buffer.getvalue()
+
+
+def test_every_line_fits_and_nothing_is_cut() -> None:
+    text = rendered(JOBS, [ROW], 80)
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), text
+    assert "…" not in text, text
+    assert "c8cb2c83f76d4eab8145bcdbc3f70fe0" in text  # ids never wrap
+    # the long name wraps inside its cell instead of being squeezed away
+    assert "a job with" in text and "name" in text
+    assert "Not shown at this width: Start time (--wide shows them)" in text
+
+
+def test_narrower_drops_more_least_important_first() -> None:
+    assert fit_columns(JOBS, [ROW], 200) == [0, 1, 2, 3, 4]
+    assert fit_columns(JOBS, [ROW], 80) == [1, 2, 3, 4]
+    assert fit_columns(JOBS, [ROW], 60) == [1, 2, 3]
+    # columns that may not be dropped stay even when they do not fit
+    assert fit_columns(JOBS, [ROW], 20) == [1, 2, 3]
+
+
+def test_wide_shows_every_column_on_one_line_each() -> None:
+    text = rendered(JOBS, [ROW], 80, wide=True)
+    assert "Start time" in text and "Restarts" in text and "Not shown" not in text
+    assert "a job with a rather long descriptive name" in text  # not wrapped
+    assert max(len(line) for line in text.splitlines()) > 80
