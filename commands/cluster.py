@@ -15,6 +15,7 @@ from commands.context import client, cluster_home, load_cli_config, token_of
 from commands.output import emit_json, out, progress, status
 from commands.options import Dynamic, JobManager, JsonFlag, duration_seconds
 from commands.session import session
+from flinkpy.config import parse_override
 from flinkpy.errors import ClusterUnreachableError
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def start(
 
 @app.command("add-taskmanager")
 def add_taskmanager(
-    slots: Annotated[Optional[int], typer.Option("--slots", min=1, metavar="N", help="Slots of the new TaskManager; default: taskmanager.numberOfTaskSlots (1).", show_default=False)] = None,
+    slots: Annotated[Optional[int], typer.Option("--slots", min=1, metavar="N", help="Slots of the new TaskManager; default: as many as the cluster's TaskManagers have (else taskmanager.numberOfTaskSlots).", show_default=False)] = None,
     dynamic: Dynamic = None,
     json_: JsonFlag = False,
 ) -> None:
@@ -100,7 +101,9 @@ def add_taskmanager(
 
     Adds capacity, or replaces a TaskManager that was lost: a job whose restart waits for
     slots ('flinkpy job show' says so in its history) continues as soon as the new
-    TaskManager has registered. Prints the new TaskManager's id and pid.
+    TaskManager has registered. Prints the new TaskManager's id and pid. It gets as many
+    slots as the cluster's TaskManagers have (as 'cluster start --slots' gave them), unless
+    --slots or -D taskmanager.numberOfTaskSlots says otherwise.
 
     Examples:
 
@@ -111,12 +114,26 @@ def add_taskmanager(
     config = load_cli_config(dynamic)
     from flinkpy.cluster import add_taskmanager as start_one
 
+    if slots is None:
+        explicit = any(parse_override(item)[0] == "taskmanager.numberOfTaskSlots" for item in dynamic or [])
+        slots = None if explicit else _slots_per_taskmanager()
     with progress("Starting a TaskManager..."):
         tm = start_one(cluster_home(), slots=slots if slots is not None else config.get("taskmanager.numberOfTaskSlots"), config=config)
     if session.json:
         emit_json(tm.to_dict())
         return
     out().print(f"TaskManager {tm.id} started (pid {tm.pid}) and registered.", markup=False)
+
+
+def _slots_per_taskmanager() -> int | None:
+    """The slots of the running cluster's TaskManagers (the most common figure), or None."""
+    from collections import Counter
+
+    try:
+        counts = Counter(int(tm["slotsNumber"]) for tm in client(None).taskmanagers() if tm.get("slotsNumber"))
+    except ClusterUnreachableError:
+        return None  # add_taskmanager says that the cluster is not running
+    return counts.most_common(1)[0][0] if counts else None
 
 
 @app.command("add-jobmanager")

@@ -318,7 +318,8 @@ def kill_jobmanager(yes: Annotated[bool, typer.Option("--yes", help="Kill it eve
 def history(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
     """Show the faults injected into a job: when, what, which target, job state before and after.
 
-    The state after is the job's state when the journal was first read after the fault.
+    Each fault's state and restarts after are the job's as the next fault found them (what
+    this fault brought about); for the latest fault, the job's state now.
 
     Exit status: 0 on success; 4 for an unknown job.
 

@@ -127,6 +127,10 @@ def test_cluster_lifecycle(flinkpy_home: Path, cli, job_files: dict[str, Path]) 
             assert doc["stream"] == "stdout"
         assert sorted(re.findall(r"printed line-(\d+)", printed), key=int) == [str(i) for i in range(20)]
         assert "tm-9" in one_line_error(cli("cluster", "logs", "tm-9"), ExitCode.NOT_FOUND)
+        # a TaskManager added without --slots gets as many as the cluster's others (2, not 1)
+        added = json_of(cli("cluster", "add-taskmanager", "--json"))
+        slots = {tm["id"]: tm["slotsNumber"] for tm in json_of(cli("cluster", "status", "--json"))["taskmanagers"]}
+        assert slots[added["id"]] == 2, slots
         # stop with a job running: its task processes must end too
         res = cli("run", "-d", "-p", "2", str(job_files["long"]), timeout=30)
         assert res.returncode == 0, res.stderr

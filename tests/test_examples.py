@@ -74,6 +74,8 @@ def test_every_example_has_a_test():
 def test_word_count_with_python_prints_running_counts(flinkpy_home):
     res = run_example("word_count.py")
     assert res.returncode == 0, res.stderr
+    # plain `python JOB.py` says on stderr that it runs an embedded cluster, as `flinkpy run` does
+    assert "starting an embedded local cluster" in res.stderr and "stopping the embedded local cluster" in res.stderr
     words = [w for line in example_text() for w in line.split()]
     records = printed_records(res.stdout)
     assert Counter(records) == expected_running_counts(words)

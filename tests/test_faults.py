@@ -123,6 +123,8 @@ def test_job_faults_fail_and_recover_and_are_journaled(cluster, cli, flinkpy_hom
     assert [e["kind"] for e in history] == ["raise", "kill-task", "fail-checkpoint", "pause-task"], history
     assert all(e["state-before"] == "RUNNING" and e["state-after"] == "RUNNING" for e in history), history
     assert [e["restarts-before"] for e in history] == [0, 1, 2, 2]
+    # each fault shows its own effect (up to the next fault), not the job's figures when read
+    assert [e["restarts-after"] for e in history] == [1, 2, 2, 2], history
     text = cli("fault", "history", jid)
     assert text.returncode == 0 and "kill-task" in text.stdout and "RUNNING -> RUNNING" in text.stdout, text.stdout
 

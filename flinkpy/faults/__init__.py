@@ -41,8 +41,9 @@ def choose(candidates: Sequence[T], r: float) -> T:
 
 
 def journal_entry(time_ms: int, kind: str, target: dict[str, Any], state_before: str, restarts_before: int, **params: Any) -> dict[str, Any]:
-    """One line of a job's fault journal; ``state-after`` is filled in when the journal is next
-    read (the effect of a fault shows only after it was carried out)."""
+    """One line of a job's fault journal. Its ``state-after`` and ``restarts-after`` are what
+    the job went through until the next fault (see :func:`record`), or until now for the
+    latest one (see :func:`journal_view`)."""
     return {
         "time": time_ms,
         "kind": kind,
@@ -55,13 +56,34 @@ def journal_entry(time_ms: int, kind: str, target: dict[str, Any], state_before:
     }
 
 
-def settle(entries: list[dict[str, Any]], state: str, restarts: int) -> list[dict[str, Any]]:
-    """Fill in ``state-after`` of entries that have none yet, with the job's state now."""
+def record(entries: list[dict[str, Any]], entry: dict[str, Any]) -> dict[str, Any]:
+    """Append ``entry`` to a journal, closing the fault before it: that fault's after is the
+    job as the new one found it (so each fault shows its own effect, not the last one's).
+
+    >>> journal = []
+    >>> _ = record(journal, journal_entry(1, "kill-task", {}, "RUNNING", 0))
+    >>> _ = record(journal, journal_entry(2, "raise", {}, "RUNNING", 1))
+    >>> [(e["restarts-before"], e["restarts-after"]) for e in journal_view(journal, "RUNNING", 3)]
+    [(0, 1), (1, 3)]
+    """
     for e in entries:
         if e["state-after"] is None:
-            e["state-after"] = state
-            e["restarts-after"] = restarts
-    return entries
+            e["state-after"] = entry["state-before"]
+            e["restarts-after"] = entry["restarts-before"]
+    entries.append(entry)
+    return entry
+
+
+def journal_view(entries: list[dict[str, Any]], state: str, restarts: int) -> list[dict[str, Any]]:
+    """Copies of a journal's entries to show; the open one (the latest fault) shows the job's
+    state and restarts now, without keeping them (a later read shows later figures)."""
+    view = []
+    for e in entries:
+        e = dict(e)
+        if e["state-after"] is None:
+            e["state-after"], e["restarts-after"] = state, restarts
+        view.append(e)
+    return view
 
 
 def describe_target(target: dict[str, Any]) -> str:

@@ -49,13 +49,13 @@ class FaultInjector:
             return self._cluster_fault(kind, params)
 
     def history(self, job_id: str | None) -> list[dict[str, Any]]:
-        """The journal; entries not read before get the job's state now as their state after."""
+        """The journal; the latest fault's state after is the job's state now."""
         d = self.dispatcher
         with d.lock:
             if job_id is None:
                 return [dict(e) for e in self.cluster_faults]
             rec = d.job(job_id)
-            return [dict(e) for e in f.settle(rec.faults, rec.graph.state, rec.graph.restarts)]
+            return f.journal_view(rec.faults, rec.graph.state, rec.graph.restarts)
 
     def _cluster_fault(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         d = self.dispatcher
@@ -90,7 +90,7 @@ class FaultInjector:
         self.cluster_faults.append(entry)
         for j in hit:
             g = d.jobs[j].graph
-            d.jobs[j].faults.append(f.journal_entry(entry["time"], kind, target, g.state, g.restarts, seconds=seconds))
+            f.record(d.jobs[j].faults, f.journal_entry(entry["time"], kind, target, g.state, g.restarts, seconds=seconds))
         log.warning("fault %s injected into %s (jobs hit: %s)", kind, f.describe_target(target), hit or "none")
         return entry
 
@@ -110,7 +110,7 @@ class FaultInjector:
                   "taskmanager-id": ex.tm_id, "pid": ex.pid, "operator": operator}
         self._send_job_fault(g, job_id, kind, params, ex, operator)
         entry = f.journal_entry(now_ms(), kind, target, g.state, g.restarts, **{k: params.get(k) for k in _JOURNALED})
-        rec.faults.append(entry)
+        f.record(rec.faults, entry)
         log.warning("job %s: fault %s injected into %s", job_id, kind, f.describe_target(target))
         return entry
 

@@ -55,7 +55,8 @@ _stack: list[ExecutionContext] = []
 def current_context() -> ExecutionContext:
     if _stack:
         return _stack[-1]
-    return ExecutionContext(address=os.environ.get("FLINKPY_JOBMANAGER") or None)
+    # `python JOB.py`: says on stderr when it starts an embedded cluster, as `flinkpy run` does
+    return ExecutionContext(address=os.environ.get("FLINKPY_JOBMANAGER") or None, announce=True)
 
 
 @contextlib.contextmanager

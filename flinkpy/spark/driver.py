@@ -37,6 +37,7 @@ from typing import Any
 
 from flinkpy.clock import now_ms
 from flinkpy.errors import ConflictError, ExitCode, FlinkpyError, NotFoundError
+from flinkpy.faults import journal_view
 from flinkpy.spark import control_registry as registry
 from flinkpy.spark import supervisor_snapshots as snapshots
 from flinkpy.spark.supervisor import GiveUp, SparkJobSupervisor
@@ -151,7 +152,7 @@ class SparkDriver:
                 rec["final"] = {"job": self._job_document_locked(), "exceptions": sup.exceptions_document(),
                                 "execution-result": sup.execution_result(), "checkpoints": self._checkpoints_locked(10),
                                 "restart-strategy": sup.restart_strategy(),
-                                "faults": {"jid": self.job_id, "faults": _settled(self.faults, sup.state, sup.restarts)}}
+                                "faults": {"jid": self.job_id, "faults": journal_view(self.faults, sup.state, sup.restarts)}}
             return rec
 
     def publish(self) -> None:
@@ -245,11 +246,8 @@ class SparkDriver:
             return self.supervisor.restart_strategy()
 
     def fault_history(self) -> list[dict[str, Any]]:
-        from flinkpy.faults import settle
-
         with self.lock:
-            # a fault's effect shows after it was carried out: the state when first read after it
-            return list(settle(self.faults, self.supervisor.state, self.supervisor.restarts))
+            return journal_view(self.faults, self.supervisor.state, self.supervisor.restarts)
 
     def fault(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         """kill-task: SIGKILL (or TERM) one busy Spark Python worker of this job; kill-executor:
@@ -274,7 +272,7 @@ class SparkDriver:
         with self.lock:
             entry = f.journal_entry(now_ms(), kind, target, self.supervisor.state, self.supervisor.restarts,
                                     signal=note.pop("signal", "KILL"))
-            self.faults.append(entry)
+            f.record(self.faults, entry)
             self.supervisor.note(now_ms(), "fault", fault=kind, **note)
         return entry
 
@@ -469,12 +467,6 @@ class SparkDriver:
                 self.query.stop()
         except Exception:  # noqa: BLE001
             pass
-
-
-def _settled(faults: list[dict[str, Any]], state: str, restarts: int) -> list[dict[str, Any]]:
-    from flinkpy.faults import settle
-
-    return settle(faults, state, restarts)
 
 
 def _load_plan(spec: dict[str, Any], config: dict[str, str]) -> tuple[Any, str, dict[str, str]]:
