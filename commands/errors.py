@@ -13,7 +13,7 @@ from typing import Any
 from commands._click import Abort, ClickException, NoArgsIsHelpError, UsageError
 from commands.output import emit_json
 from commands.session import session
-from flinkpy.errors import ExitCode, FlinkpyError
+from flinkpy.errors import ExitCode, FlinkpyError, storage_credentials_error
 
 PROG = "flinkpy"
 
@@ -53,6 +53,9 @@ def handle(exc: BaseException) -> int:
         )
     if isinstance(exc, ClickException):
         return report(exc.format_message(), None, kind="Usage", exit_code=exc.exit_code)
+    missing_credentials = storage_credentials_error(exc)
+    if missing_credentials is not None:
+        return report(missing_credentials.message, missing_credentials.remedy, kind="Configuration", exit_code=ExitCode.CONFIGURATION)
     return report(
         f"internal error: {type(exc).__name__}: {exc}",
         "this is a bug in flinkpy; re-run with --debug and report the traceback",

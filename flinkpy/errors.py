@@ -102,3 +102,45 @@ class SavepointFailedError(FlinkpyError):
     """A savepoint was accepted by the JobManager but failed; ``details`` holds its cause."""
 
     exit_code = ExitCode.SAVEPOINT_FAILED
+
+
+#: what each object store's client raises when it finds no (or incomplete) credentials, by class
+#: name (matched without importing the optional clients), and what to set
+_CREDENTIAL_ERRORS = {
+    "NoCredentialsError": "s3",  # botocore
+    "PartialCredentialsError": "s3",
+    "NoAuthTokenError": "s3",
+    "DefaultCredentialsError": "gcs",  # google.auth
+    "CredentialUnavailableError": "azure",  # azure.identity
+    "ClientAuthenticationError": "azure",  # azure.core
+}
+_CREDENTIAL_REMEDIES = {
+    "s3": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or ~/.aws/credentials) for every "
+          "flinkpy process, and FLINKPY_S3_ENDPOINT_URL for an S3-compatible store",
+    "gcs": "set GOOGLE_APPLICATION_CREDENTIALS to a service account key file (or run 'gcloud auth application-default login')",
+    "azure": "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with a key or a service principal",
+}
+
+
+def storage_credentials_error(exc: BaseException) -> ConfigurationError | None:
+    """The configuration error a missing-credentials exception of an object store's client
+    stands for (so it is exit 8 naming what to set, not an internal error), else None.
+
+    >>> class NoCredentialsError(Exception): ...
+    >>> err = storage_credentials_error(NoCredentialsError("Unable to locate credentials"))
+    >>> err.exit_code, "AWS_ACCESS_KEY_ID" in err.remedy
+    (8, True)
+    >>> storage_credentials_error(ValueError("x")) is None
+    True
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:  # the cause may be wrapped
+        seen.add(id(current))
+        for cls in type(current).__mro__:
+            store = _CREDENTIAL_ERRORS.get(cls.__name__)
+            if store is not None:
+                return ConfigurationError(f"no credentials for the {store} checkpoint or file storage: {current}",
+                                          remedy=_CREDENTIAL_REMEDIES[store])
+        current = current.__cause__ or current.__context__
+    return None

@@ -111,3 +111,17 @@ def test_bad_config_file_exits_8_with_json(home: Path) -> None:
 def test_bad_env_config_exits_8(home: Path) -> None:
     result = flinkpy(home, "cluster", "start", env={"FLINKPY_TASKMANAGER_NUMBEROFTASKSLOTS": "-1"})
     assert_one_line_error(result, ExitCode.CONFIGURATION)
+
+
+@pytest.mark.timeout(60)
+def test_missing_object_store_credentials_exit_8_naming_what_to_set(home: Path, tmp_path: Path) -> None:
+    pytest.importorskip("s3fs")
+    # no credentials anywhere botocore looks (variables, files, the instance metadata service)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"HOME": str(tmp_path), "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                "AWS_EC2_METADATA_DISABLED": "true", "FLINKPY_HOME": str(home), "NO_COLOR": "1"})
+    for args in (["savepoint", "list", "s3://no-bucket/savepoints"], ["checkpoint", "verify", "s3://no-bucket/cp/chk-1"]):
+        result = subprocess.run([sys.executable, "-m", "commands.main", *args], capture_output=True, text=True, env=env,
+                                stdin=subprocess.DEVNULL, timeout=50)
+        line = assert_one_line_error(result, ExitCode.CONFIGURATION)
+        assert "no credentials" in line and "AWS_ACCESS_KEY_ID" in line and "bug" not in line, line

@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlparse
 from flinkpy import __version__
 from flinkpy.clock import now_ms
 from flinkpy.errors import (ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError,
-                            OperationTimeoutError)
+                            OperationTimeoutError, storage_credentials_error)
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.processes import log_tail
 
@@ -158,6 +158,10 @@ class RestServer:
                       else 504 if isinstance(e, OperationTimeoutError) else 400)
             self._send(h, status, {"errors": [e.message], "remedy": e.remedy, "kind": type(e).__name__})
         except Exception as e:  # noqa: BLE001
+            missing_credentials = storage_credentials_error(e)
+            if missing_credentials is not None:
+                self._send(h, 422, {"errors": [missing_credentials.message], "remedy": missing_credentials.remedy, "kind": "ConfigurationError"})
+                return
             log.exception("REST %s %s failed", method, h.path)
             self._send(h, 500, {"errors": [f"internal error: {e}"], "kind": "Internal"})
 
