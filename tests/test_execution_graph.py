@@ -257,6 +257,23 @@ def test_a_restartable_failure_restarts_the_region_after_the_backoff() -> None:
     assert g.state == "FAILING"
 
 
+def test_the_killed_producer_is_the_root_cause_even_when_its_consumer_reports_first() -> None:
+    """A SIGKILLed source: its consumer's connection reset often reaches the JobManager before
+    the TaskManager's report of the dead process; the root cause is the kill either way."""
+    from flinkpy.jobmanager.restart_strategies import FixedDelay
+
+    g = _with_strategy(FixedDelay(attempts=3, delay_ms=100))
+    g.on_task_state(exec_id(g, 2, 0), "FAILED", {"exception": "ConnectionResetError", "message": "[Errno 104] Connection reset by peer"}, now_ms=2000)
+    assert g.root_exception["exceptionName"] == "ConnectionResetError"
+    kill = {"exception": "flinkpy.TaskProcessExited", "message": "the task process (pid 4242) was killed by signal SIGKILL on TaskManager tm-1"}
+    g.on_task_state(exec_id(g, 1, 0), "FAILED", kill, now_ms=2005)
+    assert g.root_exception["exceptionName"] == "flinkpy.TaskProcessExited" and "SIGKILL" in g.root_exception["message"]
+    assert [e for e in g.events if e["type"] == "restarting"][-1]["cause"].startswith("flinkpy.TaskProcessExited")
+    # both stay in the history; a later consequence does not displace the cause
+    g.on_task_state(exec_id(g, 2, 1), "FAILED", {"exception": "BrokenPipeError", "message": "broken pipe"}, now_ms=2006)
+    assert "SIGKILL" in g.root_exception["message"] and len(g.exceptions) == 3
+
+
 def test_a_global_failure_restarts_every_task_when_the_strategy_allows() -> None:
     from flinkpy.jobmanager.execution_graph import Failover
     from flinkpy.jobmanager.restart_strategies import FixedDelay, NoRestart

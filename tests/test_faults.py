@@ -103,6 +103,9 @@ def test_job_faults_fail_and_recover_and_are_journaled(cluster, cli, flinkpy_hom
     assert entry["target"]["pid"] == pid
     wait_for(restarted(jid, 2), timeout=20, message="a restart after the killed task")
     assert any(f"pid {pid}) was killed by signal SIGKILL" in e["message"] for e in exception_entries(jid))
+    # the root cause is the kill (not a consumer's connection reset, whichever came first)
+    root = cli_json("job", "exceptions", jid)["root-exception"]
+    assert f"pid {pid}) was killed by signal SIGKILL" in root, root
 
     cli_json("fault", "fail-checkpoint", jid, "--count", "2")
     wait_for(lambda: json.dumps(cli_json("checkpoint", "list", jid)).count("flinkpy fault fail-checkpoint") >= 2, timeout=60,

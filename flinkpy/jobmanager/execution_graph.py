@@ -262,6 +262,10 @@ class ExecutionGraph:
             if region in self.pending_restarts:
                 # a consequence of the failure the region already restarts for
                 entry["restarted"] = True
+                if _is_consequence(self.root_exception) and not _is_consequence(entry):
+                    # a consumer noticed its producer die before the producer's own report (its
+                    # process killed, with the signal) arrived: that report is the cause
+                    self._adopt_cause(entry)
             elif self.state in ("RUNNING", "RESTARTING"):
                 actions += self._handle_failure(ex, entry, now_ms)
             elif self.state == "FAILING" and _is_consequence(self.root_exception) and not _is_consequence(entry):
@@ -269,6 +273,14 @@ class ExecutionGraph:
                 self.root_exception = entry
         actions += self._check_terminal(now_ms)
         return actions
+
+    def _adopt_cause(self, entry: dict[str, Any]) -> None:
+        """Make ``entry`` the root exception of the restart under way (and of its event)."""
+        self.root_exception = entry
+        for event in reversed(self.events):
+            if event["type"] == "restarting":
+                event["cause"] = f"{entry['exceptionName']}: {entry['message']}"
+                break
 
     def _handle_failure(self, ex: Execution, entry: dict[str, Any], now_ms: int) -> list[Action]:
         """Ask the restart strategy; restart the failed task's region (or all) or fail the job."""
