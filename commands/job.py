@@ -1,4 +1,4 @@
-"""`flinkpy job`: look at one job — its state and vertices, and why it failed."""
+"""`flinkpy job`: look at one job — its state and vertices, and why it failed — or wait for it."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import typer
 from rich.table import Table
 
 from commands.context import client
-from commands.output import emit_json, fmt_duration, fmt_time, out
+from commands.output import emit_json, fmt_duration, fmt_time, out, progress
 from commands.options import JobManager, JsonFlag
 from commands.session import session
 
 if TYPE_CHECKING:
     from flinkpy.network.rest_client import JsonObject
 
-app = typer.Typer(help="Inspect one job: its state, its vertices and its exceptions.", no_args_is_help=True)
+app = typer.Typer(help="Inspect one job: its state, its vertices and its exceptions; wait for a state.", no_args_is_help=True)
 
 JobId = Annotated[str, typer.Argument(metavar="JOB_ID", help="ID of the job (see 'flinkpy list -a').", show_default=False)]
 
@@ -110,3 +110,44 @@ def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = F
         console.print(f"{fmt_time(entry.get('timestamp'))}  {entry.get('exceptionName', '?')}  {where}  ({outcome})", markup=False)
         if entry.get("stacktrace"):
             console.print(entry["stacktrace"].rstrip(), markup=False)
+
+
+WAITABLE = ("RUNNING", "FINISHED", "CANCELED", "FAILED", "TERMINAL")
+
+
+@app.command("wait")
+def wait(
+    job_id: JobId,
+    state: Annotated[str, typer.Option("--state", metavar="STATE", help="What to wait for: RUNNING (the job and every task running), FINISHED, CANCELED, FAILED or TERMINAL (any of the three).")] = "RUNNING",
+    timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION", help="How long to wait (Flink duration syntax).")] = "2min",
+    jobmanager: JobManager = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Wait until a job reaches a state: for runbooks and scripts between steps.
+
+    RUNNING, the default, means the job and all of its tasks run: after a restart (a fault
+    drill, a lost TaskManager) that is when the job has restored its state and processes
+    again. Prints the state reached (with --json, the job's document as 'job show' gives it).
+
+    Exit status: 0 reached; 6 not reached within --timeout; 9 the job ended in another state
+    (so the awaited one can no longer come); 4 unknown job.
+
+    Examples:
+
+    \b
+        flinkpy fault kill-task JOB_ID && flinkpy job wait JOB_ID
+        flinkpy job wait JOB_ID --state TERMINAL --timeout 30min
+    """
+    from commands.options import timeout_seconds
+    from flinkpy.client.operations import Deadline, wait_for_state
+    from flinkpy.errors import UsageError
+
+    wanted = state.upper()
+    if wanted not in WAITABLE:
+        raise UsageError(f"--state {state!r} is not a state to wait for", remedy=f"use one of {', '.join(WAITABLE)}")
+    with progress(f"Waiting for job {job_id} to be {wanted}..."):
+        doc = wait_for_state(client(jobmanager), job_id, wanted, Deadline(timeout_seconds(timeout)), timeout)
+    if session.json:
+        emit_json(doc)
+    else:
+        out().print(f"Job {job_id} is {doc.get('state')}.", markup=False)

@@ -108,9 +108,16 @@ def test_cluster_lifecycle(flinkpy_home: Path, cli, job_files: dict[str, Path]) 
         assert all(n["parallelism"] == 3 for n in plan["nodes"])
         assert any(p["ship_strategy"] == "HASH" for n in plan["nodes"] for p in n["predecessors"])
 
+        # job wait: for runbooks between steps
+        waited = cli("job", "wait", jid, "--timeout", "30s")
+        assert waited.returncode == 0 and waited.stdout == f"Job {jid} is RUNNING.\n", waited.stderr
+        assert "within 1s" in one_line_error(cli("job", "wait", jid, "--state", "finished", "--timeout", "1s"), ExitCode.TIMEOUT)
+
         res = cli("cancel", jid)
         assert res.returncode == 0, res.stderr
         wait_for(lambda: state() == "CANCELED", 20, message="the job CANCELED")
+        assert json_of(cli("job", "wait", jid, "--state", "terminal", "--json"))["state"] == "CANCELED"
+        assert "ended CANCELED" in one_line_error(cli("job", "wait", jid), ExitCode.CONFLICT)
         assert "CANCELED" in one_line_error(cli("cancel", jid), ExitCode.CONFLICT)
         assert "not found" in one_line_error(cli("cancel", "0123456789abcdef0123456789abcdef"), ExitCode.NOT_FOUND)
         assert "not found" in one_line_error(cli("job", "show", "f" * 32), ExitCode.NOT_FOUND)

@@ -16,7 +16,7 @@ True
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from flinkpy.network.rest_client import JsonObject, RestClient
 from flinkpy.errors import (
@@ -186,3 +186,41 @@ def wait_for_checkpoint(endpoint: RestClient, job_id: str, checkpoint_id: int, d
     if status != "COMPLETED":
         raise OperationTimeoutError(f"checkpoint {checkpoint_id} of job {job_id} did not complete within {timeout}", remedy="see 'flinkpy checkpoint list JOB_ID'")
     return detail
+
+
+_TERMINAL = ("FINISHED", "CANCELED", "FAILED")
+
+
+def job_reached(doc: JsonObject, wanted: str) -> bool:
+    """Whether a job document (``GET /jobs/<id>``) shows ``wanted``: RUNNING needs every
+    vertex running too (a job restarting a region is RUNNING with some tasks not); TERMINAL
+    is any end.
+
+    >>> job_reached({"state": "RUNNING", "vertices": [{"status": "RUNNING"}, {"status": "DEPLOYING"}]}, "RUNNING")
+    False
+    >>> job_reached({"state": "CANCELED", "vertices": []}, "TERMINAL")
+    True
+    """
+    state = doc.get("state")
+    if wanted == "TERMINAL":
+        return state in _TERMINAL
+    if wanted == "RUNNING":
+        return state == "RUNNING" and all(v.get("status") == "RUNNING" for v in doc.get("vertices") or [])
+    return state == wanted
+
+
+def wait_for_state(endpoint: Any, job_id: str, wanted: str, deadline: Deadline, timeout: str) -> JsonObject:
+    """Poll a job until it reaches ``wanted`` (see :func:`job_reached`); its document then. A job
+    that ends otherwise is a ``ConflictError``, the deadline an ``OperationTimeoutError``."""
+    poll = 0.05
+    while True:
+        doc = endpoint.job(job_id)
+        if job_reached(doc, wanted):
+            return doc
+        if doc.get("state") in _TERMINAL:
+            raise ConflictError(f"job {job_id} ended {doc.get('state')}, not {wanted}", remedy=f"see 'flinkpy job exceptions {job_id}'")
+        if deadline.passed():
+            raise OperationTimeoutError(f"job {job_id} was not {wanted} within {timeout} (it is {doc.get('state')})",
+                                        remedy=f"see 'flinkpy job show {job_id}'")
+        time.sleep(min(poll, deadline.left()))
+        poll = min(poll * 2, 0.5)
