@@ -321,9 +321,9 @@ def _print_plan(doc: dict[str, Any], wide: bool) -> None:
         markup=False,
         soft_wrap=True,
     )
-    columns = [Column("Operator", fold=True), Column("State", fold=True), Column("Matched by", drop=2),
-               Column("Parallelism"), Column("Max parallelism", drop=1, fold=True, min_width=8),
-               Column("Key groups (new subtask <- old subtasks)", fold=True, min_width=16, drop=3)]
+    columns = [Column("Operator", fold=True), Column("State", fold=True, min_width=18), Column("Matched by", drop=3),
+               Column("Parallelism"), Column("Max parallelism", drop=2, fold=True, min_width=11),
+               Column("Key groups (new subtask <- old subtasks)", fold=True, min_width=24, drop=1)]
     rows = []
     for op in doc["operators"]:
         label = op["name"] + (f" [uid {op['uid']}]" if op["uid"] else "")
@@ -341,7 +341,7 @@ def _print_plan(doc: dict[str, Any], wide: bool) -> None:
                 for r in op["key_groups"]
                 if r["key_groups"]
             )
-        state = op["status"] + (f": {', '.join(op['states'])}" if op["states"] else "")
+        state = op["status"] + (":\n" + "\n".join(op["states"]) if op["states"] else "")  # one state a line
         rows.append([label, state, op["matched_by"] or "-", par, maxp, groups])
     render(console, columns, rows, title="Operators", wide=wide)
     for d in doc["dropped"]:

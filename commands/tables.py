@@ -78,6 +78,21 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width:
     return shown
 
 
+def allocate(columns: Sequence[Column], rows: Sequence[Sequence[Any]], shown: Sequence[int], width: int) -> dict[int, int]:
+    """Content widths of the ``shown`` columns within ``width``: natural widths, the widest
+    fold column narrowed first, never below its narrowest (pure: no I/O)."""
+    natural = _natural(columns, rows)
+    widths = {i: natural[i] for i in shown}
+    budget = width - _TABLE_OVERHEAD - _COLUMN_OVERHEAD * len(shown)
+    while sum(widths.values()) > budget:
+        narrowable = [i for i in shown if columns[i].fold and widths[i] > min(natural[i], columns[i].narrowest())]
+        if not narrowable:
+            break
+        widest = max(narrowable, key=lambda i: (widths[i], -i))
+        widths[widest] -= 1
+    return widths
+
+
 def render(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[Any]], *, title: str | None = None,
            wide: bool = False) -> None:
     """Print a table of ``rows`` on ``console``: fitted to its width, or every column with
@@ -89,8 +104,10 @@ def render(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[
         if needed > console.width:
             console = Console(file=console.file, width=needed, highlight=False, soft_wrap=False,
                               color_system=console.color_system and "auto", no_color=console.no_color)
+        widths = {i: natural[i] for i in shown}
     else:
         shown = fit_columns(columns, rows, console.width)
+        widths = allocate(columns, rows, shown, console.width)
     hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
     table = Table(title=title, title_justify="left", show_footer=any(c.footer for c in columns),
                   caption=f"Not shown at this width: {', '.join(hidden)} (--wide shows them)" if hidden else None,
@@ -98,9 +115,7 @@ def render(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[
     for i in shown:
         col = columns[i]
         table.add_column(col.header, justify=col.justify, footer=col.footer or "",  # type: ignore[arg-type]
-                         overflow="fold" if col.fold and not wide else "ellipsis",
-                         no_wrap=wide or not col.fold,
-                         min_width=None if wide or not col.fold else min(natural[i], col.narrowest()))
+                         overflow="fold", no_wrap=not col.fold, width=max(widths[i], 1))
     for row in rows:
         table.add_row(*(row[i] if isinstance(row[i], Text) else Text(str(row[i])) for i in shown))
     console.print(table)

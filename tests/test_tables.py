@@ -43,3 +43,16 @@ def test_wide_shows_every_column_on_one_line_each() -> None:
     assert "Start time" in text and "Restarts" in text and "Not shown" not in text
     assert "a job with a rather long descriptive name" in text  # not wrapped
     assert max(len(line) for line in text.splitlines()) > 80
+
+
+def test_fold_columns_share_the_width_so_the_table_never_overflows() -> None:
+    """savepoint plan's table: rich alone made it 85 columns wide (and cut it at 80)."""
+    columns = [Column("Operator", fold=True), Column("State", fold=True, min_width=18), Column("Matched by", drop=3),
+               Column("Parallelism"), Column("Max parallelism", drop=2, fold=True, min_width=11),
+               Column("Key groups (new subtask <- old subtasks)", fold=True, min_width=24, drop=1)]
+    rows = [["running sums [uid sums]", "restored:\n_reduce\n_timers.event\n_timers.processing", "uid", "1 -> 4", "128",
+             "0: 0-31 <- 0 (0-31)\n3: 96-127 <- 0 (96-127)"], ["Print to Std. Out", "empty", "-", "(new) 4", "128", ""]]
+    for width in (80, 100):
+        text = rendered(columns, rows, width)
+        assert max(len(line.rstrip()) for line in text.splitlines()) <= width, text
+        assert "96-127 <- 0 (96-127)" in text and "_timers.processing" in text, text
