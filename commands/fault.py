@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from commands.context import client
-from commands.options import JobManager, JsonFlag, duration_seconds
-from commands.output import emit_json, info, status
+from commands.options import JobManager, JsonFlag, Wide, duration_seconds
+from commands.output import emit_json, info, out, status
 from commands.session import session
+from commands.tables import Column, render
 from flinkpy.errors import UsageError
 
 if TYPE_CHECKING:
@@ -315,7 +316,7 @@ def kill_jobmanager(yes: Annotated[bool, typer.Option("--yes", help="Kill it eve
 
 
 @app.command("history")
-def history(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
+def history(job_id: JobId, jobmanager: JobManager = None, wide: Wide = False, json_: JsonFlag = False) -> None:
     """Show the faults injected into a job: when, what, which target, job state before and after.
 
     Each fault's state and restarts after are the job's as the next fault found them (what
@@ -337,9 +338,12 @@ def history(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = Fals
         return
     if not doc["faults"]:
         info(f"no faults were injected into job {job_id}")
-    for e in doc["faults"]:
-        info(f"{fmt_time(e['time'])}  {e['kind']:<17} {describe_target(e['target'])}  {e['state-before']} -> {e['state-after']} "
-             f"(restarts {e['restarts-before']} -> {e['restarts-after']})")
+        return
+    columns = [Column("Time", drop=1), Column("Fault"), Column("Target", fold=True, min_width=20), Column("State"),
+               Column("Restarts", justify="right")]
+    rows = [[fmt_time(e["time"]), e["kind"], describe_target(e["target"]), f"{e['state-before']} -> {e['state-after']}",
+             f"{e['restarts-before']} -> {e['restarts-after']}"] for e in doc["faults"]]
+    render(out(), columns, rows, title=f"Faults injected into job {job_id}", wide=wide)
 
 
 @app.command("chaos")
