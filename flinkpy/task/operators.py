@@ -16,6 +16,7 @@ import types
 from typing import Any, Callable
 
 from flinkpy.errors import InvalidProgramError
+from flinkpy.task.side_outputs import collect
 from flinkpy.state.key_groups import KeyGroupAssigner
 
 _MISSING = object()
@@ -296,18 +297,17 @@ class ProcessOperator(Operator):
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         f, ctx = self._f, self._ctx
+        side = ctx.output  # yielded (OutputTag, value) pairs go where ctx.output sends them
         out: list = []
         if timestamps is None:
             for r in values:
-                out.extend(_iterate(f(r, ctx)))
+                collect(f(r, ctx), out, side)
             self.output.process(out, None)
             return
         ts_out: list[int] = []
         for r, t in zip(values, timestamps):
             ctx.current_timestamp = t
-            before = len(out)
-            out.extend(_iterate(f(r, ctx)))
-            ts_out.extend([t] * (len(out) - before))
+            ts_out.extend([t] * collect(f(r, ctx), out, side))
         ctx.current_timestamp = None
         self.output.process(out, ts_out)
 
@@ -463,6 +463,7 @@ class KeyedProcessOperator(KeyedOperator):
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         f, key, assign, backend, ctx = self._f, self.key, self.assign, self.backend, self._ctx
+        side = ctx.output
         set_key = backend.set_current_key_and_group
         out: list = []
         ts_out: list[int] | None = None if timestamps is None else []
@@ -475,7 +476,7 @@ class KeyedProcessOperator(KeyedOperator):
             if method == "process_element":
                 ctx.current_key = k
                 ctx.current_timestamp = t
-                out.extend(_iterate(f(r, ctx)))
+                collect(f(r, ctx), out, side)
             elif method == "map":
                 out.append(f(r))
             elif method == "flat_map":
@@ -496,7 +497,8 @@ class KeyedProcessOperator(KeyedOperator):
         ctx.current_key = key
         ctx.current_timestamp = timestamp
         ctx.domain = TimeDomain.EVENT_TIME if domain == "event" else TimeDomain.PROCESSING_TIME
-        out = list(_iterate(self._on_timer(timestamp, ctx)))
+        out: list = []
+        collect(self._on_timer(timestamp, ctx), out, ctx.output)
         ctx.current_timestamp = None
         if out:
             # timer output carries the timer's time in event time; none in processing time

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from flinkpy.common.state import ValueStateDescriptor
 from flinkpy.common.window import (
@@ -35,6 +35,7 @@ from flinkpy.common.window import (
     WindowAssigner,
 )
 from flinkpy.errors import FlinkpyError, InvalidProgramError
+from flinkpy.task.side_outputs import collect
 from flinkpy.task.window_contexts import AssignerContext, TriggerContext, WindowContext
 from flinkpy.task.window_state import NamespacedStates
 
@@ -92,10 +93,6 @@ def _lifecycle(fn: Any, name: str) -> Callable | None:
         return None
     method = getattr(fn, name, None)
     return method if callable(method) else None
-
-
-def _iterate(result: Any) -> Iterable:
-    return () if result is None else result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,10 +329,10 @@ class WindowOperator:
         else:
             out = self._window_fn(self._key, window, inputs) if self.spec.keyed else self._window_fn(window, inputs)
         ts = window.max_timestamp()
-        values = self._out_values
-        before = len(values)
-        values.extend(_iterate(out))
-        self._out_stamps.extend([ts] * (len(values) - before))
+        main: list = []  # apart until collected: a side output flushes what is pending
+        collect(out, main, lambda tag, value: self.side_output(tag.tag_id, value, ts))
+        self._out_values.extend(main)
+        self._out_stamps.extend([ts] * len(main))
 
     def side_output(self, tag_id: str, value: Any, timestamp: int | None) -> None:
         target = self.side_outputs.get(tag_id)

@@ -1,0 +1,87 @@
+"""PyFlink's side outputs: a process function yields ``(output_tag, value)`` and the value goes
+to that side output (not down the main output as a tuple). One embedded job covers a
+ProcessFunction, a KeyedProcessFunction (elements and event-time timers) and a
+ProcessWindowFunction; expected results are computed here in plain Python."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from flinkpy.common import Duration, Time, Types, WatermarkStrategy
+from flinkpy.common.watermark_strategy import TimestampAssigner
+from flinkpy.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, ProcessWindowFunction, StreamExecutionEnvironment
+from flinkpy.datastream.window import TumblingEventTimeWindows
+
+ODD = OutputTag("odd", Types.INT())
+FIRED = OutputTag("fired", Types.STRING())
+SMALL = OutputTag("small-window", Types.STRING())
+
+N = 400
+
+
+class SplitOdd(ProcessFunction):
+    def process_element(self, value, ctx):
+        if value % 2:
+            yield ODD, value  # PyFlink's documented way to write to a side output
+        else:
+            yield value
+
+
+class TimerPerKey(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 1)
+        yield ("seen", value)
+
+    def on_timer(self, timestamp, ctx):
+        yield FIRED, f"{ctx.get_current_key()}@{timestamp}"
+
+
+class CountPerWindow(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        n = len(list(elements))
+        if n < 3:
+            yield SMALL, f"{key}:{context.window().start}"
+        yield ("window", key, context.window().start, n)
+
+
+class Stamp(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value * 10
+
+
+@pytest.mark.timeout(90)
+def test_yielded_tag_value_pairs_go_to_their_side_outputs(flinkpy_home) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    numbers = env.from_collection(list(range(N)), type_info=Types.INT()).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0)).with_timestamp_assigner(Stamp()))
+    evens = numbers.process(SplitOdd())
+    keyed = evens.key_by(lambda n: n % 5).process(TimerPerKey())
+    windows = (numbers.key_by(lambda n: n % 7).window(TumblingEventTimeWindows.of(Time.milliseconds(100)))
+               .process(CountPerWindow()))
+    labelled = (
+        evens.map(lambda n: ("even", n))
+        .union(evens.get_side_output(ODD).map(lambda n: ("odd", n)))
+        .union(keyed.map(lambda r: ("keyed", r)))
+        .union(keyed.get_side_output(FIRED).map(lambda s: ("fired", s)))
+        .union(windows.map(lambda r: ("window", r)))
+        .union(windows.get_side_output(SMALL).map(lambda s: ("small", s)))
+    )
+    got = Counter(labelled.execute_and_collect("side outputs"))
+
+    def of(label: str) -> Counter:
+        return Counter({v: c for (lab, v), c in got.items() if lab == label})
+
+    assert of("even") == Counter(n for n in range(N) if n % 2 == 0)
+    assert of("odd") == Counter(n for n in range(N) if n % 2), "odd values reach the side output, not the main one"
+    assert of("keyed") == Counter(("seen", n) for n in range(N) if n % 2 == 0)
+    assert of("fired") == Counter(f"{n % 5}@{n * 10 + 1}" for n in range(N) if n % 2 == 0)
+    # windows of 100 ms hold 10 consecutive numbers; key n % 7 sees 1 or 2 of them
+    windows_expected: Counter = Counter()
+    for n in range(N):
+        windows_expected[(n % 7, (n * 10) // 100 * 100)] += 1
+    assert of("window") == Counter(("window", k, start, c) for (k, start), c in windows_expected.items())
+    assert of("small") == Counter(f"{k}:{start}" for (k, start), c in windows_expected.items() if c < 3)
+    assert not any(isinstance(v, tuple) and v and isinstance(v[0], OutputTag) for (_, v) in got), "no tag leaked into a main output"
