@@ -6,7 +6,7 @@ other value goes down the main output. (``ctx.output(tag, value)`` does the same
 >>> from flinkpy.common.output_tag import OutputTag
 >>> late, main, side = OutputTag("late"), [], []
 >>> collect(iter([1, (late, 2), (3, 4)]), main, lambda tag, value: side.append((tag.tag_id, value)))
-1
+2
 >>> main, side
 ([1, (3, 4)], [('late', 2)])
 """
