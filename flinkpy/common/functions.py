@@ -27,7 +27,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from flinkpy.common.output_tag import OutputTag
@@ -43,6 +43,16 @@ if TYPE_CHECKING:
         ValueState,
         ValueStateDescriptor,
     )
+
+
+#: the type parameters of PyFlink's generic function classes (``ProcessWindowFunction[IN, OUT,
+#: KEY, W]``, ``Trigger[T, W]``): documentation for the reader, not checked at run time
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+KEY = TypeVar("KEY")
+T = TypeVar("T")
+W = TypeVar("W")
+W2 = TypeVar("W2")
 
 
 class TimeDomain(enum.Enum):

@@ -22,10 +22,10 @@ import abc
 import enum
 import operator
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Generic
 
 from flinkpy.common.time import Duration, Time
-from flinkpy.common.functions import Function
+from flinkpy.common.functions import IN, KEY, OUT, W2, Function, T, W
 from flinkpy.common.state import ReducingStateDescriptor, State, StateDescriptor
 from flinkpy.errors import InvalidProgramError
 
@@ -240,7 +240,7 @@ class TriggerResult(enum.Enum):
         return self.value[1]
 
 
-class Trigger(abc.ABC):
+class Trigger(abc.ABC, Generic[T, W]):
     """Decides when a window (of one key) fires. Triggers keep no state in attributes: one
     instance serves every key and window; per-window state goes through
     ``ctx.get_partitioned_state(descriptor)``."""
@@ -580,7 +580,7 @@ class ContinuousProcessingTimeTrigger(_ContinuousTrigger):
 # ---------------------------------------------------------------------------------------------
 
 
-class WindowAssigner(abc.ABC):
+class WindowAssigner(abc.ABC, Generic[T, W]):
     """Puts an element into windows; ``context`` gives the processing time."""
 
     class WindowAssignerContext(abc.ABC):
@@ -601,7 +601,7 @@ class WindowAssigner(abc.ABC):
         ...
 
 
-class MergingWindowAssigner(WindowAssigner):
+class MergingWindowAssigner(WindowAssigner[T, W]):
     """An assigner whose windows merge (sessions)."""
 
     @abc.abstractmethod
@@ -979,7 +979,7 @@ class DeltaEvictor(_BeforeOrAfter):
 # ---------------------------------------------------------------------------------------------
 
 
-class WindowFunction(Function):
+class WindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """``apply(key, window, inputs)`` returns (or yields) the outputs of one window firing."""
 
     @abc.abstractmethod
@@ -987,7 +987,7 @@ class WindowFunction(Function):
         ...
 
 
-class AllWindowFunction(Function):
+class AllWindowFunction(Function, Generic[IN, OUT, W]):
     """The non-keyed ``apply(window, inputs)``."""
 
     @abc.abstractmethod
@@ -995,12 +995,12 @@ class AllWindowFunction(Function):
         ...
 
 
-class ProcessWindowFunction(Function):
+class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """``process(key, context, elements)`` yields the outputs of one window firing; the context
     gives the window, the clocks, and per-window and per-key state. ``clear(context)`` runs
     when the window is purged for good, to clear per-window state."""
 
-    class Context(abc.ABC):
+    class Context(abc.ABC, Generic[W2]):
         @abc.abstractmethod
         def window(self) -> Window:
             ...
@@ -1033,7 +1033,7 @@ class ProcessWindowFunction(Function):
         pass
 
 
-class ProcessAllWindowFunction(Function):
+class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """The non-keyed ``process(context, elements)``."""
 
     Context = ProcessWindowFunction.Context

@@ -7,6 +7,11 @@ working unchanged.
 """
 
 from flinkpy.common.functions import (
+    IN,
+    OUT,
+    KEY,
+    W,
+    W2,
     TimeDomain,
     RuntimeContext,
     TimerService,

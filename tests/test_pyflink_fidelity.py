@@ -1,7 +1,10 @@
-"""PyFlink's side outputs: a process function yields ``(output_tag, value)`` and the value goes
-to that side output (not down the main output as a tuple). One embedded job covers a
-ProcessFunction, a KeyedProcessFunction (elements and event-time timers) and a
-ProcessWindowFunction; expected results are computed here in plain Python."""
+"""PyFlink programs as PyFlink's documentation writes them, run unchanged (imports renamed).
+
+Side outputs: a process function yields ``(output_tag, value)`` and the value goes to that
+side output (not down the main output as a tuple); one embedded job covers a ProcessFunction, a
+KeyedProcessFunction (elements and event-time timers) and a ProcessWindowFunction. Generic
+function classes: ``ProcessWindowFunction[IN, OUT, KEY, W]``, ``Trigger[T, W]``. Expected
+results are computed here in plain Python."""
 
 from __future__ import annotations
 
@@ -85,3 +88,54 @@ def test_yielded_tag_value_pairs_go_to_their_side_outputs(flinkpy_home) -> None:
     assert of("window") == Counter(("window", k, start, c) for (k, start), c in windows_expected.items())
     assert of("small") == Counter(f"{k}:{start}" for (k, start), c in windows_expected.items() if c < 3)
     assert not any(isinstance(v, tuple) and v and isinstance(v[0], OutputTag) for (_, v) in got), "no tag leaked into a main output"
+
+
+# -- PyFlink's generic function classes, subscripted as its documentation writes them ----------
+
+from typing import Iterable, Tuple  # noqa: E402
+
+from flinkpy.datastream.functions import IN, KEY, OUT, W  # noqa: E402,F401  (PyFlink's names)
+from flinkpy.datastream.window import CountWindow, TimeWindow, Trigger, TriggerResult  # noqa: E402
+
+
+class SumPerWindow(ProcessWindowFunction[Tuple[str, int], Tuple[str, int, int], str, TimeWindow]):
+    def process(self, key: str, context: ProcessWindowFunction.Context[TimeWindow],
+                elements: Iterable[Tuple[str, int]]) -> Iterable[Tuple[str, int, int]]:
+        yield key, context.window().start, sum(v for _, v in elements)
+
+
+class EveryTwo(Trigger[Tuple[str, int], CountWindow]):
+    """Declared generic only to show the class statement works; not run here."""
+
+    def on_element(self, element, timestamp, window, ctx):
+        return TriggerResult.CONTINUE
+
+    def on_processing_time(self, time, window, ctx):
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time, window, ctx):
+        return TriggerResult.CONTINUE
+
+    def clear(self, window, ctx):
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_generic_function_classes_subscript_as_in_pyflink(flinkpy_home) -> None:
+    events = [("ab"[i % 2], i) for i in range(50)]
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    stamped = env.from_collection(events).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(PairStamp()))
+    got = sorted(stamped.key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(Time.milliseconds(100)))
+                 .process(SumPerWindow()).execute_and_collect("generic classes"))
+    expected: Counter = Counter()
+    for key, i in events:
+        expected[(key, i * 10 // 100 * 100)] += i
+    assert got == sorted((k, start, total) for (k, start), total in expected.items())
+    assert isinstance(EveryTwo(), Trigger)
+
+
+class PairStamp(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[1] * 10
