@@ -139,3 +139,26 @@ def test_generic_function_classes_subscript_as_in_pyflink(flinkpy_home) -> None:
 class PairStamp(TimestampAssigner):
     def extract_timestamp(self, value, record_timestamp):
         return value[1] * 10
+
+
+# -- execute() starts afresh: what ran once does not run again ----------------------------------
+
+
+@pytest.mark.timeout(90)
+def test_each_execute_runs_what_was_built_since_the_last(flinkpy_home) -> None:
+    import json
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    first = env.from_collection([1, 2, 3], type_info=Types.INT())
+    assert sorted(first.map(lambda n: n * 10).execute_and_collect("first")) == [10, 20, 30]
+    # the next job: only what was built since, plus the earlier operators it reads from
+    second = env.from_collection([7], type_info=Types.INT())
+    second.map(lambda n: -n).name("negate")
+    plan = json.loads(env.get_execution_plan())
+    names = " ".join(" ".join(node["operators"]) for node in plan["nodes"])
+    assert names == "Collection Source negate", plan  # not the first job's map and collect sink
+    assert list(second.execute_and_collect("second")) == [7]
+    assert sorted(first.map(lambda n: n + 1).execute_and_collect("third")) == [2, 3, 4]  # an earlier source, reused
+    with pytest.raises(Exception, match="no operators to execute"):
+        env.execute("nothing new")

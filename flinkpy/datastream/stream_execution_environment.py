@@ -7,6 +7,7 @@ embedded local cluster of real processes started for this job and stopped afterw
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Iterable
 
 from flinkpy.errors import InvalidProgramError
@@ -359,8 +360,14 @@ class StreamExecutionEnvironment:
         params = self._config.get_global_job_parameters() if hasattr(self._config, "get_global_job_parameters") else {}
         if params:
             settings.update({f"$job.{k}": str(v) for k, v in dict(params).items()})
+        graph = self._graph.to_execute()
+        if not graph.nodes:
+            raise InvalidProgramError(
+                "no operators to execute: every operator of this environment ran in an earlier execute()",
+                remedy="build the next pipeline (a source and a sink) before calling execute() again",
+            )
         return build_job_graph(
-            self._graph,
+            graph,
             job_name=job_name or self._settings.get("pipeline.name") or "Flink Streaming Job",
             default_parallelism=self._parallelism,
             max_parallelism=self._max_parallelism,
@@ -402,6 +409,7 @@ class StreamExecutionEnvironment:
             from flinkpy.client.job_client import JobExecutionResult
 
             return JobExecutionResult("", 0, job.job_name)
+        self._graph.executed()
         return execute_job_graph(job, detached=False)
 
     def execute_async(self, job_name: str = "Flink Streaming Job") -> Any:
@@ -414,6 +422,7 @@ class StreamExecutionEnvironment:
         job = self._job_graph(job_name)
         if self._captured(job.job_name):
             return None
+        self._graph.executed()
         return execute_job_graph(job, detached=True)
 
     def _captured(self, job_name: str) -> bool:
@@ -423,7 +432,11 @@ class StreamExecutionEnvironment:
         capture = current_context().capture
         if capture is None:
             return False
-        capture.append((self, job_name))
+        # what this execute() runs, apart from what the program builds next
+        captured = copy.copy(self)
+        captured._graph = self._graph.to_execute()
+        self._graph.executed()
+        capture.append((captured, job_name))
         return True
 
     def close(self) -> None:

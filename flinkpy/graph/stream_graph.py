@@ -73,16 +73,51 @@ class StreamGraph:
         self.nodes: dict[int, StreamNode] = {}
         self.edges: list[StreamEdge] = []
         self._next_id = 1
+        #: nodes added since the last execution (what the next execute() runs, with its inputs)
+        self.pending: set[int] = set()
 
     def add_node(self, kind: str, name: str, fn: Any = None, inputs: tuple[StreamRef, ...] = (), **kw: Any) -> StreamNode:
         node = StreamNode(id=self._next_id, kind=kind, name=name, fn=fn, **kw)
         self._next_id += 1
         self.nodes[node.id] = node
+        self.pending.add(node.id)
         for ref in inputs:
             if ref.node_id not in self.nodes:
                 raise InvalidProgramError(f"operator {name!r} reads from an unknown stream")
             self.edges.append(StreamEdge(ref.node_id, node.id, ref.partitioner, ref.key_selector, ref.side_tag))
         return node
+
+    def to_execute(self) -> StreamGraph:
+        """What the next execute() runs, as PyFlink does: the operators added since the last
+        execution and, through their inputs, the earlier ones they read from (a program that
+        executes twice does not run its first pipeline again). Node ids stay as they are, so
+        operator ids do too.
+
+        >>> g = StreamGraph()
+        >>> first = g.add_node("source", "a")
+        >>> _ = g.add_node("sink", "a-out", inputs=(StreamRef(first.id),))
+        >>> g.executed()
+        >>> _ = g.add_node("sink", "again", inputs=(StreamRef(first.id),))
+        >>> sorted(n.name for n in g.to_execute().nodes.values())
+        ['a', 'again']
+        """
+        keep: set[int] = set()
+        todo = list(self.pending)
+        while todo:
+            n = todo.pop()
+            if n not in keep:
+                keep.add(n)
+                todo.extend(e.source for e in self.inputs_of(n))
+        sub = StreamGraph()
+        sub.nodes = {n: node for n, node in self.nodes.items() if n in keep}
+        sub.edges = [e for e in self.edges if e.source in keep and e.target in keep]
+        sub._next_id = self._next_id
+        sub.pending = set(keep)
+        return sub
+
+    def executed(self) -> None:
+        """The pending operators were handed to an execution: the next one starts afresh."""
+        self.pending = set()
 
     def inputs_of(self, node_id: int) -> list[StreamEdge]:
         return [e for e in self.edges if e.target == node_id]
