@@ -162,3 +162,24 @@ def test_each_execute_runs_what_was_built_since_the_last(flinkpy_home) -> None:
     assert sorted(first.map(lambda n: n + 1).execute_and_collect("third")) == [2, 3, 4]  # an earlier source, reused
     with pytest.raises(Exception, match="no operators to execute"):
         env.execute("nothing new")
+
+
+# -- Rows: Types.ROW / ROW_NAMED make records Rows, as PyFlink's row coder does -----------------
+
+
+@pytest.mark.timeout(60)
+def test_row_types_make_rows_with_field_names(flinkpy_home) -> None:
+    from flinkpy.common import Row
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    people = env.from_collection([(1, "ada"), (2, "grace")],
+                                 type_info=Types.ROW_NAMED(["id", "name"], [Types.INT(), Types.STRING()]))
+    pairs = env.from_collection([[3, "x"], Row(4, "y")], type_info=Types.ROW([Types.INT(), Types.STRING()]))
+    got = sorted(people.map(lambda r: (r.name, r["id"], r.as_dict()))
+                 .union(pairs.map(lambda r: (r.f1, r.f0, r.as_dict())))
+                 .execute_and_collect("rows"))
+    assert got == [("ada", 1, {"id": 1, "name": "ada"}), ("grace", 2, {"id": 2, "name": "grace"}),
+                   ("x", 3, {"f0": 3, "f1": "x"}), ("y", 4, {"f0": 4, "f1": "y"})]
+    with pytest.raises(Exception, match="from_collection: .*field"):
+        env.from_collection([(1, "a", "extra")], type_info=Types.ROW([Types.INT(), Types.STRING()]))

@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class TypeInformation:
@@ -203,6 +204,30 @@ class RowTypeInfo(TypeInformation):
 
     def get_arity(self) -> int:
         return len(self._field_types)
+
+    def to_row(self, value: Any) -> Any:
+        """``value`` as a Row of this type, as PyFlink's row coder hands records to Python: a
+        tuple or list becomes a Row with this type's field names (``f0``, ``f1``, ... unless
+        named); a Row keeps its values and gets the names.
+
+        >>> Types.ROW_NAMED(["id", "name"], [Types.INT(), Types.STRING()]).to_row((1, "a"))
+        Row(id=1, name='a')
+        >>> Types.ROW([Types.INT(), Types.STRING()]).to_row([2, "b"]).f1
+        'b'
+        """
+        from flinkpy.common.types import Row
+
+        if isinstance(value, Row):
+            row = Row(*value)
+            row.set_row_kind(value.get_row_kind())
+        elif isinstance(value, (tuple, list)):
+            row = Row(*value)
+        else:
+            raise TypeError(f"{value!r} is not a row of {self}: give a tuple, a list or a Row")
+        if len(row) != len(self._field_types):
+            raise TypeError(f"{value!r} has {len(row)} field(s), {self} has {len(self._field_types)}")
+        row.set_field_names(list(self._field_names))
+        return row
 
     def _key(self) -> tuple:
         return (self._field_types, self._field_names)

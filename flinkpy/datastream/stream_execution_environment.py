@@ -272,11 +272,20 @@ class StreamExecutionEnvironment:
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> Any:
         """A source of the items of ``collection`` (materialized as a list at once), in order, at
         parallelism 1. Replayable: the position is checkpointed, so a restored job continues after
-        the last item of its checkpoint. ``type_info`` is kept for PyFlink programs.
+        the last item of its checkpoint. With ``type_info`` ``Types.ROW(...)`` or
+        ``Types.ROW_NAMED(...)`` the items (tuples, lists or Rows) become Rows with the type's
+        field names, as in PyFlink; other type information is kept for PyFlink programs.
         """
+        from flinkpy.common.typeinfo import RowTypeInfo
         from flinkpy.connectors.collection import CollectionSource
 
-        return self._source("Collection Source", CollectionSource(list(collection)), type_info, non_parallel=True)
+        items = list(collection)
+        if isinstance(type_info, RowTypeInfo):
+            try:
+                items = [type_info.to_row(item) for item in items]
+            except TypeError as e:
+                raise InvalidProgramError(f"from_collection: {e}", remedy="make every item a tuple, list or Row of the type's arity") from None
+        return self._source("Collection Source", CollectionSource(items), type_info, non_parallel=True)
 
     def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> Any:
         """The lines of a file, or of the files of a directory, as strings (a
