@@ -66,7 +66,7 @@ def test_fixed_delay_gives_up_on_the_failure_after_its_attempts(start) -> None:
     start()
     sums = even_odd(RestartStrategies.fixed_delay_restart(2, 0), fails_on=(0, 1, 2))
     with pytest.raises(JobExecutionError) as info:
-        sums.execute_and_collect("gives up")
+        list(sums.execute_and_collect("gives up"))  # raises once the records are read
     # the job's cause is the user's exception of the third failure, not a consequence of it
     assert "ValueError: record 4321 is cursed on attempt 2" in info.value.message, info.value.message
     assert "cursed map" in info.value.message
@@ -92,7 +92,7 @@ def test_failure_rate_counts_only_failures_inside_its_interval(start) -> None:
     # the same two failures inside a one-minute interval: the second one is one too many
     crowded = even_odd(RestartStrategies.failure_rate_restart(1, 60_000, 0), fails_on=(0, 1))
     with pytest.raises(JobExecutionError) as info:
-        crowded.execute_and_collect("crowded failures")
+        list(crowded.execute_and_collect("crowded failures"))
     assert "record 4321 is cursed on attempt 1" in info.value.message, info.value.message
     (job,) = [j for j in cli_json("list", "-a")["jobs"] if j["name"] == "crowded failures"]
     assert job["state"] == "FAILED" and job["restarts"] == 1, job

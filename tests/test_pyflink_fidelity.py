@@ -8,9 +8,12 @@ results are computed here in plain Python."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
+
+from conftest import wait_for
 
 from flinkpy.common import Duration, Time, Types, WatermarkStrategy
 from flinkpy.common.watermark_strategy import TimestampAssigner
@@ -183,3 +186,68 @@ def test_row_types_make_rows_with_field_names(flinkpy_home) -> None:
                    ("x", 3, {"f0": 3, "f1": "x"}), ("y", 4, {"f0": 4, "f1": "y"})]
     with pytest.raises(Exception, match="from_collection: .*field"):
         env.from_collection([(1, "a", "extra")], type_info=Types.ROW([Types.INT(), Types.STRING()]))
+
+
+# -- execute_and_collect is lazy: an unbounded job's records come back while it runs ------------
+
+
+@pytest.mark.timeout(90)
+def test_execute_and_collect_reads_a_running_job_and_cancels_it_when_done(flinkpy_home) -> None:
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    endless = env.from_source(NumberSequenceSource(1, 10**15), WatermarkStrategy.no_watermarks(), "numbers")
+    # PyFlink's limit: a list of the first records; the job (which never ends) is cancelled
+    assert endless.map(lambda n: n * 2).execute_and_collect("limited", limit=5) == [2, 4, 6, 8, 10]
+    # the iterator: records arrive while the job runs; leaving the with-block cancels it
+    with endless.filter(lambda n: n % 1000 == 0).execute_and_collect(job_execution_name="iterated") as records:
+        first = [next(records) for _ in range(3)]
+        job_id = records.job_id
+    assert first == [1000, 2000, 3000]
+    assert list(records) == []  # closed
+    assert job_id
+
+
+@pytest.mark.timeout(90)
+def test_a_job_file_that_takes_what_it_needs_from_an_endless_job_exits_0(flinkpy_home, tmp_path) -> None:
+    from conftest import run_cli
+
+    job = tmp_path / "first_ten.py"
+    job.write_text(
+        "from flinkpy.common import WatermarkStrategy\n"
+        "from flinkpy.datastream import StreamExecutionEnvironment\n"
+        "from flinkpy.datastream.connectors.number_seq import NumberSequenceSource\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "ds = env.from_source(NumberSequenceSource(1, 10**15), WatermarkStrategy.no_watermarks(), 'numbers')\n"
+        "print(ds.execute_and_collect('first ten', limit=10))\n"
+    )
+    res = run_cli("run", "--json", str(job), timeout=80)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["jobs"][0]["state"] == "CANCELED", doc  # the program ended it, which is not a failure
+    assert "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" in res.stderr  # the program's own print (stdout is the JSON)
+
+
+@pytest.mark.timeout(90)
+def test_an_unread_collect_iterator_holds_its_job_back_instead_of_filling_the_disk(flinkpy_home) -> None:
+    import time
+    from pathlib import Path
+
+    from flinkpy.connectors.collect import AHEAD_BYTES, CONSUMED
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    endless = env.from_source(NumberSequenceSource(1, 10**15), WatermarkStrategy.no_watermarks(), "numbers")
+    with endless.execute_and_collect("unread") as records:
+        assert next(records) == 1
+        directory = records._tail.directory  # noqa: SLF001 - the files are what this test is about
+        parts = lambda: [p for p in Path(directory).glob("part-*") if CONSUMED not in p.name]  # noqa: E731
+        wait_for(lambda: parts() and parts()[0].stat().st_size > AHEAD_BYTES // 2, timeout=30, message="the writer ahead of the reader")
+        largest, deadline = 0, time.monotonic() + 3
+        while time.monotonic() < deadline:  # sampled for 3 s: the writer waits for the reader
+            largest = max(largest, parts()[0].stat().st_size)
+            time.sleep(0.02)
+        assert largest <= AHEAD_BYTES + (4 << 20), largest
+        assert [next(records) for _ in range(3)] == [2, 3, 4]  # reading on lets it go on

@@ -89,7 +89,33 @@ def _state_backend(config: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
+class StartedJob:
+    """A submitted job, and the embedded cluster started for it (None on a running cluster),
+    which :meth:`stop` stops once the job is no longer needed."""
+
+    def __init__(self, rest: Any, job_id: str, name: str, cluster: Any = None, announce: bool = False) -> None:
+        self.rest = rest
+        self.job_id = job_id
+        self.name = name
+        self.cluster = cluster
+        self._announce = announce
+
+    @property
+    def embedded(self) -> bool:
+        return self.cluster is not None
+
+    def stop(self) -> None:
+        cluster, self.cluster = self.cluster, None
+        if cluster is None:
+            return
+        if self._announce:
+            print("flinkpy: stopping the embedded local cluster", file=sys.stderr, flush=True)
+        cluster.__exit__(None, None, None)
+
+
+def start_job_graph(job: JobGraph, *, need_cluster: bool = False) -> StartedJob:
+    """Submit ``job`` to the cluster of the execution context, or to an embedded local cluster
+    started for it (``need_cluster``: refuse instead); returns without waiting for the job."""
     from flinkpy.connectors.guarantees import job_guarantees
 
     ctx = current_context()
@@ -98,45 +124,51 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
         raise PlanCaptured({**job.plan(), "state_backend": _state_backend(job.config), "guarantees": guarantees})
     for warning in guarantees["warnings"]:
         print(f"flinkpy: warning: {warning}", file=sys.stderr, flush=True)
+    if need_cluster and not ctx.address:
+        raise UsageError(
+            "detached execution needs a running cluster, but none is configured",
+            remedy="start one with 'flinkpy cluster start' (or pass -m HOST:PORT), or run attached",
+        )
     restore = _restore_point(job, ctx.savepoint_path, ctx.allow_non_restored_state) if ctx.savepoint_path else None
+    from flinkpy.network.rest_client import RestClient
     from flinkpy.program.python_files import KEY, import_roots
 
     # the job's directory, then what it added with add_python_file (python.files)
     python_path = (ctx.python_path or [p for p in sys.path[:1] if p]) + import_roots((job.config or {}).get(KEY))
     payload = _document(job, python_path, restore)
-    detached = detached or ctx.detached
+    cluster = None
     if ctx.address:
-        from flinkpy.network.rest_client import RestClient
-
         rest = RestClient(ctx.address, ctx.token or _token_for(ctx.address), leader=ctx.leader)
-        job_id = rest.submit_job(payload)
-        if ctx.on_submit:
-            ctx.on_submit(job_id, job.job_name)
-        if detached:
-            ctx.submitted.append(_detached_submission(rest, job_id, job.job_name))
-            return JobClient(rest, job_id, job.job_name)
-        return _wait(ctx, rest, job_id, job.job_name, embedded=False)
-    if detached:
-        raise UsageError(
-            "detached execution needs a running cluster, but none is configured",
-            remedy="start one with 'flinkpy cluster start' (or pass -m HOST:PORT), or run attached",
-        )
-    from flinkpy.network.rest_client import RestClient
-    from flinkpy.cluster import EmbeddedCluster
+    else:
+        from flinkpy.cluster import EmbeddedCluster
 
-    slots = max(v.parallelism for v in job.vertices.values())
-    if ctx.announce:
-        print(f"flinkpy: no cluster is running; starting an embedded local cluster ({slots} slot(s)) for this job", file=sys.stderr, flush=True)
-    with EmbeddedCluster(slots=slots, job_stdout=ctx.job_stdout) as cluster:
+        slots = max(v.parallelism for v in job.vertices.values())
+        if ctx.announce:
+            print(f"flinkpy: no cluster is running; starting an embedded local cluster ({slots} slot(s)) for this job", file=sys.stderr, flush=True)
+        cluster = EmbeddedCluster(slots=slots, job_stdout=ctx.job_stdout).__enter__()
         rest = RestClient(cluster.rest_address, cluster.token())
-        job_id = rest.submit_job(payload)
-        if ctx.on_submit:
-            ctx.on_submit(job_id, job.job_name)
-        try:
-            return _wait(ctx, rest, job_id, job.job_name, embedded=True)
-        finally:
-            if ctx.announce:
-                print("flinkpy: stopping the embedded local cluster", file=sys.stderr, flush=True)
+    started = StartedJob(rest, "", job.job_name, cluster, ctx.announce)
+    try:
+        started.job_id = rest.submit_job(payload)
+    except BaseException:
+        started.stop()
+        raise
+    if ctx.on_submit:
+        ctx.on_submit(started.job_id, job.job_name)
+    return started
+
+
+def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
+    ctx = current_context()
+    detached = detached or ctx.detached
+    started = start_job_graph(job, need_cluster=detached)
+    if detached:
+        ctx.submitted.append(_detached_submission(started.rest, started.job_id, job.job_name))
+        return JobClient(started.rest, started.job_id, job.job_name)
+    try:
+        return _wait(ctx, started.rest, started.job_id, job.job_name, embedded=started.embedded)
+    finally:
+        started.stop()
 
 
 def _detached_submission(rest: Any, job_id: str, name: str) -> SubmittedJob:

@@ -132,6 +132,6 @@ def outcome_error(job: SubmittedJob) -> FlinkpyError | None:
             job_id=job.job_id,
             remedy="the task's traceback is printed above" if job.embedded else f"see the traceback with 'flinkpy job exceptions {job.job_id}'",
         )
-    if job.state == "CANCELED":
+    if job.state == "CANCELED" and not job.cancelled_by_program:
         return JobCanceledError(f"job {job.job_id} ({job.name}) was cancelled", remedy="run it again if that was not intended")
     return None

@@ -403,22 +403,36 @@ class DataStream:
 
         return DataStreamSink(self._add("sink", "Unnamed", FunctionSink(sink_func)))
 
-    def execute_and_collect(self, job_name: str | None = None, limit: int | None = None) -> "CloseableIterator":
-        """Run the job and return its records (bounded jobs). Records come back through files in
-        the cluster's home, so it works for embedded and for background clusters on this host.
-
-        ``limit`` keeps the first records only. Results of an attempt that failed and was restarted
-        stay in the output: a key's last value is its final one.
+    def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None) -> Any:
+        """Run the job and return its records as they arrive, as PyFlink does: a
+        :class:`CloseableIterator` over a running job (closing it, or leaving its ``with``,
+        cancels the job), or with ``limit`` a list of the first ``limit`` records (the job is
+        cancelled once they are there). A failed job raises :class:`~flinkpy.errors.JobExecutionError`
+        once its records are read. Records come back through files in the cluster's home, so
+        it works for embedded and for background clusters on this host; results of an attempt
+        that failed and was restarted stay in the output (a key's last value is its final one).
         """
+        import itertools
+        import shutil
+
+        from flinkpy.client.collect_results import CollectResultIterator
         from flinkpy.connectors.collect import collect_sink
 
-        sink, reader = collect_sink()
+        sink, _ = collect_sink()
         self._add("sink", "Collect Sink", sink)
-        self._env.execute(job_name or "Collect Job")
-        items = reader()
-        if limit is not None:
-            items = items[:limit]
-        return CloseableIterator(items)
+        try:
+            started = self._env._start(job_execution_name or "Collect Job")
+        except BaseException:
+            shutil.rmtree(sink.directory, ignore_errors=True)
+            raise
+        if started is None:  # captured (the Spark runner): nothing runs here
+            shutil.rmtree(sink.directory, ignore_errors=True)
+            return [] if limit is not None else CloseableIterator([])
+        results = CollectResultIterator(started, sink.directory)
+        if limit is None:
+            return results
+        with results:
+            return list(itertools.islice(results, limit))
 
 
 class CloseableIterator:

@@ -434,6 +434,17 @@ class StreamExecutionEnvironment:
         self._graph.executed()
         return execute_job_graph(job, detached=True)
 
+    def _start(self, job_name: str) -> Any:
+        """Submit the job without waiting for it (an embedded cluster is started for it when no
+        cluster is configured): a StartedJob, or None when a capturing context took it."""
+        from flinkpy.client.executor import start_job_graph
+
+        job = self._job_graph(job_name)
+        if self._captured(job.job_name):
+            return None
+        self._graph.executed()
+        return start_job_graph(job)
+
     def _captured(self, job_name: str) -> bool:
         """In a capturing context (the Spark runner), hand this environment over instead of running it."""
         from flinkpy.program.context import current_context

@@ -21,6 +21,9 @@ class SubmittedJob:
     net_runtime_ms: int | None = None
     embedded: bool = False
     failure: dict[str, Any] | None = None
+    #: the program cancelled the job itself (it closed its execute_and_collect iterator, or had
+    #: the records it asked for): a CANCELED job that is not a failure of the run
+    cancelled_by_program: bool = False
 
 
 @dataclass
