@@ -31,8 +31,12 @@ JOB = textwrap.dedent(
 def test_restart_waits_for_a_taskmanager_and_resumes_when_one_is_added(flinkpy_home: Path, cli, tmp_path: Path) -> None:
     from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
 
+    from flinkpy.config import load_config
+
     home = ClusterHome(flinkpy_home)
-    info = start_cluster(home, taskmanagers=1, slots=2, rest_port=0)
+    # the supervisor would start the lost TaskManager again (tests/test_supervision.py): here it must not
+    info = start_cluster(home, taskmanagers=1, slots=2, rest_port=0,
+                         config=load_config(env={}, overrides={"resourcemanager.taskmanager-restart.enabled": "false"}))
     try:
         job = tmp_path / "job.py"
         job.write_text(JOB)

@@ -1,0 +1,192 @@
+"""A cluster that heals: its supervisor starts dead TaskManagers (and, under HA, JobManagers)
+again, `cluster stop` stops it first, and an embedded cluster dies with its client.
+
+The rules themselves (backoff, reset, giving up) are tested on the pure state machine with
+made-up times; the rest with real processes and SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from conftest import ROOT, all_gone_after, cli_json, wait_for
+from flinkpy.cluster.supervision import ClusterLost, GiveUp, RestartPolicy, Respawn, Supervision, Waiting, policies_from_config
+
+# -- the rules ---------------------------------------------------------------------------------------
+
+POLICY = RestartPolicy(initial_backoff_ms=100, max_backoff_ms=400, reset_threshold_ms=10_000, max_attempts=4)
+
+
+def crash(s: Supervision, proc_id: str, at: int) -> list[Any]:
+    """The process dies at ``at``; returns what the supervisor decided (and restarts it when due)."""
+    decided = s.exited(proc_id, at)
+    for a in decided:
+        if isinstance(a, Waiting):
+            assert s.due(at + a.backoff_ms - 1) == []
+            assert s.due(at + a.backoff_ms) == [Respawn(proc_id, a.attempt)]
+            s.started(proc_id, "taskmanager", at + a.backoff_ms)
+    return decided
+
+
+def test_backoff_doubles_up_to_the_max_and_a_stable_run_resets_it() -> None:
+    s = Supervision({"taskmanager": POLICY}, ha=False)
+    s.started("tm-1", "taskmanager", 0)
+    backoffs = [crash(s, "tm-1", t)[0].backoff_ms for t in (10, 2_000, 4_000)]
+    assert backoffs == [100, 200, 400]
+    # ran 10 s before dying: a fresh sequence
+    assert crash(s, "tm-1", 4_400 + 10_000) == [Waiting("tm-1", 100, 1)]
+
+
+def test_a_crash_loop_is_given_up_after_max_attempts() -> None:
+    s = Supervision({"taskmanager": POLICY}, ha=False)
+    s.started("tm-1", "taskmanager", 0)
+    decided = [crash(s, "tm-1", 1_000 * i)[0] for i in range(1, 6)]
+    assert [type(a) for a in decided] == [Waiting] * 4 + [GiveUp]
+    assert "max-attempts 4" in decided[-1].reason
+    assert s.due(100_000) == []
+
+
+def test_disabled_restarts_and_a_lost_jobmanager_without_ha() -> None:
+    off = Supervision({"taskmanager": RestartPolicy(enabled=False)}, ha=False)
+    off.started("tm-1", "taskmanager", 0)
+    assert off.exited("tm-1", 5) == [GiveUp("tm-1", "restarts are disabled")]
+
+    s = Supervision({"taskmanager": POLICY, "jobmanager": POLICY}, ha=False)
+    s.started("jobmanager", "jobmanager", 0)
+    s.started("tm-1", "taskmanager", 0)
+    assert isinstance(s.exited("jobmanager", 10)[0], ClusterLost)
+    assert isinstance(s.exited("tm-1", 20)[0], GiveUp)  # it stops with its JobManager
+    ha = Supervision({"taskmanager": POLICY, "jobmanager": POLICY}, ha=True)
+    ha.started("jm-1", "jobmanager", 0)
+    assert ha.exited("jm-1", 10) == [Waiting("jm-1", 100, 1)]
+
+
+def test_policies_come_from_flink_style_keys() -> None:
+    from flinkpy.config import load_config
+
+    cfg = load_config(env={}, overrides={"resourcemanager.taskmanager-restart.backoff.initial": "250ms",
+                                         "high-availability.jobmanager-restart.enabled": "false"})
+    policies = policies_from_config(cfg)
+    assert policies["taskmanager"].enabled and policies["taskmanager"].initial_backoff_ms == 250
+    assert not policies["jobmanager"].enabled and policies["jobmanager"].initial_backoff_ms == 250
+    assert policies_from_config(None)["taskmanager"] == RestartPolicy()
+
+
+# -- real processes ----------------------------------------------------------------------------------
+
+FOREVER = textwrap.dedent(
+    """
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.datastream import StreamExecutionEnvironment
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    (env.from_source(NumberSequenceSource(1, 10**12), WatermarkStrategy.no_watermarks(), "numbers")
+        .key_by(lambda n: n % 5).reduce(lambda a, b: a + b).uid("sums").add_sink(lambda v: None))
+    env.execute("forever")
+    """
+)
+
+
+def running_everywhere(jid: str) -> dict[str, Any] | None:
+    doc = cli_json("job", "show", jid)
+    tasks = [s for v in doc["vertices"] for s in v["subtasks"]]
+    return doc if doc["state"] == "RUNNING" and all(s["status"] == "RUNNING" for s in tasks) else None
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_taskmanager_is_started_again_and_the_job_runs_again(flinkpy_home: Path, cli, tmp_path: Path) -> None:
+    started = cli_json("cluster", "start", "--taskmanagers", "1", "--slots", "2", "--rest-port", "0",
+                       "-D", "resourcemanager.taskmanager-restart.backoff.initial=200ms")
+    supervisor = started["supervisor"]
+    assert supervisor["alive"]
+    pids = [started["jobmanager"]["pid"], started["taskmanagers"][0]["pid"], supervisor["pid"]]
+    try:
+        job = tmp_path / "job.py"
+        job.write_text(FOREVER)
+        res = cli("run", "-d", "-p", "2", "-D", "execution.checkpointing.interval=100ms", "-D", "restart-strategy.type=fixed-delay",
+                  "-D", "restart-strategy.fixed-delay.delay=0s", "-D", "restart-strategy.fixed-delay.attempts=5", "--json", str(job))
+        assert res.returncode == 0, res.stderr
+        jid = json.loads(res.stdout)["jobs"][0]["jid"]
+        wait_for(lambda: cli_json("checkpoint", "list", jid)["counts"]["completed"] >= 2, timeout=30, message="two checkpoints")
+        victim = started["taskmanagers"][0]
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def replaced() -> dict[str, Any] | None:
+            tms = cli_json("cluster", "status")["cluster"]["taskmanagers"]
+            return tms[0] if tms and tms[0]["pid"] != victim["pid"] and tms[0]["restarts"] == 1 else None
+
+        tm = wait_for(replaced, timeout=30, message="tm-1 started again by the supervisor")
+        assert tm["id"] == "tm-1" and tm["log"] == victim["log"]  # same id, same log file (appended)
+        doc = wait_for(lambda: running_everywhere(jid), timeout=40, message="the job RUNNING again, without add-taskmanager")
+        assert doc["restarts"] >= 1
+        assert {s["taskmanager-id"] for v in doc["vertices"] for s in v["subtasks"]} == {"tm-1"}
+        assert "started taskmanager tm-1 again" in (flinkpy_home / "log" / "supervisor.log").read_text()
+        assert cli("cancel", jid).returncode == 0
+    finally:
+        with all_gone_after(pids + [tm["pid"] for tm in cli_json("cluster", "status")["cluster"]["taskmanagers"]]):
+            res = cli("cluster", "stop", "--timeout", "10s")
+            assert res.returncode == 0, res.stderr
+    # the supervisor went first: nothing was started again during the stop
+    assert not psutil.pid_exists(supervisor["pid"]) or psutil.Process(supervisor["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert not (flinkpy_home / "cluster.json").exists()
+
+
+def embedded_homes(tmpdir: Path) -> list[Path]:
+    return sorted(tmpdir.glob("flinkpy-embedded-*"))
+
+
+def processes_of(home: Path) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if str(home) in " ".join(p.info.get("cmdline") or []) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how, sig", [("flinkpy run", signal.SIGKILL), ("flinkpy run", signal.SIGTERM), ("python JOB.py", signal.SIGKILL)])
+def test_an_embedded_cluster_dies_with_its_client(how: str, sig: signal.Signals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    job = tmp_path / "job.py"
+    job.write_text(FOREVER)
+    env = {k: v for k, v in os.environ.items() if k not in ("FLINKPY_HOME", "FLINKPY_JOBMANAGER")}
+    env.update(TMPDIR=str(tmpdir), FLINKPY_HOME=str(tmp_path / "no-cluster-here"))
+    cmd = [sys.executable, "-m", "commands.main", "run", str(job)] if how == "flinkpy run" else [sys.executable, str(job)]
+    client = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        home = wait_for(lambda: (embedded_homes(tmpdir) or [None])[0], timeout=30, message="the embedded cluster's home")
+        # the job runs: its tasks exist (forked by the TaskManager's launcher)
+        wait_for(lambda: (home / "cluster.json").exists() and any(
+            "flinkpy.taskmanager.zygote" in " ".join(c.cmdline()) for p in processes_of(home) for c in p.children(recursive=True)
+        ), timeout=30, message="the embedded cluster running the job")
+        before = processes_of(home)
+        kinds = {next(m for m in ("cluster.supervisor", "jobmanager", "taskmanager") if m in " ".join(p.cmdline())) for p in before}
+        assert kinds == {"jobmanager", "taskmanager", "cluster.supervisor"}, before
+        tree = [q for p in before for q in [p, *p.children(recursive=True)]]
+        client.send_signal(sig)
+        client.wait(10)
+        from flinkpy.cluster.spawning import wait_gone
+
+        left = wait_gone(tree, 20)  # a zombie counts as gone: it waits for init, holding nothing
+        assert not left, f"left behind: {left}"
+        wait_for(lambda: not home.exists(), timeout=20, message="the embedded home (and its secret) removed")
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+        client.stderr.close()  # type: ignore[union-attr]
