@@ -190,3 +190,40 @@ def test_an_embedded_cluster_dies_with_its_client(how: str, sig: signal.Signals,
             client.kill()
             client.wait()
         client.stderr.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(90)
+def test_a_taskmanager_paused_past_the_heartbeat_timeout_registers_again_when_it_wakes(flinkpy_home: Path, cli, tmp_path: Path) -> None:
+    """Frozen (SIGSTOP) past heartbeat.timeout, the TaskManager is declared lost and its tasks
+    failed; woken (SIGCONT), the same process drops those tasks and offers its slots again, and
+    the job that waited for them runs on it. (No supervisor here: nothing may replace it.)"""
+    started = cli_json("cluster", "start", "--taskmanagers", "1", "--slots", "2", "--rest-port", "0",
+                       "-D", "heartbeat.interval=200ms", "-D", "heartbeat.timeout=1s",
+                       "-D", "resourcemanager.taskmanager-restart.enabled=false")
+    tm_pid = started["taskmanagers"][0]["pid"]
+    try:
+        job = tmp_path / "job.py"
+        job.write_text(FOREVER)
+        res = cli("run", "-d", "-p", "2", "-D", "execution.checkpointing.interval=100ms", "-D", "restart-strategy.type=fixed-delay",
+                  "-D", "restart-strategy.fixed-delay.delay=0s", "-D", "restart-strategy.fixed-delay.attempts=5", "--json", str(job))
+        assert res.returncode == 0, res.stderr
+        jid = json.loads(res.stdout)["jobs"][0]["jid"]
+        before = wait_for(lambda: running_everywhere(jid), timeout=30, message="the job running")
+        old_tasks = {s["pid"] for v in before["vertices"] for s in v["subtasks"]}
+        os.kill(tm_pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: cli_json("cluster", "status")["overview"]["taskmanagers"] == 0, timeout=20,
+                     message="the paused TaskManager declared lost")
+        finally:
+            os.kill(tm_pid, signal.SIGCONT)
+        tms = wait_for(lambda: cli_json("cluster", "status")["taskmanagers"], timeout=20, message="the TaskManager registered again")
+        assert [(tm["id"], tm["pid"]) for tm in tms] == [("tm-1", tm_pid)], tms
+        after = wait_for(lambda: running_everywhere(jid), timeout=30, message="the job running on it again")
+        assert after["restarts"] >= 1
+        assert not old_tasks & {s["pid"] for v in after["vertices"] for s in v["subtasks"]}
+        wait_for(lambda: not [p for p in old_tasks if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE],
+                 timeout=10, message="the tasks it ran before the pause gone")
+        assert cli("cancel", jid).returncode == 0
+    finally:
+        with all_gone_after([tm_pid, started["jobmanager"]["pid"]]):
+            assert cli("cluster", "stop", "--timeout", "10s").returncode == 0
