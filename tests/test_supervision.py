@@ -227,3 +227,53 @@ def test_a_taskmanager_paused_past_the_heartbeat_timeout_registers_again_when_it
     finally:
         with all_gone_after([tm_pid, started["jobmanager"]["pid"]]):
             assert cli("cluster", "stop", "--timeout", "10s").returncode == 0
+
+
+FAILS_ALWAYS = textwrap.dedent(
+    """
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.datastream import StreamExecutionEnvironment
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    def boom(n):
+        raise ValueError(f"boom at {n}")
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_source(NumberSequenceSource(1, 10**12), WatermarkStrategy.no_watermarks(), "numbers").map(boom).print()
+    env.execute("fails-always")
+    """
+)
+
+
+@pytest.mark.timeout(90)
+def test_an_attached_run_says_as_it_happens_that_the_job_fails_and_restarts(tmp_path: Path) -> None:
+    """A job that fails the same way on every restart is visible within seconds on stderr (one
+    line per event, with the cause), not a silent loop; stdout stays the job's."""
+    job = tmp_path / "job.py"
+    job.write_text(FAILS_ALWAYS)
+    env = {k: v for k, v in os.environ.items() if k not in ("FLINKPY_HOME", "FLINKPY_JOBMANAGER")}
+    env["FLINKPY_HOME"] = str(tmp_path / "no-cluster-here")
+    client = subprocess.Popen(
+        [sys.executable, "-m", "commands.main", "run", "-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.attempts=1000",
+         "-D", "restart-strategy.fixed-delay.delay=200ms", str(job)],
+        cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    seen: list[str] = []
+    try:
+        def line_saying(text: str) -> str | None:
+            line = client.stderr.readline()  # type: ignore[union-attr]
+            if line:
+                seen.append(line)
+            return next((s for s in seen if text in s), None) or (None if line or client.poll() is None else "ended")
+
+        first = wait_for(lambda: line_saying("to RESTARTING"), timeout=30, interval=0, message="a restart reported",
+                         describe=lambda: seen)
+        assert first != "ended" and "ValueError: boom at" in first and first.startswith("Job "), first
+        again = wait_for(lambda: line_saying("the same failure 3 times in a row"), timeout=30, interval=0,
+                         message="the repeating failure reported", describe=lambda: seen)
+        assert again != "ended", seen
+        assert client.poll() is None, "reported while the job still runs"
+    finally:
+        client.terminate()  # the embedded cluster goes with it (test_an_embedded_cluster_dies_with_its_client)
+        out, _ = client.communicate(timeout=30)
+    assert "RESTARTING" not in out

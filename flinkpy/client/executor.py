@@ -144,6 +144,11 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
 
 
 def _wait(ctx: Any, rest: Any, job_id: str, name: str, *, embedded: bool) -> JobExecutionResult:
+    stop_watching = None
+    if ctx.on_event is not None:
+        from flinkpy.client.job_events import watch_job
+
+        stop_watching = watch_job(rest, job_id, ctx.on_event)
     try:
         result = rest.wait_for_job(job_id, None)
     except KeyboardInterrupt:
@@ -151,6 +156,9 @@ def _wait(ctx: Any, rest: Any, job_id: str, name: str, *, embedded: bool) -> Job
             rest.cancel_job(job_id)
         finally:
             raise
+    finally:
+        if stop_watching is not None:
+            stop_watching()
     state = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "CANCELED": "CANCELED"}.get(result.get("application-status", ""), "FAILED")
     ctx.submitted.append(SubmittedJob(job_id, name, state, result.get("net-runtime"), embedded, result.get("failure-cause")))
     if state == "FAILED" and embedded:
