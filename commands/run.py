@@ -103,7 +103,10 @@ def run(
     appears on stdout; flinkpy's own status lines go to stderr.
 
     Without -d the command waits for the job and exits 5 if it fails, 10 if it is cancelled.
-    Options must come before JOB.py: everything after it is passed to the job.
+    Meanwhile it says on stderr, as it happens, when the job fails and restarts (with the
+    cause, and how often the same failure repeated), waits for slots, or a checkpoint fails.
+    Options must come before JOB.py: everything after it is passed to the job. An embedded
+    cluster ends with the command, even when the command is killed (SIGKILL included).
 
     A job whose slots other jobs still hold (submitted right after cancelling the job before
     it, say) waits for them in state CREATED, up to slot.request.timeout (5 min; -D

@@ -277,3 +277,38 @@ def test_an_attached_run_says_as_it_happens_that_the_job_fails_and_restarts(tmp_
         client.terminate()  # the embedded cluster goes with it (test_an_embedded_cluster_dies_with_its_client)
         out, _ = client.communicate(timeout=30)
     assert "RESTARTING" not in out
+
+
+@pytest.mark.timeout(150)
+def test_two_jobmanagers_survive_their_leader_killed_twice_in_a_row(zookeeper, flinkpy_home: Path, cli) -> None:
+    """Under HA the supervisor starts a killed JobManager again and it joins as a standby: with
+    two JobManagers, the second kill finds a standby to take over (before: no JobManager left)."""
+    from test_high_availability import completed_checkpoints, finish_exactly, kill_leader, leader, running_under, submit_even_odd
+
+    res = cli("cluster", "start", "--ha", "zookeeper", "--zookeeper-quorum", zookeeper.quorum, "--jobmanagers", "2",
+              "--taskmanagers", "2", "--slots", "2", "--rest-port", "0", "-D", "high-availability.zookeeper.client.session-timeout=2s",
+              "-D", "heartbeat.interval=500ms", "-D", "heartbeat.timeout=5s",
+              "-D", "resourcemanager.taskmanager-restart.backoff.initial=200ms", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    pids = [p["pid"] for p in doc["high_availability"]["jobmanagers"] + doc["taskmanagers"]] + [doc["supervisor"]["pid"]]
+    try:
+        jid = submit_even_odd(cli)
+        wait_for(lambda: completed_checkpoints(jid) >= 2, timeout=30, message="2 checkpoints")
+        for kill in (1, 2):
+            first = leader()
+            target = kill_leader(cli)
+            wait_for(lambda: running_under(jid, first["epoch"] + 1), timeout=40, interval=0.05, message=f"RUNNING after kill {kill}")
+
+            def back_as_standby() -> dict[str, Any] | None:
+                jms = cli_json("cluster", "status")["cluster"]["high_availability"]["jobmanagers"]
+                again = next(jm for jm in jms if jm["id"] == target["id"])
+                return again if again["alive"] and again["pid"] != target["pid"] and again["role"] == "standby" else None
+
+            again = wait_for(back_as_standby, timeout=30, message=f"{target['id']} started again as a standby")
+            assert again["restarts"] == 1
+            wait_for(lambda: completed_checkpoints(jid) >= 1, timeout=30, message="a checkpoint under the new leader")
+        finish_exactly(jid, flinkpy_home)
+    finally:
+        with all_gone_after(pids):
+            assert cli("cluster", "stop", "--timeout", "10s").returncode == 0
