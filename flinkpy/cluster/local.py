@@ -211,6 +211,11 @@ def _stop_supervisor(info: ClusterInfo, timeout_s: float = 5.0) -> None:
             p.kill()
         except psutil.Error:
             pass
+    wait_gone([proc], timeout_s)
+    try:
+        os.waitpid(sup.pid, os.WNOHANG)  # our child when this process started the cluster: no zombie
+    except ChildProcessError:
+        pass
 
 
 def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
