@@ -312,3 +312,48 @@ def test_two_jobmanagers_survive_their_leader_killed_twice_in_a_row(zookeeper, f
     finally:
         with all_gone_after(pids):
             assert cli("cluster", "stop", "--timeout", "10s").returncode == 0
+
+
+@pytest.mark.timeout(90)
+def test_an_embedded_cluster_starts_a_killed_taskmanager_again(tmp_path: Path) -> None:
+    """On by default for the embedded cluster too: the attached run's job resumes on the
+    TaskManager its supervisor started again, and the run says so on stderr."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    job = tmp_path / "job.py"
+    job.write_text(FOREVER)
+    env = {k: v for k, v in os.environ.items() if k not in ("FLINKPY_HOME", "FLINKPY_JOBMANAGER")}
+    env.update(TMPDIR=str(tmpdir), FLINKPY_HOME=str(tmp_path / "no-cluster-here"))
+    client = subprocess.Popen(
+        [sys.executable, "-m", "commands.main", "run", "-D", "resourcemanager.taskmanager-restart.backoff.initial=100ms",
+         "-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.attempts=5",
+         "-D", "restart-strategy.fixed-delay.delay=0s", str(job)],
+        cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    seen: list[str] = []
+    try:
+        home = wait_for(lambda: (embedded_homes(tmpdir) or [None])[0], timeout=30, message="the embedded cluster's home")
+
+        def taskmanagers() -> list[psutil.Process]:
+            return [p for p in processes_of(home) if "flinkpy.taskmanager.process" in " ".join(p.cmdline())]
+
+
+        def said(text: str) -> bool:
+            line = client.stderr.readline()  # type: ignore[union-attr]
+            seen.append(line)
+            return any(text in s for s in seen) or not line
+
+        wait_for(lambda: said("Job has been submitted"), timeout=30, interval=0, message="the job submitted", describe=lambda: seen)
+        (tm,) = taskmanagers()
+        # its tasks run: forked by its launcher (the launcher's own children)
+        wait_for(lambda: any(c.children() for c in tm.children()), timeout=30, message="its tasks")
+        tm.kill()
+
+        wait_for(lambda: said("switched from RESTARTING to RUNNING"), timeout=40, interval=0, message="the job running again",
+                 describe=lambda: seen)
+        assert any("TaskManagerLost" in s or "disconnected" in s for s in seen), seen
+        (again,) = taskmanagers()
+        assert again.pid != tm.pid and client.poll() is None
+    finally:
+        client.terminate()
+        client.communicate(timeout=30)

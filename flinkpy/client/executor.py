@@ -131,7 +131,12 @@ def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
     slots = max(v.parallelism for v in job.vertices.values())
     if ctx.announce:
         print(f"flinkpy: no cluster is running; starting an embedded local cluster ({slots} slot(s)) for this job", file=sys.stderr, flush=True)
-    with EmbeddedCluster(slots=slots, job_stdout=ctx.job_stdout) as cluster:
+    from flinkpy.cluster.supervision import policies_from_config
+    from flinkpy.config import load_config
+
+    # -D resourcemanager.taskmanager-restart.* apply to the embedded cluster's supervisor too
+    policies = policies_from_config(load_config(env={}, overrides=dict(ctx.config or {})))
+    with EmbeddedCluster(slots=slots, job_stdout=ctx.job_stdout, restart_policies=policies) as cluster:
         rest = RestClient(cluster.rest_address, cluster.token())
         job_id = rest.submit_job(payload)
         if ctx.on_submit:

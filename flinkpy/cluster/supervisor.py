@@ -32,7 +32,7 @@ from typing import Any
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, record_lock, write_record
 from flinkpy.cluster.spawning import spawn, wait_gone
-from flinkpy.cluster.supervision import ClusterLost, GiveUp, RestartPolicy, Respawn, Supervision, Waiting
+from flinkpy.cluster.supervision import Action, ClusterLost, GiveUp, RestartPolicy, Respawn, Supervision, Waiting
 from flinkpy.processes import create_time, running
 
 log = logging.getLogger("flinkpy.supervisor")
@@ -88,7 +88,7 @@ class Supervisor:
             for gone in set(self.seen) - set(procs):
                 self.state.forget(gone)
                 self.seen.pop(gone)
-            actions = []
+            actions: list[Action] = []
             for proc_id, (kind, proc) in procs.items():
                 ident = (proc.pid, proc.create_time)
                 if self.seen.get(proc_id) != ident:
@@ -107,7 +107,8 @@ class Supervisor:
             return False
         return True
 
-    def _perform(self, action: Any, info: ClusterInfo, procs: dict[str, tuple[str, ProcessInfo]]) -> bool:
+    def _perform(self, action: Action, info: ClusterInfo, procs: dict[str, tuple[str, ProcessInfo]]) -> bool:
+        """Carry out one decision; True when the record changed."""
         if isinstance(action, Waiting):
             kind, proc = procs[action.proc_id]
             log.warning("%s %s (pid %d) died: starting it again in %d ms (restart %d in a row)",
