@@ -357,3 +357,61 @@ def test_an_embedded_cluster_starts_a_killed_taskmanager_again(tmp_path: Path) -
     finally:
         client.terminate()
         client.communicate(timeout=30)
+
+
+def test_the_reporter_words_each_event_once() -> None:
+    from flinkpy.client.job_events import JobEventReporter
+
+    r = JobEventReporter("j1")
+    job: dict[str, Any] = {"state": "RUNNING", "vertices": [{"parallelism": 2}, {"parallelism": 2}], "events": []}
+    assert r.lines(job, {"counts": {"failed": 0}}) == []
+    job["events"] = [{"type": "restarting", "failover": "region", "tasks": 2, "backoff_ms": 0, "cause": "ValueError: x"}]
+    assert r.lines(job) == ["Job j1: region failover after a failure: ValueError: x (restarting 2 task(s) in 0 ms)"]
+    job["events"] += [{"type": "restarting", "tasks": 4, "backoff_ms": 50, "cause": "ValueError: x"},
+                      {"type": "waiting-for-resources", "message": "no slot"}]
+    job["state"] = "RESTARTING"
+    failed = {"counts": {"failed": 2}, "latest": {"failed": {"id": 7, "failure_message": "storage unwritable"}}}
+    assert r.lines(job, failed) == [
+        "Job j1 switched from RUNNING to RESTARTING: ValueError: x (restarting 4 task(s) in 50 ms; the same failure 2 times in a row)",
+        "Job j1 is waiting for slots: no slot",
+        "Job j1: checkpoint 7 failed (2 failed so far): storage unwritable",
+    ]
+    assert r.lines(job, failed) == []  # nothing new
+    job["events"] += [{"type": "restarted", "restarts": 1}, {"type": "failed", "reason": "the restart strategy gave up"}]
+    assert r.lines(job) == ["Job j1 switched from RESTARTING to RUNNING (restart 1)",
+                            "Job j1 switched from RUNNING to FAILING: the restart strategy gave up; last cause: ValueError: x"]
+
+
+@pytest.mark.timeout(120)
+def test_an_attached_run_shows_a_job_that_cannot_checkpoint(flinkpy_home: Path, cli, tmp_path: Path) -> None:
+    """Checkpoint storage failing (an injected outage): every checkpoint fails and restarts the
+    job; the attached run says so within seconds, and that it is the same failure again."""
+    started = cli_json("cluster", "start", "--slots", "2", "--rest-port", "0")
+    pids = [started["jobmanager"]["pid"], started["taskmanagers"][0]["pid"], started["supervisor"]["pid"]]
+    job = tmp_path / "job.py"
+    job.write_text(FOREVER)
+    client = subprocess.Popen(
+        [sys.executable, "-m", "commands.main", "run", "-D", "execution.checkpointing.interval=100ms",
+         "-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.attempts=1000",
+         "-D", "restart-strategy.fixed-delay.delay=100ms", str(job)],
+        cwd=str(ROOT), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    seen: list[str] = []
+    try:
+        def said(text: str) -> str | None:
+            line = client.stderr.readline()  # type: ignore[union-attr]
+            seen.append(line)
+            return next((s for s in seen if text in s), None) or (None if line else "ended")
+
+        wait_for(lambda: said("Job has been submitted"), timeout=30, interval=0, message="submitted", describe=lambda: seen)
+        jid = seen[-1].split("JobID ")[1].split()[0]
+        wait_for(lambda: cli_json("checkpoint", "list", jid)["counts"]["completed"] >= 1, timeout=30, message="a checkpoint")
+        assert cli("fault", "storage-outage", "--for", "30s").returncode == 0
+        line = wait_for(lambda: said("the same failure 2 times in a row"), timeout=30, interval=0,
+                        message="the repeating checkpoint failure reported", describe=lambda: seen)
+        assert "CheckpointException" in line and "storage" in line and line.startswith(f"Job {jid}"), line
+    finally:
+        client.terminate()
+        client.communicate(timeout=30)
+        with all_gone_after(pids):
+            assert cli("cluster", "stop", "--timeout", "10s").returncode == 0

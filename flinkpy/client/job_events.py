@@ -16,6 +16,7 @@ it is tested on made-up documents. :func:`watch_job` is the thread that feeds it
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Callable
 
@@ -46,7 +47,8 @@ class JobEventReporter:
                 previous = "RUNNING"
         self.seen_events = len(events)
         if checkpoints is not None:
-            out += self._checkpoint_lines(checkpoints)
+            # a checkpoint failure that caused a restart was just said with it
+            out += [c for c in self._checkpoint_lines(checkpoints) if not any(c.split("): ", 1)[-1] in line for line in out)]
         self.state = job.get("state", self.state)
         return out
 
@@ -76,9 +78,11 @@ class JobEventReporter:
         return None
 
     def _repeat(self, cause: str) -> str:
-        """A failure that repeats is how a job that cannot make progress shows itself: say so."""
-        if cause == self.last_cause:
+        """A failure that repeats is how a job that cannot make progress shows itself: say so.
+        Causes that differ only in numbers (checkpoint ids, records, seconds left) are the same."""
+        if self.last_cause is not None and _shape(cause) == _shape(self.last_cause):
             self.same_cause += 1
+            self.last_cause = cause
         else:
             self.last_cause, self.same_cause = cause, 1
         return f"; the same failure {self.same_cause} times in a row" if self.same_cause > 1 else ""
@@ -91,6 +95,10 @@ class JobEventReporter:
         latest = (checkpoints.get("latest") or {}).get("failed") or {}
         return [f"Job {self.job_id}: checkpoint {latest.get('id', '?')} failed ({failed} failed so far): "
                 f"{latest.get('failure_message') or 'no reason given'}"]
+
+
+def _shape(cause: str) -> str:
+    return re.sub(r"\d+(\.\d+)?", "#", cause)
 
 
 def watch_job(rest: Any, job_id: str, emit: Callable[[str], None], *, interval_s: float = 0.5) -> Callable[[], None]:
