@@ -139,6 +139,8 @@ class Supervisor:
             child = spawn(proc.argv, Path(proc.log_path), out, detach=True, extra_env=env)
         except OSError as e:
             log.error("starting %s %s again failed: %s", kind, proc.id, e)
+            # as if it had started and died at once: the next look backs off again (or gives up)
+            self.state.started(proc.id, kind, _now_ms())
             return False
         finally:
             if opened is not None:
