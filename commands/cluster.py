@@ -51,6 +51,14 @@ def start(
     job id, and the TaskManagers follow the new leader. Every command finds the leader through
     ZooKeeper by itself.
 
+    A supervisor process (one per cluster) starts a TaskManager that dies again, under the
+    same id and log files, after a backoff (resourcemanager.taskmanager-restart.*: enabled,
+    backoff.initial 1 s doubling to backoff.max 1 min, reset after a run of
+    backoff.reset-threshold, given up after max-attempts restarts in a row), so a job that lost
+    slots runs again without 'cluster add-taskmanager'. With high availability it starts a dead
+    JobManager again too, as a standby (high-availability.jobmanager-restart.enabled).
+    'cluster status --json' shows each process's restarts and the supervisor.
+
     Examples:
 
     \b
@@ -167,8 +175,8 @@ def stop(
 ) -> None:
     """Stop the cluster running in the cluster home.
 
-    Asks the JobManager and the TaskManagers to shut down, waits up to --timeout, then kills
-    what is left. Running jobs are cancelled. Stopping when no cluster runs is not an error
+    Stops the supervisor first (so that nothing is started again), then asks the JobManager
+    and the TaskManagers to shut down, waits up to --timeout, and kills what is left. Running jobs are cancelled. Stopping when no cluster runs is not an error
     (exit 0), so scripts can call it unconditionally.
 
     Examples:

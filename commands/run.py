@@ -105,11 +105,14 @@ def run(
     appears on stdout; flinkpy's own status lines go to stderr.
 
     Without -d the command waits for the job and exits 5 if it fails, 10 if it is cancelled.
-    With -d it returns once the job is submitted and prints its id on stdout (one line per
-    job: jid=$(flinkpy run -d job.py) works; Flink's "Job has been submitted with JobID" line
-    is on stderr), and exits 5 when the job failed before running. With -d or --json, what
-    JOB.py itself prints goes to stderr. Options must come before JOB.py: everything after it
-    is passed to the job.
+    Meanwhile it says on stderr, as it happens, when the job fails and restarts (with the
+    cause, and how often the same failure repeated), waits for slots, or a checkpoint fails.
+    An embedded cluster ends with the command, even when the command is killed (SIGKILL
+    included). With -d it returns once the job is submitted and prints its id on stdout (one
+    line per job: jid=$(flinkpy run -d job.py) works; Flink's "Job has been submitted with
+    JobID" line is on stderr), and exits 5 when the job failed before running. With -d or
+    --json, what JOB.py itself prints goes to stderr. Options must come before JOB.py:
+    everything after it is passed to the job.
 
     A job whose slots other jobs still hold (submitted right after cancelling the job before
     it, say) waits for them in state CREATED, up to slot.request.timeout (5 min; -D
@@ -166,6 +169,7 @@ def run(
             path, list(args or []), parallelism=parallelism, detached=detached, overrides=overrides,
             job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
             on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
+            on_event=status,  # attached: each failure, restart and wait of the job on stderr, as it happens
             spark_conf=_spark_conf(spark_conf), **restore,
         )
     _report_submitted(submitted, detached)

@@ -56,7 +56,7 @@ def flinkpy_processes() -> list[psutil.Process]:
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info.get("cmdline") or [])
         # task processes are forked by the zygote and carry its command line
-        if any(m in cmd for m in ("flinkpy.jobmanager.process", "flinkpy.taskmanager.process", "flinkpy.task.process", "flinkpy.taskmanager.zygote")):
+        if any(m in cmd for m in ("flinkpy.jobmanager.process", "flinkpy.taskmanager.process", "flinkpy.task.process", "flinkpy.taskmanager.zygote", "flinkpy.cluster.supervisor")):
             found.append(p)
     return found
 

@@ -284,3 +284,31 @@ def test_a_global_failure_restarts_every_task_when_the_strategy_allows() -> None
     g2 = _with_strategy(NoRestart())
     g2.fail_global("flinkpy.CheckpointException", "too many failed checkpoints", now_ms=2000)
     assert g2.state == "FAILING" and g2.root_exception["message"] == "too many failed checkpoints"
+
+
+def test_a_restart_waiting_for_slots_past_slot_request_timeout_is_a_failed_attempt() -> None:
+    """Flink's slot.request.timeout bounds a restart that waits for slots: the wait then counts
+    as a failure for the restart strategy, which backs off and waits again, or fails the job."""
+    from flinkpy.jobmanager.execution_graph import Restart
+    from flinkpy.jobmanager.restart_strategies import FixedDelay
+
+    g = _with_strategy(FixedDelay(attempts=2, delay_ms=100))
+    g.on_task_state(exec_id(g, 1, 0), "FAILED", {"exception": "flinkpy.TaskManagerLost", "message": "gone"}, now_ms=2000)
+    for ex in g.executions.values():
+        g.on_task_state(ex.exec_id, "CANCELED", None, now_ms=2010)
+
+    def wait_at(now: int) -> list:
+        (restart,) = g.due_restarts(now)
+        assert isinstance(restart, Restart)
+        return g.waiting_for_slots(restart.keys, "no free slot", now, timeout_ms=1000)
+
+    assert wait_at(2100) == [] and wait_at(2300) == []  # waiting, within the timeout
+    assert g.state == "RESTARTING" and sum(e["type"] == "waiting-for-resources" for e in g.events) == 1
+    assert wait_at(3100) == []  # timed out: failure 2 of 2 allowed, the restart backs off again
+    assert g.state == "RESTARTING" and g.root_exception["exceptionName"] == "flinkpy.NoResourceAvailableException"
+    assert "slot.request.timeout (1000 ms)" in g.root_exception["message"] and g.root_exception["restarted"]
+    assert g.due_restarts(3150) == []  # its backoff (100 ms) has not passed
+    assert wait_at(3200) == []
+    actions = wait_at(4300)  # timed out again: the strategy gives up
+    assert g.state == "FAILED" and actions == [JobTerminated("FAILED")]
+    assert g.events[-1] == {"timestamp": 4300, "type": "failed", "reason": "the restart strategy gave up"}

@@ -33,8 +33,12 @@ JOB = textwrap.dedent(
 def test_restart_waits_for_a_taskmanager_and_resumes_when_one_is_added(flinkpy_home: Path, cli, tmp_path: Path) -> None:
     from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
 
+    from flinkpy.config import load_config
+
     home = ClusterHome(flinkpy_home)
-    info = start_cluster(home, taskmanagers=1, slots=2, rest_port=0)
+    # the supervisor would start the lost TaskManager again (tests/test_supervision.py): here it must not
+    info = start_cluster(home, taskmanagers=1, slots=2, rest_port=0,
+                         config=load_config(env={}, overrides={"resourcemanager.taskmanager-restart.enabled": "false"}))
     try:
         job = tmp_path / "job.py"
         job.write_text(JOB)
@@ -120,5 +124,38 @@ def test_a_submitted_job_waits_for_slots_other_jobs_hold(flinkpy_home: Path, cli
         assert res.stdout == failed + "\n"
         assert show(failed)["state"] == "FAILED"
         assert cli("cancel", second).returncode == 0
+    finally:
+        stop_cluster(home, timeout_s=10)
+
+
+@pytest.mark.timeout(90)
+def test_a_restart_waits_for_slots_no_longer_than_slot_request_timeout(flinkpy_home: Path, cli, tmp_path: Path) -> None:
+    """No job waits in RESTARTING forever: each slot.request.timeout spent waiting is a failed
+    attempt of the restart strategy, and once the strategy gives up the job FAILS, saying why."""
+    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
+    from flinkpy.config import load_config
+
+    home = ClusterHome(flinkpy_home)
+    info = start_cluster(home, taskmanagers=1, slots=2, rest_port=0,
+                         config=load_config(env={}, overrides={"resourcemanager.taskmanager-restart.enabled": "false"}))
+    try:
+        job = tmp_path / "job.py"
+        job.write_text(JOB)
+        res = cli("run", "-d", "-p", "2", "-D", "slot.request.timeout=1s", "-D", "restart-strategy.type=fixed-delay",
+                  "-D", "restart-strategy.fixed-delay.delay=0s", "-D", "restart-strategy.fixed-delay.attempts=2", "--json", str(job))
+        assert res.returncode == 0, res.stderr
+        jid = json.loads(res.stdout)["jobs"][0]["jid"]
+
+        def show() -> dict:
+            return json.loads(cli("job", "show", jid, "--json").stdout)
+
+        wait_for(lambda: show()["state"] == "RUNNING", timeout=30, message="the job running")
+        os.kill(info.taskmanagers[0].pid, signal.SIGKILL)
+        # attempt 1 is the TaskManager's loss, attempt 2 the first timed-out wait; the second one fails it
+        wait_for(lambda: show()["state"] == "FAILED", timeout=30, message="the job FAILED after its waits timed out")
+        doc = show()
+        assert sum(e["type"] == "restarting" and "slot.request.timeout" in e.get("cause", "") for e in doc["events"]) == 1, doc["events"]
+        cause = json.loads(cli("job", "exceptions", jid, "--json").stdout)["root-exception"]
+        assert "NoResourceAvailableException" in cause and "slot.request.timeout (1000 ms)" in cause
     finally:
         stop_cluster(home, timeout_s=10)

@@ -145,7 +145,12 @@ def start_job_graph(job: JobGraph, *, need_cluster: bool = False) -> StartedJob:
         slots = max(v.parallelism for v in job.vertices.values())
         if ctx.announce:
             print(f"flinkpy: no cluster is running; starting an embedded local cluster ({slots} slot(s)) for this job", file=sys.stderr, flush=True)
-        cluster = EmbeddedCluster(slots=slots, job_stdout=ctx.job_stdout).__enter__()
+        from flinkpy.cluster.supervision import policies_from_config
+        from flinkpy.config import load_config
+
+        # -D resourcemanager.taskmanager-restart.* apply to the embedded cluster's supervisor too
+        policies = policies_from_config(load_config(env={}, overrides=dict(ctx.config or {})))
+        cluster = EmbeddedCluster(slots=slots, job_stdout=ctx.job_stdout, restart_policies=policies).__enter__()
         rest = RestClient(cluster.rest_address, cluster.token())
     started = StartedJob(rest, "", job.job_name, cluster, ctx.announce)
     try:
@@ -185,6 +190,11 @@ def _detached_submission(rest: Any, job_id: str, name: str) -> SubmittedJob:
 
 
 def _wait(ctx: Any, rest: Any, job_id: str, name: str, *, embedded: bool) -> JobExecutionResult:
+    stop_watching = None
+    if ctx.on_event is not None:
+        from flinkpy.client.job_events import watch_job
+
+        stop_watching = watch_job(rest, job_id, ctx.on_event)
     try:
         result = rest.wait_for_job(job_id, None)
     except KeyboardInterrupt:
@@ -192,6 +202,9 @@ def _wait(ctx: Any, rest: Any, job_id: str, name: str, *, embedded: bool) -> Job
             rest.cancel_job(job_id)
         finally:
             raise
+    finally:
+        if stop_watching is not None:
+            stop_watching()
     state = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "CANCELED": "CANCELED"}.get(result.get("application-status", ""), "FAILED")
     ctx.submitted.append(SubmittedJob(job_id, name, state, result.get("net-runtime"), embedded, result.get("failure-cause")))
     if state == "FAILED" and embedded:

@@ -30,6 +30,7 @@ def run_program(
     overrides: dict[str, str] | None = None,
     job_stdout: Any = None,
     on_submit: Callable[[str, str], None] | None = None,
+    on_event: Callable[[str], None] | None = None,
     savepoint_path: str | None = None,
     allow_non_restored_state: bool = False,
     spark_conf: dict[str, str] | None = None,
@@ -38,7 +39,8 @@ def run_program(
     """Run JOB.py; returns the jobs it submitted (with their final state unless detached).
 
     With ``execution.runner: spark`` the job runs on Spark under a supervising driver process
-    (``flinkpy.spark.control_launch``); ``spark_conf`` adds Spark settings.
+    (``flinkpy.spark.control_launch``); ``spark_conf`` adds Spark settings. An attached run
+    calls ``on_event`` with a line for each failure, restart or wait of the job as it happens.
 
     ``address`` None means: the cluster running in the cluster home (``home``, else
     ``$FLINKPY_HOME``), if any, else an embedded one.
@@ -76,6 +78,7 @@ def run_program(
         job_stdout=job_stdout,
         announce=True,
         on_submit=on_submit,
+        on_event=on_event,
         savepoint_path=savepoint_path,
         allow_non_restored_state=allow_non_restored_state,
         leader=leader,

@@ -4,17 +4,22 @@ A cluster lives in its *home* (``$FLINKPY_HOME`` or ``~/.flinkpy``)::
 
     secret              the cluster's secret and REST token (mode 0600)
     flinkpy.yaml        configuration (optional)
-    cluster.json        what is running: REST address, pids (with their start times)
+    cluster.json        what is running: REST address, pids (with their start times), command
+                        lines and restarts, the supervisor
     jobmanager.json     the JobManager's endpoints, written by it once it listens
-    log/                jobmanager.log, taskmanager-<id>.log, taskmanager-<id>.out (printed output)
+    log/                jobmanager.log, taskmanager-<id>.log, taskmanager-<id>.out (printed output),
+                        supervisor.log
 
-The embedded cluster that ``env.execute()`` starts when no cluster is configured is the same
-processes in a temporary home, stopped when the job ends (Flink's MiniCluster, with real processes).
+Every cluster has a supervisor process that starts dead TaskManagers (and, with high
+availability, JobManagers) again. The embedded cluster that ``env.execute()`` starts when no
+cluster is configured is the same processes in a temporary home, stopped when the job ends
+(Flink's MiniCluster, with real processes) — or by its supervisor when the client is gone.
 
 Modules: :mod:`~flinkpy.cluster.home` (the home and ``cluster.json``),
 :mod:`~flinkpy.cluster.spawning` (starting and reaping processes), :mod:`~flinkpy.cluster.local`
-(start, find, stop, the embedded cluster) and :mod:`~flinkpy.cluster.ha` (several JobManagers
-under ZooKeeper). The last two share the first two and never import each other's private names.
+(start, find, stop, the embedded cluster), :mod:`~flinkpy.cluster.ha` (several JobManagers
+under ZooKeeper), :mod:`~flinkpy.cluster.supervision` (when a dead process is started again:
+pure) and :mod:`~flinkpy.cluster.supervisor` (the supervisor process). The last two share the first two and never import each other's private names.
 """
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, write_record

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, write_record
+from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, record_lock, write_record
 from flinkpy.cluster.spawning import spawn
 from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
@@ -79,25 +79,21 @@ def leader_resolver(ha: dict[str, Any]) -> Callable[[], str | None]:
 
 def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: int, rest_address: str, heartbeat_timeout_ms: int) -> ProcessInfo:
     log_path = home.log_dir / f"jobmanager-{jm_id}.log"
-    proc = spawn(
-        [sys.executable, "-m", "flinkpy.jobmanager.process", "--home", str(home.path), "--id", jm_id,
-         "--rest-port", str(rest_port), "--rest-address", rest_address,
-         "--heartbeat-timeout-ms", str(heartbeat_timeout_ms), "--ha", json.dumps(ha.to_dict())],
-        log_path, None, detach=True, extra_env={"PYTHONUNBUFFERED": "1"},
-    )
-    return ProcessInfo(jm_id, proc.pid, create_time(proc.pid), str(log_path))
+    argv = [sys.executable, "-m", "flinkpy.jobmanager.process", "--home", str(home.path), "--id", jm_id,
+            "--rest-port", str(rest_port), "--rest-address", rest_address,
+            "--heartbeat-timeout-ms", str(heartbeat_timeout_ms), "--ha", json.dumps(ha.to_dict())]
+    proc = spawn(argv, log_path, None, detach=True, extra_env={"PYTHONUNBUFFERED": "1"})
+    return ProcessInfo(jm_id, proc.pid, create_time(proc.pid), str(log_path), argv=argv)
 
 
 def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int, heartbeat_interval_ms: int) -> ProcessInfo:
     log_path = home.log_dir / f"taskmanager-{tm_id}.log"
     out_path = home.log_dir / f"taskmanager-{tm_id}.out"
+    argv = [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
+            "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict())]
     with open(out_path, "ab", buffering=0) as out:
-        proc = spawn(
-            [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
-             "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict())],
-            log_path, out, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"},
-        )
-    return ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path))
+        proc = spawn(argv, log_path, out, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"})
+    return ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path), argv)
 
 
 def wait_for_leader(zk: ZooKeeperHa, token: str, taskmanagers: int, procs: list[ProcessInfo], timeout_s: float) -> dict[str, Any]:
@@ -198,6 +194,8 @@ def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.
         if time.monotonic() > deadline:
             raise OperationTimeoutError(f"JobManager {jm.id} did not start within {timeout_s:.0f}s: {log_tail(Path(jm.log_path), 3)}", remedy=f"see {jm.log_path}")
         time.sleep(0.01)
-    info.jobmanagers.append(jm)
-    write_record(home, info)
+    with record_lock(home):
+        current = read_record(home) or info  # the supervisor may have changed it meanwhile
+        current.jobmanagers.append(jm)
+        write_record(home, current)
     return jm

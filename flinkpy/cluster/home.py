@@ -8,12 +8,14 @@ command reads it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from flinkpy.processes import running
 
@@ -25,9 +27,13 @@ class ProcessInfo:
     create_time: float = 0.0
     log_path: str = ""
     stdout_path: str = ""
+    #: how to start it again (the supervisor restarts it under the same id and log files)
+    argv: list[str] = field(default_factory=list)
+    #: times the supervisor started it again
+    restarts: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "pid": self.pid, "log": self.log_path, "stdout": self.stdout_path}
+        return {"id": self.id, "pid": self.pid, "log": self.log_path, "stdout": self.stdout_path, "restarts": self.restarts}
 
 
 @dataclass
@@ -43,6 +49,8 @@ class ClusterInfo:
     jobmanagers: list[ProcessInfo] = field(default_factory=list)
     ha: dict[str, Any] | None = None
     leader: dict[str, Any] | None = None
+    #: the process that starts dead TaskManagers (and HA JobManagers) again, or None
+    supervisor: ProcessInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = {
@@ -52,6 +60,8 @@ class ClusterInfo:
             "taskmanagers": [tm.to_dict() for tm in self.taskmanagers],
             "started": self.started,
         }
+        if self.supervisor is not None:
+            doc["supervisor"] = dict(self.supervisor.to_dict(), alive=alive(self.supervisor))
         if self.ha is not None:
             leader_id = (self.leader or {}).get("id")
             doc["high_availability"] = {
@@ -125,7 +135,22 @@ def cluster_record(c: ClusterInfo) -> dict[str, Any]:
     if c.ha is not None:
         rec["ha"] = c.ha
         rec["jobmanagers"] = [vars(jm) for jm in c.jobmanagers]
+    if c.supervisor is not None:
+        rec["supervisor"] = vars(c.supervisor)
     return rec
+
+
+@contextlib.contextmanager
+def record_lock(home: ClusterHome) -> Iterator[None]:
+    """Held around every read-modify-write of ``cluster.json``: the supervisor, ``add-taskmanager``
+    and ``add-jobmanager`` all change it, and none may lose another's change."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    with open(home.path / ".cluster.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def write_record(home: ClusterHome, c: ClusterInfo) -> None:
@@ -149,4 +174,5 @@ def read_record(home: ClusterHome) -> ClusterInfo | None:
         started=rec.get("started", 0.0),
         jobmanagers=[ProcessInfo(**j) for j in rec.get("jobmanagers", [])],
         ha=rec.get("ha"),
+        supervisor=ProcessInfo(**rec["supervisor"]) if rec.get("supervisor") else None,
     )

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, as_home, cluster_record, read_record, write_record
+from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, as_home, read_record, record_lock, write_record
 from flinkpy.cluster.spawning import spawn, wait_gone
+from flinkpy.cluster.supervision import RestartPolicy, policies_from_config
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
 from flinkpy.processes import create_time, log_tail
 
@@ -76,11 +77,9 @@ def _launch(
     py = sys.executable
     jm_log = home.log_dir / "jobmanager.log"
     env = {"PYTHONUNBUFFERED": "1"}
-    jm = spawn(
-        [py, "-m", "flinkpy.jobmanager.process", "--home", str(home.path), "--rest-port", str(rest_port),
-         "--rest-address", rest_address, "--heartbeat-timeout-ms", str(heartbeat_timeout_ms)],
-        jm_log, None, detach=detach, extra_env=env,
-    )
+    jm_argv = [py, "-m", "flinkpy.jobmanager.process", "--home", str(home.path), "--rest-port", str(rest_port),
+               "--rest-address", rest_address, "--heartbeat-timeout-ms", str(heartbeat_timeout_ms)]
+    jm = spawn(jm_argv, jm_log, None, detach=detach, extra_env=env)
     procs = [jm]
     tm_infos: list[ProcessInfo] = []
     tm_logs: list[Path] = []
@@ -95,9 +94,10 @@ def _launch(
             if tm_stdout is None:
                 opened = open(out_path, "ab", buffering=0)
                 out_file = opened
+            tm_argv = [py, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id, "--slots", str(slots),
+                       "--heartbeat-interval-ms", str(heartbeat_interval_ms)]
             tm = spawn(
-                [py, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id, "--slots", str(slots),
-                 "--heartbeat-interval-ms", str(heartbeat_interval_ms)],
+                tm_argv,
                 log_path, out_file, detach=detach,
                 extra_env={"FLINKPY_STDOUT_FILE": str(out_path) if tm_stdout is None else ""},
             )
@@ -105,7 +105,7 @@ def _launch(
                 opened.close()
             procs.append(tm)
             tm_logs.append(log_path)
-            tm_infos.append(ProcessInfo(tm_id, tm.pid, create_time(tm.pid), str(log_path), str(out_path) if tm_stdout is None else ""))
+            tm_infos.append(ProcessInfo(tm_id, tm.pid, create_time(tm.pid), str(log_path), str(out_path) if tm_stdout is None else "", tm_argv))
         info = _wait_for_jobmanager(home, jm, jm_log, timeout_s)
         _wait_for_taskmanagers(info["rest_address"], home.token(), taskmanagers, procs[1:], tm_logs, timeout_s)
     except BaseException:
@@ -118,7 +118,7 @@ def _launch(
         home=home.path,
         rest_address=info["rest_address"],
         jobmanager_pid=jm.pid,
-        jobmanager=ProcessInfo("jobmanager", jm.pid, create_time(jm.pid), str(jm_log)),
+        jobmanager=ProcessInfo("jobmanager", jm.pid, create_time(jm.pid), str(jm_log), argv=jm_argv),
         taskmanagers=tm_infos,
         started=time.time(),
     )
@@ -158,6 +158,7 @@ def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, sl
             heartbeat_interval_ms=int(cfg("heartbeat.interval", 10000)),
             heartbeat_timeout_ms=int(cfg("heartbeat.timeout", 50000)), timeout_s=timeout_s,
         )
+        cluster.supervisor = start_supervisor(home, policies_from_config(config), ha=True)
         write_record(home, cluster)
         return cluster
     cluster, _ = _launch(
@@ -172,10 +173,49 @@ def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, sl
         tm_stdout=None,
         timeout_s=timeout_s,
     )
-    tmp = home.path / ".cluster.json.tmp"
-    tmp.write_text(json.dumps(cluster_record(cluster)))
-    os.replace(tmp, home.path / "cluster.json")
+    cluster.supervisor = start_supervisor(home, policies_from_config(config), ha=False)
+    write_record(home, cluster)
     return cluster
+
+
+def start_supervisor(home: ClusterHome, policies: dict[str, RestartPolicy], *, ha: bool, client_pid: int | None = None,
+                     stdout: "IO[Any] | int | None" = None) -> ProcessInfo:
+    """Start the cluster's supervisor (:mod:`flinkpy.cluster.supervisor`). With ``client_pid``
+    (an embedded cluster) it also stops the cluster and removes its home when that process is
+    gone; ``stdout`` is where TaskManagers it starts again print (the embedded job's output)."""
+    argv = [sys.executable, "-m", "flinkpy.cluster.supervisor", "--home", str(home.path),
+            "--policies", json.dumps({kind: p.to_dict() for kind, p in policies.items()})]
+    if ha:
+        argv.append("--ha")
+    if client_pid is not None:
+        argv += ["--client-pid", str(client_pid), "--client-started", repr(create_time(client_pid)), "--remove-home"]
+    log_path = home.log_dir / "supervisor.log"
+    proc = spawn(argv, log_path, stdout if stdout is not None else subprocess.DEVNULL, detach=True, extra_env={"PYTHONUNBUFFERED": "1"})
+    return ProcessInfo("supervisor", proc.pid, create_time(proc.pid), str(log_path), argv=argv)
+
+
+def _stop_supervisor(info: ClusterInfo, timeout_s: float = 5.0) -> None:
+    """Stop the supervisor before the processes, so that it starts none of them again."""
+    import psutil
+
+    sup = info.supervisor
+    if sup is None or not alive(sup):
+        return
+    try:
+        os.kill(sup.pid, signal.SIGTERM)
+        proc = psutil.Process(sup.pid)
+    except (ProcessLookupError, psutil.Error):
+        return
+    for p in wait_gone([proc], timeout_s):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    wait_gone([proc], timeout_s)
+    try:
+        os.waitpid(sup.pid, os.WNOHANG)  # our child when this process started the cluster: no zombie
+    except ChildProcessError:
+        pass
 
 
 def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
@@ -199,10 +239,11 @@ def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config:
     interval = int(config.get("heartbeat.interval")) if config is not None else 10000
     rest = RestClient(info.rest_address, home.token(), timeout_s=5)
     before = rest.overview()["taskmanagers"]
+    argv = [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
+            "--slots", str(slots), "--heartbeat-interval-ms", str(interval)]
     with open(out_path, "ab", buffering=0) as out_file:
         proc = spawn(
-            [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
-             "--slots", str(slots), "--heartbeat-interval-ms", str(interval)],
+            argv,
             log_path, out_file, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"},
         )
     deadline = time.monotonic() + timeout_s
@@ -213,11 +254,11 @@ def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config:
             raise OperationTimeoutError(f"TaskManager {tm_id} did not register within {timeout_s:.0f}s", remedy=f"see {log_path}")
         time.sleep(0.01)
     del before
-    tm = ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path))
-    info.taskmanagers.append(tm)
-    tmp = home.path / ".cluster.json.tmp"
-    tmp.write_text(json.dumps(cluster_record(info)))
-    os.replace(tmp, home.path / "cluster.json")
+    tm = ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path), argv)
+    with record_lock(home):
+        current = read_record(home) or info  # the supervisor may have changed it meanwhile
+        current.taskmanagers.append(tm)
+        write_record(home, current)
     return tm
 
 
@@ -264,6 +305,8 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
     info = read_record(home)
     if info is None:
         return []
+    _stop_supervisor(info)
+    info = read_record(home) or info  # what the supervisor started last is in the record
     procs = [p for p in [*info.taskmanagers, *(info.jobmanagers or [info.jobmanager])] if alive(p)]
     tree: list[psutil.Process] = []
     for p in procs:
@@ -306,8 +349,10 @@ class EmbeddedCluster:
     'http://127.0.0.1:...'
     """
 
-    def __init__(self, *, slots: int, taskmanagers: int = 1, job_stdout: "IO[Any] | int | None" = None, timeout_s: float = 30.0):
+    def __init__(self, *, slots: int, taskmanagers: int = 1, job_stdout: "IO[Any] | int | None" = None, timeout_s: float = 30.0,
+                 restart_policies: dict[str, RestartPolicy] | None = None):
         self.slots = slots
+        self.restart_policies = restart_policies if restart_policies is not None else policies_from_config(None)
         self.taskmanagers = taskmanagers
         self.job_stdout = job_stdout
         self.timeout_s = timeout_s
@@ -338,7 +383,13 @@ class EmbeddedCluster:
                 tm_stdout=stdout,
                 timeout_s=self.timeout_s,
             )
+            # the supervisor restarts lost TaskManagers, and ends the cluster if we die (even by SIGKILL)
+            self.info.supervisor = start_supervisor(self.home, self.restart_policies, ha=False, client_pid=os.getpid(), stdout=stdout)
+            write_record(self.home, self.info)
         except BaseException:
+            for p in self._procs:
+                if p.poll() is None:
+                    p.kill()
             shutil.rmtree(self.home.path, ignore_errors=True)
             raise
         return self
@@ -349,16 +400,26 @@ class EmbeddedCluster:
     def __exit__(self, *exc: Any) -> None:
         import psutil
 
+        if self.info is not None:
+            _stop_supervisor(self.info)
+        record = read_record(self.home)
+        # processes the supervisor started again are not our children: they are in the record
+        restarted = [p.pid for p in [*record.taskmanagers, record.jobmanager] if alive(p)] if record is not None else []
         tree: list[psutil.Process] = []
-        for p in self._procs:
+        for pid in [p.pid for p in self._procs] + [pid for pid in restarted if pid not in {p.pid for p in self._procs}]:
             try:
-                root = psutil.Process(p.pid)
+                root = psutil.Process(pid)
                 tree += [root, *root.children(recursive=True)]
             except psutil.Error:
                 pass
         for p in reversed(self._procs):  # TaskManagers first, then the JobManager
             if p.poll() is None:
                 p.terminate()
+        for pid in restarted:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         survivors = wait_gone(tree, 10)
         for p in survivors:
             try:

@@ -106,6 +106,9 @@ class Dispatcher:
             conn.close()
             return
         with self.lock:
+            if info.tm_id in self.registry.taskmanagers:
+                # it left its old connection, and the tasks deployed over it, before we noticed
+                self.taskmanager_lost(info.tm_id, f"TaskManager {info.tm_id} registered again: the tasks it ran before are gone")
             rec = self.registry.add(conn, info)
             self.scheduler.schedule_waiting()
             self.changed.notify_all()
@@ -116,9 +119,9 @@ class Dispatcher:
         with self.lock:
             self.registry.heartbeat(tm_id)
 
-    def taskmanager_lost(self, tm_id: str, reason: str) -> None:
+    def taskmanager_lost(self, tm_id: str, reason: str, conn: Connection | None = None) -> None:
         with self.lock:
-            if self.registry.remove(tm_id) is None:
+            if self.registry.remove(tm_id, conn) is None:
                 return
             log.warning("TaskManager %s lost: %s", tm_id, reason)
             for job_id, job in self.jobs.items():

@@ -361,15 +361,54 @@ class ExecutionGraph:
         self.events.append({"timestamp": now_ms, "type": "restarted", "tasks": len(keys), "restarts": self.restarts})
         return actions
 
-    def waiting_for_slots(self, keys: frozenset[tuple[int, int]], message: str, now_ms: int) -> None:
-        """No slots for a due restart yet: try again later (a TaskManager may come back)."""
+    def waiting_for_slots(self, keys: frozenset[tuple[int, int]], message: str, now_ms: int, timeout_ms: int | None = None) -> list[Action]:
+        """No slots for a due restart yet: try again shortly (a TaskManager may come back). After
+        ``timeout_ms`` of waiting (slot.request.timeout) the wait counts as a failed attempt of the
+        restart strategy, as in Flink: the restart backs off and waits again, or the job fails."""
         for p in self.pending_restarts.values():
-            if p["keys"] == keys:
-                p["waiting"] = False
-                p["at_ms"] = now_ms + 200
-                if p.get("message") != message:
-                    p["message"] = message
-                    self.events.append({"timestamp": now_ms, "type": "waiting-for-resources", "message": message})
+            if p["keys"] != keys:
+                continue
+            since = p.setdefault("waiting_since_ms", now_ms)
+            if timeout_ms is not None and now_ms - since >= timeout_ms:
+                return self._slot_request_timed_out(p, message, now_ms, timeout_ms)
+            p["waiting"] = False
+            p["at_ms"] = now_ms + 200
+            if p.get("message") != message:
+                p["message"] = message
+                self.events.append({"timestamp": now_ms, "type": "waiting-for-resources", "message": message})
+        return []
+
+    def _slot_request_timed_out(self, pending: dict[str, Any], message: str, now_ms: int, timeout_ms: int) -> list[Action]:
+        text = f"could not restart job {self.job_id} ({self.name}) within slot.request.timeout ({timeout_ms} ms): {message}"
+        entry = {
+            "exceptionName": "flinkpy.NoResourceAvailableException",
+            "message": text,
+            "stacktrace": f"NoResourceAvailableException: {text}\n",
+            "timestamp": now_ms,
+            "taskName": None,
+            "location": None,
+            "taskManagerId": None,
+            "restarted": False,
+        }
+        self.exceptions.append(entry)
+        self.root_exception = entry
+        strategy = self.strategy
+        if strategy is not None:
+            strategy.notify_failure(now_ms)
+        if strategy is not None and strategy.can_restart():
+            entry["restarted"] = True
+            backoff = strategy.backoff_ms()
+            for key in ("waiting_since_ms", "message"):
+                pending.pop(key, None)
+            pending.update(waiting=False, at_ms=now_ms + backoff)
+            self.events.append({"timestamp": now_ms, "type": "restarting", "failover": self.failover, "tasks": len(pending["keys"]),
+                                "backoff_ms": backoff, "cause": f"NoResourceAvailableException: {text}"})
+            return []
+        self.pending_restarts.clear()
+        self._transition("FAILING", now_ms)
+        self.events.append({"timestamp": now_ms, "type": "failed",
+                            "reason": "the restart strategy gave up" if strategy is not None else "no restart strategy"})
+        return self._cancel_others() + self._check_terminal(now_ms)
 
     def set_restart_strategy(self, strategy: RestartBackoffTimeStrategy, description: dict[str, Any], previous: dict[str, Any], now_ms: int) -> None:
         self.strategy = strategy

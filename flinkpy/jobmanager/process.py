@@ -72,7 +72,7 @@ def _serve_taskmanager(dispatcher: Dispatcher, conn: Connection) -> None:
         conn.close()
         tm_id = registered[-1] if registered else None
         if tm_id is not None:
-            dispatcher.taskmanager_lost(tm_id, f"TaskManager {tm_id} disconnected (process ended or connection lost)")
+            dispatcher.taskmanager_lost(tm_id, f"TaskManager {tm_id} disconnected (process ended or connection lost)", conn)
 
 
 def _accept_loop(listener: Any, secret: bytes, dispatcher: Dispatcher) -> None:

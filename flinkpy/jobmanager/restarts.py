@@ -42,7 +42,8 @@ class Restarts:
                 "start a TaskManager or wait for the lost one to come back"
             )
             log.warning(message)
-            g.waiting_for_slots(keys, message, now_ms())
+            # bounded by slot.request.timeout: then it is a failed attempt of the restart strategy
+            d.perform(job_id, g.waiting_for_slots(keys, message, now_ms(), rec.options.slot_request_timeout_ms))
             return
         new_slots = {i: slots.allocate_one(job_id) for i in lost}
         latest = rec.checkpointing.latest_restore_point()

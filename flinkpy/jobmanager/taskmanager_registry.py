@@ -68,11 +68,16 @@ class TaskManagerRegistry:
         now = time.monotonic()
         return [tm for tm, rec in self.taskmanagers.items() if now - rec.last_heartbeat > self.heartbeat_timeout_s]
 
-    def remove(self, tm_id: str) -> TaskManagerRecord | None:
+    def remove(self, tm_id: str, conn: Connection | None = None) -> TaskManagerRecord | None:
         """Forget a lost TaskManager and its slots; its connection is closed, so that a
-        TaskManager declared lost (frozen past the heartbeat timeout, say) finds it closed if it
-        ever wakes up, and stops its stale tasks (fencing)."""
-        rec = self.taskmanagers.pop(tm_id, None)
+        TaskManager declared lost (frozen past the heartbeat timeout, say) finds it closed when it
+        wakes up, drops its stale tasks (fencing) and registers again on a new connection. With
+        ``conn``, only the registration made over that connection is forgotten: the end of an old
+        connection must not remove the TaskManager that registered again since."""
+        rec = self.taskmanagers.get(tm_id)
+        if rec is None or (conn is not None and rec.conn is not conn):
+            return None
+        del self.taskmanagers[tm_id]
         if rec is not None:
             rec.conn.close()
             self.slots.remove_taskmanager(tm_id)

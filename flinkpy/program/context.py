@@ -42,6 +42,8 @@ class ExecutionContext:
     python_path: list[str] = field(default_factory=list)
     submitted: list[SubmittedJob] = field(default_factory=list)
     on_submit: Any = None
+    #: an attached run: called with one line per failure, restart or wait of the job, as it happens
+    on_event: Any = None
     #: start from this savepoint or retained checkpoint (path or URL of it or of its _metadata)
     savepoint_path: str | None = None
     allow_non_restored_state: bool = False

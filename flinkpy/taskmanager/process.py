@@ -8,7 +8,9 @@ everything. Task processes are forked by the TaskManager's launcher (``zygote.py
 engine already imported, so a task starts in milliseconds. A task process that dies without a report — SIGKILL, segfault, out of memory — is
 reported FAILED with its exit status, at once (its control socket closes).
 
-When the JobManager connection closes the TaskManager kills its tasks and exits: no orphans.
+When the JobManager connection closes the TaskManager kills its tasks; it registers again when
+the JobManager is still there (it declared this TaskManager lost, after a pause past the
+heartbeat timeout, say) and exits when it is gone: no orphans.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from flinkpy.network.connection import Connection, connect
 from flinkpy.protocol import HandlerTable, Message, ProtocolError
@@ -177,7 +179,7 @@ class TaskManager:
                 msg = None
             if msg is None:
                 if follow_leader:
-                    log.warning("connection to the JobManager (epoch %s) closed; canceling tasks, following the next leader", self.epoch)
+                    log.warning("connection to the JobManager (epoch %s) closed; killing the tasks deployed over it", self.epoch)
                     self.disconnect()
                     return
                 log.info("JobManager connection closed; stopping TaskManager %s", self.tm_id)
@@ -478,9 +480,35 @@ def main(argv: list[str] | None = None) -> None:
     if args.ha:
         _follow_leaders(tm, json.loads(args.ha), logs)
     else:
-        tm.register(*logs)
-        tm.serve()
+        fixed = args.jobmanager.rsplit(":", 1) if args.jobmanager else None
+        _serve_and_rejoin(tm, logs, lambda: (fixed[0], int(fixed[1])) if fixed else _published_jobmanager(home))
     exit_when_tasks_are_gone()
+
+
+def _serve_and_rejoin(tm: TaskManager, logs: tuple[str, str], jobmanager: Callable[[], tuple[str, int]]) -> None:
+    """Standalone: serve the JobManager until it says Shutdown. When it closes our connection
+    instead — it declared us lost, e.g. after we were paused past ``heartbeat.timeout``, and
+    failed our tasks — drop every task and register again with fresh slots, as long as the
+    JobManager is there; when it is gone, stop (a TaskManager never outlives its cluster)."""
+    while True:
+        tm.register(*logs)
+        tm.serve(follow_leader=True)  # on a closed connection: tasks killed, returns
+        if tm.stopping:
+            return
+        try:
+            host, port = jobmanager()
+            tm.jm = connect(host, port, tm.secret, timeout=5.0)
+        except (OSError, ValueError, KeyError) as e:
+            log.info("the JobManager is gone (%s); stopping TaskManager %s", e, tm.tm_id)
+            tm.shutdown()
+            return
+        log.warning("the JobManager dropped TaskManager %s; its tasks are gone, registering again", tm.tm_id)
+
+
+def _published_jobmanager(home: Path) -> tuple[str, int]:
+    """The JobManager's RPC endpoint as it published it in the home (KeyError/ValueError/OSError when it did not)."""
+    info = json.loads((home / "jobmanager.json").read_text())
+    return info["rpc_host"], int(info["rpc_port"])
 
 
 def _follow_leaders(tm: TaskManager, ha_config: dict[str, Any], logs: tuple[str, str]) -> None:
