@@ -28,7 +28,7 @@ import json
 import logging
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
@@ -36,21 +36,31 @@ from flinkpy import __version__
 from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager.dispatcher import Dispatcher
+from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer
 from flinkpy.processes import log_tail
 
 log = logging.getLogger("flinkpy.rest")
-MAX_BODY = 512 * 1024 * 1024
 
 
 class RestServer:
-    def __init__(self, dispatcher: Dispatcher, token: str, host: str, port: int, jobmanager_log: str = ""):
+    def __init__(self, dispatcher: Dispatcher, token: str, host: str, port: int, jobmanager_log: str = "", limits: HttpLimits | None = None):
         self.dispatcher = dispatcher
         self.token = token
         self.jobmanager_log = jobmanager_log
+        self.limits = limits or HttpLimits()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # per recv and send; the watchdog bounds a whole request's arrival
+            timeout = self.limits.read_timeout_s
+
+            def handle_one_request(self) -> None:
+                server.httpd.watchdog.arm(self.connection)
+                try:
+                    super().handle_one_request()
+                finally:
+                    server.httpd.watchdog.disarm(self.connection)
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("%s %s", self.address_string(), fmt % args)
@@ -70,8 +80,7 @@ class RestServer:
             def do_PUT(self) -> None:
                 server._handle(self, "PUT")
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = LimitedHTTPServer((host, port), Handler, self.limits)
         self.address = self.httpd.server_address
 
     def serve_in_background(self) -> None:
@@ -79,6 +88,7 @@ class RestServer:
 
     def shutdown(self) -> None:
         self.httpd.shutdown()
+        self.httpd.server_close()
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -116,17 +126,17 @@ class RestServer:
         url = urlparse(h.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         try:
-            body = b""
-            length = int(h.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                raise InvalidProgramError(f"request body of {length} bytes is too large")
-            if length:
-                body = h.rfile.read(length)
+            # who asks comes first: an unauthenticated peer's body is never read
             auth = h.headers.get("Authorization", "")
             if not hmac.compare_digest(auth.encode(), f"Bearer {self.token}".encode()):
+                h.close_connection = True
                 self._send(h, 401, {"errors": ["missing or wrong cluster token"], "kind": "Authentication",
                                     "remedy": "use the token in the cluster's home (FLINKPY_HOME)"})
                 return
+            body = self._body(h)
+            if body is None:
+                return
+            h.server.watchdog.disarm(h.connection)  # type: ignore[attr-defined]  # a long poll may follow
             path = url.path.rstrip("/") or "/"
             standby = self.dispatcher.standby_message()
             if standby is not None and path not in ("/config", "/jobmanager/log"):
@@ -159,6 +169,34 @@ class RestServer:
             log.exception("REST %s %s failed", method, h.path)
             self._send(h, 500, {"errors": [f"internal error: {e}"], "kind": "Internal"})
 
+    def _body(self, h: BaseHTTPRequestHandler) -> bytes | None:
+        """The request's body; None when it was refused (answered and the connection closed)."""
+        limit = self.limits.max_content_length
+        if h.headers.get("Transfer-Encoding"):
+            h.close_connection = True
+            self._send(h, 411, {"errors": ["chunked request bodies are not accepted"], "kind": "LengthRequired",
+                                "remedy": "send the body with a Content-Length"})
+            return None
+        try:
+            length = int(h.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > limit:
+            h.close_connection = True
+            what = f"{length} bytes" if length >= 0 else f"an invalid Content-Length ({h.headers.get('Content-Length')!r})"
+            self._send(h, 413, {"errors": [f"the request body of {what} is larger than the REST server accepts ({limit} bytes)"],
+                                "kind": "RequestEntityTooLarge",
+                                "remedy": "raise rest.server.max-content-length in the JobManager's flinkpy.yaml if the request is legitimate"})
+            return None
+        try:
+            body = h.rfile.read(length) if length else b""
+        except OSError:  # the read timeout, or the watchdog closed a request that came too slowly
+            body = b""
+        if len(body) < length:
+            h.close_connection = True
+            return None
+        return body
+
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
         if isinstance(payload, str):
@@ -169,10 +207,12 @@ class RestServer:
             h.send_response(status)
             h.send_header("Content-Type", ctype)
             h.send_header("Content-Length", str(len(data)))
+            if h.close_connection:
+                h.send_header("Connection", "close")
             h.end_headers()
             h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        except OSError:  # the client went away, or stopped reading past the timeout
+            h.close_connection = True
 
     # -- handlers ----------------------------------------------------------------------------
 

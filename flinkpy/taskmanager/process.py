@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flinkpy.network.auth import read_secret
 from flinkpy.network.connection import Connection, connect
 from flinkpy.protocol import HandlerTable, Message, ProtocolError
 from flinkpy.protocol.deployment import DeployTask, TaskDeploymentDescriptor
@@ -447,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     home = Path(args.home)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
-    secret = (home / "secret").read_text().strip().encode()
+    secret = read_secret(home / "secret").encode()
     if args.ha:
         tm = TaskManager(args.id, args.slots, home, "", 0, secret, args.host, args.heartbeat_interval_ms / 1000.0)
     else:
