@@ -202,6 +202,8 @@ SCHEMA: dict[str, Option] = {
         _option("rest.bind-address", StringType(), "127.0.0.1", "Address the REST server binds to."),
         _option("rest.server.max-content-length", MemorySizeType(), 100 << 20, "Largest request body the REST server accepts (a job submission is the largest legitimate one); larger ones are answered 413 without being read."),
         _option("rest.server.read-timeout", DurationType(), 30_000, "Time a client has to send a REST request's headers and body (and the longest a kept-alive connection may stay idle); a slower one is disconnected."),
+        _option("log.file.max-size", MemorySizeType(), 100 << 20, "Size at which a cluster process's .log (and a TaskManager's .out) is rotated to .1, .2, ... (0 = never); read by each process from the cluster home's flinkpy.yaml or the environment."),
+        _option("log.file.max-backups", IntType(0), 10, "Rotated .log/.out files kept per process (0 = none: the file starts afresh)."),
         _option("rest.server.numThreads", IntType(1), 32, "REST requests served at once; a connection beyond them is answered 503 at once."),
         _option("jobmanager.rpc.address", StringType(), "127.0.0.1", "Address TaskManagers use to reach the JobManager."),
         _option("execution.buffer-timeout.interval", DurationType(), 100, "Longest time a record waits in an output buffer (0 = flush every record)."),

@@ -6,8 +6,8 @@ Flink's REST API where Flink has one.
 
     GET   /overview                       cluster overview
     GET   /taskmanagers                   registered TaskManagers
-    GET   /taskmanagers/<id>/log|stdout   a TaskManager's log or printed output (?lines=N)
-    GET   /jobmanager/log                 the JobManager's log (?lines=N)
+    GET   /taskmanagers/<id>/log|stdout   a TaskManager's log or printed output (?lines=N&follow=true)
+    GET   /jobmanager/log                 the JobManager's log (?lines=N&follow=true), streamed
     GET   /jobs/overview                  all jobs
     POST  /jobs                           submit (JSON: meta + payloads) -> {"jobid"}
     GET   /jobs/<id>                      job details with vertices
@@ -37,7 +37,8 @@ from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer
-from flinkpy.processes import log_tail
+from flinkpy import logfiles
+from flinkpy.processes import running
 
 log = logging.getLogger("flinkpy.rest")
 
@@ -199,6 +200,9 @@ class RestServer:
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+        if isinstance(payload, LogStream):
+            payload.send(h)
+            return
         if isinstance(payload, str):
             data, ctype = payload.encode(), "text/plain; charset=utf-8"
         else:
@@ -255,18 +259,21 @@ class RestServer:
                 ]
             }
 
-    def tm_log(self, query: dict[str, str], tm: str, kind: str, **_: Any) -> str:
+    def tm_log(self, query: dict[str, str], tm: str, kind: str, **_: Any) -> LogStream:
         d = self.dispatcher
         with d.lock:
             rec = d.taskmanagers.get(tm)
         if rec is None:
             raise NotFoundError(f"TaskManager {tm} is not registered", remedy="see 'flinkpy cluster status' for the ids")
-        text = log_tail(rec.stdout_path if kind == "stdout" else rec.log_path, int(query.get("lines", 100)))
-        return text + "\n" if text else ""
 
-    def jm_log(self, query: dict[str, str], **_: Any) -> str:
-        text = log_tail(self.jobmanager_log, int(query.get("lines", 100)))
-        return text + "\n" if text else ""
+        def alive() -> bool:  # a follower stops when the TaskManager is gone
+            with d.lock:
+                return d.taskmanagers.get(tm) is rec and running(rec.pid, 0)
+
+        return LogStream(rec.stdout_path if kind == "stdout" else rec.log_path, query, alive)
+
+    def jm_log(self, query: dict[str, str], **_: Any) -> LogStream:
+        return LogStream(self.jobmanager_log, query, lambda: True)
 
     def jobs_overview(self, **_: Any) -> dict[str, Any]:
         d = self.dispatcher
@@ -460,6 +467,40 @@ class RestServer:
             raise InvalidProgramError(f"unsupported mode {mode!r}", remedy="use mode=cancel")
         self.dispatcher.cancel(jid)
         return 202, {}
+
+
+class LogStream:
+    """A log route's answer: the file's last ``lines`` lines, then with ``follow=true`` what is
+    appended, streamed in chunks (HTTP chunked encoding) straight from the file: the
+    JobManager holds one chunk of it at a time, never the file."""
+
+    def __init__(self, path: str, query: dict[str, str], alive: Callable[[], bool]) -> None:
+        try:
+            self.lines = int(query.get("lines", 100))
+        except ValueError:
+            raise InvalidProgramError(f"lines must be a number, got {query.get('lines')!r}") from None
+        self.path, self.alive = path, alive
+        self.follow = query.get("follow", "false").lower() in ("1", "true", "yes")
+
+    def send(self, h: BaseHTTPRequestHandler) -> None:
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "text/plain; charset=utf-8")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            first = logfiles.tail(self.path, self.lines) if self.path else b""
+            chunks = _chain(first, logfiles.follow(self.path, alive=self.alive, peer=h.connection)) if self.follow and self.path else (first,)
+            for chunk in chunks:
+                if chunk:
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            h.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client went away (Ctrl-C on a follower)
+            h.close_connection = True
+
+
+def _chain(first: bytes, rest: Any) -> Any:
+    yield first
+    yield from rest
 
 
 def _checkpointing(server: RestServer, jid: str) -> Any:
