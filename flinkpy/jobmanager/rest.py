@@ -32,12 +32,11 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from flinkpy import __version__
+from flinkpy import __version__, logfiles
 from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer
-from flinkpy import logfiles
 from flinkpy.processes import running
 
 log = logging.getLogger("flinkpy.rest")
@@ -182,10 +181,13 @@ class RestServer:
             length = int(h.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
-        if length < 0 or length > limit:
+        if length < 0:
             h.close_connection = True
-            what = f"{length} bytes" if length >= 0 else f"an invalid Content-Length ({h.headers.get('Content-Length')!r})"
-            self._send(h, 413, {"errors": [f"the request body of {what} is larger than the REST server accepts ({limit} bytes)"],
+            self._send(h, 400, {"errors": [f"invalid Content-Length {h.headers.get('Content-Length')!r}"], "kind": "BadRequest"})
+            return None
+        if length > limit:
+            h.close_connection = True
+            self._send(h, 413, {"errors": [f"the request body of {length} bytes is larger than the REST server accepts ({limit} bytes)"],
                                 "kind": "RequestEntityTooLarge",
                                 "remedy": "raise rest.server.max-content-length in the JobManager's flinkpy.yaml if the request is legitimate"})
             return None
