@@ -229,15 +229,17 @@ def _inspect_spark(path: str, spark_reader: bool | None) -> None:
 def verify(path: PathArg, json_: JsonFlag = False) -> None:
     """Check that a checkpoint or savepoint can be restored, reading every file it references.
 
-    The checkpoint is restorable when its _metadata parses and is valid, and every state file
+    The checkpoint is restorable when its _metadata parses, matches its own checksum
+    (metadata_checksum: a changed offset or size in it is caught) and is valid, and every state file
     it references exists with the size and sha256 checksum recorded there. Each problem is
     reported as one line on stderr that names the file and what is wrong ("state file is
     missing", "size mismatch: ...", "checksum mismatch: ..."). Files that _metadata does not
     reference (for example, leftovers of an interrupted upload) are ignored.
 
     With --json, prints one document: {"path", "metadata_path", "restorable", "job_id",
-    "checkpoint_id", "files_checked", "bytes_checked", "problems": [{"path", "problem"}]};
-    the problem lines still go to stderr.
+    "checkpoint_id", "files_checked", "bytes_checked", "problems": [{"path", "problem"}],
+    "warnings"}; the problem lines still go to stderr. A _metadata written by an older
+    flinkpy, without a checksum of its own, is checked all the same, with a warning.
 
     Exit status: 0 when the checkpoint is restorable; 9 when it is present but not
     restorable (a bad _metadata, a missing file, a wrong size or checksum); 4 when there is
@@ -253,6 +255,8 @@ def verify(path: PathArg, json_: JsonFlag = False) -> None:
     from flinkpy.checkpoint.storage import CheckpointStorage
 
     report = CheckpointStorage(path).verify(path)
+    for warning in report.warnings:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
     for problem in report.problems:
         sys.stderr.write(f"{PROG}: error: {problem}\n")
     sys.stderr.flush()

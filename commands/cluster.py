@@ -16,7 +16,7 @@ from commands.output import emit_json, out, progress, status
 from commands.options import Dynamic, JobManager, JsonFlag, duration_seconds
 from commands.session import session
 from flinkpy.config import parse_override
-from flinkpy.errors import ClusterUnreachableError
+from flinkpy.errors import ClusterUnreachableError, UsageError
 
 if TYPE_CHECKING:
     from flinkpy.cluster import ClusterInfo, ProcessInfo
@@ -298,22 +298,42 @@ def logs(
     component: Annotated[str, typer.Argument(metavar="[jobmanager|TM_ID]", help="Whose log: 'jobmanager' or a TaskManager ID (see 'flinkpy cluster status').")] = "jobmanager",
     stdout: Annotated[bool, typer.Option("--stdout", help="Show the process's stdout (what jobs print) instead of its log.")] = False,
     lines: Annotated[int, typer.Option("-n", "--lines", min=1, metavar="LINES", help="Number of lines from the end.")] = 100,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what is appended, like tail -f, until Ctrl-C or the process ends.")] = False,
     jobmanager: JobManager = None,
     json_: JsonFlag = False,
 ) -> None:
-    """Show the end of a cluster process's log or stdout.
+    """Show the end of a cluster process's log or stdout, or follow it.
 
     In a background cluster, what a job's functions print goes to the stdout of the
-    TaskManager that runs the task: read it with --stdout.
+    TaskManager that runs the task: read it with --stdout. The JobManager streams the file
+    (it never loads it whole); with --follow it goes on streaming what is appended, across
+    rotations, until Ctrl-C (exit 0) or until the TaskManager ends. The files rotate by size
+    (log.file.max-size, log.file.max-backups): the rotated ones are FILE.1, FILE.2, ... in
+    the cluster home's log directory. --follow cannot be combined with --json.
 
     Examples:
 
     \b
         flinkpy cluster logs
         flinkpy cluster logs tm-1 --stdout -n 20
+        flinkpy cluster logs tm-1 --stdout --follow
     """
-    text = client(jobmanager).log(component, stdout=stdout, lines=lines)
+    if follow and session.json:
+        raise UsageError("--follow streams text and cannot be combined with --json", remedy="drop one of them")
     if session.json:
+        text = client(jobmanager).log(component, stdout=stdout, lines=lines)
         emit_json({"component": component, "stream": "stdout" if stdout else "log", "lines": text.splitlines()})
         return
-    out().file.write(text if text.endswith("\n") or not text else text + "\n")
+    import codecs
+
+    sink = out().file
+    decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode  # a character may span two chunks
+    chunks = client(jobmanager).stream_log(component, stdout=stdout, lines=lines, follow=follow)
+    try:
+        for chunk in chunks:
+            sink.write(decode(chunk))
+            sink.flush()
+    except KeyboardInterrupt:
+        if not follow:
+            raise
+        chunks.close()  # closes the connection: the JobManager stops streaming

@@ -283,10 +283,16 @@ def plan(
     new subtask takes from which old subtasks. Options must come before PATH.
 
     With --json, prints one document: {"savepoint", "kind", "job_id", "operators", "dropped",
-    "warnings", "problems", "restorable", ...}.
+    "warnings", "problems", "restorable", "files_checked", "bytes_checked",
+    "damaged_files": [{"path", "problem"}], ...}.
+
+    Before it says a restore would succeed it reads every state file the savepoint references
+    and checks its size and sha256 against _metadata (as 'flinkpy checkpoint verify' does);
+    a missing or damaged file is listed in "damaged_files" and refuses the restore.
 
     Exit status: 0 the restore would succeed; 7 it would be refused (the reasons on stderr);
-    4 no savepoint at PATH or no JOB.py; 9 the savepoint's _metadata is unreadable.
+    4 no savepoint at PATH or no JOB.py; 9 the savepoint's _metadata is unreadable or does not
+    match its checksum, or a state file is missing or damaged.
 
     Examples:
 
@@ -311,7 +317,7 @@ def plan(
         for problem in doc["problems"]:
             sys.stderr.write(f"{PROG}: error: {problem}\n")
         sys.stderr.flush()
-        raise typer.Exit(ExitCode.INVALID_PROGRAM)
+        raise typer.Exit(ExitCode.CONFLICT if doc["damaged_files"] else ExitCode.INVALID_PROGRAM)
 
 
 def _print_plan(doc: dict[str, Any], wide: bool) -> None:

@@ -55,6 +55,10 @@ def analyze(
         list[str] | None,
         typer.Option("--spark-conf", metavar="KEY=VALUE", help="With --engine spark: a Spark configuration property (repeatable)."),
     ] = None,
+    trusted: Annotated[
+        bool,
+        typer.Option("--trusted", help="Decode state files with Python's full unpickler, so that objects of any class (the job's own: put its modules on PYTHONPATH) are read. Only for snapshots you trust: unpickling runs code the file names."),
+    ] = False,
     json_: JsonFlag = False,
 ) -> None:
     """Report the state in a checkpoint or savepoint: sizes per operator, state and key group, keys, the largest keys and skew.
@@ -90,9 +94,17 @@ def analyze(
     returns that DataFrame of keys for your own queries. Incremental checkpoints (RocksDB files,
     most under shared/) are read too: each subtask's store is downloaded and read out.
 
+    State files are Python pickles, and a pickle names the code that rebuilds its objects. So
+    they are decoded with a restricted unpickler: plain Python values (builtin containers and
+    scalars, collections, datetime, Decimal, Fraction, UUID) and flinkpy's own value types (Row,
+    windows, ...) are read; any other class (the job's own, or a function such as os.system) is
+    refused by name, and nothing in the file runs. For state holding the job's own classes,
+    pass --trusted, with the job's modules on PYTHONPATH, for snapshots you trust.
+
     Exit status: 0 when the snapshot was analyzed; 2 for a bad option; 4 when there is no complete checkpoint at PATH (nothing there, or a directory
-    without _metadata); 8 when the state holds objects of classes that cannot be imported (put
-    the job's modules on PYTHONPATH), or Spark is not installed or cannot start; 9 when
+    without _metadata); 8 when the state holds objects of a class the restricted unpickler
+    refuses (see --trusted) or, with --trusted, of classes that cannot be imported (put the
+    job's modules on PYTHONPATH), or Spark is not installed or cannot start; 9 when
     _metadata or a state file is damaged or missing.
 
     Examples:
@@ -116,9 +128,9 @@ def analyze(
     if engine == "spark":
         from flinkpy.spark.analysis import analyze as analyze_with_spark
 
-        result = analyze_with_spark(path, top=top, master=spark_master, conf=conf)
+        result = analyze_with_spark(path, top=top, master=spark_master, conf=conf, trusted=trusted)
     else:
-        result = run_analysis(path, top=top, engine=engine)  # UsageError for an unknown engine
+        result = run_analysis(path, top=top, engine=engine, trusted=trusted)  # UsageError for an unknown engine
     if session.json:
         emit_json(result)
         return

@@ -338,9 +338,11 @@ def test_two_jobs_on_one_taskmanager_checkpoint_independently(flinkpy_home: Path
 
 @pytest.mark.timeout(90)
 def test_unwritable_checkpoint_storage(cluster, tmp_path: Path) -> None:
-    blocker = tmp_path / "a-regular-file"
-    blocker.write_text("not a directory\n")
-    unwritable = [str(blocker / "checkpoints"), "/proc/flinkpy-no"]
+    """Checkpoint storage that stops taking writes while jobs run. (A directory that cannot be
+    written at all is refused at submission: test_checkpoint_dir_writable.py. Here storage
+    fails after it, as an outage does: the injected one fails every write of the cluster.)"""
+    assert run_cli("fault", "storage-outage", "--for", "2min").returncode == 0
+    unwritable = [str(tmp_path / "checkpoints-1"), str(tmp_path / "checkpoints-2")]
 
     # Not tolerated: the first failed checkpoint fails the job (no restarts, to see FAILED).
     strict = submit(
@@ -358,7 +360,7 @@ def test_unwritable_checkpoint_storage(cluster, tmp_path: Path) -> None:
     doc = stats(strict)
     assert doc["counts"]["completed"] == 0 and doc["counts"]["failed"] >= 1
     assert doc["latest"]["failed"]["failure_message"]
-    assert not blocker.is_dir() and blocker.read_text() == "not a directory\n"
+    assert not list(Path(unwritable[0]).rglob("_metadata"))
 
     # Tolerated: checkpoints fail one after the other, the job keeps running.
     lenient = submit(
@@ -374,7 +376,7 @@ def test_unwritable_checkpoint_storage(cluster, tmp_path: Path) -> None:
     failed = [h for h in doc["history"] if h["status"] == "FAILED"]
     assert len(failed) >= 3 and doc["counts"]["completed"] == 0
     for h in failed:
-        assert h["failure_message"] and "/proc/flinkpy-no" in h["failure_message"], h
+        assert h["failure_message"] and "storage outage" in h["failure_message"], h
         assert h["failure_timestamp"] >= h["trigger_timestamp"] and h["external_path"] is None
     assert doc["latest"]["completed"] is None and doc["latest"]["failed"]["status"] == "FAILED"
     text = run_cli("checkpoint", "list", lenient, env={"COLUMNS": "300"})

@@ -58,9 +58,12 @@ checkpoint is refused before any state is decoded — ``NotFoundError`` (exit 4)
 `_metadata` (nothing there, or a checkpoint that was never completed), ``CorruptCheckpointError``
 (exit 9) when `_metadata` or a state file is damaged or missing.
 
-State files are Python pickles: decoding one imports the classes of the objects in it, so
-analyze only snapshots you trust, with the job's modules importable (``PYTHONPATH``) when its
-state holds instances of the job's own classes.
+State files are Python pickles, and a pickle names the code that rebuilds its objects. So
+by default they are decoded with :mod:`flinkpy.state.safe_pickle`, which loads plain Python
+values and flinkpy's own value types and refuses anything else by name (exit 8): analysing a
+snapshot copied from elsewhere runs none of its code. ``trusted=True`` (``--trusted``) decodes
+with Python's own unpickler, for state that holds the job's own classes (importable through
+``PYTHONPATH``): only for snapshots you trust.
 
 >>> import tempfile
 >>> from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask
@@ -115,6 +118,7 @@ def analyze(
     *,
     top: int = 10,
     storage_options: Mapping[str, Any] | None = None,
+    trusted: bool = False,
 ) -> dict[str, Any]:
     """Analyze the checkpoint or savepoint at ``path`` (its directory or `_metadata`, any fsspec URL).
 
@@ -153,7 +157,7 @@ def analyze(
         raise not_restorable(report)
     doc = report.metadata
     assert doc is not None
-    reader = _Reader(storage, report.path)
+    reader = _Reader(storage, report.path, trusted=trusted)
     top_heap: list[tuple[int, int, dict[str, Any]]] = []
     order = itertools.count()
     facts = [_scan_operator(op, reader, top, top_heap, order) for op in doc["operators"]]
@@ -210,21 +214,31 @@ class _Reader:
     """Reads and decodes the state files of one checkpoint, one at a time (none is kept, so
     memory holds one subtask's state at most). Picklable: Spark tasks use it too."""
 
-    def __init__(self, storage: CheckpointStorage, dir_url: str):
+    def __init__(self, storage: CheckpointStorage, dir_url: str, *, trusted: bool = False):
         self.storage = storage
         self.dir_url = dir_url
+        #: decode with pickle's own unpickler (any class) instead of flinkpy.state.safe_pickle
+        self.trusted = trusted
 
     def url(self, handle: Mapping[str, Any]) -> str:
         return f"{self.dir_url.rstrip('/')}/{handle['path']}"
 
     def load(self, handle: Mapping[str, Any]) -> Any:
+        from flinkpy.state import safe_pickle
         from flinkpy.state.incremental import is_incremental, read_keyed_state
 
         try:
             if is_incremental(handle):  # native store files: read out key group by key group
-                return read_keyed_state(self.storage, self.dir_url, handle)
+                return read_keyed_state(self.storage, self.dir_url, handle, restricted=not self.trusted)
             data = self.storage.read_state(self.dir_url, handle)  # checks size and checksum again
-            return canonical.loads(data)  # a keyed-state file's document, or an operator-state object
+            # a keyed-state file's document, or an operator-state object
+            return canonical.loads(data, pickle.load if self.trusted else safe_pickle.load)
+        except safe_pickle.UntrustedClassError as exc:
+            raise ConfigurationError(
+                f"{self.url(handle)}: {exc.message}; state analyze does not load it, because unpickling "
+                "a class runs code the file names",
+                remedy="if you trust this snapshot, analyze it again with --trusted (and the job's modules on PYTHONPATH)",
+            ) from None
         except (ImportError, AttributeError) as exc:
             raise ConfigurationError(
                 f"{self.url(handle)}: its state holds objects whose class cannot be imported here: {exc}",

@@ -21,6 +21,13 @@ Wire format (version 1)::
 A keyed-state handle adds ``key_groups`` ([first, last], inclusive) and ``states``
 ({name: {"kind", "entries"}}); an operator-state handle adds ``states`` only.
 
+The document seals itself: ``metadata_checksum`` is the sha256 of the document without that
+field, in canonical JSON (sorted keys, no spaces), so that a changed byte anywhere in what it
+says — a source offset, a key-group range, a file's recorded checksum — is refused by every
+reader instead of restoring wrong state. It hashes the parsed document, not the bytes, so
+`jq` can still pretty-print a copy without breaking it. A `_metadata` written before the seal
+existed (no such field) is still read, with a warning that its integrity cannot be checked.
+
 >>> h = {"path": "op-0.keyed", "size": 3, "checksum": "sha256:" + "0" * 64}
 >>> doc = new_metadata(job_id="j1", job_name="sums", checkpoint_id=1,
 ...     trigger_timestamp=10, completion_timestamp=12, operators=[new_operator(
@@ -31,10 +38,19 @@ A keyed-state handle adds ``key_groups`` ([first, last], inclusive) and ``states
 1
 >>> summarize(doc)["total_size"], summarize(doc)["files"]
 (3, 1)
+>>> sealed = seal(doc); check_seal(sealed, "example")
+True
+>>> sealed["operators"][0]["subtasks"][0]["keyed_state"]["size"] = 2
+>>> check_seal(sealed, "example/_metadata")
+Traceback (most recent call last):
+...
+flinkpy.checkpoint.metadata.CorruptCheckpointError: example/_metadata: metadata_checksum: the document does not match its checksum: it was changed or damaged after it was written (restore from an older checkpoint or a savepoint; this one cannot be used)
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -43,6 +59,8 @@ from flinkpy.errors import ExitCode, FlinkpyError
 FORMAT = "flinkpy-checkpoint"
 VERSION = 1
 METADATA_FILE = "_metadata"
+#: the document's own checksum (see the module's docstring)
+CHECKSUM_FIELD = "metadata_checksum"
 
 KINDS = ("checkpoint", "savepoint")
 SAVEPOINT_FORMATS = (None, "canonical", "native")
@@ -349,6 +367,43 @@ def validate(doc: Any, where: str) -> dict[str, Any]:
     except _Invalid as exc:
         raise CorruptCheckpointError(where, str(exc)) from None
     return doc
+
+
+# --------------------------------------------------------------------------- the seal
+
+
+def document_checksum(doc: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of ``doc`` without its ``metadata_checksum``, in canonical JSON."""
+    body = {k: v for k, v in doc.items() if k != CHECKSUM_FIELD}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def seal(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with its ``metadata_checksum`` (re)computed: the last step before writing it."""
+    body = {k: v for k, v in doc.items() if k != CHECKSUM_FIELD}
+    return {**body, CHECKSUM_FIELD: document_checksum(body)}
+
+
+def check_seal(doc: Any, where: str) -> bool:
+    """True when ``doc`` carries a checksum that matches it, False when it carries none (written
+    by a flinkpy before the seal); ``CorruptCheckpointError`` naming ``where`` when it differs."""
+    if not isinstance(doc, dict) or CHECKSUM_FIELD not in doc:
+        return False
+    recorded = doc[CHECKSUM_FIELD]
+    if not isinstance(recorded, str) or not _CHECKSUM.match(recorded):
+        raise CorruptCheckpointError(where, f"{CHECKSUM_FIELD}: expected 'sha256:' and 64 hex digits, got {recorded!r}")
+    if recorded != document_checksum(doc):
+        raise CorruptCheckpointError(
+            where, f"{CHECKSUM_FIELD}: the document does not match its checksum: it was changed or damaged after it was written"
+        )
+    return True
+
+
+def unsealed_warning(where: str) -> str:
+    """The warning a reader gives for a `_metadata` without a checksum (read all the same)."""
+    return (f"{where} has no {CHECKSUM_FIELD} (written by an older flinkpy): "
+            "its integrity cannot be checked; take a new savepoint to get a sealed one")
 
 
 # --------------------------------------------------------------------------- reading it

@@ -35,6 +35,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import posixpath
 import re
@@ -47,9 +48,10 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import get_protocol
 
-from flinkpy.checkpoint.metadata import METADATA_FILE, CorruptCheckpointError, handles, validate
+from flinkpy.checkpoint.metadata import CHECKSUM_FIELD, METADATA_FILE, CorruptCheckpointError, check_seal, handles, seal, unsealed_warning, validate
 from flinkpy.errors import NotFoundError, UsageError
 
+log = logging.getLogger("flinkpy.checkpoint")
 _CHK = re.compile(r"^chk-(\d+)$")
 _CHUNK = 1 << 20
 
@@ -113,6 +115,8 @@ class VerifyReport:
     files_checked: int
     bytes_checked: int
     problems: list[Problem]
+    #: what is not a problem but limits the check (a `_metadata` without its own checksum)
+    warnings: tuple[str, ...] = ()
 
     @property
     def restorable(self) -> bool:
@@ -128,6 +132,7 @@ class VerifyReport:
             "files_checked": self.files_checked,
             "bytes_checked": self.bytes_checked,
             "problems": [p.to_dict() for p in self.problems],
+            "warnings": list(self.warnings),
         }
 
 
@@ -315,7 +320,7 @@ class CheckpointStorage:
         """Validate ``doc`` and write ``<directory>/_metadata`` atomically; return its URL."""
         url = f"{directory.rstrip('/')}/{METADATA_FILE}"
         validate(doc, url)
-        self._put(url, (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
+        self._put(url, (json.dumps(seal(doc), indent=1, sort_keys=False) + "\n").encode())
         return url
 
     @staticmethod
@@ -396,6 +401,13 @@ class CheckpointStorage:
         return self._read_metadata(*self.locate(path))
 
     def _read_metadata(self, dir_url: str, meta_url: str) -> dict[str, Any]:
+        doc, sealed = self._read_sealed(dir_url, meta_url)
+        if not sealed:
+            log.warning("%s", unsealed_warning(meta_url))
+        return doc
+
+    def _read_sealed(self, dir_url: str, meta_url: str) -> tuple[dict[str, Any], bool]:
+        """The document as it was written (its checksum checked, then left out), and whether it had one."""
         fs, meta_path = self._fs(meta_url)
         self._fresh(fs)
         try:
@@ -414,7 +426,10 @@ class CheckpointStorage:
             doc = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptCheckpointError(meta_url, f"truncated or not JSON ({len(raw)} bytes): {exc}") from None
-        return validate(doc, meta_url)
+        validate(doc, meta_url)  # first: a newer format version may seal differently
+        sealed = check_seal(doc, meta_url)
+        doc.pop(CHECKSUM_FIELD, None)
+        return doc, sealed
 
     def read_state(self, checkpoint_dir_url: str, handle: Mapping[str, Any]) -> bytes:
         """The bytes of one state file, checked against the size and checksum in its handle.
@@ -479,9 +494,10 @@ class CheckpointStorage:
         """
         dir_url, meta_url = self.locate(path)
         try:
-            doc = self._read_metadata(dir_url, meta_url)
+            doc, sealed = self._read_sealed(dir_url, meta_url)
         except CorruptCheckpointError as exc:
             return VerifyReport(dir_url, meta_url, None, 0, 0, [Problem(exc.path, exc.problem)])
+        warnings = () if sealed else (unsealed_warning(meta_url),)
         problems: list[Problem] = []
         files = bytes_read = 0
         seen: set[str] = set()
@@ -516,7 +532,7 @@ class CheckpointStorage:
                 problem = _mismatch(shared, size, checksum)
                 if problem:
                     problems.append(Problem(shared["url"], problem))
-        return VerifyReport(dir_url, meta_url, doc, files, bytes_read, problems)
+        return VerifyReport(dir_url, meta_url, doc, files, bytes_read, problems, warnings)
 
 
 def _unlink(path: str) -> None:

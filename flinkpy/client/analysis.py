@@ -34,6 +34,7 @@ def analyze(
     engine: str = "local",
     storage_options: Mapping[str, Any] | None = None,
     spark: Any = None,
+    trusted: bool = False,
 ) -> dict[str, Any]:
     """Analyze the checkpoint or savepoint at ``path`` (its directory or `_metadata`, any fsspec URL).
 
@@ -41,7 +42,9 @@ def analyze(
     keys ``top_keys`` lists. ``engine="local"`` reads the files one at a time in this process.
     ``engine="spark"`` reads them in Spark tasks (one per state file) and computes the same
     report with DataFrame aggregations: pass a ``SparkSession`` as ``spark``, or one is started
-    on ``local[*]``. Both engines give the same result, ``engine`` aside.
+    on ``local[*]``. Both engines give the same result, ``engine`` aside. State files are
+    decoded with a restricted unpickler (plain values and flinkpy's types; other classes are
+    refused) unless ``trusted`` (see :mod:`flinkpy.state.safe_pickle`).
     """
     if engine not in ENGINES:
         raise UsageError(f"unknown analysis engine {engine!r}", remedy=f"use one of {', '.join(ENGINES)}")
@@ -51,5 +54,5 @@ def analyze(
         # imported only when asked for: pyspark is a heavy import, and optional
         from flinkpy.spark.analysis import analyze as analyze_with_spark
 
-        return analyze_with_spark(path, top=top, storage_options=storage_options, spark=spark)
-    return local.analyze(path, top=top, storage_options=storage_options)
+        return analyze_with_spark(path, top=top, storage_options=storage_options, spark=spark, trusted=trusted)
+    return local.analyze(path, top=top, storage_options=storage_options, trusted=trusted)

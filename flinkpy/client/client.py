@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from flinkpy.client import operations
 from flinkpy.client.operations import Deadline
@@ -128,6 +128,10 @@ class Client:
 
     def log(self, component: str, *, stdout: bool = False, lines: int = 100) -> str:
         return self.cluster.log(component, stdout=stdout, lines=lines)
+
+    def stream_log(self, component: str, *, stdout: bool = False, lines: int = 100, follow: bool = False) -> Iterator[bytes]:
+        """A log's tail (and with ``follow`` what is appended) in chunks, as the JobManager streams it."""
+        return self.cluster.stream_log(component, stdout=stdout, lines=lines, follow=follow)
 
     # ----------------------------------------------------------------- jobs
 

@@ -232,16 +232,28 @@ def plan_restore(
     """The dry-run plan of restoring ``job_path`` (run with ``args``) from ``savepoint_path``.
 
     Reads the savepoint's `_metadata` (``NotFoundError`` / ``CorruptCheckpointError`` when it
-    is missing or bad) and runs the program up to execute() to get its plan; no cluster.
+    is missing or bad), checks that every state file it references is there with the size and
+    sha256 it records (``damaged_files``: a plan that says "would succeed" must not meet a
+    missing file at restore), and runs the program up to execute() to get its plan; no cluster.
     """
     from flinkpy.client.program import plan_program
 
     storage = CheckpointStorage(savepoint_path)
     dir_url, _ = storage.locate(savepoint_path)
     metadata = storage.read_metadata(savepoint_path)
+    files = storage.verify(dir_url)
+    if files.metadata is None:  # changed between the two reads: report it as the first read would
+        raise CorruptCheckpointError(files.problems[0].path, files.problems[0].problem)
     plan = plan_program(job_path, list(args), parallelism=parallelism)
     doc = compare(metadata, plan, allow_non_restored_state=allow_non_restored_state)
+    damaged = [p.to_dict() for p in files.problems]
+    if damaged:
+        doc["problems"] = [f"{p['path']}: {p['problem']}" for p in damaged] + doc["problems"]
+        doc["restorable"] = False
     return {
+        "files_checked": files.files_checked,
+        "bytes_checked": files.bytes_checked,
+        "damaged_files": damaged,
         "savepoint": dir_url,
         "kind": metadata["kind"],
         "job_id": metadata["job_id"],

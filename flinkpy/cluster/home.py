@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from flinkpy.network.auth import read_secret
 from flinkpy.processes import running
 
 
@@ -102,10 +103,12 @@ class ClusterHome:
             fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
+        self.token()  # a secret others can read is refused before any process starts with it
 
     def token(self) -> str:
+        """The cluster's secret; ``ConfigurationError`` when its mode lets others read it."""
         try:
-            return (self.path / "secret").read_text().strip()
+            return read_secret(self.path / "secret")
         except FileNotFoundError as e:
             raise LookupError(f"no cluster secret in {self.path}") from e
 

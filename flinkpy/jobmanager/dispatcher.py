@@ -25,6 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flinkpy.checkpoint.writability import KEY as WRITABLE_KEY, check_writable
 from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConflictError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager.checkpoint_handler import CheckpointHandler
@@ -152,6 +153,8 @@ class Dispatcher:
             raise InvalidProgramError(f"malformed job submission: {e}") from e
         job_id = job_id or uuid.uuid4().hex
         options = JobOptions.parse(meta.get("config", {}), self.default_checkpoint_dir)
+        if not recovered and (options.checkpointing.interval_ms is not None or options.settings.get(WRITABLE_KEY)):
+            check_writable(options.checkpoint_dir, job_id)  # exit 8 now, not a restart loop later
         graph = ExecutionGraph(job_id, meta, now_ms(), strategy=options.restart_strategy, failover=options.failover)
         checkpointing = JobCheckpointing(graph, options.checkpointing, options.checkpoint_dir, options.savepoint_dir)
         restore = document.get("restore")  # a savepoint or retained checkpoint to start from

@@ -18,9 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flinkpy.config import load_config
+from flinkpy.errors import FlinkpyError
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.jobmanager.rest import RestServer
+from flinkpy.logfiles import rotate_process_output
 from flinkpy.network import auth
+from flinkpy.network.auth import read_secret
+from flinkpy.network.http_limits import HttpLimits
 from flinkpy.network.connection import Connection, handshake, listen
 from flinkpy.protocol import HandlerTable, ProtocolError
 from flinkpy.protocol.messages import FromTask, Heartbeat, RegisterTaskManager, Shutdown, TaskListening, TaskStateChanged
@@ -123,10 +128,18 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
     home = Path(args.home)
-    secret_text = (home / "secret").read_text().strip()
+    try:
+        secret_text = read_secret(home / "secret")
+        # rest.server.* limits: from the home's flinkpy.yaml and the environment
+        config = load_config(home)
+        limits = HttpLimits.from_config(config)
+    except FlinkpyError as e:
+        print(f"flinkpy-jobmanager: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    rotate_process_output(max_bytes=config.get("log.file.max-size"), backups=config.get("log.file.max-backups"))
     dispatcher = Dispatcher(heartbeat_timeout_s=args.heartbeat_timeout_ms / 1000.0, checkpoint_dir=str(home / "checkpoints"))
     try:
-        rest = RestServer(dispatcher, secret_text, args.rest_address, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""))
+        rest = RestServer(dispatcher, secret_text, args.rest_address, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""), limits)
     except OSError as e:
         print(f"flinkpy-jobmanager: cannot bind the REST endpoint {args.rest_address}:{args.rest_port}: {e.strerror}", file=sys.stderr)
         sys.exit(3)

@@ -6,8 +6,8 @@ Flink's REST API where Flink has one.
 
     GET   /overview                       cluster overview
     GET   /taskmanagers                   registered TaskManagers
-    GET   /taskmanagers/<id>/log|stdout   a TaskManager's log or printed output (?lines=N)
-    GET   /jobmanager/log                 the JobManager's log (?lines=N)
+    GET   /taskmanagers/<id>/log|stdout   a TaskManager's log or printed output (?lines=N&follow=true)
+    GET   /jobmanager/log                 the JobManager's log (?lines=N&follow=true), streamed
     GET   /jobs/overview                  all jobs
     POST  /jobs                           submit (JSON: meta + payloads) -> {"jobid"}
     GET   /jobs/<id>                      job details with vertices
@@ -28,30 +28,40 @@ import json
 import logging
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from flinkpy import __version__
+from flinkpy import __version__, logfiles
 from flinkpy.clock import now_ms
 from flinkpy.errors import (ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError,
                             OperationTimeoutError, storage_credentials_error)
 from flinkpy.jobmanager.dispatcher import Dispatcher
-from flinkpy.processes import log_tail
+from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer
+from flinkpy.processes import running
 
 log = logging.getLogger("flinkpy.rest")
-MAX_BODY = 512 * 1024 * 1024
 
 
 class RestServer:
-    def __init__(self, dispatcher: Dispatcher, token: str, host: str, port: int, jobmanager_log: str = ""):
+    def __init__(self, dispatcher: Dispatcher, token: str, host: str, port: int, jobmanager_log: str = "", limits: HttpLimits | None = None):
         self.dispatcher = dispatcher
         self.token = token
         self.jobmanager_log = jobmanager_log
+        self.limits = limits or HttpLimits()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # per recv and send; the watchdog bounds a whole request's arrival
+            timeout = self.limits.read_timeout_s
+
+            def handle_one_request(self) -> None:
+                server.httpd.watchdog.arm(self.connection)
+                try:
+                    super().handle_one_request()
+                finally:
+                    server.httpd.watchdog.disarm(self.connection)
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("%s %s", self.address_string(), fmt % args)
@@ -71,8 +81,7 @@ class RestServer:
             def do_PUT(self) -> None:
                 server._handle(self, "PUT")
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = LimitedHTTPServer((host, port), Handler, self.limits)
         self.address = self.httpd.server_address
 
     def serve_in_background(self) -> None:
@@ -80,6 +89,7 @@ class RestServer:
 
     def shutdown(self) -> None:
         self.httpd.shutdown()
+        self.httpd.server_close()
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -117,17 +127,17 @@ class RestServer:
         url = urlparse(h.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         try:
-            body = b""
-            length = int(h.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                raise InvalidProgramError(f"request body of {length} bytes is too large")
-            if length:
-                body = h.rfile.read(length)
+            # who asks comes first: an unauthenticated peer's body is never read
             auth = h.headers.get("Authorization", "")
             if not hmac.compare_digest(auth.encode(), f"Bearer {self.token}".encode()):
+                h.close_connection = True
                 self._send(h, 401, {"errors": ["missing or wrong cluster token"], "kind": "Authentication",
                                     "remedy": "use the token in the cluster's home (FLINKPY_HOME)"})
                 return
+            body = self._body(h)
+            if body is None:
+                return
+            h.server.watchdog.disarm(h.connection)  # type: ignore[attr-defined]  # a long poll may follow
             path = url.path.rstrip("/") or "/"
             standby = self.dispatcher.standby_message()
             if standby is not None and path not in ("/config", "/jobmanager/log"):
@@ -165,8 +175,42 @@ class RestServer:
             log.exception("REST %s %s failed", method, h.path)
             self._send(h, 500, {"errors": [f"internal error: {e}"], "kind": "Internal"})
 
+    def _body(self, h: BaseHTTPRequestHandler) -> bytes | None:
+        """The request's body; None when it was refused (answered and the connection closed)."""
+        limit = self.limits.max_content_length
+        if h.headers.get("Transfer-Encoding"):
+            h.close_connection = True
+            self._send(h, 411, {"errors": ["chunked request bodies are not accepted"], "kind": "LengthRequired",
+                                "remedy": "send the body with a Content-Length"})
+            return None
+        try:
+            length = int(h.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            h.close_connection = True
+            self._send(h, 400, {"errors": [f"invalid Content-Length {h.headers.get('Content-Length')!r}"], "kind": "BadRequest"})
+            return None
+        if length > limit:
+            h.close_connection = True
+            self._send(h, 413, {"errors": [f"the request body of {length} bytes is larger than the REST server accepts ({limit} bytes)"],
+                                "kind": "RequestEntityTooLarge",
+                                "remedy": "raise rest.server.max-content-length in the JobManager's flinkpy.yaml if the request is legitimate"})
+            return None
+        try:
+            body = h.rfile.read(length) if length else b""
+        except OSError:  # the read timeout, or the watchdog closed a request that came too slowly
+            body = b""
+        if len(body) < length:
+            h.close_connection = True
+            return None
+        return body
+
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+        if isinstance(payload, LogStream):
+            payload.send(h)
+            return
         if isinstance(payload, str):
             data, ctype = payload.encode(), "text/plain; charset=utf-8"
         else:
@@ -175,10 +219,12 @@ class RestServer:
             h.send_response(status)
             h.send_header("Content-Type", ctype)
             h.send_header("Content-Length", str(len(data)))
+            if h.close_connection:
+                h.send_header("Connection", "close")
             h.end_headers()
             h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        except OSError:  # the client went away, or stopped reading past the timeout
+            h.close_connection = True
 
     # -- handlers ----------------------------------------------------------------------------
 
@@ -221,18 +267,21 @@ class RestServer:
                 ]
             }
 
-    def tm_log(self, query: dict[str, str], tm: str, kind: str, **_: Any) -> str:
+    def tm_log(self, query: dict[str, str], tm: str, kind: str, **_: Any) -> LogStream:
         d = self.dispatcher
         with d.lock:
             rec = d.taskmanagers.get(tm)
         if rec is None:
             raise NotFoundError(f"TaskManager {tm} is not registered", remedy="see 'flinkpy cluster status' for the ids")
-        text = log_tail(rec.stdout_path if kind == "stdout" else rec.log_path, int(query.get("lines", 100)))
-        return text + "\n" if text else ""
 
-    def jm_log(self, query: dict[str, str], **_: Any) -> str:
-        text = log_tail(self.jobmanager_log, int(query.get("lines", 100)))
-        return text + "\n" if text else ""
+        def alive() -> bool:  # a follower stops when the TaskManager is gone
+            with d.lock:
+                return d.taskmanagers.get(tm) is rec and running(rec.pid, 0)
+
+        return LogStream(rec.stdout_path if kind == "stdout" else rec.log_path, query, alive)
+
+    def jm_log(self, query: dict[str, str], **_: Any) -> LogStream:
+        return LogStream(self.jobmanager_log, query, lambda: True)
 
     def jobs_overview(self, **_: Any) -> dict[str, Any]:
         d = self.dispatcher
@@ -428,6 +477,40 @@ class RestServer:
             raise InvalidProgramError(f"unsupported mode {mode!r}", remedy="use mode=cancel")
         self.dispatcher.cancel(jid)
         return 202, {}
+
+
+class LogStream:
+    """A log route's answer: the file's last ``lines`` lines, then with ``follow=true`` what is
+    appended, streamed in chunks (HTTP chunked encoding) straight from the file: the
+    JobManager holds one chunk of it at a time, never the file."""
+
+    def __init__(self, path: str, query: dict[str, str], alive: Callable[[], bool]) -> None:
+        try:
+            self.lines = int(query.get("lines", 100))
+        except ValueError:
+            raise InvalidProgramError(f"lines must be a number, got {query.get('lines')!r}") from None
+        self.path, self.alive = path, alive
+        self.follow = query.get("follow", "false").lower() in ("1", "true", "yes")
+
+    def send(self, h: BaseHTTPRequestHandler) -> None:
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "text/plain; charset=utf-8")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            first = logfiles.tail(self.path, self.lines) if self.path else b""
+            chunks = _chain(first, logfiles.follow(self.path, alive=self.alive, peer=h.connection)) if self.follow and self.path else (first,)
+            for chunk in chunks:
+                if chunk:
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            h.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client went away (Ctrl-C on a follower)
+            h.close_connection = True
+
+
+def _chain(first: bytes, rest: Any) -> Any:
+    yield first
+    yield from rest
 
 
 def _checkpointing(server: RestServer, jid: str) -> Any:

@@ -18,6 +18,10 @@ import hashlib
 import hmac
 import os
 import socket
+import stat
+from pathlib import Path
+
+from flinkpy.errors import ConfigurationError
 
 NONCE = 32
 DIGEST = hashlib.sha256().digest_size
@@ -26,6 +30,24 @@ MAGIC = b"FLKP1"
 
 class AuthenticationFailed(ConnectionError):
     """The peer does not know the cluster's secret (or does not speak flinkpy)."""
+
+
+def read_secret(path: str | os.PathLike[str]) -> str:
+    """The cluster's secret from ``path``, refused when anyone but its owner may read it.
+
+    As ssh does with a private key: a secret that others could have read is no longer one, and
+    using it silently would let the operator believe the cluster is closed to them. Raises
+    ``FileNotFoundError`` when there is none, ``ConfigurationError`` (exit 8) for a loose mode.
+    """
+    path = Path(path)
+    with open(path) as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigurationError(
+                f"the cluster secret {path} is accessible by others (mode {stat.S_IMODE(mode):04o}): it is refused",
+                remedy=f"run 'chmod 600 {path}' (or delete it and start the cluster again for a new secret)",
+            )
+        return f.read().strip()
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

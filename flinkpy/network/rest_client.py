@@ -10,13 +10,14 @@ CLI's exit codes) never see a socket error or a status number.
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from flinkpy.errors import (
     AuthenticationError,
@@ -165,13 +166,33 @@ class RestClient:
 
     def log(self, component: str, stdout: bool = False, lines: int = 100) -> str:
         """The tail of the JobManager's (``component="jobmanager"``) or a TaskManager's log."""
-        stream = "stdout" if stdout else "log"
-        if component == "jobmanager":
-            path = f"/jobmanager/{stream}"
-        else:
-            path = f"/taskmanagers/{urllib.parse.quote(component, safe='')}/{stream}"
-        text = self.request("GET", path, params={"lines": lines})
+        text = self.request("GET", _log_path(component, stdout), params={"lines": lines})
         return text if isinstance(text, str) else json.dumps(text)
+
+    def stream_log(self, component: str, *, stdout: bool = False, lines: int = 100, follow: bool = False) -> Iterator[bytes]:
+        """The tail of a log as the server streams it, chunk by chunk; with ``follow``, then what
+        is appended, until the process ends or the caller stops iterating (the connection closes)."""
+        url = self.address + _log_path(component, stdout) + "?" + urllib.parse.urlencode({"lines": lines, "follow": str(follow).lower()})
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        req = urllib.request.Request(url, method="GET", headers=headers)
+        try:
+            # a follower may wait long for the next line: no read timeout then
+            resp = self._opener.open(req, timeout=None if follow else self.timeout_s)
+        except urllib.error.HTTPError as exc:
+            raise self._http_error("GET", _log_path(component, stdout), exc) from None
+        except urllib.error.URLError as exc:
+            raise self._unreachable(exc.reason) from None
+        except (TimeoutError, socket.timeout, ConnectionError) as exc:
+            raise self._unreachable(exc) from None
+        with resp:
+            while True:
+                try:
+                    chunk = resp.read1(65536)
+                except (http.client.IncompleteRead, ConnectionError):
+                    return  # the JobManager went away mid-stream: the log ends there
+                if not chunk:
+                    return
+                yield chunk
 
     # ------------------------------------------------------------------ jobs
 
@@ -271,6 +292,13 @@ class RestClient:
     def fault_history(self, jid: str) -> JsonObject:
         """The job's fault journal: ``{"jid", "faults": [...]}``."""
         return self.request("GET", f"/jobs/{_quote(jid)}/faults")
+
+
+def _log_path(component: str, stdout: bool) -> str:
+    stream = "stdout" if stdout else "log"
+    if component == "jobmanager":
+        return f"/jobmanager/{stream}"
+    return f"/taskmanagers/{urllib.parse.quote(component, safe='')}/{stream}"
 
 
 def _quote(segment: str) -> str:

@@ -73,16 +73,17 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     return start(master, {"spark.sql.shuffle.partitions": "8", **dict(conf or {})}, app_name=app_name)
 
 
-def read_keyed_state(spark: Any, path: str, *, storage_options: Mapping[str, Any] | None = None) -> Any:
+def read_keyed_state(spark: Any, path: str, *, storage_options: Mapping[str, Any] | None = None, trusted: bool = False) -> Any:
     """The keyed state of the checkpoint or savepoint at ``path`` as a Spark DataFrame, one row
     per operator, subtask, state and key (columns :data:`KEY_COLUMNS`).
 
     Every state file is verified first, in Spark tasks (sizes and checksums against
     `_metadata`): a missing or damaged snapshot is refused here, as ``flinkpy checkpoint verify``
     would (``NotFoundError``, ``CorruptCheckpointError``). The DataFrame itself is lazy: files
-    are decoded when an action runs.
+    are decoded when an action runs, with a restricted unpickler unless ``trusted``
+    (:mod:`flinkpy.state.safe_pickle`).
     """
-    snapshot = _Snapshot.open(spark, path, storage_options)
+    snapshot = _Snapshot.open(spark, path, storage_options, trusted)
     return snapshot.rows().where("key_group IS NOT NULL").select(*KEY_COLUMNS)
 
 
@@ -94,6 +95,7 @@ def analyze(
     spark: Any = None,
     master: str = "local[*]",
     conf: Mapping[str, str] | None = None,
+    trusted: bool = False,
 ) -> dict[str, Any]:
     """The report of ``flinkpy.client.analysis.analyze(path, engine="spark")``, computed by Spark.
 
@@ -106,7 +108,7 @@ def analyze(
     if own:
         spark = spark_session(master, conf)
     try:
-        return _Snapshot.open(spark, path, storage_options).report(top)
+        return _Snapshot.open(spark, path, storage_options, trusted).report(top)
     finally:
         if own:
             spark.stop()
@@ -125,14 +127,14 @@ class _Snapshot:
         self.doc: dict[str, Any] = verified.metadata  # type: ignore[assignment]
 
     @classmethod
-    def open(cls, spark: Any, path: str, storage_options: Mapping[str, Any] | None) -> _Snapshot:
+    def open(cls, spark: Any, path: str, storage_options: Mapping[str, Any] | None, trusted: bool = False) -> _Snapshot:
         storage = CheckpointStorage(path, storage_options=storage_options)
         dir_url, meta_url = storage.locate(path)
         try:
             doc = storage.read_metadata(meta_url)  # NotFoundError (exit 4): nothing there
         except CorruptCheckpointError as exc:
             raise not_restorable(VerifyReport(dir_url, meta_url, None, 0, 0, [Problem(exc.path, exc.problem)])) from None
-        reader = _Reader(storage, dir_url)
+        reader = _Reader(storage, dir_url, trusted=trusted)
         verified = _verify(spark, reader, dir_url, meta_url, doc)
         if not verified.restorable:
             raise not_restorable(verified)

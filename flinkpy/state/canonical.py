@@ -32,7 +32,7 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from flinkpy.errors import FlinkpyError
 from flinkpy.state.backend import SNAPSHOT_VERSION, check_snapshot_version
@@ -91,14 +91,14 @@ def read_frames(f: IO[bytes]) -> tuple[dict[str, dict[str, Any]], Iterator[Frame
     return {n: dict(s) for n, s in first["states"].items()}, _frames(f)
 
 
-def _frames(f: IO[bytes]) -> Iterator[Frame]:
-    while (frame := _next_frame(f)) is not None:
+def _frames(f: IO[bytes], unpickle: Callable[[IO[bytes]], Any] = pickle.load) -> Iterator[Frame]:
+    while (frame := _next_frame(f, unpickle)) is not None:
         yield frame
 
 
-def _next_frame(f: IO[bytes]) -> Frame | None:
+def _next_frame(f: IO[bytes], unpickle: Callable[[IO[bytes]], Any] = pickle.load) -> Frame | None:
     try:
-        return pickle.load(f)  # one unpickler per frame: no memo carried over
+        return unpickle(f)  # one unpickler per frame: no memo carried over
     except (EOFError, pickle.UnpicklingError):
         raise FlinkpyError(
             "the keyed state file is cut short or damaged (it ends before its end marker)",
@@ -120,15 +120,16 @@ def document_frames(doc: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], 
     return states, frames()
 
 
-def load(f: IO[bytes]) -> Any:
+def load(f: IO[bytes], unpickle: Callable[[IO[bytes]], Any] = pickle.load) -> Any:
     """What a state file holds: a keyed-state file as its canonical document (whichever
-    encoding), any other state file as the object it pickled."""
-    first = pickle.load(f)
+    encoding), any other state file as the object it pickled. ``unpickle`` decodes each
+    pickle (``flinkpy.state.safe_pickle.load`` to refuse classes that could run code)."""
+    first = unpickle(f)
     if not (isinstance(first, dict) and first.get("framed")):
         return first
     check_snapshot_version(first)
     states: dict[str, dict[str, Any]] = {n: dict(s, key_groups={}) for n, s in first["states"].items()}
-    for name, kg, entries in _frames(f):
+    for name, kg, entries in _frames(f, unpickle):
         groups = states[name]["key_groups"]
         group = groups.get(kg)
         if group is None:
@@ -137,8 +138,8 @@ def load(f: IO[bytes]) -> Any:
     return {"version": first["version"], "states": states}
 
 
-def loads(data: bytes) -> Any:
-    return load(io.BytesIO(data))
+def loads(data: bytes, unpickle: Callable[[IO[bytes]], Any] = pickle.load) -> Any:
+    return load(io.BytesIO(data), unpickle)
 
 
 def write_document(out: IO[bytes], doc: Mapping[str, Any]) -> dict[str, int]:

@@ -87,14 +87,15 @@ class IncrementalSnapshot:
         shutil.rmtree(self.local_dir, ignore_errors=True)
 
 
-def download(handle: Mapping[str, Any], read_private: Callable[[Mapping[str, Any]], bytes], fetch_shared: Callable[[Mapping[str, Any], str], None], target_dir: str) -> str:
+def download(handle: Mapping[str, Any], read_private: Callable[[Mapping[str, Any]], bytes], fetch_shared: Callable[[Mapping[str, Any], str], None], target_dir: str,
+             loads: Callable[[bytes], Any] = pickle.loads) -> str:
     """Materialise the store an incremental handle describes in ``target_dir``; return it.
 
     Every file is checked against its size and checksum while it is read; shared files are
     streamed to disk (``fetch_shared(handle, local_path)``), never held in memory whole.
     """
     os.makedirs(target_dir, exist_ok=True)
-    for name, data in pickle.loads(read_private(handle)).items():
+    for name, data in loads(read_private(handle)).items():
         with open(os.path.join(target_dir, name), "wb") as f:
             f.write(data)
     for f in handle.get("shared") or ():
@@ -107,25 +108,29 @@ def shared_by_file(handle: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {f["file"]: dict(f) for f in handle.get("shared") or ()}
 
 
-def read_keyed_state(storage: Any, checkpoint_dir: str, handle: Mapping[str, Any]) -> dict[str, Any]:
+def read_keyed_state(storage: Any, checkpoint_dir: str, handle: Mapping[str, Any], *, restricted: bool = False) -> dict[str, Any]:
     """The canonical keyed-state document of one handle, whichever way it was written (a full
-    snapshot file, or an incremental store read out key group by key group)."""
+    snapshot file, or an incremental store read out key group by key group); ``restricted``
+    decodes with ``flinkpy.state.safe_pickle`` (offline analysis of a snapshot not trusted)."""
+    from flinkpy.state import safe_pickle
+
     if not is_incremental(handle):
         from flinkpy.state.canonical import loads
 
-        return loads(storage.read_state(checkpoint_dir, handle))
+        return loads(storage.read_state(checkpoint_dir, handle), safe_pickle.load if restricted else pickle.load)
     import tempfile
 
     target = tempfile.mkdtemp(prefix="flinkpy-keyed-")
     try:
-        download(handle, lambda h: storage.read_state(checkpoint_dir, h), storage.fetch_shared, target)
+        download(handle, lambda h: storage.read_state(checkpoint_dir, h), storage.fetch_shared, target,
+                 safe_pickle.loads if restricted else pickle.loads)
         first, last = handle["key_groups"]
-        return read_canonical(target, range(first, last + 1))
+        return read_canonical(target, range(first, last + 1), restricted=restricted)
     finally:
         shutil.rmtree(target, ignore_errors=True)
 
 
-def read_canonical(path: str, key_groups: range) -> dict[str, Any]:
+def read_canonical(path: str, key_groups: range, *, restricted: bool = False) -> dict[str, Any]:
     """The canonical keyed-state document of a store directory (restored from an incremental
     checkpoint), key groups in ``key_groups`` only: how the heap backend restores from one."""
     from flinkpy.state import rocksdb_keys as rk
@@ -135,7 +140,13 @@ def read_canonical(path: str, key_groups: range) -> dict[str, Any]:
 
     db = open_db(path, RocksDBOptions(), read_only=True)
     try:
-        meta = {k[len(rk.META):].decode("utf-8"): rk.load(v) for k, v in scan(db, rk.META)}
-        return RocksDBSnapshot(db.iter(), meta, key_groups, {}).to_dict()
+        from flinkpy.state import safe_pickle
+
+        load = safe_pickle.loads if restricted else rk.load
+        meta = {k[len(rk.META):].decode("utf-8"): load(v) for k, v in scan(db, rk.META)}
+        snapshot = RocksDBSnapshot(db.iter(), meta, key_groups, {})
+        if restricted:
+            snapshot.load, snapshot.load_list = safe_pickle.loads, safe_pickle.load_list
+        return snapshot.to_dict()
     finally:
         db.close()

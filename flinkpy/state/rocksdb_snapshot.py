@@ -30,6 +30,9 @@ class RocksDBSnapshot:
         self._counts: dict[str, int] | None = None
         self._doc: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        #: how keys and values are decoded: ``flinkpy.state.safe_pickle`` when analysing a
+        #: snapshot offline (refuses classes that could run code), pickle's own otherwise
+        self.load, self.load_list = rk.load, rk.load_list
 
     def _states(self) -> dict[str, dict[str, Any]]:
         out = {}
@@ -49,7 +52,7 @@ class RocksDBSnapshot:
         upper = rk.group_bytes(r.stop)
         it = self._it
         it.seek(rk.group_bytes(r.start))
-        load, load_list, split = rk.load, rk.load_list, rk.split_key_part
+        load, load_list, split = self.load, self.load_list, rk.split_key_part
         pending: tuple[str, int, Any, dict[Any, Any]] | None = None  # a map key being gathered
         pending_id: tuple[bytes, bytes] | None = None
 

@@ -31,6 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from flinkpy.config import load_config
+from flinkpy.errors import FlinkpyError
+from flinkpy.logfiles import rotate_process_output
+from flinkpy.network.auth import read_secret
 from flinkpy.network.connection import Connection, connect
 from flinkpy.protocol import HandlerTable, Message, ProtocolError
 from flinkpy.protocol.deployment import DeployTask, TaskDeploymentDescriptor
@@ -449,7 +453,13 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     home = Path(args.home)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
-    secret = (home / "secret").read_text().strip().encode()
+    try:
+        secret = read_secret(home / "secret").encode()
+        config = load_config(home)  # log.file.*: from the home's flinkpy.yaml and the environment
+    except FlinkpyError as e:
+        print(f"flinkpy-taskmanager: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    rotate_process_output(max_bytes=config.get("log.file.max-size"), backups=config.get("log.file.max-backups"))
     if args.ha:
         tm = TaskManager(args.id, args.slots, home, "", 0, secret, args.host, args.heartbeat_interval_ms / 1000.0)
     else:
