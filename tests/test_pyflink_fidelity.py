@@ -251,3 +251,25 @@ def test_an_unread_collect_iterator_holds_its_job_back_instead_of_filling_the_di
             time.sleep(0.02)
         assert largest <= AHEAD_BYTES + (4 << 20), largest
         assert [next(records) for _ in range(3)] == [2, 3, 4]  # reading on lets it go on
+
+
+@pytest.mark.timeout(60)
+def test_a_job_runs_where_sys_stdout_is_not_a_file_as_in_a_notebook(flinkpy_home, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    program = (
+        "import io, sys\n"
+        "real = sys.stdout\n"
+        "sys.stdout = io.StringIO()  # as a notebook's: no file descriptor behind it\n"
+        "from flinkpy.datastream import StreamExecutionEnvironment\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "got = sorted(env.from_collection([3, 1, 2]).map(lambda n: n * n).execute_and_collect())\n"
+        "env.from_collection(['printed']).print()\n"
+        "env.execute('prints')\n"
+        "real.write(repr(got))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=50, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    # the print sink writes to the interpreter's own standard output
+    assert res.stdout == "printed\n[1, 4, 9]", res.stdout

@@ -337,6 +337,17 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
     return procs
 
 
+def _stdout_fd() -> int | None:
+    """Where the job's printed output goes: this process's standard output. In a notebook
+    ``sys.stdout`` is not a file (no descriptor): then the interpreter's own, else inherited."""
+    for stream in (sys.stdout, sys.__stdout__):
+        try:
+            return stream.fileno()  # type: ignore[union-attr]
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+            continue
+    return None
+
+
 class EmbeddedCluster:
     """A cluster for one job: real JobManager and TaskManager processes in a temporary home.
 
@@ -369,7 +380,7 @@ class EmbeddedCluster:
         return self.home.token()
 
     def __enter__(self) -> "EmbeddedCluster":
-        stdout: Any = self.job_stdout if self.job_stdout is not None else sys.stdout.fileno()
+        stdout: Any = self.job_stdout if self.job_stdout is not None else _stdout_fd()
         try:
             self.info, self._procs = _launch(
                 self.home,
