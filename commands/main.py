@@ -20,6 +20,7 @@ from commands import verify
 from commands import zookeeper
 from commands import spark
 from commands import state
+from commands import top
 from commands._click import click
 from commands.errors import PROG, handle
 from commands.session import session, set_debug
@@ -80,6 +81,7 @@ app.add_typer(zookeeper.app, name="zookeeper")
 app.add_typer(spark.app, name="spark")
 app.add_typer(state.app, name="state")
 app.add_typer(verify.app)
+app.add_typer(top.app)
 
 
 def command() -> click.Command:
