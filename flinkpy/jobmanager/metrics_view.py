@@ -201,6 +201,8 @@ def _samples(d: Dispatcher) -> Iterator[Sample]:
             continue  # a finished job's task figures are history, not live series
         for (vid, subtask), report in sorted(d.metrics.subtask_reports(jid).items()):
             ex = executions.get((vid, subtask))
+            if ex is not None and ex.attempt != report.attempt:
+                continue  # a failed attempt's last figures; the new attempt has not reported yet
             labels = {**job_labels, "task_id": str(vid), "task_name": vertices.get(vid, {}).get("name", str(vid)),
                       "subtask_index": str(subtask), "task_attempt_num": str(report.attempt),
                       "tm_id": (ex.tm_id if ex is not None else None) or ""}
