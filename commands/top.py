@@ -151,7 +151,7 @@ def _wait_for_quit(keys: Any, seconds: float) -> bool:
 
 @app.command("top")
 def top(
-    job_id: Annotated[Optional[str], typer.Argument(metavar="[JOB_ID]", help="The job to watch; default: the one running job.", show_default=False)] = None,
+    job_id: Annotated[Optional[str], typer.Argument(metavar="JOB_ID", help="The job to watch; default: the one running job.", show_default=False)] = None,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit (for scripts and logs).")] = False,
     interval: Annotated[str, typer.Option("--interval", metavar="DURATION", help="Time between two frames, e.g. 1s or 500 ms.")] = "1s",
     jobmanager: JobManager = None,
@@ -164,9 +164,10 @@ def top(
     output watermark lags behind the wall clock; the checkpoints in progress and the last
     completed one (duration, size, alignment); the restarts; and each TaskManager's CPU and
     resident memory (its process tree). The figures are those the tasks report every
-    metrics.fetcher.update-interval. Refreshes every second until q (or Ctrl-C); --once
-    prints one frame, --json one JSON document (and implies --once). Without JOB_ID, the one
-    running job; with several, the error lists them.
+    metrics.fetcher.update-interval. Refreshes every second until q (or Ctrl-C); when stdout
+    is not a terminal, prints one frame after the other instead; --once prints one frame,
+    --json one JSON document (and implies --once). Without JOB_ID, the one running job: exit 4
+    when none runs, 2 (naming them) when several do.
 
     Examples:
 
