@@ -292,3 +292,47 @@ def test_top_picks_the_one_running_job_or_lists_them(home: Path, job: str, tmp_p
     finally:
         rest(home).cancel_job(quiet)
         wait_for(lambda: rest(home).job(quiet)["state"] == "CANCELED", 30)
+
+
+@pytest.mark.timeout(60)
+def test_top_on_a_terminal_refreshes_until_q(home: Path, job: str) -> None:
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "FLINKPY_HOME": str(home), "COLUMNS": "100", "LINES": "40", "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "commands.main", "top", job, "--interval", "500ms"],
+                            stdin=slave, stdout=slave, stderr=slave, cwd=str(ROOT), env=env, start_new_session=True)
+    os.close(slave)
+    seen = b""
+
+    def read_some() -> bytes:
+        nonlocal seen
+        readable, _, _ = select.select([master], [], [], 0.2)
+        if readable:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:
+                pass
+        return seen
+
+    try:
+        # two frames: the dashboard refreshes by itself
+        wait_for(lambda: read_some().count(b"TaskManagers") >= 2, 30, message="two frames of top on a terminal",
+                 describe=lambda: seen[-500:])
+        assert b"q quits" in seen
+        os.write(master, b"q")
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < deadline:
+            read_some()
+        assert proc.poll() == 0, seen[-500:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
