@@ -159,6 +159,8 @@ def measure_failover(results: dict[str, Any], runs: int) -> None:
 
 
 def report_workloads(results: dict[str, Any]) -> None:
+    if not results["workloads"]:
+        return
     print(f"{'workload':10} {'loop':>12} {'flinkpy p1':>12} {'ratio':>6} {'flinkpy p2':>12} {'ratio':>6}")
     for name, e in results["workloads"].items():
         print(

@@ -43,6 +43,8 @@ class TaskMetricsReporter:
         #: (time, records in, records out, idle s, back-pressured s) of the last sample
         self._last: tuple[float, int, int, float, float] | None = None
         self._thread: threading.Thread | None = None
+        #: CPU seconds the reporter thread spent sampling and sending: the reports' own cost
+        self.cpu_s = 0.0
 
     # -- reading the task ------------------------------------------------------------------
 
@@ -149,18 +151,23 @@ class TaskMetricsReporter:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
+            started = time.thread_time()
             try:
                 self.task.ctrl.send(self.report())
             except OSError:
                 return  # the TaskManager is gone; the task ends on its own
             except Exception:  # noqa: BLE001 - a failed sample must not end the task
                 log.exception("task %s: sampling metrics failed", self.task.describe)
+            finally:
+                self.cpu_s += time.thread_time() - started
 
     def stop(self, *, final: bool) -> None:
         """Stop the thread; with ``final``, send the last figures (a finished task's totals)."""
         self._stop.set()
         if final:
+            started = time.thread_time()
             try:
                 self.task.ctrl.send(self.report())
             except OSError:
                 pass
+            self.cpu_s += time.thread_time() - started

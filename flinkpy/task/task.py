@@ -218,6 +218,7 @@ class Task:
             "idle_ms": round(idle_s * 1000, 1),
             "backpressured_ms": round(backpressured_ms, 1),
             "busy_ms": round(max(0.0, wall_ms - idle_s * 1000 - backpressured_ms), 1),
+            "metrics_cpu_ms": round(self.reporter.cpu_s * 1000, 3) if self.reporter is not None else 0.0,
         }
 
     def _report_failure(self, e: BaseException) -> None:
