@@ -159,9 +159,11 @@ def top(
 ) -> None:
     """Watch a running job: throughput, back-pressure, checkpoints and TaskManagers, live.
 
-    Shows one row per vertex with its records in and out, their rates per second, busy and
-    back-pressured time (backPressuredTimeMsPerSecond as a percentage) and how far its
-    output watermark lags behind the wall clock; the checkpoints in progress and the last
+    Shows one row per vertex with its records in and out, their rates per second (sums over
+    its subtasks), busy and back-pressured time (busyTimeMsPerSecond and
+    backPressuredTimeMsPerSecond as percentages, of its busiest and of its most back-pressured
+    subtask, as Flink's web UI shows them) and how far its output watermark lags behind the
+    wall clock; the checkpoints in progress and the last
     completed one (duration, size, alignment); the restarts; and each TaskManager's CPU and
     resident memory (its process tree). The figures are those the tasks report every
     metrics.fetcher.update-interval. Refreshes every second until q (or Ctrl-C); when stdout
