@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from commands.context import client
+from commands.live import vertex_table
 from commands.output import emit_json, fmt_duration, fmt_time, out, progress
 from commands.options import JobManager, JsonFlag
 from commands.session import session
@@ -26,8 +27,11 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
 
     Prints the job's name, state, start time and duration, then one row per vertex (a chain of
     operators) with its parallelism and how many of its subtasks are in each state, then the
-    restart count, restart and failover strategies, and the job's history (restarts, restart
-    strategy changes, waits for resources).
+    vertices' records in and out (live while the job runs, as its tasks report them every
+    metrics.fetcher.update-interval), their rates, busy and back-pressured time and watermark
+    lag, then the restart count, restart and failover strategies, and the job's history
+    (restarts, restart strategy changes, waits for resources). With --json: the JobManager's
+    document, with each vertex's "metrics" (Flink's names) and the job's own "metrics".
 
     Examples:
 
@@ -55,6 +59,8 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
             str(vertex.get("id", "?")), vertex.get("name", ""), str(vertex.get("parallelism", "?")), vertex.get("status", "?"), tasks
         )
     console.print(table)
+    if doc.get("vertices"):
+        console.print(vertex_table(doc, title="Records (live while the job runs; rates per second)"))
     console.print(
         f"Restarts: {doc.get('restarts', 0)}; restart strategy: {_describe(doc.get('restart-strategy'))}; "
         f"failover: {doc.get('failover-strategy', 'region')}",

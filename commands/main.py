@@ -21,6 +21,7 @@ from commands import zookeeper
 from commands import spark
 from commands import state
 from commands import completion
+from commands import top
 from commands._click import click
 from commands.errors import PROG, handle
 from commands.session import session, set_debug
@@ -83,6 +84,7 @@ app.add_typer(state.app, name="state")
 app.add_typer(verify.app)
 app.add_typer(completion.app)
 completion.register()
+app.add_typer(top.app)
 
 
 def command() -> click.Command:

@@ -221,6 +221,8 @@ SCHEMA: dict[str, Option] = {
         _option("taskmanager.network.memory.buffers-per-channel", IntType(0), 2, "Exclusive network buffers (credit) per input channel."),
         _option("taskmanager.network.memory.floating-buffers-per-gate", IntType(0), 8, "Floating network buffers shared by the channels of an input gate."),
         _option("taskmanager.memory.segment-size", MemorySizeType(), 32 * 1024, "Size of one network buffer."),
+        _option("metrics.enabled", BoolType(), True, "Tasks report live metrics to the JobManager while they run (job show, top, GET /metrics); false turns their reports off (TaskManagers still report CPU and memory)."),
+        _option("metrics.fetcher.update-interval", DurationType(), 1000, "Time between two metric reports of a task to the JobManager."),
         _option("execution.checkpointing.interval", DurationType(), None, "Time between checkpoints; unset disables checkpointing."),
         _option("execution.checkpointing.mode", EnumType("EXACTLY_ONCE", "AT_LEAST_ONCE"), "EXACTLY_ONCE", "Checkpointing guarantee: align barriers or not."),
         _option("execution.checkpointing.timeout", DurationType(), 600_000, "Time after which an unfinished checkpoint is aborted."),

@@ -21,7 +21,8 @@ of its own layer or above:
    flink-core: types, time, serialization, configuration objects, and the user-function,
    state-descriptor and window definitions (``flinkpy.datastream.functions``/``state``/``window``
    re-export them under PyFlink's paths); and ``program``: a job program's execution context,
-   its Python files and running its file, which the Spark runner, the client and the API share.
+   its Python files and running its file, which the Spark runner, the client and the API share;
+   and ``metrics``: user metric groups, Flink's metric names, the JobManager's metric store.
 4. The engine's parts that know nothing of each other: ``network`` (framing, channels, credit,
    and the REST transport every process that talks to a JobManager uses),
    ``faults`` (pure fault planning), ``graph`` (StreamGraph -> JobGraph), ``state`` (key groups,
@@ -67,7 +68,7 @@ PACKAGE = ROOT / "flinkpy"
 LAYERS: list[tuple[str, ...]] = [
     ("flinkpy", "errors", "processes", "clock", "units", "logfiles"),
     ("config", "protocol"),
-    ("common", "program"),
+    ("common", "program", "metrics"),
     ("network", "faults", "graph", "state"),
     ("checkpoint", "connectors", "ha"),
     ("task",),

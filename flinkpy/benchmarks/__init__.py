@@ -6,6 +6,10 @@ Workloads (as in ../shared/PEERS.md):
   words, seed 42): lines -> flat_map split -> map (word, 1) -> key_by word -> reduce -> sink.
 - W2: even/odd running sums over 1..5,000,000: numbers -> key_by parity -> reduce -> sink.
 
+The ``metrics`` part runs W1 and W2 at parallelism 2 with live metrics on and off
+(``metrics.enabled``), alternating, and reports both rates and their ratio
+(see flinkpy.benchmarks.metrics_cost).
+
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
 
@@ -23,6 +27,6 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.snapshots` (checkpoints, savepoints, recovery),
 :mod:`~flinkpy.benchmarks.windows`, :mod:`~flinkpy.benchmarks.latency`,
 :mod:`~flinkpy.benchmarks.backends`, :mod:`~flinkpy.benchmarks.spark`,
-:mod:`~flinkpy.benchmarks.failover`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`; ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import backends
+from flinkpy.benchmarks import backends, metrics_cost
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
-PARTS = ["w1", "w2", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"]
+PARTS = ["w1", "w2", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"]
 
 #: a workload: (records, the loop's seconds, the job's builder, the rate's unit)
 Workload = tuple[int, Callable[[], float], Callable[[Any], None], str]
@@ -110,6 +110,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
         for name, workload in workloads.items():
             if wanted(args, name):
                 results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
+        if wanted(args, "metrics"):
+            results["metrics"] = metrics_cost.measure(address, token, workloads, args.runs, run_job, log)
         if wanted(args, "state"):
             results["snapshots"] = []
             for keys in (10_000, 100_000, 1_000_000):
@@ -157,6 +159,8 @@ def measure_failover(results: dict[str, Any], runs: int) -> None:
 
 
 def report_workloads(results: dict[str, Any]) -> None:
+    if not results["workloads"]:
+        return
     print(f"{'workload':10} {'loop':>12} {'flinkpy p1':>12} {'ratio':>6} {'flinkpy p2':>12} {'ratio':>6}")
     for name, e in results["workloads"].items():
         print(
@@ -175,6 +179,9 @@ def report_workloads(results: dict[str, Any]) -> None:
 
 
 def report_parts(results: dict[str, Any]) -> None:
+    if "metrics" in results:
+        for line in metrics_cost.report(results["metrics"]):
+            print(line)
     for snap in results.get("snapshots", []):
         print(
             f"snapshot of {snap['keys']:>9} keys ({snap['state_bytes'] or 0:>10.0f} bytes): sync median {snap['sync_ms_median']:.2f} ms, "

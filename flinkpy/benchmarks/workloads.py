@@ -120,18 +120,25 @@ def job_w2(env: Any, count: int, sink: Callable[[Any], Any] = _discard) -> None:
     )
 
 
-def run_job(address: str, token: str, build: Callable[[Any], None], parallelism: int, name: str, *, checkpoint_ms: int | None = None) -> float:
-    """Submit one job to the cluster and return its net runtime in seconds."""
+def run_job(address: str, token: str, build: Callable[[Any], None], parallelism: int, name: str, *, checkpoint_ms: int | None = None,
+            settings: dict[str, str] | None = None) -> float:
+    """Submit one job to the cluster (with ``settings``: configuration keys for this job) and
+    return its net runtime in seconds."""
     from flinkpy.program.context import ExecutionContext, execution_context
     from flinkpy.datastream import StreamExecutionEnvironment
 
     with execution_context(ExecutionContext(address=address, token=token, python_path=[str(ROOT)])):
         env = StreamExecutionEnvironment.get_execution_environment()
+        if settings:
+            from flinkpy.common import Configuration
+
+            env.configure(Configuration(settings))
         env.set_parallelism(parallelism)
         if checkpoint_ms is not None:
             env.enable_checkpointing(checkpoint_ms)
         build(env)
         result = env.execute(name)
+    LAST_JOB_ID[name] = result.get_job_id()
     if checkpoint_ms is not None:
         from flinkpy.network.rest_client import RestClient
 
@@ -142,3 +149,5 @@ def run_job(address: str, token: str, build: Callable[[Any], None], parallelism:
 
 #: checkpoint statistics of the last checkpointed run of each benchmark job, by job name
 LAST_CHECKPOINT_STATS: dict[str, Any] = {}
+#: the job id of the last run of each benchmark job, by job name
+LAST_JOB_ID: dict[str, str] = {}

@@ -37,6 +37,7 @@ from flinkpy.jobmanager.restarts import Restarts
 from flinkpy.jobmanager.scheduler import Scheduler
 from flinkpy.jobmanager.slot_pool import SlotPool
 from flinkpy.jobmanager.taskmanager_registry import TaskManagerRecord, TaskManagerRegistry
+from flinkpy.metrics.store import MetricStore
 from flinkpy.network.connection import Connection
 from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, ResultPartitionDeployment, TaskConfig, TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CancelTask, CheckpointAck, CheckpointDecline, ConnectTask, Refused, Registered, RegisterTaskManager
@@ -76,6 +77,8 @@ class Dispatcher:
         self.restarts = Restarts(self)
         self.checkpoints = CheckpointHandler(self)
         self.faults = FaultInjector(self)
+        #: the latest figures tasks and TaskManagers reported (job show, top, GET /metrics)
+        self.metrics = MetricStore()
         #: high availability, or None
         self.ha: Leadership | None = None
         #: the fencing token of this JobManager's leadership term (HA), None while a standby

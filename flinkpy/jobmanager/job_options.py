@@ -40,6 +40,8 @@ class TaskOptions:
     state_backend: dict[str, str] = field(default_factory=dict)
     #: credit a receiver announces per channel: its exclusive buffers plus a share of the floating ones
     credit: int = 4
+    #: time between two metric reports of each task; 0: metrics.enabled is false
+    metrics_interval_ms: int = 1000
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> TaskOptions:
@@ -54,6 +56,7 @@ class TaskOptions:
             state_backend={k: v for k, v in settings.items() if k.startswith("state.backend.")},
             credit=get("taskmanager.network.memory.buffers-per-channel")
             + max(0, get("taskmanager.network.memory.floating-buffers-per-gate") // 4),
+            metrics_interval_ms=get("metrics.fetcher.update-interval") if get("metrics.enabled") else 0,
         )
 
     def descriptor(self) -> dict[str, Any]:
@@ -65,6 +68,7 @@ class TaskOptions:
             "incremental": self.incremental,
             "state_backend": dict(self.state_backend),
             "credit": self.credit,
+            "metrics_interval_ms": self.metrics_interval_ms,
         }
 
 

@@ -28,7 +28,16 @@ from flinkpy.network.auth import read_secret
 from flinkpy.network.http_limits import HttpLimits
 from flinkpy.network.connection import Connection, handshake, listen
 from flinkpy.protocol import HandlerTable, ProtocolError
-from flinkpy.protocol.messages import FromTask, Heartbeat, RegisterTaskManager, Shutdown, TaskListening, TaskStateChanged
+from flinkpy.protocol.messages import (
+    FromTask,
+    Heartbeat,
+    RegisterTaskManager,
+    Shutdown,
+    TaskListening,
+    TaskManagerMetrics,
+    TaskMetrics,
+    TaskStateChanged,
+)
 
 log = logging.getLogger("flinkpy.jobmanager")
 
@@ -45,6 +54,8 @@ def _taskmanager_handlers(dispatcher: Dispatcher, conn: Connection, registered: 
         event = m.message
         if isinstance(event, TaskListening):
             dispatcher.on_listening(m.job_id, m.exec_id, event.host, event.port, event.pid)
+        elif isinstance(event, TaskMetrics):
+            dispatcher.metrics.on_task(m.job_id, m.exec_id, event.timestamp, event.figures, event.user)
         else:
             dispatcher.on_task_event(m.job_id, m.exec_id, event)
 
@@ -54,6 +65,7 @@ def _taskmanager_handlers(dispatcher: Dispatcher, conn: Connection, registered: 
             RegisterTaskManager: register,
             Heartbeat: lambda m: dispatcher.heartbeat(m.tm_id),
             FromTask: from_task,
+            TaskManagerMetrics: lambda m: dispatcher.metrics.on_taskmanager(m.tm_id, m.timestamp, m.figures),
             TaskStateChanged: lambda m: dispatcher.on_task_state(m.job_id, m.exec_id, m.state, m.info, m.tm_id),
         },
     )

@@ -19,6 +19,7 @@ Flink's REST API where Flink has one.
     GET   /jobs/<id>/faults               the job's fault journal
     POST  /cluster/faults                 inject a fault into a TaskManager or the checkpoint storage
     GET   /cluster/faults                 the cluster's fault journal
+    GET   /metrics, .../metrics           live metrics (Prometheus; Flink's shapes): metrics_view
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from flinkpy import __version__, logfiles
 from flinkpy.clock import now_ms
 from flinkpy.errors import (ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError,
                             OperationTimeoutError, storage_credentials_error)
+from flinkpy.jobmanager import metrics_view
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer
 from flinkpy.processes import running
@@ -121,6 +123,7 @@ class RestServer:
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/faults", self.fault_history),
             ("POST", r"/cluster/faults", self.inject_fault),
             ("GET", r"/cluster/faults", self.fault_history),
+            *metrics_view.routes(self.dispatcher),
         ]
 
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
@@ -262,6 +265,7 @@ class RestServer:
                         "timeSinceLastHeartbeat": int((time.monotonic() - tm.last_heartbeat) * 1000),
                         "logPath": tm.log_path,
                         "stdoutPath": tm.stdout_path,
+                        "metrics": d.metrics.taskmanager(tm.tm_id),
                     }
                     for tm in d.taskmanagers.values()
                 ]
@@ -329,16 +333,8 @@ class RestServer:
                             "maxParallelism": v["max_parallelism"],
                             "status": g.vertex_status(vid),
                             "tasks": g.task_counts(vid),
-                            "metrics": {
-                                "read-records": sum(e.records_in for e in g.executions.values() if e.vertex_id == vid),
-                                "write-records": sum(e.records_out for e in g.executions.values() if e.vertex_id == vid),
-                            },
-                            "subtasks": [
-                                {"subtask": e.subtask, "status": e.state, "attempt": e.attempt, "taskmanager-id": e.tm_id, "pid": e.pid, "timestamps": dict(e.timestamps),
-                                 "read-records": e.records_in, "write-records": e.records_out, "metrics": dict(e.metrics)}
-                                for e in g.executions.values()
-                                if e.vertex_id == vid
-                            ],
+                            "metrics": metrics_view.vertex_summary(d, jid, g, vid),
+                            "subtasks": metrics_view.subtask_rows(d, jid, g, vid),
                         }
                         for vid, v in g.vertices.items()
                     ],
@@ -346,6 +342,7 @@ class RestServer:
                     "failover-strategy": g.failover,
                     "restart-strategy": g.strategy.describe() if g.strategy is not None else {"type": "none"},
                     "events": list(g.events),
+                    "metrics": metrics_view.job_figures(d.job(jid), now_ms()),
                 }
             )
             return summary

@@ -58,6 +58,8 @@ class OutputChannel:
         self.buffers_sent = 0
         #: seconds spent waiting for credit: the backpressure this channel exerted on us
         self.backpressured_s = 0.0
+        #: when the ongoing wait for credit began (0.0: not waiting); read by the task's metrics
+        self.blocked_since = 0.0
         #: an injected slow link (`flinkpy fault network --delay`): each data buffer waits
         #: ``delay_s`` before it is sent, until ``delay_until`` (time.monotonic)
         self.delay_s = 0.0
@@ -84,9 +86,12 @@ class OutputChannel:
         if not self.credit.spend():
             import time
 
-            started = time.monotonic()
-            while not self.credit.spend():
-                self._absorb(self.reader.feed())
+            started = self.blocked_since = time.monotonic()
+            try:
+                while not self.credit.spend():
+                    self._absorb(self.reader.feed())
+            finally:
+                self.blocked_since = 0.0
             self.backpressured_s += time.monotonic() - started
         send_frame(self.sock, kind, payload)
         self.bytes_sent += len(payload)

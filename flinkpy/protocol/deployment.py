@@ -51,6 +51,8 @@ class TaskConfig:
     state_backend: dict[str, str] = field(default_factory=dict)
     checkpoint_dir: str = ""
     checkpointing_mode: str = "EXACTLY_ONCE"
+    #: time between two metric reports (``metrics.fetcher.update-interval``); 0: no reports
+    metrics_interval_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -210,10 +210,22 @@ class TaskFailed(Message):
         return {"exception": self.exception, "message": self.message, "stacktrace": self.stacktrace, "task": self.task}
 
 
+@message("task_metrics")
+@dataclass(frozen=True)
+class TaskMetrics(Message):
+    """Task -> JobManager (through its TaskManager), every ``metrics.fetcher.update-interval``:
+    the task's figures by Flink's metric names (:mod:`flinkpy.metrics.names`) as of
+    ``timestamp`` (epoch ms), and the user's metrics (:meth:`MetricRegistry.sample`)."""
+
+    timestamp: int
+    figures: dict[str, float]
+    user: list[dict[str, Any]] = field(default_factory=list)
+
+
 #: what the JobManager (through the TaskManager) may send to a running task
 TaskControl = Union[TriggerCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted, InjectRaise, InjectDecline, InjectNetworkFault, StorageOutage]
 #: what a task reports that the TaskManager passes on to the JobManager as it is
-TaskEvent = Union[TaskListening, CheckpointAck, CheckpointDecline]
+TaskEvent = Union[TaskListening, CheckpointAck, CheckpointDecline, TaskMetrics]
 
 # -- JobManager <-> TaskManager ------------------------------------------------------------------
 
@@ -255,6 +267,17 @@ class Heartbeat(Message):
 
     tm_id: str
     tasks: int
+
+
+@message("taskmanager_metrics")
+@dataclass(frozen=True)
+class TaskManagerMetrics(Message):
+    """TaskManager -> JobManager, periodically: what its process tree (itself, its launcher,
+    its tasks) costs the machine, by Flink's metric names."""
+
+    tm_id: str
+    timestamp: int
+    figures: dict[str, float]
 
 
 @message("cancel")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.connectors.base import ReaderContext
 from flinkpy.graph.job_graph import ChainedOperator, VertexPayload
+from flinkpy.metrics.groups import MetricRegistry
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.task import operators as ops
 from flinkpy.task.runtime_context import TaskRuntimeContext
@@ -49,6 +50,8 @@ class OperatorChain:
         self.source: Any = None
         self.backend: KeyedStateBackendBase | None = None
         self._contexts: dict[int, TaskRuntimeContext] = {}
+        #: the metrics user functions register (``get_metrics_group()``), reported with the task's
+        self.user_metrics = MetricRegistry()
         batch_mode = descriptor.runtime_mode == "BATCH"
         for spec in reversed(payload.operators):
             outputs: list[ops.Output] = [self.by_id[n] for n in spec.chained_outputs]
@@ -89,6 +92,7 @@ class OperatorChain:
             job_parameters=d.job_parameters,
             backend=backend,
             operator_name=spec.name,
+            metrics=self.user_metrics,
         )
 
     def _build(self, spec: ChainedOperator, out: ops.Output, backend_factory: BackendFactory, batch_mode: bool) -> Any:

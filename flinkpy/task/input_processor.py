@@ -46,7 +46,7 @@ class InputProcessor:
         self._idle_out = False
         exactly_once = task.descriptor.config.checkpointing_mode == "EXACTLY_ONCE"
         self.aligner: BarrierAligner | BarrierTracker = BarrierAligner(n) if exactly_once else BarrierTracker(n)
-        self._held: list[list[Frame]] = [[] for _ in self.inputs]
+        self.held: list[list[Frame]] = [[] for _ in self.inputs]
         #: channels whose socket reached EOF with their END_OF_PARTITION still held
         self._drained: set[int] = set()
         #: the barriers seen, by checkpoint id (a savepoint's carries its directory)
@@ -56,6 +56,8 @@ class InputProcessor:
         self.records_in = 0
         self.alignment_bytes = 0
         self.idle_s = 0.0
+        #: when the ongoing wait for input began (0.0: not waiting); the metrics reporter reads it
+        self.idle_since = 0.0
         #: an upstream task stopped with a savepoint without draining
         self.stopped_without_drain = False
 
@@ -86,8 +88,9 @@ class InputProcessor:
             if emitters:
                 until = max(0.0, next_wm - monotonic())
                 timeout = until if timeout is None else min(timeout, until)
-            waited = monotonic()
+            waited = self.idle_since = monotonic()
             events = sel.select(timeout)
+            self.idle_since = 0.0
             self.idle_s += monotonic() - waited
             if next_timer is not None:
                 for ts in timers:
@@ -112,7 +115,7 @@ class InputProcessor:
         ch = self.inputs[i]
         if ch.finished or i in self._drained:
             return  # closed by a held END_OF_PARTITION released earlier in this round
-        held = self._held[i]
+        held = self.held[i]
         try:
             frames = ch.reader.feed()
         except OSError as e:
@@ -211,7 +214,7 @@ class InputProcessor:
         progress = True
         while progress:
             progress = False
-            for i, held in enumerate(self._held):
+            for i, held in enumerate(self.held):
                 while held and not self.aligner.is_blocked(i):
                     self._handle_frame(i, held.pop(0))
                     progress = True

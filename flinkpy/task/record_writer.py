@@ -22,6 +22,7 @@ import struct
 from flinkpy.network import channels as net
 from flinkpy.network.channels import OutputChannel, dumps_batch
 from flinkpy.state.key_groups import KeyGroupAssigner, compute_operator_index_for_key_group
+from flinkpy.task.watermarks import MIN_WATERMARK
 
 
 class RecordWriter:
@@ -50,6 +51,8 @@ class RecordWriter:
         self.targets = [1 if self.flush_every_record else 64 for _ in channels]
         self.oldest: float | None = None
         self.records_out = 0
+        #: the last watermark sent downstream (the task's currentOutputWatermark)
+        self.watermark = MIN_WATERMARK
         self._rr = 0
         self._rng = random.Random(seed)
         if partitioner == HASH:
@@ -75,6 +78,7 @@ class RecordWriter:
             self._emit_with_timestamps(values, timestamps)
 
     def process_watermark(self, watermark: int) -> None:
+        self.watermark = watermark
         self.broadcast_event(net.WATERMARK, struct.pack(">q", watermark))
 
     def process_watermark_status(self, idle: bool) -> None:

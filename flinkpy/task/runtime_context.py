@@ -6,6 +6,7 @@ from typing import Any
 
 from flinkpy.common.functions import RuntimeContext
 from flinkpy.errors import InvalidProgramError
+from flinkpy.metrics.groups import MetricGroup, MetricRegistry
 
 
 class TaskRuntimeContext(RuntimeContext):
@@ -20,6 +21,7 @@ class TaskRuntimeContext(RuntimeContext):
         job_parameters: dict[str, str],
         backend: Any = None,
         operator_name: str = "",
+        metrics: MetricRegistry | None = None,
     ):
         self._task_name = task_name
         self._subtask = subtask_index
@@ -29,6 +31,8 @@ class TaskRuntimeContext(RuntimeContext):
         self._params = job_parameters
         self._backend = backend
         self._operator = operator_name
+        #: the task's user metrics (reported with its own); a private one outside a task
+        self._metrics = metrics if metrics is not None else MetricRegistry()
 
     def get_task_name(self) -> str:
         return self._task_name
@@ -51,8 +55,9 @@ class TaskRuntimeContext(RuntimeContext):
     def get_job_parameter(self, key: str, default_value: str) -> str:
         return self._params.get(key, default_value)
 
-    def get_metrics_group(self) -> Any:
-        return _NoMetrics()
+    def get_metrics_group(self) -> MetricGroup:
+        """This operator's metric group (PyFlink's API); the task reports what is registered."""
+        return self._metrics.operator_group(self._operator or self._task_name)
 
     def _state(self, descriptor: Any) -> Any:
         if self._backend is None:
@@ -77,42 +82,3 @@ class TaskRuntimeContext(RuntimeContext):
 
     def get_aggregating_state(self, state_descriptor: Any) -> Any:
         return self._state(state_descriptor)
-
-
-class _NoMetrics:
-    """Metric groups accept registrations; reporting them is future work."""
-
-    def add_group(self, name: str, extra: Any = None) -> "_NoMetrics":
-        return self
-
-    def counter(self, name: str) -> "_Counter":
-        return _Counter()
-
-    def gauge(self, name: str, obj: Any) -> None:
-        return None
-
-    def meter(self, name: str, time_span_in_seconds: int = 60) -> "_Counter":
-        return _Counter()
-
-    def distribution(self, name: str) -> "_Counter":
-        return _Counter()
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def inc(self, n: int = 1) -> None:
-        self.count += n
-
-    def dec(self, n: int = 1) -> None:
-        self.count -= n
-
-    def get_count(self) -> int:
-        return self.count
-
-    def mark_event(self, value: int = 1) -> None:
-        self.count += value
-
-    def update(self, value: int) -> None:
-        self.count = value

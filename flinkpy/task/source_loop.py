@@ -29,8 +29,10 @@ class SourceLoop:
     def __init__(self, task: Task):
         self.task = task
         self.records_in = 0
-        #: the source was never idle in the input processor's sense: it polls
+        #: seconds an unbounded source had nothing to read and waited for control messages
         self.idle_s = 0.0
+        #: when the ongoing wait for data or control began (0.0: not waiting)
+        self.idle_since = 0.0
         #: stopped with a savepoint without draining: the end of input carries no final watermark
         self.stopped_without_drain = False
 
@@ -81,7 +83,10 @@ class SourceLoop:
                 else:
                     if idle_after is not None and now - last_data >= idle_after:
                         source_head.mark_idle()
+                    self.idle_since = now
                     select.select([ctrl_sock], [], [], 0.001)  # idle unbounded source: wait for control
+                    self.idle_since = 0.0
+                    self.idle_s += monotonic() - now
                 if now >= next_wm and wm_interval > 0:
                     for e in emitters:
                         e.emit_periodic_watermark()

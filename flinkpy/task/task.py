@@ -24,6 +24,7 @@ from flinkpy.protocol.messages import CheckpointBarrier, ConnectTask, TaskFailed
 from flinkpy.task.control import EXIT_ORPHANED, ControlHandler
 from flinkpy.task.fault_points import FaultPoints
 from flinkpy.task.input_processor import InputProcessor
+from flinkpy.task.metrics_reporter import TaskMetricsReporter
 from flinkpy.task.record_writer import RecordWriter
 from flinkpy.task.source_loop import SourceLoop
 from flinkpy.task.watermarks import MAX_WATERMARK
@@ -59,6 +60,8 @@ class Task:
         self.loop: SourceLoop | InputProcessor | None = None
         self.input_processor: InputProcessor | None = None
         self.started = time.monotonic()
+        #: samples and reports the task's metrics while it runs (None: metrics.enabled false)
+        self.reporter: TaskMetricsReporter | None = None
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -149,6 +152,9 @@ class Task:
             chain.open()
             self.started = time.monotonic()
             self.ctrl.send(TaskRunning())
+            if self.descriptor.config.metrics_interval_ms > 0:
+                self.reporter = TaskMetricsReporter(self, self.descriptor.config.metrics_interval_ms / 1000.0)
+                self.reporter.start()
             self.faults.reach("running")
             if chain.source is not None:
                 self.loop = SourceLoop(self)
@@ -161,6 +167,8 @@ class Task:
             self._finish()
             return 0
         except BaseException as e:  # noqa: BLE001 - everything is reported, then the process ends
+            if self.reporter is not None:
+                self.reporter.stop(final=False)
             self._report_failure(e)
             return 1
 
@@ -176,6 +184,8 @@ class Task:
         if chain.backend is not None:
             chain.backend.close()  # the RocksDB backend deletes its working directory
         sys.stdout.flush()
+        if self.reporter is not None:
+            self.reporter.stop(final=True)  # the totals, before the task reports it finished
         self.ctrl.send(TaskFinished(metrics=self._metrics()))
 
     def checkpoint(self, barrier: CheckpointBarrier, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
@@ -208,6 +218,7 @@ class Task:
             "idle_ms": round(idle_s * 1000, 1),
             "backpressured_ms": round(backpressured_ms, 1),
             "busy_ms": round(max(0.0, wall_ms - idle_s * 1000 - backpressured_ms), 1),
+            "metrics_cpu_ms": round(self.reporter.cpu_s * 1000, 3) if self.reporter is not None else 0.0,
         }
 
     def _report_failure(self, e: BaseException) -> None:

@@ -58,11 +58,13 @@ from flinkpy.protocol.messages import (
     TaskFailed,
     TaskFinished,
     TaskListening,
+    TaskMetrics,
     TaskRunning,
     TaskStateChanged,
     ToTask,
 )
 from flinkpy.taskmanager.launcher import ForkedProcess, LauncherFailed, TaskLauncher
+from flinkpy.taskmanager.resources import ResourceReporter
 
 log = logging.getLogger("flinkpy.taskmanager")
 
@@ -173,6 +175,7 @@ class TaskManager:
         jm = self.jm
         assert jm is not None
         threading.Thread(target=self._heartbeat, args=(jm,), name="heartbeat", daemon=True).start()
+        ResourceReporter(self.tm_id, self._pids, lambda: len(self.tasks)).start(jm.send, lambda: not self.stopping and self.jm is jm)
         while True:
             try:
                 msg = jm.recv()
@@ -262,13 +265,20 @@ class TaskManager:
                 TaskListening: forward,
                 CheckpointAck: forward,
                 CheckpointDecline: forward,
+                TaskMetrics: forward,
                 TaskRunning: lambda m: self._report(handle, "RUNNING"),
                 TaskFinished: functools.partial(self._task_finished, handle),
                 TaskFailed: functools.partial(self._task_failed, handle),
             },
         )
 
-    def _forward_from_task(self, handle: TaskHandle, msg: TaskListening | CheckpointAck | CheckpointDecline) -> None:
+    def _pids(self) -> list[int]:
+        """This TaskManager's process tree: itself, its task launcher, its task processes."""
+        with self.lock:
+            tasks = [h.proc.pid for h in self.tasks.values()]
+        return [os.getpid(), self.launcher.proc.pid, *tasks]
+
+    def _forward_from_task(self, handle: TaskHandle, msg: TaskListening | CheckpointAck | CheckpointDecline | TaskMetrics) -> None:
         self._send_jm(FromTask(job_id=handle.job_id, exec_id=handle.exec_id, message=msg))
 
     def _task_finished(self, handle: TaskHandle, msg: TaskFinished) -> None:

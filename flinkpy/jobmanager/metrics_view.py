@@ -1,0 +1,230 @@
+"""The REST views of the metric store, in Flink's shapes, and the Prometheus endpoint.
+
+    GET /jobs/<id>/metrics[?get=a,b]                         job figures (uptime, numRestarts, ...)
+    GET /jobs/<id>/vertices/<vid>/metrics[?get=0.numRecordsIn] one vertex's figures by subtask
+    GET /jobs/<id>/vertices/<vid>/subtasks/metrics?get=..&agg=..  aggregated over subtasks
+    GET /taskmanagers/<id>/metrics[?get=...]                 a TaskManager's figures
+    GET /metrics                                             everything, for Prometheus
+
+As in Flink, the first four answer a list of ``{"id": name, "value": "..."}`` (without ``get``:
+the names available, ``[{"id": name}]``); values are strings there, as Flink's are. Every
+function is called with the Dispatcher's lock free and takes it itself.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from flinkpy.clock import now_ms
+from flinkpy.errors import NotFoundError
+from flinkpy.metrics import names
+from flinkpy.metrics.prometheus import Sample, exposition
+from flinkpy.metrics.store import aggregate
+
+if TYPE_CHECKING:
+    from flinkpy.jobmanager.dispatcher import Dispatcher, JobRecord
+
+
+def job_figures(rec: JobRecord, now: int) -> dict[str, float]:
+    """The job's own figures: uptime, restarts and the last checkpoint (Flink's job scope)."""
+    from flinkpy.jobmanager.checkpoint_stats import checkpoint_detail
+
+    g = rec.graph
+    running_since = g.timestamps.get("RUNNING")
+    uptime = now - running_since if running_since is not None and g.state == "RUNNING" else 0
+    cc = rec.checkpointing.coordinator
+    last = checkpoint_detail(cc.latest_completed_checkpoint, now) if cc.latest_completed_checkpoint else None
+    return {
+        names.UPTIME: uptime,
+        names.NUM_RESTARTS: g.restarts,
+        names.IN_PROGRESS_CHECKPOINTS: len(cc.pending),
+        names.COMPLETED_CHECKPOINTS: cc.num_completed,
+        names.FAILED_CHECKPOINTS: cc.num_failed,
+        names.LAST_CHECKPOINT_DURATION: last["end_to_end_duration"] if last else -1,
+        names.LAST_CHECKPOINT_SIZE: last["state_size"] if last else -1,
+        names.LAST_CHECKPOINT_ALIGNMENT: last["alignment_duration_max"] if last else -1,
+        names.LAST_CHECKPOINT_ALIGNMENT_BUFFERED: last["alignment_buffered"] if last else -1,
+    }
+
+
+def vertex_figures(d: Dispatcher, jid: str, vid: int) -> dict[str, float]:
+    """One vertex's live figures, aggregated over its subtasks (empty before the first report)."""
+    return aggregate(d.metrics.subtasks(jid, vid).values())
+
+
+def _live(d: Dispatcher, jid: str, g: Any, vid: int) -> list[tuple[Any, dict[str, float]]]:
+    """(execution, its current attempt's latest figures) for each subtask of a vertex."""
+    reports = {s: r for (v, s), r in d.metrics.subtask_reports(jid).items() if v == vid}
+    rows = []
+    for e in g.executions.values():
+        if e.vertex_id != vid:
+            continue
+        report = reports.get(e.subtask)
+        rows.append((e, report.figures if report is not None and report.attempt == e.attempt else {}))
+    return rows
+
+
+def _records(e: Any, figures: dict[str, float]) -> tuple[int, int]:
+    """An execution's records in and out: live while it runs, its final totals once it ended."""
+    return (max(e.records_in, int(figures.get(names.NUM_RECORDS_IN, 0))),
+            max(e.records_out, int(figures.get(names.NUM_RECORDS_OUT, 0))))
+
+
+def vertex_summary(d: Dispatcher, jid: str, g: Any, vid: int) -> dict[str, Any]:
+    """The ``metrics`` of a vertex in ``GET /jobs/<id>`` (Flink's keys), plus its live figures
+    by Flink's metric names (aggregated over the subtasks). Lock held."""
+    rows = _live(d, jid, g, vid)
+    records = [_records(e, f) for e, f in rows]
+    done = all(e.state == "FINISHED" for e, _ in rows)
+    live = aggregate(f for _, f in rows if f)
+    return {
+        "read-records": sum(r[0] for r in records),
+        "read-records-complete": done,
+        "write-records": sum(r[1] for r in records),
+        "write-records-complete": done,
+        "accumulated-busy-time": live.get(names.ACCUMULATED_BUSY, 0),
+        "accumulated-idle-time": live.get(names.ACCUMULATED_IDLE, 0),
+        "accumulated-backpressured-time": live.get(names.ACCUMULATED_BACK_PRESSURED, 0),
+        **live,
+    }
+
+
+def subtask_rows(d: Dispatcher, jid: str, g: Any, vid: int) -> list[dict[str, Any]]:
+    """The ``subtasks`` of a vertex in ``GET /jobs/<id>``, with live records. Lock held."""
+    out = []
+    for e, figures in _live(d, jid, g, vid):
+        records_in, records_out = _records(e, figures)
+        out.append({"subtask": e.subtask, "status": e.state, "attempt": e.attempt, "taskmanager-id": e.tm_id, "pid": e.pid,
+                    "timestamps": dict(e.timestamps), "read-records": records_in, "write-records": records_out,
+                    "metrics": {**e.metrics, **figures}})
+    return out
+
+
+def routes(d: Dispatcher) -> list[tuple[str, str, Callable[..., Any]]]:
+    """The REST routes of this module (``flinkpy.jobmanager.rest`` adds them to its own)."""
+    jid = r"/jobs/(?P<jid>[0-9a-f]{32})"
+    return [
+        ("GET", r"/metrics", functools.partial(prometheus, d)),
+        ("GET", jid + r"/metrics", functools.partial(job_metrics, d)),
+        ("GET", jid + r"/vertices/(?P<vid>[0-9]+)/metrics", functools.partial(vertex_metrics, d)),
+        ("GET", jid + r"/vertices/(?P<vid>[0-9]+)/subtasks/metrics", functools.partial(subtasks_metrics, d)),
+        ("GET", r"/taskmanagers/(?P<tm>[^/]+)/metrics", functools.partial(taskmanager_metrics, d)),
+    ]
+
+
+def _answer(figures: dict[str, Any], query: dict[str, str]) -> list[dict[str, Any]]:
+    wanted = [n for n in (query.get("get") or "").split(",") if n]
+    if not wanted:
+        return [{"id": name} for name in figures]
+    return [{"id": name, "value": str(figures[name])} for name in wanted if name in figures]
+
+
+def _job(d: Dispatcher, jid: str) -> JobRecord:
+    with d.lock:
+        return d.job(jid)
+
+
+def job_metrics(d: Dispatcher, jid: str, query: dict[str, str], **_: Any) -> list[dict[str, Any]]:
+    with d.lock:
+        figures = job_figures(d.job(jid), now_ms())
+    return _answer(figures, query)
+
+
+def vertex_metrics(d: Dispatcher, jid: str, vid: str, query: dict[str, str], **_: Any) -> list[dict[str, Any]]:
+    rec = _job(d, jid)
+    if int(vid) not in rec.graph.vertices:
+        raise NotFoundError(f"job {jid} has no vertex {vid}", remedy=f"see 'flinkpy job show {jid}' for its vertices")
+    figures: dict[str, Any] = {}
+    for (v, s), report in sorted(d.metrics.subtask_reports(jid).items()):
+        if v != int(vid):
+            continue
+        figures.update({f"{s}.{name}": value for name, value in report.figures.items()})
+        for m in report.user:  # Flink's "<subtask>.<operator>.<group>.<name>"
+            identifier = ".".join([str(s), str(m.get("operator")), *m.get("scope", []), str(m.get("name"))])
+            value = m.get("value")
+            if isinstance(value, dict):
+                figures.update({f"{identifier}.{part}": x for part, x in value.items()})
+            else:
+                figures[identifier] = value
+    return _answer(figures, query)
+
+
+def subtasks_metrics(d: Dispatcher, jid: str, vid: str, query: dict[str, str], **_: Any) -> list[dict[str, Any]]:
+    rec = _job(d, jid)
+    if int(vid) not in rec.graph.vertices:
+        raise NotFoundError(f"job {jid} has no vertex {vid}", remedy=f"see 'flinkpy job show {jid}' for its vertices")
+    per_subtask = list(d.metrics.subtasks(jid, int(vid)).values())
+    available = sorted({n for f in per_subtask for n in f})
+    wanted = [n for n in (query.get("get") or "").split(",") if n]
+    if not wanted:
+        return [{"id": n} for n in available]
+    aggs = [a for a in (query.get("agg") or "min,max,avg,sum").split(",") if a in ("min", "max", "avg", "sum")]
+    out = []
+    for name in wanted:
+        values = [f[name] for f in per_subtask if name in f]
+        if not values:
+            continue
+        all_aggs = {"min": min(values), "max": max(values), "avg": sum(values) / len(values), "sum": sum(values)}
+        out.append({"id": name, **{a: all_aggs[a] for a in aggs}})
+    return out
+
+
+def taskmanager_metrics(d: Dispatcher, tm: str, query: dict[str, str], **_: Any) -> list[dict[str, Any]]:
+    with d.lock:
+        if tm not in d.taskmanagers:
+            raise NotFoundError(f"TaskManager {tm} is not registered", remedy="see 'flinkpy cluster status' for the ids")
+    return _answer(d.metrics.taskmanager(tm), query)
+
+
+# -- Prometheus --------------------------------------------------------------------------------
+
+
+def _samples(d: Dispatcher) -> Iterator[Sample]:
+    now = now_ms()
+    with d.lock:
+        jobs = [(jid, rec) for jid, rec in d.jobs.items()]
+        tms = [(tm.tm_id, tm.host) for tm in d.taskmanagers.values()]
+        job_rows = []
+        for jid, rec in jobs:
+            g = rec.graph
+            executions = {(e.vertex_id, e.subtask): e for e in g.executions.values()}
+            job_rows.append((jid, g.name, g.state, job_figures(rec, now), dict(g.vertices), executions))
+    for tm_id, host in tms:
+        for name, value in d.metrics.taskmanager(tm_id).items():
+            yield "taskmanager", name, {"tm_id": tm_id, "host": host}, value
+    for jid, job_name, state, figures, vertices, executions in job_rows:
+        job_labels = {"job_id": jid, "job_name": job_name}
+        for name, value in figures.items():
+            yield "jobmanager_job", name, job_labels, value
+        if state in ("FINISHED", "FAILED", "CANCELED"):
+            continue  # a finished job's task figures are history, not live series
+        for (vid, subtask), report in sorted(d.metrics.subtask_reports(jid).items()):
+            ex = executions.get((vid, subtask))
+            if ex is not None and ex.attempt != report.attempt:
+                continue  # a failed attempt's last figures; the new attempt has not reported yet
+            labels = {**job_labels, "task_id": str(vid), "task_name": vertices.get(vid, {}).get("name", str(vid)),
+                      "subtask_index": str(subtask), "task_attempt_num": str(report.attempt),
+                      "tm_id": (ex.tm_id if ex is not None else None) or ""}
+            for name, value in report.figures.items():
+                yield "taskmanager_job_task", name, labels, value
+            for m in report.user:
+                yield from _user_samples(labels, m)
+
+
+def _user_samples(task_labels: dict[str, str], m: dict[str, Any]) -> Iterator[Sample]:
+    """A user metric in Flink's operator scope; key/value groups become labels."""
+    labels = {**task_labels, "operator_name": str(m.get("operator", ""))}
+    labels.update({k.strip("<>"): str(v) for k, v in (m.get("variables") or {}).items() if k != "<operator_name>"})
+    scope = "_".join(["taskmanager_job_task_operator", *m.get("logical_scope", [])])
+    value = m.get("value")
+    if isinstance(value, dict):
+        for part, v in value.items():
+            yield scope, f"{m['name']}_{part}", labels, v
+    else:
+        yield scope, str(m["name"]), labels, value
+
+
+def prometheus(d: Dispatcher, **_: Any) -> str:
+    """``GET /metrics``: every live figure of the cluster in Prometheus' text format."""
+    return exposition(_samples(d))
