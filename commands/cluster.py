@@ -13,8 +13,9 @@ from rich.table import Table
 
 from commands.context import client, cluster_home, load_cli_config, token_of
 from commands.output import emit_json, out, progress, status
-from commands.options import Dynamic, JobManager, JsonFlag, duration_seconds
+from commands.options import Dynamic, JobManager, JsonFlag, Wide, duration_seconds
 from commands.session import session
+from commands.tables import Column, render
 from flinkpy.config import parse_override
 from flinkpy.errors import ClusterUnreachableError, UsageError
 
@@ -107,9 +108,10 @@ def add_taskmanager(
 ) -> None:
     """Start one more TaskManager for the running cluster.
 
-    Adds capacity, or replaces a TaskManager that was lost: a job whose restart waits for
-    slots ('flinkpy job show' says so in its history) continues as soon as the new
-    TaskManager has registered. Prints the new TaskManager's id and pid. It gets as many
+    Adds capacity. A TaskManager that dies is started again by the cluster's supervisor; this
+    replaces one by hand when restarts are off or the supervisor gave up on it: a job whose
+    restart waits for slots ('flinkpy job show' says so in its history) continues as soon as
+    the new TaskManager has registered. Prints the new TaskManager's id and pid. It gets as many
     slots as the cluster's TaskManagers have (as 'cluster start --slots' gave them), unless
     --slots or -D taskmanager.numberOfTaskSlots says otherwise.
 
@@ -201,8 +203,10 @@ def stop(
 
 
 @app.command("status")
-def cluster_status(json_: JsonFlag = False) -> None:
-    """Show the running cluster: its JobManager, TaskManagers, slots and jobs.
+def cluster_status(wide: Wide = False, json_: JsonFlag = False) -> None:
+    """Show the running cluster: its supervisor, JobManager, TaskManagers, slots and jobs.
+
+    Each TaskManager's row says how often the supervisor started it again after it died.
 
     With high availability: which JobManager leads (and its epoch), the standbys, and the state
     of the ZooKeeper session.
@@ -240,8 +244,15 @@ def cluster_status(json_: JsonFlag = False) -> None:
         emit_json(doc)
         return
     console = out()
+    doc = info.to_dict()
+    supervisor = doc.get("supervisor")
+    if supervisor is not None:
+        state = f"pid {supervisor['pid']}" if supervisor.get("alive") else "not running: dead processes are not started again"
+        console.print(f"Supervisor: {state} (log {supervisor['log']})", markup=False)
     if info.ha is None:
-        console.print(f"JobManager: pid {info.jobmanager_pid}, REST address {info.rest_address}", markup=False)
+        restarted = info.jobmanager.restarts
+        console.print(f"JobManager: pid {info.jobmanager_pid}, REST address {info.rest_address}"
+                      + (f", restarted {restarted} time(s)" if restarted else ""), markup=False)
     else:
         ha_doc = info.to_dict()["high_availability"]
         leader = ha_doc["leader"]
@@ -263,15 +274,13 @@ def cluster_status(json_: JsonFlag = False) -> None:
         f"{overview.get('jobs-cancelled', 0)} cancelled, {overview.get('jobs-failed', 0)} failed",
         markup=False,
     )
-    table = Table(title="TaskManagers", title_justify="left")
-    for column in ("ID", "PID", "Host", "Slots", "Free", "Last heartbeat"):
-        table.add_column(column)
-    for tm in tms:
-        table.add_row(
-            str(tm.get("id")), str(tm.get("pid")), str(tm.get("host", "")), str(tm.get("slotsNumber", "?")),
-            str(tm.get("freeSlots", "?")), f"{tm.get('timeSinceLastHeartbeat', '?')} ms ago",
-        )
-    console.print(table)
+    restarts = {tm.id: tm.restarts for tm in info.taskmanagers}
+    columns = [Column("ID"), Column("PID"), Column("Host", drop=2), Column("Slots", justify="right"), Column("Free", justify="right"),
+               Column("Restarts", justify="right", drop=1), Column("Last heartbeat", justify="right", drop=3)]
+    rows = [[str(tm.get("id")), str(tm.get("pid")), str(tm.get("host", "")), str(tm.get("slotsNumber", "?")),
+             str(tm.get("freeSlots", "?")), str(restarts.get(str(tm.get("id")), 0)), f"{tm.get('timeSinceLastHeartbeat', '?')} ms ago"]
+            for tm in tms]
+    render(console, columns, rows, title="TaskManagers", wide=wide)
 
 
 def _no_leader(info: ClusterInfo) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -132,6 +133,13 @@ def test_a_killed_taskmanager_is_started_again_and_the_job_runs_again(flinkpy_ho
         assert doc["restarts"] >= 1
         assert {s["taskmanager-id"] for v in doc["vertices"] for s in v["subtasks"]} == {"tm-1"}
         assert "started taskmanager tm-1 again" in (flinkpy_home / "log" / "supervisor.log").read_text()
+        # people see it too: the supervisor, and tm-1's restart in its row
+        text = cli("cluster", "status", env={"COLUMNS": "100"}).stdout
+        assert text.startswith("Supervisor: pid "), text
+        header = next(line for line in text.splitlines() if "Restarts" in line)
+        row = next(line for line in text.splitlines() if re.match(r"│ tm-1 ", line))
+        cells = lambda line: [c.strip() for c in re.split(r"[┃│]", line)]  # noqa: E731
+        assert cells(row)[cells(header).index("Restarts")] == "1", text
         assert cli("cancel", jid).returncode == 0
     finally:
         with all_gone_after(pids + [tm["pid"] for tm in cli_json("cluster", "status")["cluster"]["taskmanagers"]]):
