@@ -68,6 +68,9 @@ def test_restart_waits_for_a_taskmanager_and_resumes_when_one_is_added(flinkpy_h
         doc = show()
         assert doc["restarts"] >= 1
         assert {s["taskmanager-id"] for v in doc["vertices"] for s in v["subtasks"]} == {new_tm}
+        # the wait was retried on every tick; the JobManager's log says it once
+        jm_log = (flinkpy_home / "log" / "jobmanager.log").read_text()
+        assert jm_log.count(f"job {jid} waits for 2 slot(s) to restart") == 1, jm_log[-3000:]
         restored = json.loads(cli("checkpoint", "list", jid, "--json").stdout)["latest"]["restored"]
         assert restored is not None and restored["id"] >= 2
         assert cli("cancel", jid).returncode == 0

@@ -26,6 +26,9 @@ log = logging.getLogger("flinkpy.jobmanager")
 class Restarts:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
+        #: the wait for slots last logged per job: a restart is retried on every tick, the log
+        #: says it once (and again when the figures change)
+        self._logged_wait: dict[str, str] = {}
 
     def restart(self, job_id: str, keys: frozenset[tuple[int, int]]) -> None:
         """Find slots for the restarted subtasks (those whose TaskManager is gone need new ones),
@@ -41,10 +44,13 @@ class Restarts:
                 f"job {job_id} waits for {len(lost)} slot(s) to restart ({slots.available} free): "
                 "start a TaskManager or wait for the lost one to come back"
             )
-            log.warning(message)
+            if self._logged_wait.get(job_id) != message:
+                self._logged_wait[job_id] = message
+                log.warning(message)
             # bounded by slot.request.timeout: then it is a failed attempt of the restart strategy
             d.perform(job_id, g.waiting_for_slots(keys, message, now_ms(), rec.options.slot_request_timeout_ms))
             return
+        self._logged_wait.pop(job_id, None)
         new_slots = {i: slots.allocate_one(job_id) for i in lost}
         latest = rec.checkpointing.latest_restore_point()
         if latest is not None:
