@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import psutil
 import pytest
@@ -120,6 +120,35 @@ def all_gone_after(pids: list[int], timeout: float = 10):
     yield
     _, alive = psutil.wait_procs(tree, timeout=timeout)
     assert not alive, f"processes left behind after cluster stop: {alive}"
+
+
+@contextlib.contextmanager
+def running_cluster(home_path: Path, *, taskmanagers: int = 1, slots: int = 1, config: str = "") -> Iterator[Any]:
+    """A cluster started in ``home_path`` (with ``config`` as its flinkpy.yaml), stopped at the
+    end with none of its processes left behind; yields its ClusterInfo."""
+    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
+
+    if config:
+        (home_path / "flinkpy.yaml").write_text(config)
+    home = ClusterHome(home_path)
+    info = start_cluster(home, taskmanagers=taskmanagers, slots=slots, rest_port=0)
+    try:
+        yield info
+    finally:
+        with all_gone_after([info.jobmanager_pid, *(tm.pid for tm in info.taskmanagers)]):
+            stop_cluster(home, timeout_s=10)
+
+
+@contextlib.contextmanager
+def module_cluster(tmp_path_factory: pytest.TempPathFactory, name: str, *, taskmanagers: int = 2, slots: int = 2) -> Iterator[Path]:
+    """For a module-scoped fixture: a cluster in a home of its own, which FLINKPY_HOME names
+    while the module runs; yields the home's path."""
+    path = tmp_path_factory.mktemp(name)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLINKPY_HOME", str(path))
+        mp.delenv("FLINKPY_JOBMANAGER", raising=False)
+        with running_cluster(path, taskmanagers=taskmanagers, slots=slots):
+            yield path
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:

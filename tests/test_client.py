@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import all_gone_after, wait_for
+from conftest import module_cluster, wait_for
 from flinkpy.checkpoint.retention import dispose
 from flinkpy.client.chaos import ChaosEvent, run_chaos
 from flinkpy.client.client import Client
@@ -36,19 +36,8 @@ OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
-
-    path = tmp_path_factory.mktemp("client-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLINKPY_HOME", str(path))
-        mp.delenv("FLINKPY_JOBMANAGER", raising=False)
-        info = start_cluster(ClusterHome(path), taskmanagers=2, slots=2, rest_port=0)
-        pids = [info.jobmanager_pid] + [tm.pid for tm in info.taskmanagers]
-        try:
-            yield path
-        finally:
-            with all_gone_after(pids):
-                stop_cluster(ClusterHome(path), timeout_s=10)
+    with module_cluster(tmp_path_factory, "client-home") as path:
+        yield path
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, all_gone_after, run_cli, wait_for
+from conftest import ROOT, run_cli, running_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,16 +27,8 @@ MAX = 64 * 1024
 @pytest.fixture
 def small_logs_cluster(flinkpy_home: Path):
     """One TaskManager whose .log/.out rotate at 64 KiB, keeping 2 rotated files."""
-    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
-
-    (flinkpy_home / "flinkpy.yaml").write_text("log.file.max-size: 64 kb\nlog.file.max-backups: 2\n")
-    home = ClusterHome(flinkpy_home)
-    info = start_cluster(home, taskmanagers=1, slots=1, rest_port=0)
-    try:
+    with running_cluster(flinkpy_home, config="log.file.max-size: 64 kb\nlog.file.max-backups: 2\n") as info:
         yield info
-    finally:
-        with all_gone_after([info.jobmanager_pid, info.taskmanagers[0].pid]):
-            stop_cluster(home, timeout_s=10)
 
 
 def _follower(*args: str) -> subprocess.Popen:

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import all_gone_after, run_cli, wait_for
+from conftest import module_cluster, run_cli, wait_for
 
 JOB = """
 import time
@@ -67,19 +67,8 @@ env.execute("live-metrics")
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
-
-    path = tmp_path_factory.mktemp("metrics-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLINKPY_HOME", str(path))
-        mp.delenv("FLINKPY_JOBMANAGER", raising=False)
-        info = start_cluster(ClusterHome(path), taskmanagers=2, slots=2, rest_port=0)
-        pids = [info.jobmanager_pid] + [tm.pid for tm in info.taskmanagers]
-        try:
-            yield path
-        finally:
-            with all_gone_after(pids):
-                stop_cluster(ClusterHome(path), timeout_s=10)
+    with module_cluster(tmp_path_factory, "metrics-home") as path:
+        yield path
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess:

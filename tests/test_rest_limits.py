@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from conftest import all_gone_after, run_cli, wait_for
+from conftest import run_cli, running_cluster, wait_for
 
 READ_TIMEOUT_S = 1.0
 HUGE = 300 << 20
@@ -28,16 +28,8 @@ HUGE = 300 << 20
 @pytest.fixture
 def guarded_cluster(flinkpy_home: Path):
     """One JobManager and TaskManager whose REST server has a 1 s read timeout and 4 threads."""
-    from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
-
-    (flinkpy_home / "flinkpy.yaml").write_text("rest.server.read-timeout: 1 s\nrest.server.numThreads: 4\n")
-    home = ClusterHome(flinkpy_home)
-    info = start_cluster(home, taskmanagers=1, slots=1, rest_port=0)
-    try:
+    with running_cluster(flinkpy_home, config="rest.server.read-timeout: 1 s\nrest.server.numThreads: 4\n") as info:
         yield info
-    finally:
-        with all_gone_after([info.jobmanager_pid, info.taskmanagers[0].pid]):
-            stop_cluster(home, timeout_s=10)
 
 
 def _connect(info) -> socket.socket:
