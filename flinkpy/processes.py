@@ -7,6 +7,7 @@ tells them apart. Used for the cluster's and the local ZooKeeper's process recor
 from __future__ import annotations
 
 import os
+from typing import Any, Iterable
 
 
 def create_time(pid: int) -> float:
@@ -17,6 +18,21 @@ def create_time(pid: int) -> float:
         return psutil.Process(pid).create_time()
     except psutil.Error:
         return 0.0
+
+
+def process_tree(pids: "Iterable[int]") -> list[Any]:
+    """The processes ``pids`` and all their descendants, as psutil handles (ones already gone
+    are left out): taken before a stop, so that grandchildren are waited for too."""
+    import psutil
+
+    tree: list[Any] = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            tree += [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return tree
 
 
 def running(pid: int, started: float) -> bool:

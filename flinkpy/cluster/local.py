@@ -19,7 +19,7 @@ from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, a
 from flinkpy.cluster.spawning import spawn, wait_gone
 from flinkpy.cluster.supervision import RestartPolicy, policies_from_config
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
-from flinkpy.processes import create_time, log_tail
+from flinkpy.processes import create_time, log_tail, process_tree
 
 
 def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> dict[str, Any]:
@@ -308,13 +308,7 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
     _stop_supervisor(info)
     info = read_record(home) or info  # what the supervisor started last is in the record
     procs = [p for p in [*info.taskmanagers, *(info.jobmanagers or [info.jobmanager])] if alive(p)]
-    tree: list[psutil.Process] = []
-    for p in procs:
-        try:
-            root = psutil.Process(p.pid)
-            tree += [root, *root.children(recursive=True)]
-        except psutil.Error:
-            pass
+    tree = process_tree(p.pid for p in procs)
     for p in procs:
         try:
             os.kill(p.pid, signal.SIGTERM)
@@ -416,13 +410,7 @@ class EmbeddedCluster:
         record = read_record(self.home)
         # processes the supervisor started again are not our children: they are in the record
         restarted = [p.pid for p in [*record.taskmanagers, record.jobmanager] if alive(p)] if record is not None else []
-        tree: list[psutil.Process] = []
-        for pid in [p.pid for p in self._procs] + [pid for pid in restarted if pid not in {p.pid for p in self._procs}]:
-            try:
-                root = psutil.Process(pid)
-                tree += [root, *root.children(recursive=True)]
-            except psutil.Error:
-                pass
+        tree = process_tree([p.pid for p in self._procs] + [pid for pid in restarted if pid not in {p.pid for p in self._procs}])
         for p in reversed(self._procs):  # TaskManagers first, then the JobManager
             if p.poll() is None:
                 p.terminate()

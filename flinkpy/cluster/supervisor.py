@@ -33,7 +33,7 @@ from typing import Any
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, record_lock, write_record
 from flinkpy.cluster.spawning import spawn, wait_gone
 from flinkpy.cluster.supervision import Action, ClusterLost, GiveUp, RestartPolicy, Respawn, Supervision, Waiting
-from flinkpy.processes import create_time, running
+from flinkpy.processes import create_time, process_tree, running
 
 log = logging.getLogger("flinkpy.supervisor")
 
@@ -169,14 +169,7 @@ class Supervisor:
 
         info = read_record(self.home)
         procs = [p for _, p in supervised_processes(info).values()] if info is not None else []
-        tree: list[psutil.Process] = []
-        for p in procs:
-            if alive(p):
-                try:
-                    root = psutil.Process(p.pid)
-                    tree += [root, *root.children(recursive=True)]
-                except psutil.Error:
-                    pass
+        tree = process_tree(p.pid for p in procs if alive(p))
         for p in tree:
             try:
                 p.kill()  # nobody waits for a graceful end: the job's client is gone

@@ -265,16 +265,9 @@ def master_json(webui_port: int, timeout_s: float = 2.0) -> dict[str, Any] | Non
 
 def descendants(pids: list[int]) -> list[Any]:
     """The processes ``pids`` and everything they started (executors, their Python workers)."""
-    import psutil
+    from flinkpy.processes import process_tree
 
-    out = []
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            out += [root, *root.children(recursive=True)]
-        except psutil.Error:
-            continue
-    return out
+    return process_tree(pids)
 
 
 # --------------------------------------------------------------------------- start / stop / status
