@@ -56,9 +56,11 @@ def start(
     same id and log files, after a backoff (resourcemanager.taskmanager-restart.*: enabled,
     backoff.initial 1 s doubling to backoff.max 1 min, reset after a run of
     backoff.reset-threshold, given up after max-attempts restarts in a row), so a job that lost
-    slots runs again without 'cluster add-taskmanager'. With high availability it starts a dead
-    JobManager again too, as a standby (high-availability.jobmanager-restart.enabled).
-    'cluster status --json' shows each process's restarts and the supervisor.
+    slots runs again without 'cluster add-taskmanager'. It starts a dead JobManager again too
+    (high-availability.jobmanager-restart.enabled): with high availability as a standby;
+    without, as a fresh JobManager at the same REST address, without the jobs the old one ran
+    (resume them with 'flinkpy run --from-latest DIR'), and the TaskManagers register with it.
+    'cluster status' shows each process's restarts and the supervisor.
 
     Examples:
 

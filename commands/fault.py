@@ -295,7 +295,8 @@ def kill_jobmanager(yes: Annotated[bool, typer.Option("--yes", help="Kill it eve
     With high availability the leader ZooKeeper names is killed: a standby takes over after
     the ZooKeeper session timeout and recovers the running jobs from their latest checkpoints;
     the TaskManagers follow it. Without high availability the jobs are lost with the
-    JobManager and its TaskManagers stop: then this refuses unless --yes is given.
+    JobManager (the supervisor starts a fresh one, and the TaskManagers register with it):
+    then this refuses unless --yes is given.
 
     Exit status: 0 when killed; 3 when no cluster runs (or no leader is elected); 9 without
     --yes on a cluster without high availability.

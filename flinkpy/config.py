@@ -217,7 +217,7 @@ SCHEMA: dict[str, Option] = {
         _option("resourcemanager.taskmanager-restart.backoff.max", DurationType(), 60_000, "Longest wait between restarts of a process that keeps dying."),
         _option("resourcemanager.taskmanager-restart.backoff.reset-threshold", DurationType(), 60_000, "A process that ran this long before it died is restarted after the initial backoff again (not a crash loop)."),
         _option("resourcemanager.taskmanager-restart.max-attempts", IntType(1), 10, "Restarts in a row (each process dying within the reset threshold) after which the supervisor gives up on it."),
-        _option("high-availability.jobmanager-restart.enabled", BoolType(), True, "With high availability, the supervisor starts a JobManager that died again (it joins as a standby), with the TaskManagers' backoff."),
+        _option("high-availability.jobmanager-restart.enabled", BoolType(), True, "The supervisor starts a JobManager that died again, with the TaskManagers' backoff: with high availability it joins as a standby; without, a background cluster gets a fresh JobManager at the same REST address, without the old one's jobs."),
         _option("taskmanager.network.memory.buffers-per-channel", IntType(0), 2, "Exclusive network buffers (credit) per input channel."),
         _option("taskmanager.network.memory.floating-buffers-per-gate", IntType(0), 8, "Floating network buffers shared by the channels of an input gate."),
         _option("taskmanager.memory.segment-size", MemorySizeType(), 32 * 1024, "Size of one network buffer."),

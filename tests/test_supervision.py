@@ -62,11 +62,18 @@ def test_disabled_restarts_and_a_lost_jobmanager_without_ha() -> None:
     off.started("tm-1", "taskmanager", 0)
     assert off.exited("tm-1", 5) == [GiveUp("tm-1", "restarts are disabled")]
 
+    # an embedded cluster (restart_lone_jobmanager False) ends with its JobManager
     s = Supervision({"taskmanager": POLICY, "jobmanager": POLICY}, ha=False)
     s.started("jobmanager", "jobmanager", 0)
     s.started("tm-1", "taskmanager", 0)
     assert isinstance(s.exited("jobmanager", 10)[0], ClusterLost)
     assert isinstance(s.exited("tm-1", 20)[0], GiveUp)  # it stops with its JobManager
+    # a background cluster's lone JobManager is started again, and its TaskManagers too
+    bg = Supervision({"taskmanager": POLICY, "jobmanager": POLICY}, ha=False, restart_lone_jobmanager=True)
+    bg.started("jobmanager", "jobmanager", 0)
+    bg.started("tm-1", "taskmanager", 0)
+    assert bg.exited("jobmanager", 10) == [Waiting("jobmanager", 100, 1)]
+    assert bg.exited("tm-1", 20) == [Waiting("tm-1", 100, 1)]
     ha = Supervision({"taskmanager": POLICY, "jobmanager": POLICY}, ha=True)
     ha.started("jm-1", "jobmanager", 0)
     assert ha.exited("jm-1", 10) == [Waiting("jm-1", 100, 1)]
@@ -163,6 +170,43 @@ def processes_of(home: Path) -> list[psutil.Process]:
         except psutil.Error:
             pass
     return found
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_jobmanager_without_ha_comes_back_at_the_same_address(flinkpy_home: Path, cli, tmp_path: Path) -> None:
+    """A background cluster without HA: its JobManager, SIGKILLed, is started again at the same
+    REST address, its TaskManagers register with the new one, and jobs run on it (the old
+    job is gone with the old JobManager, as in Flink without HA)."""
+    started = cli_json("cluster", "start", "--taskmanagers", "2", "--rest-port", "0",
+                       "-D", "resourcemanager.taskmanager-restart.backoff.initial=200ms")
+    old_jm = started["jobmanager"]
+    try:
+        job = tmp_path / "job.py"
+        job.write_text(FOREVER)
+        res = cli("run", "-d", "--json", str(job))
+        assert res.returncode == 0, res.stderr
+        os.kill(old_jm["pid"], signal.SIGKILL)
+
+        def healed() -> dict[str, Any] | None:
+            res = cli("cluster", "status", "--json")
+            if res.returncode != 0:
+                return None
+            doc = json.loads(res.stdout)
+            ready = (doc["cluster"]["jobmanager"]["pid"] != old_jm["pid"] and doc["overview"]["taskmanagers"] == 2
+                     and doc["cluster"]["rest_address"] == started["rest_address"])
+            return doc if ready else None
+
+        doc = wait_for(healed, timeout=60, message="a new JobManager at the same address, with both TaskManagers")
+        assert doc["cluster"]["jobmanager"]["restarts"] == 1
+        assert cli_json("list", "-a")["jobs"] == []  # without HA the old job went with its JobManager
+        res = cli("run", "-d", "--json", str(job))
+        assert res.returncode == 0, res.stderr
+        jid = json.loads(res.stdout)["jobs"][0]["jid"]
+        wait_for(lambda: running_everywhere(jid), timeout=30, message="a new job running on the healed cluster")
+        assert "the jobs it ran are gone" in (flinkpy_home / "log" / "supervisor.log").read_text()
+    finally:
+        res = cli("cluster", "stop", "--timeout", "10s")
+        assert res.returncode == 0, res.stderr
 
 
 @pytest.mark.timeout(90)

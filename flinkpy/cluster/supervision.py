@@ -14,8 +14,11 @@ The rules:
 - after ``max-attempts`` restarts in a row without such a stable run the supervisor gives up on
   that process (it keeps crashing at start-up: its log says why), and says so;
 - with high availability a dead JobManager is started again the same way (it joins the election
-  as a standby); without it the JobManager is the cluster: when it dies nothing is restarted
-  (the TaskManagers stop with it) and supervision ends.
+  as a standby). Without it, a background cluster's JobManager is started again too, as a fresh
+  one without the jobs (as a Kubernetes deployment restarts a JobManager pod without HA): the
+  TaskManagers, which stop with it, are started again and register with the new one. An
+  embedded cluster's JobManager is the cluster of its one job: when it dies nothing is
+  restarted and supervision ends.
 
 >>> policy = RestartPolicy(initial_backoff_ms=100, max_backoff_ms=1000)
 >>> s = Supervision({"taskmanager": policy}, ha=False)
@@ -104,6 +107,9 @@ class Supervision:
 
     policies: dict[str, RestartPolicy]
     ha: bool
+    #: without high availability, start a dead JobManager again (a background cluster's): a
+    #: fresh one; False (an embedded cluster's), the cluster ends with it
+    restart_lone_jobmanager: bool = False
     processes: dict[str, Supervised] = field(default_factory=dict)
     #: set once a JobManager without high availability died: nothing is restarted any more
     lost: bool = False
@@ -122,7 +128,7 @@ class Supervision:
         proc = self.processes.get(proc_id)
         if proc is None or proc.state != "RUNNING":
             return []
-        if proc.kind == "jobmanager" and not self.ha:
+        if proc.kind == "jobmanager" and not self.ha and not self.restart_lone_jobmanager:
             self.lost = True
             proc.state = "GAVE_UP"
             return [ClusterLost(f"the JobManager {proc_id} died; without high availability the cluster ends with it")]

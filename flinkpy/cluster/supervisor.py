@@ -53,12 +53,26 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def pin_rest_port(argv: list[str], rest_address: str) -> list[str]:
+    """``argv`` with its ``--rest-port`` set to the port of ``rest_address``.
+
+    >>> pin_rest_port(["jm", "--rest-port", "0", "--home", "h"], "http://127.0.0.1:40123")
+    ['jm', '--rest-port', '40123', '--home', 'h']
+    """
+    port = rest_address.rstrip("/").rsplit(":", 1)[-1]
+    out = list(argv)
+    if "--rest-port" in out and port.isdigit():
+        out[out.index("--rest-port") + 1] = port
+    return out
+
+
 class Supervisor:
     """The I/O around :class:`Supervision`: polls the record's processes, carries out its actions."""
 
     def __init__(self, home: ClusterHome, policies: dict[str, RestartPolicy], ha: bool, client: tuple[int, float] | None, remove_home: bool):
         self.home = home
-        self.state = Supervision(policies, ha=ha)
+        # a background cluster's lone JobManager is started again (fresh); an embedded one's is not
+        self.state = Supervision(policies, ha=ha, restart_lone_jobmanager=not ha and client is None)
         self.client = client
         self.remove_home = remove_home
         self.stopping = threading.Event()
@@ -119,6 +133,12 @@ class Supervisor:
             log.warning("%s; TaskManagers are not restarted", action.reason)
         elif isinstance(action, Respawn) and not self.stopping.is_set():
             kind, proc = procs[action.proc_id]
+            if kind == "jobmanager" and info.ha is None:
+                # the new JobManager answers where the old one did: the record's REST address
+                # (a port chosen as 0 at start would otherwise change) stays true
+                proc.argv = pin_rest_port(proc.argv, info.rest_address)
+                log.warning("jobmanager %s started again without high availability: the jobs it ran are gone "
+                            "(resume them from their checkpoints: flinkpy run --from-latest DIR)", proc.id)
             return self._respawn(kind, proc)
         return False
 
