@@ -170,11 +170,13 @@ def test_user_metrics_are_reported_with_the_task(home: Path, job: str) -> None:
 def test_taskmanagers_report_cpu_and_memory(home: Path, job: str) -> None:
     def reported() -> Any:
         tms = rest(home).taskmanagers()
-        return tms if all((tm.get("metrics") or {}).get("Status.ProcessTree.Memory.RSS", 0) > 10 << 20 for tm in tms) else None
+        memory = all((tm.get("metrics") or {}).get("Status.ProcessTree.Memory.RSS", 0) > 10 << 20 for tm in tms)
+        # CPU usage is a rate between two samples: the first report of a TaskManager has none yet
+        cpu = any((tm.get("metrics") or {}).get("Status.ProcessTree.CPU.Usage", 0) > 0 for tm in tms)
+        return tms if memory and cpu else None
 
-    tms = wait_for(reported, 20, message="TaskManager resources reported")
+    tms = wait_for(reported, 30, message="TaskManager memory and CPU reported")
     assert sum(tm["metrics"]["numRunningTasks"] for tm in tms) == 3
-    assert any(tm["metrics"]["Status.ProcessTree.CPU.Usage"] > 0 for tm in tms)
 
 
 @pytest.mark.timeout(60)
