@@ -1,5 +1,6 @@
 """The DataStream API, shaped like ``pyflink.datastream``: rename the imports and run."""
 
+from flinkpy.datastream.connected_streams import ConnectedStreams
 from flinkpy.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
 from flinkpy.datastream.functions import (
     AggregateFunction,
@@ -11,6 +12,9 @@ from flinkpy.datastream.functions import (
     WindowFunction,
     CoFlatMapFunction,
     CoMapFunction,
+    CoProcessFunction,
+    KeyedCoProcessFunction,
+    Partitioner,
     FilterFunction,
     FlatMapFunction,
     Function,
@@ -42,6 +46,10 @@ __all__ = [
     "CloseableIterator",
     "CoFlatMapFunction",
     "CoMapFunction",
+    "CoProcessFunction",
+    "ConnectedStreams",
+    "KeyedCoProcessFunction",
+    "Partitioner",
     "DataStream",
     "DataStreamSink",
     "FilterFunction",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from flinkpy.errors import InvalidProgramError
 from flinkpy.graph.stream_graph import (
     BROADCAST,
+    CUSTOM,
     FORWARD,
     GLOBAL,
     HASH,
@@ -349,6 +350,30 @@ class DataStream:
     def global_(self) -> "DataStream":
         """Send every record to the first subtask of the next operator."""
         return self._partition(GLOBAL)
+
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> "DataStream":
+        """Send each record to the subtask ``partitioner.partition(key, num_partitions)`` picks
+        for its key ``key_selector(value)`` (a Partitioner, or a function of the same two
+        arguments). An answer outside ``0..num_partitions-1`` fails the job with a message that
+        names it. Unlike ``key_by``, the next operator is not keyed.
+        """
+        from flinkpy.datastream.connected_streams import CustomPartitioning
+
+        _check_function(partitioner, "partition", "partition_custom")
+        _check_function(key_selector, "get_key", "partition_custom")
+        key = key_selector.get_key if hasattr(key_selector, "get_key") else key_selector
+        select = CustomPartitioning(partitioner, key)
+        return DataStream(self._env, tuple(StreamRef(r.node_id, CUSTOM, select, r.side_tag) for r in self._refs))
+
+    def connect(self, ds: Any) -> Any:
+        """Connect ``ds`` to this stream for a two-input operator: a
+        :class:`~flinkpy.datastream.ConnectedStreams` whose functions take each input's records
+        with their own method (``map1``/``map2``, ``process_element1``/``process_element2``)."""
+        from flinkpy.datastream.connected_streams import ConnectedStreams
+
+        if isinstance(self, KeyedStream) and isinstance(ds, KeyedStream):
+            return ConnectedStreams(self._origin, ds._origin, (self._selector, ds._selector))
+        return ConnectedStreams(self, ds)
 
     def project(self, *field_indexes: int) -> "DataStream":
         """Keep the given fields of tuple records, in that order.

@@ -18,7 +18,7 @@ from typing import Any
 import cloudpickle
 
 from flinkpy.errors import InvalidProgramError
-from flinkpy.graph.stream_graph import FORWARD, HASH, REBALANCE, RESCALE, StreamGraph, StreamNode
+from flinkpy.graph.stream_graph import CUSTOM, FORWARD, HASH, REBALANCE, RESCALE, StreamGraph, StreamNode
 
 PACT = {"source": "Data Source", "sink": "Data Sink"}
 
@@ -72,6 +72,8 @@ class JobEdge:
     target: int
     partitioner: str
     source_node: int  # the stream node in the source vertex that writes this edge
+    #: the input of the target vertex's head it feeds: 1, or 2 (a two-input operator's second)
+    type_number: int = 1
 
 
 @dataclass
@@ -104,7 +106,7 @@ class JobGraph:
                 for v in self.vertices.values()
             ],
             "edges": [
-                {"id": e.id, "source": e.source, "target": e.target, "partitioner": e.partitioner}
+                {"id": e.id, "source": e.source, "target": e.target, "partitioner": e.partitioner, "type_number": e.type_number}
                 for e in self.edges
             ],
         }
@@ -285,13 +287,14 @@ def _wire(
             target=vertex_id[chain_of[e.target]],
             partitioner=resolved[i],
             source_node=e.source,
+            type_number=e.type_number,
         )
         edges.append(edge)
         if e.side_tag is not None:
             ops[e.source].side_network.setdefault(e.side_tag, []).append(edge.id)
         else:
             ops[e.source].network_outputs.append(edge.id)
-        if resolved[i] == HASH:
+        if resolved[i] in (HASH, CUSTOM):
             key_selectors[edge.source][edge.id] = e.key_selector
     return edges
 
@@ -342,7 +345,7 @@ def execution_plan(job: JobGraph) -> dict[str, Any]:
                 "uids": v.uids,
                 "operator_ids": v.operator_ids,
                 "predecessors": [
-                    {"id": e.source, "ship_strategy": e.partitioner, "side": "second"}
+                    {"id": e.source, "ship_strategy": e.partitioner, "side": "second" if e.type_number == 2 else "first"}
                     for e in job.edges
                     if e.target == v.id
                 ],

@@ -20,7 +20,9 @@ SHUFFLE = "SHUFFLE"
 BROADCAST = "BROADCAST"
 HASH = "HASH"
 GLOBAL = "GLOBAL"
-PARTITIONERS = (FORWARD, REBALANCE, RESCALE, SHUFFLE, BROADCAST, HASH, GLOBAL)
+#: ``partition_custom``: the user's Partitioner picks the channel from the record's key
+CUSTOM = "CUSTOM"
+PARTITIONERS = (FORWARD, REBALANCE, RESCALE, SHUFFLE, BROADCAST, HASH, GLOBAL, CUSTOM)
 
 
 @dataclass
@@ -57,6 +59,8 @@ class StreamRef:
     key_selector: Callable | None = None
     #: read the upstream operator's side output with this OutputTag id instead of its main output
     side_tag: str | None = None
+    #: which input of a two-input operator this feeds (1, or 2 for the second connected stream)
+    type_number: int = 1
 
 
 @dataclass
@@ -66,6 +70,8 @@ class StreamEdge:
     partitioner: str | None
     key_selector: Callable | None = None
     side_tag: str | None = None
+    #: the input of the target it feeds: 1, or 2 for the second input of a two-input operator
+    type_number: int = 1
 
 
 class StreamGraph:
@@ -84,7 +90,7 @@ class StreamGraph:
         for ref in inputs:
             if ref.node_id not in self.nodes:
                 raise InvalidProgramError(f"operator {name!r} reads from an unknown stream")
-            self.edges.append(StreamEdge(ref.node_id, node.id, ref.partitioner, ref.key_selector, ref.side_tag))
+            self.edges.append(StreamEdge(ref.node_id, node.id, ref.partitioner, ref.key_selector, ref.side_tag, ref.type_number))
         return node
 
     def to_execute(self) -> StreamGraph:

@@ -176,6 +176,7 @@ class ExecutionGraph:
                     "source_vertex": e["source"],
                     "partitioner": e["partitioner"],
                     "producers": producers_of(e["partitioner"], up["parallelism"], self.vertices[ex.vertex_id]["parallelism"], ex.subtask),
+                    "type_number": e.get("type_number", 1),
                 }
             )
         return out

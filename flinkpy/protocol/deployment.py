@@ -22,6 +22,8 @@ class InputGateDeployment:
     source_vertex: int
     partitioner: str
     producers: list[int]
+    #: the input of the task's head operator it feeds: 1, or 2 (a two-input operator's second)
+    type_number: int = 1
 
 
 @dataclass(frozen=True)

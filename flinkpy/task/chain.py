@@ -10,6 +10,7 @@ from flinkpy.graph.job_graph import ChainedOperator, VertexPayload
 from flinkpy.metrics.groups import MetricRegistry
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.task import operators as ops
+from flinkpy.task import two_input
 from flinkpy.task.runtime_context import TaskRuntimeContext
 
 if TYPE_CHECKING:
@@ -121,6 +122,14 @@ class OperatorChain:
         elif spec.kind == "keyed_reduce":
             self.backend = self.backend or backend_factory()
             op = ops.KeyedReduceOperator(spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode)
+        elif spec.kind in two_input.NON_KEYED:
+            op = two_input.NON_KEYED[spec.kind](spec.name, spec.fn, out)
+        elif spec.kind in two_input.KEYED:
+            self.backend = self.backend or backend_factory()
+            op = two_input.KeyedCoProcessOperator(
+                spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode,
+                method=two_input.KEYED[spec.kind], key2=spec.params["key_selector2"],
+            )
         elif spec.kind in KEYED_METHOD:
             self.backend = self.backend or backend_factory()
             op = ops.KeyedProcessOperator(

@@ -1,6 +1,9 @@
 """The input processor of a task that reads input channels (every task but a source).
 
-One loop multiplexes the input channels and the control connection with a selector. Frames
+One loop multiplexes the input channels and the control connection with a selector. A
+two-input head (connected streams) gets the records of each channel through the method of the
+input that channel feeds; barriers are aligned and watermarks combined across the channels of
+both inputs alike, so its event time is the minimum of its two inputs'. Frames
 of a channel whose barrier arrived during an exactly-once alignment are held back and released,
 in order, once the alignment ends (:mod:`flinkpy.task.barriers` decides; this module only
 carries the decisions out). Watermarks and idleness go through the status watermark valve;
@@ -39,6 +42,12 @@ class InputProcessor:
         chain = task.chain
         #: the head's process method, cached for the hot path (a fault_raise replaces it)
         self.head: Callable[[list, list[int] | None], None] = chain.head.process
+        #: a two-input head's second input (connected streams); None for one-input heads
+        self.head2: Callable[[list, list[int] | None], None] | None = getattr(chain.head, "process2", None)
+        #: per channel: True when it feeds the head's second input
+        self._second = [t == 2 for t in task.input_types]
+        if any(self._second) and self.head2 is None:
+            raise TypeError(f"{task.describe} has a second input, but its head operator has one")
         self._head_watermark = chain.head.process_watermark
         self._head_status = chain.head.process_watermark_status
         n = len(self.inputs)
@@ -147,7 +156,10 @@ class InputProcessor:
             self.records_in += len(batch)
             if self.aligner.aligning:
                 self.alignment_bytes += len(data)
-            self.head(batch, timestamps)
+            if self._second[i]:
+                self.head2(batch, timestamps)  # type: ignore[misc]
+            else:
+                self.head(batch, timestamps)
             ch.return_credit()
         elif kind == net.WATERMARK:
             self._after_valve(self.valve.on_watermark(i, struct.unpack(">q", data)[0]))

@@ -138,24 +138,28 @@ class FlatMapOperator(Operator):
         self._f = _method(self.fn, "flat_map")
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
-        f = self._f
-        out: list = []
-        if timestamps is None:
-            extend = out.extend
-            for r in values:
-                res = f(r)
-                if res is not None:
-                    extend(res)
-            self.output.process(out, None)
-            return
-        ts_out: list[int] = []
-        for r, t in zip(values, timestamps):
+        flat_map_batch(self._f, values, timestamps, self.output)
+
+
+def flat_map_batch(f: Callable, values: list, timestamps: list[int] | None, output: Output) -> None:
+    """Run a flat-map function over a batch; each output carries its input's timestamp."""
+    out: list = []
+    if timestamps is None:
+        extend = out.extend
+        for r in values:
             res = f(r)
             if res is not None:
-                before = len(out)
-                out.extend(res)
-                ts_out.extend([t] * (len(out) - before))
-        self.output.process(out, ts_out)
+                extend(res)
+        output.process(out, None)
+        return
+    ts_out: list[int] = []
+    for r, t in zip(values, timestamps):
+        res = f(r)
+        if res is not None:
+            before = len(out)
+            out.extend(res)
+            ts_out.extend([t] * (len(out) - before))
+    output.process(out, ts_out)
 
 
 class FilterOperator(Operator):
@@ -292,11 +296,18 @@ class ProcessOperator(Operator):
 
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f = _method(self.fn, "process_element")
+        self._f = self._function()
         self._ctx = _ProcessContext(self)
 
+    def _function(self) -> Callable:
+        """The user's method for (the first) input's records."""
+        return _method(self.fn, "process_element")
+
     def process(self, values: list, timestamps: list[int] | None) -> None:
-        f, ctx = self._f, self._ctx
+        self._run(self._f, values, timestamps)
+
+    def _run(self, f: Callable, values: list, timestamps: list[int] | None) -> None:
+        ctx = self._ctx
         side = ctx.output  # yielded (OutputTag, value) pairs go where ctx.output sends them
         out: list = []
         if timestamps is None:
@@ -456,18 +467,26 @@ class KeyedProcessOperator(KeyedOperator):
 
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f = _method(self.fn, self.method)
+        self._f = self._function()
         self._ctx = _ProcessContext(self, self.timers)
         self._timer_ctx = _OnTimerContext(self, self.timers)
         self._on_timer = getattr(self.fn, "on_timer", None) if self.method == "process_element" else None
 
+    def _function(self) -> Callable:
+        """The user's method for (the first) input's records."""
+        return _method(self.fn, self.method)
+
     def process(self, values: list, timestamps: list[int] | None) -> None:
-        f, key, assign, backend, ctx = self._f, self.key, self.assign, self.backend, self._ctx
+        self._run(values, timestamps, self._f, self.key, self.method)
+
+    def _run(self, values: list, timestamps: list[int] | None, f: Callable, key: Callable, method: str) -> None:
+        """Run ``f`` (a ``method``: process_element, map, flat_map or filter) over a batch, each
+        record with its key's state, keyed by ``key``."""
+        assign, backend, ctx = self.assign, self.backend, self._ctx
         side = ctx.output
         set_key = backend.set_current_key_and_group
         out: list = []
         ts_out: list[int] | None = None if timestamps is None else []
-        method = self.method
         ts_iter = timestamps if timestamps is not None else [None] * len(values)
         for r, t in zip(values, ts_iter):
             k = key(r)

@@ -16,7 +16,7 @@ import random
 import time
 from typing import Any, Callable
 
-from flinkpy.graph.stream_graph import BROADCAST, FORWARD, GLOBAL, HASH, REBALANCE, RESCALE, SHUFFLE
+from flinkpy.graph.stream_graph import BROADCAST, CUSTOM, FORWARD, GLOBAL, HASH, REBALANCE, RESCALE, SHUFFLE
 import struct
 
 from flinkpy.network import channels as net
@@ -67,6 +67,12 @@ class RecordWriter:
                 position[compute_operator_index_for_key_group(max_parallelism, consumer_parallelism, kg)]
                 for kg in range(max_parallelism)
             ]
+        if partitioner == CUSTOM:
+            if key_selector is None:
+                raise ValueError("a CUSTOM edge needs a channel selector")
+            #: (record, number of consumers) -> consumer subtask: the user's Partitioner
+            self._select = key_selector
+            self._position = {ch.consumer: i for i, ch in enumerate(channels)}
         self.emit = self._choose_emit()
 
     # -- the Output interface (operators call these) -----------------------------------------
@@ -95,6 +101,8 @@ class RecordWriter:
         if self.partitioner == SHUFFLE:
             choice = self._rng.randrange
             return [choice(n) for _ in values]
+        if self.partitioner == CUSTOM:
+            return [self._custom_channel(r) for r in values]
         start = self._rr
         self._rr = (start + len(values)) % n
         return [(start + j) % n for j in range(len(values))]
@@ -126,6 +134,8 @@ class RecordWriter:
         self._after_fanout()
 
     def _choose_emit(self) -> Callable[[list], None]:
+        if self.partitioner == CUSTOM:
+            return self._emit_custom
         if self.n == 1 or self.partitioner in (FORWARD, GLOBAL):
             return self._emit_single
         if self.partitioner == HASH:
@@ -166,6 +176,26 @@ class RecordWriter:
             if kg is None:
                 kg = self._assign(k)
             pending[table[kg]].append(r)
+        self.records_out += len(records)
+        self._after_fanout()
+
+    def _custom_channel(self, record: Any) -> int:
+        """The channel ``partition_custom``'s Partitioner chose; a subtask out of range fails
+        the task with the partitioner's answer in the message (records are never dropped)."""
+        target = self._select(record, self.n)
+        channel = self._position.get(target) if isinstance(target, int) else None
+        if channel is None:
+            raise ValueError(
+                f"partition_custom: the Partitioner returned {target!r} for {record!r}; "
+                f"it must return a subtask index in 0..{self.n - 1}"
+            )
+        return channel
+
+    def _emit_custom(self, records: list) -> None:
+        pending = self.pending
+        channel = self._custom_channel
+        for r in records:
+            pending[channel(r)].append(r)
         self.records_out += len(records)
         self._after_fanout()
 

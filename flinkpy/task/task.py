@@ -48,6 +48,8 @@ class Task:
         self.ctrl = ctrl
         self.describe = descriptor.describe()
         self.inputs: list[net.InputChannel] = []
+        #: per input channel: the input of the head operator it feeds (1, or 2 for a two-input head)
+        self.input_types: list[int] = []
         self.writers: dict[int, RecordWriter] = {}
         self.acceptor: net.ChannelAcceptor | None = None
         self.faults = FaultPoints(descriptor)
@@ -101,6 +103,7 @@ class Task:
                     describe=f"edge {inp.edge_id} from subtask {producer} of vertex {inp.source_vertex}",
                 )
                 self.inputs.append(ch)
+                self.input_types.append(inp.type_number)
 
     def _build_writers(self, payload: VertexPayload) -> None:
         d = self.descriptor
