@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterator
 import psutil
 import pytest
 
+from flinkpy.processes import process_tree
+
 #: real PostgreSQL, Redis and ZooKeeper servers (fixtures ``postgres``, ``redis_server``, ``zookeeper``)
 #: and a Spark standalone cluster per module (``spark_cluster``)
 pytest_plugins = ["servers", "zookeeper", "backends", "spark_standalone"]
@@ -100,16 +102,8 @@ def cluster(flinkpy_home: Path):
             stop_cluster(home, timeout_s=10)
 
 
-def tree_of(pids: list[int]) -> list[psutil.Process]:
-    """The processes ``pids`` and all their descendants (those still alive)."""
-    procs = []
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            procs += [root, *root.children(recursive=True)]
-        except psutil.Error:
-            pass
-    return procs
+#: the processes ``pids`` and all their descendants (those still alive)
+tree_of = process_tree
 
 
 @contextlib.contextmanager

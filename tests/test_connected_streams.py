@@ -271,28 +271,14 @@ N_STOP, M_STOP = 30_000, 20_000
 
 JOB = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from flinkpy.common import WatermarkStrategy
     from flinkpy.common.typeinfo import Types
     from flinkpy.datastream import KeyedCoProcessFunction, StreamExecutionEnvironment
-    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+    from flinkpy.datastream.connectors import DataGeneratorSource
     from flinkpy.datastream.state import ValueStateDescriptor
 
-    OUT = sys.argv[1]
-
-    class Slow(NumberSequenceSource):
-        '''The same numbers, slowly enough to stop the job twice in the middle.'''
-
-        def create_reader(self, ctx):
-            reader = super().create_reader(ctx)
-            poll = reader.poll
-
-            def slow_poll(max_records):
-                time.sleep(0.003)
-                return poll(min(max_records, 20))
-
-            reader.poll = slow_poll
-            return reader
+    OUT, KEYS = sys.argv[1], %d
 
     class Sums(KeyedCoProcessFunction):
         def open(self, runtime_context):
@@ -312,15 +298,18 @@ JOB = textwrap.dedent(
             print(repr(record), file=f, flush=True)
         return record
 
+    def numbers(count, name):
+        # 1..count keyed by residue, slowly enough to stop the job twice in the middle
+        source = DataGeneratorSource(lambda i: ((i + 1) %% KEYS, i + 1), count, records_per_second=3000)
+        return env.from_source(source, WatermarkStrategy.no_watermarks(), name).uid(name)
+
     env = StreamExecutionEnvironment.get_execution_environment()
-    none = WatermarkStrategy.no_watermarks()
-    ones = env.from_source(Slow(1, %d), none, "ones").uid("ones").map(lambda n: (n %% %d, n)).uid("key-ones")
-    twos = env.from_source(Slow(1, %d), none, "twos").uid("twos").map(lambda n: (n %% %d, n)).uid("key-twos")
+    ones, twos = numbers(%d, "ones"), numbers(%d, "twos")
     (ones.connect(twos).key_by(lambda t: t[0], lambda t: t[0]).process(Sums()).uid("sums")
         .map(log).uid("log"))
     env.execute("two inputs across savepoints")
     """
-    % (N_STOP, KEYS, M_STOP, KEYS)
+    % (KEYS, N_STOP, M_STOP)
 )
 
 

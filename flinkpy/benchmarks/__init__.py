@@ -5,6 +5,9 @@ Workloads (as in ../shared/PEERS.md):
 - W1: word count over 2,000,000 words (200,000 lines of 10 words, Zipf vocabulary of 10,000
   words, seed 42): lines -> flat_map split -> map (word, 1) -> key_by word -> reduce -> sink.
 - W2: even/odd running sums over 1..5,000,000: numbers -> key_by parity -> reduce -> sink.
+- The two-input join (``join``): W1's words as two streams (half the lines each), connected and
+  keyed by word into a KeyedCoProcessFunction that counts each side per word; reported against
+  W1 taken in turns with it in the same run (see flinkpy.benchmarks.two_input).
 
 The ``metrics`` part runs W1 and W2 at parallelism 2 with live metrics on and off
 (``metrics.enabled``), alternating, and reports both rates and their ratio
@@ -27,6 +30,7 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.snapshots` (checkpoints, savepoints, recovery),
 :mod:`~flinkpy.benchmarks.windows`, :mod:`~flinkpy.benchmarks.latency`,
 :mod:`~flinkpy.benchmarks.backends`, :mod:`~flinkpy.benchmarks.spark`,
-:mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`,
+:mod:`~flinkpy.benchmarks.two_input`; ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

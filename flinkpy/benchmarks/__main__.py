@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import backends, metrics_cost
+from flinkpy.benchmarks import backends, metrics_cost, two_input
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
-PARTS = ["w1", "w2", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"]
+PARTS = ["w1", "w2", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"]
 
 #: a workload: (records, the loop's seconds, the job's builder, the rate's unit)
 Workload = tuple[int, Callable[[], float], Callable[[Any], None], str]
@@ -76,6 +76,45 @@ def measure_workload(address: str, token: str, name: str, workload: Workload, ru
     return entry
 
 
+def measure_join(address: str, token: str, lines: list[str], paths: list[str], n_words: int, runs: int) -> dict[str, Any]:
+    """The two-input workload against W1 in the same run: the loop, then W1, the join and the
+    same update on one input taken in turns at p=1 and p=2, and the join at p=2 with exactly-once checkpoints every 1 s (its
+    barriers aligned across both inputs)."""
+    log("join: loop ...")
+    entry: dict[str, Any] = {"records": n_words, "unit": "words/s", "loop_rate": n_words / statistics.median(two_input.loop_join(lines)[1] for _ in range(runs))}
+    left, right = two_input.write_halves(lines, Path(paths[0]).parent)
+
+    def join_job(env: Any) -> None:
+        two_input.job_join(env, left, right)
+
+    def one_input_job(env: Any) -> None:
+        two_input.job_join(env, left + right, [])
+
+    for p in (1, 2):
+        log(f"join: W1 and the two-input join in turns, p={p} ...")
+        w1: list[float] = []
+        join: list[float] = []
+        one: list[float] = []
+        for _ in range(runs):
+            w1.append(run_job(address, token, lambda env: job_w1(env, paths), p, f"bench-w1-p{p}"))
+            join.append(run_job(address, token, join_job, p, f"bench-join-p{p}"))
+            one.append(run_job(address, token, one_input_job, p, f"bench-keyed-process-p{p}"))
+        entry[f"p{p}_w1_rate"] = n_words / statistics.median(w1)
+        entry[f"p{p}_one_input_rate"] = n_words / statistics.median(one)
+        entry[f"p{p}_vs_one_input"] = (n_words / statistics.median(join)) / entry[f"p{p}_one_input_rate"]
+        entry[f"p{p}_rate"] = n_words / statistics.median(join)
+        entry[f"p{p}_vs_w1"] = entry[f"p{p}_rate"] / entry[f"p{p}_w1_rate"]
+        entry[f"p{p}_ratio"] = entry[f"p{p}_rate"] / entry["loop_rate"]
+    log("join: p=2 with exactly-once checkpoints every 1 s ...")
+    secs = statistics.median(run_job(address, token, join_job, 2, "bench-join-p2-cp", checkpoint_ms=1000) for _ in range(runs))
+    entry["p2_checkpointed_vs_off"] = (n_words / secs) / entry["p2_rate"]
+    done = [h for h in LAST_CHECKPOINT_STATS.get("bench-join-p2-cp", {}).get("history", []) if h.get("status") == "COMPLETED"]
+    entry["p2_checkpoints"] = len(done)
+    entry["p2_alignment_ms_max"] = max((h.get("alignment_duration_max") or 0 for h in done), default=None)
+    entry["p2_alignment_bytes_max"] = max((h.get("alignment_buffered") or 0 for h in done), default=None)
+    return entry
+
+
 def measure_backends(address: str, token: str, args: argparse.Namespace, workloads: dict[str, Workload]) -> dict[str, Any]:
     """``--only backends``: W1/W2 on each backend, then large state on RocksDB per compaction style."""
     result: dict[str, Any] = {"throughput": backends.throughput(address, token, args.runs, workloads, run_job, log), "large_state": []}
@@ -110,6 +149,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
         for name, workload in workloads.items():
             if wanted(args, name):
                 results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
+        if wanted(args, "join"):
+            results["join"] = measure_join(address, token, lines, paths, n_words, args.runs)
         if wanted(args, "metrics"):
             results["metrics"] = metrics_cost.measure(address, token, workloads, args.runs, run_job, log)
         if wanted(args, "state"):
@@ -179,6 +220,15 @@ def report_workloads(results: dict[str, Any]) -> None:
 
 
 def report_parts(results: dict[str, Any]) -> None:
+    if "join" in results:
+        j = results["join"]
+        for p in (1, 2):
+            print(f"two-input join p{p}: {j[f'p{p}_rate'] / 1e3:.0f} k words/s, {j[f'p{p}_vs_w1']:.2f} of W1 p{p} in the same run "
+                  f"({j[f'p{p}_w1_rate'] / 1e3:.0f} k), {j[f'p{p}_vs_one_input']:.2f} of a one-input KeyedProcessFunction "
+                  f"({j[f'p{p}_one_input_rate'] / 1e3:.0f} k), {j[f'p{p}_ratio']:.2f} of its loop ({j['loop_rate'] / 1e3:.0f} k)")
+        print(f"two-input join p2 with checkpoints every 1 s: {j['p2_checkpointed_vs_off']:.2f} of checkpointing off; "
+              f"{j['p2_checkpoints']} checkpoints, alignment across both inputs max {j['p2_alignment_ms_max']} ms, "
+              f"{j['p2_alignment_bytes_max']} bytes processed while aligning")
     if "metrics" in results:
         for line in metrics_cost.report(results["metrics"]):
             print(line)
