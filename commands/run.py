@@ -328,6 +328,11 @@ def plan_table(plan: dict[str, Any]) -> Table:
     table.add_column("Inputs")
     for node in plan.get("nodes", []):
         chain = " -> ".join(node.get("operators") or [node.get("contents", node.get("type", "?"))])
-        inputs = ", ".join(f"{p.get('ship_strategy', '?')} from {p.get('id')}" for p in node.get("predecessors", []))
+        preds = node.get("predecessors", [])
+        two_inputs = any(p.get("side") == "second" for p in preds)
+        inputs = ", ".join(
+            f"{p.get('ship_strategy', '?')} from {p.get('id')}" + ((" (2nd)" if p.get("side") == "second" else " (1st)") if two_inputs else "")
+            for p in preds
+        )
         table.add_row(str(node.get("id")), chain, str(node.get("parallelism", "?")), inputs or "(source)")
     return table

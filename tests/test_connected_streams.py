@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
+from backends import engine_backend
 from conftest import cli_json, running_cluster, wait_for
 from flinkpy.common import RestartStrategies, WatermarkStrategy
 from flinkpy.common.typeinfo import Types
@@ -159,8 +160,10 @@ def sums_job(env: StreamExecutionEnvironment, n: int, m: int, *, two_keyed_strea
 @pytest.mark.parametrize("two_keyed_streams", [False, True])
 def test_keyed_co_process_shares_state_of_a_key_across_inputs(two_keyed_streams: bool) -> None:
     env = env_of()
-    got = last_per_key(sums_job(env, 3000, 2000, two_keyed_streams=two_keyed_streams).execute_and_collect())
-    assert got == expected_sums(3000, 2000)
+    job = sums_job(env, 3000, 2000, two_keyed_streams=two_keyed_streams)
+    (node,) = [n for n in json.loads(env.get_execution_plan())["nodes"] if "sums" in n["operators"]]
+    assert [(p["ship_strategy"], p["side"]) for p in node["predecessors"]] == [("HASH", "first"), ("HASH", "second")]
+    assert last_per_key(job.execute_and_collect()) == expected_sums(3000, 2000)
 
 
 class Deadline(KeyedCoProcessFunction):
@@ -246,13 +249,14 @@ def vertex_of(env: StreamExecutionEnvironment, name: str) -> int:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("point", ["alignment", "after-complete"])
-def test_keyed_co_process_is_exact_after_a_crash(point: str, flinkpy_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("point, backend", [("alignment", "heap"), ("after-complete", "rocksdb")])
+def test_keyed_co_process_is_exact_after_a_crash(point: str, backend: str, flinkpy_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The two-input task dies (SIGKILL) while it holds one input back for the other's barrier
     of checkpoint 2, or as it hears that checkpoint 2 completed; it restarts from the latest
-    checkpoint and every per-key sum is still exact."""
+    checkpoint and every per-key sum is still exact (on either state backend)."""
     n, m = 300_000, 200_000
     env = env_of()
+    env.set_state_backend(engine_backend(backend))
     env.enable_checkpointing(100)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     sums = sums_job(env, n, m)
