@@ -70,7 +70,7 @@ def test_row_named_and_positional() -> None:
     r.count = 2
     r[0] = "b"
     assert r == Row(word="b", count=2)
-    assert repr(Row(1, "x")) == "Row(1, 'x')"
+    assert repr(Row(1, "x")) == "<Row(1, 'x')>"  # PyFlink's repr of a row without names
     assert Row(1, 2) != Row(a=1, b=2)
     with pytest.raises(AttributeError):
         r.missing

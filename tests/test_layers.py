@@ -69,7 +69,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("flinkpy", "errors", "processes", "clock", "units", "logfiles"),
     ("config", "protocol"),
     ("common", "program", "metrics"),
-    ("network", "faults", "graph", "state"),
+    ("network", "faults", "graph", "state", "formats"),
     ("checkpoint", "connectors", "ha"),
     ("task",),
     ("taskmanager", "jobmanager"),

@@ -16,7 +16,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 
 class TypeInformation:
@@ -228,6 +228,37 @@ class RowTypeInfo(TypeInformation):
             raise TypeError(f"{value!r} has {len(row)} field(s), {self} has {len(self._field_types)}")
         row.set_field_names(list(self._field_names))
         return row
+
+    def row_converter(self) -> Callable[[list], list]:
+        """A function that turns a batch of values into Rows of this type, as :meth:`to_row`
+        does for one: what an operator declared with this ``output_type`` applies to its
+        output. Rows already of this type pass through as they are; all rows it makes share
+        one list of field names, so a record costs one small object.
+
+        >>> conv = Types.ROW_NAMED(["id", "name"], [Types.INT(), Types.STRING()]).row_converter()
+        >>> conv([(1, "a"), [2, "b"]])
+        [Row(id=1, name='a'), Row(id=2, name='b')]
+        """
+        from flinkpy.common.types import Row, named_row
+
+        names = list(self._field_names)
+        arity = len(names)
+        to_row = self.to_row
+
+        def convert(values: list) -> list:
+            out = []
+            append = out.append
+            for v in values:
+                t = type(v)
+                if (t is tuple or t is list) and len(v) == arity:
+                    append(named_row(list(v), names))
+                elif t is Row and v._fields == names:  # type: ignore[attr-defined]
+                    append(v)
+                else:
+                    append(to_row(v))  # a Row to rename, or a value it explains the error of
+            return out
+
+        return convert
 
     def _key(self) -> tuple:
         return (self._field_types, self._field_names)

@@ -12,7 +12,18 @@ Row(word='a', count=1)
 >>> r.as_dict()
 {'word': 'a', 'count': 1}
 >>> Row(1, 2)
-Row(1, 2)
+<Row(1, 2)>
+
+A row without names prints in angle brackets, as PyFlink prints it, so that it cannot be taken
+for a named one. Rows made from ``Types.ROW`` type information have the names ``f0``, ``f1``, ...:
+
+>>> from flinkpy.common.typeinfo import Types
+>>> Types.ROW([Types.INT(), Types.STRING()]).to_row((1, "a"))
+Row(f0=1, f1='a')
+
+Unlike PyFlink, keyword arguments keep the order they are given in (PyFlink sorts them by name):
+a row's place in key groups depends on its values' order, and savepoints of existing jobs hold
+rows built that way.
 
 Calling a row of names builds rows with those names (PyFlink's "row class" idiom):
 
@@ -191,9 +202,9 @@ class Row:
     def __repr__(self) -> str:
         if self._fields is not None:
             inner = ", ".join(f"{n}={v!r}" for n, v in zip(self._fields, self._values))
-        else:
-            inner = ", ".join(repr(v) for v in self._values)
-        return f"Row({inner})"
+            return f"Row({inner})"
+        # PyFlink marks a row without names (also a "row class" of names) with angle brackets
+        return "<Row(" + ", ".join(repr(v) for v in self._values) + ")>"
 
     # -- pickling (slots plus __getattr__ need explicit state) ----------------------------
     def __getstate__(self) -> tuple:
@@ -211,3 +222,19 @@ class Row:
 
 def _new_row() -> Row:
     return Row.__new__(Row)
+
+
+def named_row(values: list[Any], field_names: list[str]) -> Row:
+    """A row of ``values`` named by ``field_names`` (not copied: the caller shares one list of
+    names among the rows of a type, which rows never change in place), an insert.
+
+    The fast way to build many rows of one type; the caller checks the lengths.
+
+    >>> named_row([1, "a"], ["id", "name"])
+    Row(id=1, name='a')
+    """
+    row = Row.__new__(Row)
+    object.__setattr__(row, "_values", values)
+    object.__setattr__(row, "_fields", field_names)
+    object.__setattr__(row, "_row_kind", RowKind.INSERT)
+    return row

@@ -57,11 +57,15 @@ def _to_millis(interval: Any) -> int:
 
 
 class StreamFormat:
-    """How a file's bytes become records; the one format so far reads text lines.
+    """How a file's bytes become records: lines of text, or lines each read by a
+    DeserializationSchema (:meth:`for_deserialization_schema`).
 
     >>> StreamFormat.text_line_format().charset_name
     'UTF-8'
     """
+
+    #: turns each line (its bytes, without the line terminator) into a record; None: the text
+    deserializer: Any = None
 
     def __init__(self, charset_name: str = "UTF-8") -> None:
         try:
@@ -85,7 +89,28 @@ class StreamFormat:
         """Lines of text decoded with ``charset_name``; the line terminator is not included."""
         return StreamFormat(charset_name)
 
+    @staticmethod
+    def for_deserialization_schema(schema: Any, charset_name: str = "UTF-8") -> StreamFormat:
+        """Lines, each handed to ``schema.deserialize`` as bytes (in ``charset_name``) to become a
+        record; a line it returns None for is skipped (a comment, or a bad record with its
+        ``ignore_parse_errors``). Files of JSON lines or CSV records, with the schemas of
+        ``flinkpy.datastream.formats.json`` / ``.csv``; not in PyFlink, which reads CSV files with
+        a CsvReaderFormat.
+
+        >>> from flinkpy.common import Types
+        >>> from flinkpy.datastream.formats.csv import CsvRowDeserializationSchema
+        >>> StreamFormat.for_deserialization_schema(CsvRowDeserializationSchema.Builder(Types.ROW([Types.INT()])).build())
+        StreamFormat.for_deserialization_schema(CsvRowDeserializationSchema(ROW(INT)), 'UTF-8')
+        """
+        if not callable(getattr(schema, "deserialize", None)):
+            raise UsageError(f"for_deserialization_schema needs a DeserializationSchema, got {type(schema).__name__}")
+        fmt = StreamFormat(charset_name)
+        fmt.deserializer = schema
+        return fmt
+
     def __repr__(self) -> str:
+        if self.deserializer is not None:
+            return f"StreamFormat.for_deserialization_schema({self.deserializer!r}, {self.charset_name!r})"
         return f"StreamFormat.text_line_format({self.charset_name!r})"
 
 
@@ -263,6 +288,7 @@ class FileSourceReader(SourceReader):
         self._ctx = ctx
         self._files = files  # still to read, the first one possibly begun
         self._codec = stream_format._codec
+        self._deserializer = getattr(stream_format, "deserializer", None)
         self._block_size = block_size
         self._cursor: _LineCursor | None = None
         self._paths = paths
@@ -300,7 +326,8 @@ class FileSourceReader(SourceReader):
             if self._cursor is None:
                 _, url, offset = self._files[0]
                 self._cursor = _LineCursor(url, offset, self._codec, self._block_size, self._on_malformed)
-            out.extend(self._cursor.read(max_records - len(out)))
+            lines = self._cursor.read(max_records - len(out))
+            out.extend(lines if self._deserializer is None else self._records(lines, self._files[0][1]))
             self._files[0][2] = self._cursor.offset
             if self._cursor.done:
                 self._cursor.close()
@@ -311,6 +338,15 @@ class FileSourceReader(SourceReader):
         if not out and not self._files and not self.continuous:
             return None
         return out
+
+    def _records(self, lines: list[str], url: str) -> list:
+        """The records of ``lines`` by the format's DeserializationSchema (None: skipped)."""
+        deserialize, codec = self._deserializer.deserialize, self._codec
+        try:
+            records = [deserialize(line.encode(codec)) for line in lines]
+        except FlinkpyError as e:
+            raise type(e)(f"{url}: {e.message}", remedy=e.remedy) from None
+        return [r for r in records if r is not None]
 
     def snapshot_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {

@@ -10,13 +10,35 @@ print per record would make printing the slowest operator of most example jobs.
 >>> w.write([1, "a"])
 out:2> 1
 out:2> a
+
+A stream declared with ``Types.ROW`` / ``Types.ROW_NAMED`` prints its rows as PyFlink prints
+them: the row kind, then the values' ``str`` joined by commas, in brackets (:func:`row_text`);
+any other stream prints ``str(record)``, which for a Row is its repr, as in PyFlink:
+
+>>> from flinkpy.common.types import Row
+>>> w = PrintSink(rows=True).create_writer(ReaderContext(subtask_index=0, parallelism=1))
+>>> w.write([Row(id=1, name="a b", ok=None)])
++I[1,a b,None]
+>>> PrintSink().create_writer(ReaderContext(subtask_index=0, parallelism=1)).write([Row(1, "a")])
+<Row(1, 'a')>
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable
 
 from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
+
+
+def row_text(row: Any) -> str:
+    """A row as PyFlink's ``print()`` shows a stream of a row type: ``+I[1,a]``.
+
+    >>> from flinkpy.common.types import Row, RowKind
+    >>> row_text(Row.of_kind(RowKind.UPDATE_AFTER, "k", 2.5))
+    '+U[k,2.5]'
+    """
+    return f"{row.get_row_kind().short_string()}[{','.join(map(str, row))}]"
 
 
 def print_prefix(identifier: str | None, subtask_index: int, parallelism: int) -> str:
@@ -34,9 +56,10 @@ def print_prefix(identifier: str | None, subtask_index: int, parallelism: int) -
 class PrintSinkWriter(SinkWriter):
     """Writes a batch to stdout (or stderr) with one write call."""
 
-    def __init__(self, prefix: str, to_stderr: bool) -> None:
+    def __init__(self, prefix: str, to_stderr: bool, text: Callable[[Any], str] = str) -> None:
         self._prefix = prefix
         self._to_stderr = to_stderr
+        self._text = text
 
     def write(self, records: list) -> None:
         if not records:
@@ -44,6 +67,8 @@ class PrintSinkWriter(SinkWriter):
         # looked up per batch, so redirections made after start-up (and pytest's capture) apply
         stream = sys.stderr if self._to_stderr else sys.stdout
         prefix = self._prefix
+        if self._text is not str:
+            records = [self._text(r) for r in records]
         if prefix:
             text = "".join(f"{prefix}{r}\n" for r in records)
         else:
@@ -53,18 +78,24 @@ class PrintSinkWriter(SinkWriter):
 
 
 class PrintSink(Sink):
-    """Prints every record, as ``DataStream.print(sink_identifier)`` does."""
+    """Prints every record, as ``DataStream.print(sink_identifier)`` does; ``rows``: the stream
+    is of a row type, and its Rows print as :func:`row_text` shows them."""
 
     guarantee = "at-least-once"
     needs = "nothing; records replayed after a failure are printed again"
 
-    def __init__(self, sink_identifier: str | None = None, to_stderr: bool = False) -> None:
+    def __init__(self, sink_identifier: str | None = None, to_stderr: bool = False, rows: bool = False) -> None:
         self.sink_identifier = sink_identifier
         self.to_stderr = to_stderr
+        self.rows = rows
+
+    def text(self) -> Callable[[Any], str]:
+        """How one record is printed (the Spark runner's print writer uses it too)."""
+        return row_text if getattr(self, "rows", False) else str
 
     def create_writer(self, ctx: ReaderContext) -> PrintSinkWriter:
         prefix = print_prefix(self.sink_identifier, ctx.subtask_index, ctx.parallelism)
-        return PrintSinkWriter(prefix, self.to_stderr)
+        return PrintSinkWriter(prefix, self.to_stderr, self.text())
 
     def __repr__(self) -> str:
         return f"PrintSink({self.sink_identifier!r}, to_stderr={self.to_stderr})"

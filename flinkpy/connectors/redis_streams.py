@@ -347,7 +347,9 @@ class RedisStreamsReader(SourceReader):
             ]
         field = src.value_field.encode()
         try:
-            return [deserialize(fields[field]) for _, fields in entries]
+            records = [deserialize(fields[field]) for _, fields in entries]
+            # None: the schema skips the entry (a bad record with ignore_parse_errors), as Flink's sources do
+            return [r for r in records if r is not None]
         except KeyError:
             bad = next((i, f) for i, f in entries if field not in f)
             raise UsageError(

@@ -393,10 +393,15 @@ class DataStream:
         (``flinkpy cluster logs tm-N --stdout``; the terminal for an embedded cluster), prefixed
         with the subtask number (``2> ...``) when the sink runs in parallel and with
         ``sink_identifier`` when given. Records replayed after a failure are printed again.
+        A stream of type ``Types.ROW(...)`` prints as PyFlink prints one (``+I[1,a]``), any
+        other ``str(record)`` (for a Row, ``Row(id=1, name='a')``).
         """
+        from flinkpy.common.typeinfo import RowTypeInfo
         from flinkpy.connectors.print_sink import PrintSink
 
-        stream = self._add("sink", "Print to Std. Out", PrintSink(sink_identifier))
+        # a stream of a row type prints its rows as PyFlink does ("+I[1,a]"), others str(record)
+        rows = isinstance(self.get_type(), RowTypeInfo)
+        stream = self._add("sink", "Print to Std. Out", PrintSink(sink_identifier, rows=rows))
         return DataStreamSink(stream)
 
     def sink_to(self, sink: Any) -> "DataStreamSink":

@@ -36,6 +36,8 @@ class Stage:
     name: str
     fn: Any
     uid: str | None = None
+    #: the node's ``output_type``: a RowTypeInfo makes its outputs Rows, as on the engine
+    row_type: Any = None
 
 
 @dataclass
@@ -72,6 +74,7 @@ class _Collector:
 
 def _operators(spec: ChainSpec, out: _Collector) -> tuple[list, Any]:
     from flinkpy.task import operators as ops
+    from flinkpy.task.row_output import with_row_type
 
     classes = {
         "map": ops.MapOperator,
@@ -83,7 +86,7 @@ def _operators(spec: ChainSpec, out: _Collector) -> tuple[list, Any]:
     chain: list = []
     downstream: Any = out
     for stage in reversed(spec.stages):
-        op = classes[stage.kind](stage.name, stage.fn, downstream)
+        op = classes[stage.kind](stage.name, stage.fn, with_row_type(stage.row_type, downstream, stage.name))
         chain.insert(0, op)
         downstream = op
     return chain, downstream

@@ -69,6 +69,8 @@ class KeyedSpec:
     depth: int = 1
     #: the operator's bytes at the front of its grouping keys when it shares its keyed depth
     prefix: bytes = b""
+    #: the operator's ``output_type``: a RowTypeInfo makes its outputs Rows, as on the engine
+    row_type: Any = None
 
     def __post_init__(self) -> None:
         if not self.time_mode:

@@ -124,6 +124,7 @@ def _wire(spec: LevelSpec, emitter: _Emitter) -> tuple[list, dict[int, Any], lis
     """The level's operators (engine classes), the head of each route arriving here, its ports and
     its timestamp assigners."""
     from flinkpy.task import operators as ops
+    from flinkpy.task.row_output import with_row_type
 
     classes = {
         "map": ops.MapOperator,
@@ -144,7 +145,8 @@ def _wire(spec: LevelSpec, emitter: _Emitter) -> tuple[list, dict[int, Any], lis
     operators: dict[int, Any] = {}
     for nid in reversed(spec.order):  # consumers before producers (the order is topological)
         stage = spec.stages[nid]
-        op = classes[stage.kind](stage.name, stage.fn, ops.fan_out([target(r) for r in spec.outputs[nid]]))
+        out = with_row_type(stage.row_type, ops.fan_out([target(r) for r in spec.outputs[nid]]), stage.name)
+        op = classes[stage.kind](stage.name, stage.fn, out)
         op.side_outputs = {tag: ops.fan_out([target(r) for r in rs]) for tag, rs in spec.side_outputs[nid].items()}
         operators[nid] = op
     chain = [operators[nid] for nid in spec.order]

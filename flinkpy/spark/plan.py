@@ -312,7 +312,7 @@ class _Translator:
             main, side = self._out_routes(node)
             spec = KeyedSpec(node.kind, node.name, node.fn, node.key_selector, batch_mode=self.batch_mode, job_parameters=self.params,
                              uid=node.uid, routes=tuple(main), side_routes={t: tuple(rs) for t, rs in side.items()}, depth=depth,
-                             prefix=struct.pack(">H", i) if routed else b"")
+                             prefix=struct.pack(">H", i) if routed else b"", row_type=node.params.get("output_type"))
             specs.append(spec)
             groups = KEY_GROUPS if by_key_group(spec) else 0
             for e in self.graph.inputs_of(node.id):
@@ -357,7 +357,7 @@ class _Translator:
                 internal[r.id] = r.target.id
         return LevelSpec(
             level=level,
-            stages={n.id: Stage(n.kind, n.name, n.fn, n.uid) for n in nodes},
+            stages={n.id: Stage(n.kind, n.name, n.fn, n.uid, n.params.get("output_type")) for n in nodes},
             order=[n.id for n in nodes],
             outputs=outputs,
             side_outputs=side,
@@ -402,7 +402,7 @@ class _Translator:
             stages: list[Stage] = []
             if watermark_strategy is not None:
                 stages.append(Stage("timestamps", node.name + " (watermarks)", watermark_strategy, node.uid))
-            stages.extend(Stage(n.kind, n.name, n.fn, n.uid) for n in path)
+            stages.extend(Stage(n.kind, n.name, n.fn, n.uid, n.params.get("output_type")) for n in path)
             keyed_target = target.kind in _KEYED
             groups = 0
             if keyed_target:

@@ -142,15 +142,18 @@ class FlinkpyKeyedProcessor(_Processor):
         return stamped
 
     def _operator(self) -> Any:
+        from flinkpy.task.row_output import with_row_type
+
+        out = with_row_type(self.spec.row_type, self.out, self.spec.name)  # Rows, as on the engine
         if self.spec.kind == "keyed_reduce":
-            return _Reduce(self.spec.name, self.spec.fn, self.out, self.backend, self.spec.batch_mode)
+            return _Reduce(self.spec.name, self.spec.fn, out, self.backend, self.spec.batch_mode)
         if self.spec.kind == "window":
             from flinkpy.task.window_operator import WindowOperator
 
-            return WindowOperator(self.spec.name, self.spec.fn, self.out, self.spec.key_selector, self.backend, self.spec.batch_mode)
+            return WindowOperator(self.spec.name, self.spec.fn, out, self.spec.key_selector, self.backend, self.spec.batch_mode)
         from flinkpy.task.operators import KeyedProcessOperator
 
-        return KeyedProcessOperator(self.spec.name, self.spec.fn, self.out, self.spec.key_selector, self.backend, self.spec.batch_mode, method=_METHODS[self.spec.kind])
+        return KeyedProcessOperator(self.spec.name, self.spec.fn, out, self.spec.key_selector, self.backend, self.spec.batch_mode, method=_METHODS[self.spec.kind])
 
     def records(self, key: bytes, pdf: Any, watermark: int) -> Iterator[Any]:
         k = pickle.loads(key)

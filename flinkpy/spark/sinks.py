@@ -56,11 +56,13 @@ class PrintWriter(BatchWriter):
 
         self.prefix = print_prefix(sink.sink_identifier, 0, 1)
         self.to_stderr = sink.to_stderr
+        self.text = sink.text()
 
     def write(self, records: list, batch_id: int) -> None:
         if records:
             stream = sys.stderr if self.to_stderr else sys.stdout
-            stream.write("".join(f"{self.prefix}{r}\n" for r in records))
+            text = self.text
+            stream.write("".join(f"{self.prefix}{text(r)}\n" for r in records))
             stream.flush()
 
     def describe(self) -> str:

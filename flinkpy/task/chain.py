@@ -11,6 +11,7 @@ from flinkpy.metrics.groups import MetricRegistry
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.task import operators as ops
 from flinkpy.task import two_input
+from flinkpy.task.row_output import with_row_type
 from flinkpy.task.runtime_context import TaskRuntimeContext
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ class OperatorChain:
         for spec in reversed(payload.operators):
             outputs: list[ops.Output] = [self.by_id[n] for n in spec.chained_outputs]
             outputs += [writers[e] for e in spec.network_outputs]
-            op = self._build(spec, ops.fan_out(outputs), backend_factory, batch_mode)
+            out = with_row_type(spec.params.get("output_type"), ops.fan_out(outputs), spec.name)
+            op = self._build(spec, out, backend_factory, batch_mode)
             side: dict[str, list[ops.Output]] = {}
             for tag, nodes in spec.side_chained.items():
                 side.setdefault(tag, []).extend(self.by_id[n] for n in nodes)
