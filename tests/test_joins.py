@@ -40,7 +40,13 @@ from flinkpy.datastream import (
 )
 from flinkpy.datastream.connectors import DataGeneratorSource, FileSink, OutputFileConfig
 from flinkpy.datastream.connectors.file_system import BucketAssigner
-from flinkpy.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
+from flinkpy.datastream.window import (
+    CountEvictor,
+    CountTrigger,
+    GlobalWindows,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
 from flinkpy.errors import InvalidProgramError
 from flinkpy.state.key_groups import KeyGroupAssigner, key_group_range_for_operator
 from flinkpy.task.interval_join import IntervalJoinOperator
@@ -404,6 +410,21 @@ def test_window_join_and_co_group_match_plain_python_for_tumbling_and_sliding_wi
     assert by_tag["lambda"] == joined
     assert by_tag["flat"] == Counter({k: n for k, n in joined.items() if (k[0] + k[1]) % 2 == 0})
     assert joined and all(len(by_tag[t]) for t in by_tag), "every variant produced output"
+
+
+def test_window_join_adds_its_operators_at_apply_with_the_window_settings() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    a, b = env.from_collection([1]), env.from_collection([2])
+    before = len(env._graph.nodes)
+    trigger, evictor = CountTrigger.of(3), CountEvictor.of(2)
+    windowed = (a.join(b).where(lambda x: x).equal_to(lambda x: x).window(GlobalWindows.create())
+                .trigger(trigger).evictor(evictor).allowed_lateness(Time.seconds(2)))
+    assert len(env._graph.nodes) == before, "nothing is added to the job before apply()"
+    spec = windowed.apply(JoinIds("x"))._node.fn
+    assert (spec.trigger, spec.evictor, spec.allowed_lateness_ms) == (trigger, evictor, 2_000)
+    assert len(env._graph.nodes) == before + 3  # a tagging map per input and the window
+    with pytest.raises(InvalidProgramError, match="WindowAssigner"):
+        a.co_group(b).where(lambda x: x).equal_to(lambda x: x).window(Time.seconds(1))
 
 
 def test_window_join_refuses_a_function_of_the_wrong_kind() -> None:

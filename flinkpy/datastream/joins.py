@@ -208,44 +208,41 @@ class _EqualTo:
 
     def window(self, assigner: Any) -> WithWindow:
         """The windows both inputs' records are grouped into (tumbling, sliding, session...)."""
+        from flinkpy.common.window import WindowAssigner
+
+        if not isinstance(assigner, WindowAssigner):
+            raise InvalidProgramError(
+                f"{self._streams._what}().window() needs a WindowAssigner, got {type(assigner).__name__}",
+                remedy="use e.g. TumblingEventTimeWindows.of(Time.seconds(5))",
+            )
         return WithWindow(self._streams, self._keys, assigner)
 
 
 class WithWindow:
     """A window join or co-group with its keys and windows: optionally ``trigger``, ``evictor``,
-    ``allowed_lateness``, then ``apply``."""
+    ``allowed_lateness``, then ``apply``, which adds the operators (nothing is added before)."""
 
     def __init__(self, streams: _TwoInputs, keys: tuple[Callable, Callable], assigner: Any):
-        from flinkpy.datastream.data_stream import DataStream
-        from flinkpy.task.window_join import FIRST, SECOND, TagInput, UnionKey
-
-        tagged = [self._tag(DataStream.map(s, TagInput(side)), s) for s, side in ((streams.input1, FIRST), (streams.input2, SECOND))]
-        keyed = tagged[0].union(tagged[1]).key_by(UnionKey(*keys))
         self._streams = streams
-        self._windowed: WindowedStream = keyed.window(assigner)
-
-    @staticmethod
-    def _tag(tagged: DataStream, origin: DataStream) -> DataStream:
-        # as Flink: the tagging runs at its input's parallelism, so it chains to it
-        node = origin._node
-        if node is not None and node.parallelism is not None:
-            tagged.set_parallelism(node.parallelism)
-        return tagged
+        self._keys = keys
+        self._assigner = assigner
+        #: WindowedStream calls to replay on the window once apply() builds it
+        self._settings: list[tuple[str, Any]] = []
 
     def trigger(self, trigger: Any) -> WithWindow:
         """Replace the window assigner's trigger (see ``WindowedStream.trigger``)."""
-        self._windowed.trigger(trigger)
+        self._settings.append(("trigger", trigger))
         return self
 
     def evictor(self, evictor: Any) -> WithWindow:
         """Remove records from a window before it is evaluated (see ``WindowedStream.evictor``)."""
-        self._windowed.evictor(evictor)
+        self._settings.append(("evictor", evictor))
         return self
 
     def allowed_lateness(self, time_ms: Bound) -> WithWindow:
         """Keep windows for this long after the watermark passed them; a late record fires the
         window again (see ``WindowedStream.allowed_lateness``)."""
-        self._windowed.allowed_lateness(time_ms)
+        self._settings.append(("allowed_lateness", time_ms))
         return self
 
     def apply(self, function: Any, output_type: Any = None) -> DataStream:
@@ -262,8 +259,29 @@ class WithWindow:
             raise InvalidProgramError(
                 f"{self._streams._what}().apply() needs a {expected} (or a function), got {type(function).__name__}",
             )
+        windowed = self._window()
         kinds = {"join": JOIN, "flat_join": FLAT_JOIN, "co_group": CO_GROUP}
-        return self._windowed.apply(CoGroupWindow(function, kinds[kind]), output_type)
+        return windowed.apply(CoGroupWindow(function, kinds[kind]), output_type)
+
+    def _window(self) -> WindowedStream:
+        """Both inputs tagged with their side, united, keyed by their own keys, windowed."""
+        from flinkpy.datastream.data_stream import DataStream
+        from flinkpy.task.window_join import FIRST, SECOND, TagInput, UnionKey
+
+        inputs = ((self._streams.input1, FIRST), (self._streams.input2, SECOND))
+        tagged = [self._tag(DataStream.map(s, TagInput(side)), s) for s, side in inputs]
+        windowed = tagged[0].union(tagged[1]).key_by(UnionKey(*self._keys)).window(self._assigner)
+        for method, arg in self._settings:
+            getattr(windowed, method)(arg)
+        return windowed  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _tag(tagged: DataStream, origin: DataStream) -> DataStream:
+        # as Flink: the tagging runs at its input's parallelism, so it chains to it
+        node = origin._node
+        if node is not None and node.parallelism is not None:
+            tagged.set_parallelism(node.parallelism)
+        return tagged
 
     def _kind(self, function: Any) -> str | None:
         from flinkpy.common.functions import FlatJoinFunction
