@@ -538,8 +538,10 @@ JOB = textwrap.dedent(
     from flinkpy.common import Duration, Time, WatermarkStrategy
     from flinkpy.datastream import ProcessJoinFunction, StreamExecutionEnvironment
     from flinkpy.datastream.connectors import DataGeneratorSource
+    from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 
-    OUT, N, KEYS, STEP, DISORDER, WITHIN = sys.argv[1], %d, %d, %d, %d, %d
+    OUT = sys.argv[1]
+    BACKEND, N, KEYS, STEP, DISORDER, WITHIN = %r, %d, %d, %d, %d, %d
 
     def order(i):
         return (i %% KEYS, i, i * STEP)
@@ -553,6 +555,7 @@ JOB = textwrap.dedent(
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(200)
+    env.set_state_backend(EmbeddedRocksDBStateBackend() if BACKEND == "rocksdb" else HashMapStateBackend())
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(DISORDER)).with_timestamp_assigner(
         lambda e, _: e[2])
     orders = env.from_source(DataGeneratorSource(order, N, records_per_second=600), strategy, "orders")
@@ -564,14 +567,15 @@ JOB = textwrap.dedent(
         .map(lambda m, out=OUT: print(repr(m), file=open(out, "a"), flush=True) or m).uid("log"))
     env.execute("orders-shipments-rescaled")
     """
-    % (SAVEPOINT_N, KEYS, STEP, DISORDER, WITHIN)
+    % ("{backend}", SAVEPOINT_N, KEYS, STEP, DISORDER, WITHIN)
 )
 
 
 @pytest.mark.timeout(240)
-def test_interval_join_survives_stop_with_savepoint_and_rescale_2_3_1(cluster, cli, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_interval_join_survives_stop_with_savepoint_and_rescale_2_3_1(cluster, cli, tmp_path: Path, backend: str) -> None:
     job, out = tmp_path / "job.py", tmp_path / "matches.txt"
-    job.write_text(JOB)
+    job.write_text(JOB.replace("{backend}", backend))
     pairs = ref_interval_join([order(i) for i in range(SAVEPOINT_N)], [shipment(j) for j in range(SAVEPOINT_N)], 0, WITHIN)
     expected = Counter(repr((i, j)) for i, j, _ in pairs.elements())
 
