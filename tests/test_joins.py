@@ -254,6 +254,34 @@ def _restored(factory: Any, snapshot: dict, index: int) -> Any:
     return backend
 
 
+class Split(ProcessJoinFunction):
+    """Equal ids' parities go down the main output; the others to side outputs, both ways."""
+
+    def process_element(self, left, right, ctx):
+        if left[1] % 2 == right[1] % 2:
+            yield left[1], right[1]
+        elif left[1] % 2:
+            yield ODD_LEFT, (left[1], right[1])
+        else:
+            ctx.output(EVEN_LEFT, (left[1], right[1]))
+
+
+ODD_LEFT, EVEN_LEFT = OutputTag("odd-left"), OutputTag("even-left")
+
+
+def test_operator_side_outputs_carry_the_pair_timestamp(state_backend) -> None:  # noqa: F811
+    h = Harness(state_backend(), -10, 10)
+    odd, even = Collect(), Collect()
+    h.op.fn = Split()
+    h.op.side_outputs.update({ODD_LEFT.tag_id: odd, EVEN_LEFT.tag_id: even})
+    h.op.open(None)
+    for event in [("left", ("a", 1, 100)), ("left", ("a", 2, 104)), ("right", ("a", 3, 103)), ("right", ("a", 4, 95))]:
+        h.feed(event)
+    assert sorted(h.out.records) == [((1, 3), 103), ((2, 4), 104)]
+    assert odd.records == [((1, 4), 100)]
+    assert even.records == [((2, 3), 104)]
+
+
 def test_operator_refuses_records_without_timestamps(state_backend) -> None:  # noqa: F811
     h = Harness(state_backend(), 0, 10)
     with pytest.raises(Exception, match="without an event-time timestamp on its right"):
