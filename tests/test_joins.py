@@ -622,3 +622,54 @@ def test_interval_join_survives_stop_with_savepoint_and_rescale_2_3_1(cluster, c
              message="the job to finish at parallelism 1")
     got = Counter(out.read_text().splitlines())
     assert got == expected, f"{sum((got - expected).values())} matches too many, {sum((expected - got).values())} missing"
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Window joins run on Spark too: they are windows
+# ---------------------------------------------------------------------------------------------
+
+SPARK_JOB = textwrap.dedent(
+    """
+    from flinkpy.common import Time, WatermarkStrategy
+    from flinkpy.datastream import CoGroupFunction, StreamExecutionEnvironment
+    from flinkpy.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
+
+    FIRSTS, SECONDS = %r, %r
+
+    class Group(CoGroupFunction):
+        def co_group(self, first, second):
+            yield "group", tuple(sorted(r[1] for r in first)), tuple(sorted(r[1] for r in second))
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    by_ts = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, _: e[2])
+    a = env.from_collection(FIRSTS).assign_timestamps_and_watermarks(by_ts)
+    b = env.from_collection(SECONDS).assign_timestamps_and_watermarks(by_ts)
+    sliding = SlidingEventTimeWindows.of(Time.milliseconds(300), Time.milliseconds(100))
+    joined = a.join(b).where(lambda r: r[0]).equal_to(lambda r: r[0]).window(sliding).apply(
+        lambda x, y: ("join", x[1], y[1]))
+    grouped = a.co_group(b).where(lambda r: r[0]).equal_to(lambda r: r[0]).window(
+        TumblingEventTimeWindows.of(Time.milliseconds(300))).apply(Group())
+    joined.union(grouped).print()
+    env.execute("window joins on spark")
+    """
+)
+
+
+@pytest.mark.timeout(400)
+def test_window_join_and_co_group_run_on_spark_with_the_same_results(flinkpy_home, cli, tmp_path: Path) -> None:
+    pytest.importorskip("pyspark", reason="PySpark is not installed (pip install -e '.[spark]')")
+    from test_examples import printed_records
+
+    rng = seeded("window joins on spark")
+    firsts = [(rng.randrange(4), i, i * 10) for i in range(120)]  # in time order: nothing late
+    seconds = [(rng.randrange(4), 1_000 + i, i * 10 + 5) for i in range(120)]
+    job = tmp_path / "window_joins.py"
+    job.write_text(SPARK_JOB % (firsts, seconds))
+    res = cli("run", "--runner", "spark", str(job), timeout=380)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = Counter(printed_records(res.stdout))
+    joined, _ = ref_window_join(firsts, seconds, 300, 100)
+    _, grouped = ref_window_join(firsts, seconds, 300, 300)
+    expected = Counter(("join", x, y) for x, y, _ in joined.elements())
+    expected.update(("group", a, b) for a, b, _ in grouped.elements())
+    assert got == expected
