@@ -66,7 +66,7 @@ def expected_running_counts(words: list[str]) -> Counter:
 
 def test_every_example_has_a_test():
     tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py", "windowed_word_count.py", "sensor_alerts.py",
-              "verification_job.py", "orders_to_postgres.py", "click_sessions.py"}
+              "verification_job.py", "orders_to_postgres.py", "click_sessions.py", "orders_shipments.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -318,3 +318,20 @@ def test_click_sessions_closes_every_session_once(flinkpy_home):
     expected = expected_click_sessions(example.clicks(3, 40), example.GAP_MS)
     assert Counter(printed_records(res.stdout)) == expected
     assert len(expected) > 10
+
+
+@pytest.mark.timeout(60)
+def test_orders_shipments_joins_each_order_with_its_shipments_within_the_hour(flinkpy_home, cli):
+    example = load_example("orders_shipments.py")
+    res = cli("run", "-p", "2", "examples/orders_shipments.py", "--orders", "150")
+    assert res.returncode == 0, res.stdout + res.stderr
+    orders = {o[0]: o for o in example.orders(150)}
+    expected = Counter()
+    for _, order_id, carrier, shipped in example.shipments(150):
+        _, customer, _, placed = orders[order_id]
+        if placed <= shipped <= placed + 60 * example.MINUTE:
+            expected[(order_id, customer, carrier, (shipped - placed) // example.MINUTE)] += 1
+    assert Counter(printed_records(res.stdout)) == expected
+    # the data has what the join must tell apart: split parcels, and shipments after the hour
+    assert len(expected) > 100 and sum(expected.values()) < len(example.shipments(150))
+    assert any(n > 1 for n in Counter(k[0] for k in expected.elements()).values())

@@ -363,6 +363,63 @@ class KeyedCoProcessFunction(Function):
         return None
 
 
+class ProcessJoinFunction(Function):
+    """The function of an interval join (``KeyedStream.interval_join``): called once per pair of
+    a left and a right record with equal keys whose timestamps are within the join's bounds.
+
+    ``process_element`` returns or yields the outputs; each carries the larger of the two
+    timestamps. ``ctx`` gives both timestamps and emits to side outputs.
+    """
+
+    class Context(abc.ABC):
+        @abc.abstractmethod
+        def get_left_timestamp(self) -> int:
+            """The left record's timestamp."""
+
+        @abc.abstractmethod
+        def get_right_timestamp(self) -> int:
+            """The right record's timestamp."""
+
+        @abc.abstractmethod
+        def get_timestamp(self) -> int:
+            """The output's timestamp: the larger of the two."""
+
+        @abc.abstractmethod
+        def output(self, output_tag: OutputTag, value: Any) -> None:
+            """Emit ``value`` to the side output ``output_tag``."""
+
+    @abc.abstractmethod
+    def process_element(self, left: Any, right: Any, ctx: ProcessJoinFunction.Context) -> Iterable[Any] | None:
+        ...
+
+
+class JoinFunction(Function):
+    """A window join's function (``DataStream.join``): one output per pair of records of the two
+    inputs with equal keys in the same window."""
+
+    @abc.abstractmethod
+    def join(self, first: Any, second: Any) -> Any:
+        ...
+
+
+class FlatJoinFunction(Function):
+    """A window join's function with any number of outputs per pair: ``join`` returns an
+    iterable or yields."""
+
+    @abc.abstractmethod
+    def join(self, first: Any, second: Any) -> Iterable[Any] | None:
+        ...
+
+
+class CoGroupFunction(Function):
+    """A window co-group's function (``DataStream.co_group``): called once per window and key
+    with the records of each input (either may be empty); returns an iterable or yields."""
+
+    @abc.abstractmethod
+    def co_group(self, first: Iterable[Any], second: Iterable[Any]) -> Iterable[Any] | None:
+        ...
+
+
 class SinkFunction(Function):
     """A simple sink called once per record (see flinkpy.connectors for checkpointed sinks)."""
 

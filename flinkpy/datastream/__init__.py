@@ -4,6 +4,10 @@ from flinkpy.datastream.connected_streams import ConnectedStreams
 from flinkpy.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
 from flinkpy.datastream.functions import (
     AggregateFunction,
+    CoGroupFunction,
+    FlatJoinFunction,
+    JoinFunction,
+    ProcessJoinFunction,
     AllWindowFunction,
     CheckpointedFunction,
     CheckpointListener,
@@ -28,12 +32,21 @@ from flinkpy.datastream.functions import (
     SourceFunction,
     TimerService,
 )
+from flinkpy.datastream.joins import CoGroupedStreams, IntervalJoin, IntervalJoined, JoinedStreams
 from flinkpy.datastream.output_tag import OutputTag
 from flinkpy.datastream.stream_execution_environment import RuntimeExecutionMode, StreamExecutionEnvironment
 from flinkpy.datastream.window_stream import AllWindowedStream, WindowedStream
 
 __all__ = [
     "AggregateFunction",
+    "CoGroupFunction",
+    "CoGroupedStreams",
+    "FlatJoinFunction",
+    "IntervalJoin",
+    "IntervalJoined",
+    "JoinFunction",
+    "JoinedStreams",
+    "ProcessJoinFunction",
     "AllWindowFunction",
     "CheckpointedFunction",
     "CheckpointListener",

@@ -375,6 +375,20 @@ class DataStream:
             return ConnectedStreams(self._origin, ds._origin, (self._selector, ds._selector))
         return ConnectedStreams(self, ds)
 
+    def join(self, other_stream: "DataStream") -> Any:
+        """A window join with ``other_stream``: ``.where(k1).equal_to(k2).window(assigner)
+        .apply(JoinFunction)`` (see :mod:`flinkpy.datastream.joins`)."""
+        from flinkpy.datastream.joins import JoinedStreams
+
+        return JoinedStreams(self, other_stream)
+
+    def co_group(self, other_stream: "DataStream") -> Any:
+        """A window co-group with ``other_stream``: ``.where(k1).equal_to(k2).window(assigner)
+        .apply(CoGroupFunction)`` (see :mod:`flinkpy.datastream.joins`)."""
+        from flinkpy.datastream.joins import CoGroupedStreams
+
+        return CoGroupedStreams(self, other_stream)
+
     def project(self, *field_indexes: int) -> "DataStream":
         """Keep the given fields of tuple records, in that order.
 
@@ -666,6 +680,13 @@ class KeyedStream(DataStream):
         from flinkpy.datastream import window_stream
 
         return window_stream.count_window(self, size, slide)
+
+    def interval_join(self, other: "KeyedStream") -> Any:
+        """Join with the keyed stream ``other`` by event time: ``.between(lower, upper)
+        .process(ProcessJoinFunction)`` (see :mod:`flinkpy.datastream.joins`)."""
+        from flinkpy.datastream.joins import IntervalJoin
+
+        return IntervalJoin(self, other)
 
     def _unsupported(self, what: str) -> Any:
         raise InvalidProgramError(f"{what}() cannot be applied to a KeyedStream", remedy="apply it before key_by()")

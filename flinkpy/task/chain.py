@@ -132,6 +132,15 @@ class OperatorChain:
                 spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode,
                 method=two_input.KEYED[spec.kind], key2=spec.params["key_selector2"],
             )
+        elif spec.kind == "interval_join":
+            from flinkpy.task.interval_join import IntervalJoinOperator
+
+            self.backend = self.backend or backend_factory()
+            p = spec.params
+            op = IntervalJoinOperator(
+                spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode, key2=p["key_selector2"],
+                lower=p["lower_bound"], upper=p["upper_bound"], late_tags=p.get("late_tags", (None, None)),
+            )
         elif spec.kind in KEYED_METHOD:
             self.backend = self.backend or backend_factory()
             op = ops.KeyedProcessOperator(
