@@ -332,9 +332,18 @@ def _stop(jid: str, target: Path) -> str:
 
 
 def _broadcast_copies(savepoint: str) -> list[tuple[int, str, str, int]]:
+    """What `state analyze` reads from the state files; `checkpoint inspect` (the metadata's
+    summary) must say the same."""
     doc = cli_json("state", "analyze", savepoint)
     (screen,) = [op for op in doc["operators"] if op["uid"] == "screen"]
-    return sorted((s["subtask"], s["name"], s["kind"], s["entries"]) for s in screen["operator_state"])
+    copies = sorted((s["subtask"], s["name"], s["kind"], s["entries"]) for s in screen["operator_state"])
+    meta = cli_json("checkpoint", "inspect", savepoint)["metadata"]
+    (op,) = [op for op in meta["operators"] if op["uid"] == "screen"]
+    summary = sorted(
+        (sub["subtask"], name, st["kind"], st["entries"]) for sub in op["subtasks"] for name, st in sub["operator_state"]["states"].items()
+    )
+    assert summary == copies, (summary, copies)
+    return copies
 
 
 def test_a_channel_stopped_with_a_savepoint_holds_event_time_back() -> None:
