@@ -10,7 +10,7 @@ arrived from every source subtask, whatever order the two inputs interleaved in.
 a function of ``n`` and the table only, which :func:`expected` computes on its own.
 
 Run as a script (for ``flinkpy run``) it reads the numbers slowly and appends each decision to
-a file: ``broadcast_job.py OUT N SEED``.
+a file: ``broadcast_job.py OUT N SEED [NUMBERS_PER_10_MS]``.
 """
 
 from __future__ import annotations
@@ -157,6 +157,7 @@ class AppendTo:
 
 if __name__ == "__main__":
     out, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    per_poll = int(sys.argv[4]) if len(sys.argv) > 4 else 10
     env = StreamExecutionEnvironment.get_execution_environment()
-    build(env, Slow(0, n - 1), thresholds(n, seed)).map(AppendTo(out)).name("log").uid("log")
+    build(env, Slow(0, n - 1, per_poll), thresholds(n, seed)).map(AppendTo(out)).name("log").uid("log")
     env.execute("fraud screening")

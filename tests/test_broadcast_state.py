@@ -310,9 +310,9 @@ def _decisions(out: Path) -> list[tuple[int, bool]]:
     return [ast.literal_eval(line) for line in out.read_text(encoding="utf-8").splitlines() if line.endswith(")")]
 
 
-def _submit(out: Path, parallelism: int, seed: int, savepoint: str | None) -> str:
+def _submit(out: Path, parallelism: int, seed: int, savepoint: str | None, per_poll: int = 10) -> str:
     args = ["run", "-d", "-p", str(parallelism), "--json"] + (["-s", savepoint] if savepoint else [])
-    res = run_cli(*args, str(ROOT / "tests" / "broadcast_job.py"), str(out), str(N_SAVEPOINT), str(seed))
+    res = run_cli(*args, str(ROOT / "tests" / "broadcast_job.py"), str(out), str(N_SAVEPOINT), str(seed), str(per_poll))
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)["jobs"][0]["jid"]
 
@@ -378,7 +378,9 @@ def test_broadcast_state_survives_stop_with_savepoint_and_rescale_2_3_1(cluster,
     assert [c[:3] for c in copies] == [(0, "rules", "broadcast"), (1, "rules", "broadcast")], copies
     assert len({c[3] for c in copies}) == 1 and copies[0][3] >= 1, copies
 
-    jid = _submit(out, 3, seed, first)
+    # slower at p=3: decisions follow the slowest source subtask's event time, and the stop must
+    # come before any source subtask has read its share (a finished task takes no savepoint)
+    jid = _submit(out, 3, seed, first, per_poll=3)
     # a few more judged by the three subtasks, the third with the copy it took from subtask 0
     wait_for(lambda: len(_decisions(out)) >= judged + 200 and _running(jid), timeout=60, message="more judged at p=3")
     second = _stop(jid, tmp_path / "sp2")
