@@ -28,7 +28,7 @@ from backends import BACKENDS, engine_backend
 from conftest import ROOT, cli_json, run_cli, wait_for
 from flinkpy.common import RestartStrategies, Types
 from flinkpy.connectors.base import Boundedness, ReaderContext, Source, SourceReader
-from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.datastream import OutputTag, StreamExecutionEnvironment
 from flinkpy.datastream.connectors import NumberSequenceSource
 from flinkpy.datastream.functions import (
     BroadcastProcessFunction,
@@ -39,7 +39,7 @@ from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, Va
 from flinkpy.errors import InvalidProgramError, JobExecutionError
 from flinkpy.state.broadcast import ReadOnlyView
 from flinkpy.state.operator import OperatorStateBackend
-from test_recovery import assert_recovered, checkpoints, exception_entries, last_per_key, only_job, seeded, start, vertex_id  # noqa: F401 (start: fixture)
+from test_recovery import assert_recovered, checkpoints, last_per_key, only_job, seeded, start, vertex_id  # noqa: F401 (start: fixture)
 
 RULES = MapStateDescriptor("rules", Types.STRING(), Types.LONG())
 
@@ -238,6 +238,50 @@ def test_misuse_of_broadcast_state_fails_the_job_clearly(function: Any, message:
     with pytest.raises(JobExecutionError) as info:
         env.execute("misuse of broadcast state")
     assert message in str(info.value), str(info.value)
+
+
+ODD, EVEN, RULES_SEEN = OutputTag("odd"), OutputTag("even"), OutputTag("rules-seen")
+
+
+class Tagging(BroadcastProcessFunction):
+    """Side outputs both ways (PyFlink's ``yield tag, value`` and ``ctx.output``) from both sides."""
+
+    def process_element(self, value, ctx):
+        if value % 2:
+            yield ODD, value
+        else:
+            ctx.output(EVEN, value)
+        yield ("main", value, ctx.timestamp())
+
+    def process_broadcast_element(self, rule, ctx):
+        ctx.output(RULES_SEEN, rule)
+        yield ("rule", rule, ctx.timestamp())
+
+
+@pytest.mark.timeout(60)
+def test_every_instance_sees_every_rule_and_both_sides_reach_side_outputs() -> None:
+    from flinkpy.common import WatermarkStrategy
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    stamped = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, _: v * 10)
+    rules = env.from_collection(["r1", "r2"]).set_parallelism(1).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r, _: int(r[1:]))
+    )
+    data = env.from_collection(list(range(20))).assign_timestamps_and_watermarks(stamped)
+    main = data.connect(rules.broadcast(RULES)).process(Tagging())
+    everything = main.union(
+        main.get_side_output(ODD).map(lambda v: ("odd", v)),
+        main.get_side_output(EVEN).map(lambda v: ("even", v)),
+        main.get_side_output(RULES_SEEN).map(lambda r: ("seen", r)),
+    )
+    got = Counter(everything.execute_and_collect("side outputs"))
+    want = Counter(
+        [("main", v, v * 10) for v in range(20)] + [("odd", v) for v in range(1, 20, 2)] + [("even", v) for v in range(0, 20, 2)]
+        # the broadcast side runs in each of the 3 instances, with the rule's timestamp
+        + [("rule", r, int(r[1:])) for r in ("r1", "r2")] * 3 + [("seen", r) for r in ("r1", "r2")] * 3
+    )
+    assert got == want
 
 
 @pytest.mark.timeout(90)
