@@ -103,6 +103,7 @@ from flinkpy.errors import ConfigurationError, UsageError
 from flinkpy.state import canonical
 from flinkpy.state.heap import SNAPSHOT_VERSION
 from flinkpy.state.heap import TIMER_EVENT_TABLE as TIMERS_EVENT, TIMER_PROCESSING_TABLE as TIMERS_PROCESSING
+from flinkpy.state.operator import kind_of as operator_state_kind
 
 #: key reprs longer than this are cut (with "...") in the top-keys list
 KEY_REPR_LIMIT = 80
@@ -286,7 +287,7 @@ def operator_states(state: Any) -> Iterator[tuple[str, str, int, int]]:
         return
     for name, s in (state.get("functions") or {}).get("states", {}).items():
         items = s.get("items", [])
-        yield name, "union" if s.get("mode") == "union" else "list", len(items), _size(items)
+        yield name, operator_state_kind(s.get("mode")), len(items), _size(items)
     if "sink" in state:
         sink = state["sink"]
         yield "sink", "sink", len(sink) if hasattr(sink, "__len__") else 1, _size(sink)

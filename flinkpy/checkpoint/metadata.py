@@ -66,7 +66,7 @@ KINDS = ("checkpoint", "savepoint")
 SAVEPOINT_FORMATS = (None, "canonical", "native")
 MODES = ("EXACTLY_ONCE", "AT_LEAST_ONCE")
 KEYED_STATE_KINDS = ("value", "list", "map", "reducing", "aggregating")
-OPERATOR_STATE_KINDS = ("list", "union", "source", "sink")
+OPERATOR_STATE_KINDS = ("list", "union", "broadcast", "source", "sink")
 
 _CHECKSUM = re.compile(r"^sha256:[0-9a-f]{64}$")
 

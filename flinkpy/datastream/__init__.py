@@ -1,5 +1,6 @@
 """The DataStream API, shaped like ``pyflink.datastream``: rename the imports and run."""
 
+from flinkpy.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
 from flinkpy.datastream.connected_streams import ConnectedStreams
 from flinkpy.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
 from flinkpy.datastream.functions import (
@@ -9,6 +10,7 @@ from flinkpy.datastream.functions import (
     JoinFunction,
     ProcessJoinFunction,
     AllWindowFunction,
+    BroadcastProcessFunction,
     CheckpointedFunction,
     CheckpointListener,
     ProcessAllWindowFunction,
@@ -17,6 +19,7 @@ from flinkpy.datastream.functions import (
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     Partitioner,
     FilterFunction,
@@ -55,12 +58,16 @@ __all__ = [
     "WindowFunction",
     "WindowedStream",
     "AllWindowedStream",
+    "BroadcastConnectedStream",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
     "CheckpointingMode",
     "CloseableIterator",
     "CoFlatMapFunction",
     "CoMapFunction",
     "CoProcessFunction",
     "ConnectedStreams",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "Partitioner",
     "DataStream",

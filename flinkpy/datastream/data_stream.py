@@ -343,8 +343,14 @@ class DataStream:
         """Send each record to a subtask of the next operator chosen at random."""
         return self._partition(SHUFFLE)
 
-    def broadcast(self) -> "DataStream":
-        """Send every record to every subtask of the next operator."""
+    def broadcast(self, *broadcast_state_descriptors: Any) -> Any:
+        """Send every record to every subtask of the next operator. With MapStateDescriptors,
+        a :class:`~flinkpy.datastream.BroadcastStream` for the broadcast state pattern
+        (``other.connect(broadcast_stream)``; see flinkpy.datastream.broadcast_stream)."""
+        if broadcast_state_descriptors:
+            from flinkpy.datastream.broadcast_stream import BroadcastStream
+
+            return BroadcastStream(self, broadcast_state_descriptors)
         return self._partition(BROADCAST)
 
     def global_(self) -> "DataStream":
@@ -368,9 +374,13 @@ class DataStream:
     def connect(self, ds: Any) -> Any:
         """Connect ``ds`` to this stream for a two-input operator: a
         :class:`~flinkpy.datastream.ConnectedStreams` whose functions take each input's records
-        with their own method (``map1``/``map2``, ``process_element1``/``process_element2``)."""
+        with their own method (``map1``/``map2``, ``process_element1``/``process_element2``);
+        connected to a BroadcastStream, a :class:`~flinkpy.datastream.BroadcastConnectedStream`."""
+        from flinkpy.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
         from flinkpy.datastream.connected_streams import ConnectedStreams
 
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds)
         if isinstance(self, KeyedStream) and isinstance(ds, KeyedStream):
             return ConnectedStreams(self._origin, ds._origin, (self._selector, ds._selector))
         return ConnectedStreams(self, ds)

@@ -16,7 +16,7 @@ one conformance suite (tests/backends.py) runs the keyed-state tests against eac
   groups of this backend's range are kept), ``restore_file(f)`` (a canonical file, streamed);
 - ``table(name)``, ``frozen(name)``, ``thaw(name, kg)``, ``rebind()``: the raw per-key-group
   tables the engine's fast paths (timers, keyed reduce, TTL cleanup) use;
-- ``state_names()``, ``num_keys()``, ``num_entries()``, ``close()``.
+- ``state_names()``, ``num_keys()``, ``num_entries()``, ``keys_of(name)``, ``close()``.
 
 The canonical snapshot document, the same from every backend::
 
@@ -222,6 +222,13 @@ class KeyedStateBackendBase:
         if name in self._states and (entry.get("ttl_ms") is None) != (self._ttl.get(name) is None):
             self._check_ttl(name, self._ttl.get(name))
         return kind
+
+    def keys_of(self, state_name: str) -> list[tuple[Any, int]]:
+        """``(key, key group)`` of every key that has state ``state_name`` in this backend, by key
+        group (what ``apply_to_keyed_state`` of the broadcast state pattern visits). A list, taken
+        before the caller's first write: visiting a key may change or clear its state."""
+        table = self.table(state_name)  # type: ignore[attr-defined]  # every backend has table()
+        return [(key, kg) for kg in sorted(table) for key in list(table[kg])]
 
     def close(self) -> None:
         """Release what the backend holds outside the Python heap (nothing, by default)."""

@@ -1,27 +1,48 @@
-"""Operator state: per-subtask lists that are redistributed when parallelism changes.
+"""Operator state: per-subtask state that is redistributed when parallelism changes.
 
-As Flink's operator state for a CheckpointedFunction: a *list* state is split evenly over the new
-subtasks on restore (the concatenation of every old subtask's list, in subtask order, cut into
-contiguous chunks); a *union* list state gives every new subtask the whole concatenation. Each
-subtask snapshots its own lists; redistribution happens at restore, from all old snapshots.
+As Flink's operator state, in three modes:
 
->>> from flinkpy.datastream.state import ListStateDescriptor
+- *list* (a CheckpointedFunction's ``get_list_state``): split evenly over the new subtasks on
+  restore (the concatenation of every old subtask's list, in subtask order, cut into contiguous
+  chunks);
+- *union* (``get_union_list_state``): every new subtask gets the whole concatenation;
+- *broadcast* (``get_broadcast_state``, the broadcast state pattern): a map that every subtask
+  holds a copy of, all copies equal because only the broadcast records change them, in the same
+  order everywhere. New subtask ``i`` takes the copy of old subtask ``i % old_parallelism``, so a
+  rescale in either direction keeps it.
+
+Each subtask snapshots its own state; redistribution happens at restore, from all old snapshots.
+
+>>> from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor
 >>> old = [OperatorStateBackend(), OperatorStateBackend()]
 >>> old[0].get_list_state(ListStateDescriptor("offsets")).update([1, 2])
 >>> old[1].get_list_state(ListStateDescriptor("offsets")).update([3])
+>>> for b in old:
+...     b.get_broadcast_state(MapStateDescriptor("rules")).put("limit", 10)
 >>> snaps = [b.snapshot() for b in old]
->>> new = OperatorStateBackend(); new.restore(snaps, subtask_index=0, parallelism=1)
+>>> new = OperatorStateBackend(); new.restore(snaps, subtask_index=2, parallelism=3)
 >>> list(new.get_list_state(ListStateDescriptor("offsets")).get())
-[1, 2, 3]
+[3]
+>>> dict(new.get_broadcast_state(MapStateDescriptor("rules")).items())
+{'limit': 10}
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from flinkpy.common.state import ListState
+from flinkpy.errors import InvalidProgramError
+from flinkpy.state.broadcast import BroadcastMapState
 
 SNAPSHOT_VERSION = 1
+#: the modes of operator state, and the kind each is shown as (checkpoint and savepoint analysis)
+KINDS = {"split": "list", "union": "union", "broadcast": "broadcast"}
+
+
+def kind_of(mode: str | None) -> str:
+    """The kind a snapshotted operator state of ``mode`` is shown as ("list", "union", "broadcast")."""
+    return KINDS.get(mode or "split", "list")
 
 
 class OperatorListState(ListState):
@@ -45,42 +66,76 @@ class OperatorListState(ListState):
     def clear(self) -> None:
         self.items = []
 
+    # -- the backend's side (shared with BroadcastMapState) ---------------------------------
+    def copy_items(self) -> list[Any]:
+        return list(self.items)
+
+    def load(self, items: Iterable[Any]) -> None:
+        self.items = list(items)
+
+    def count(self) -> int:
+        return len(self.items)
+
 
 class OperatorStateBackend:
+    """The operator state of one operator in one subtask, by state name."""
+
     def __init__(self) -> None:
-        self.states: dict[str, OperatorListState] = {}
-        self._restored: dict[str, tuple[str, list[Any]]] = {}
+        self.states: dict[str, OperatorListState | BroadcastMapState] = {}
+        self._restored: dict[str, tuple[str, Any]] = {}
         self.restored = False
 
-    def _get(self, descriptor: Any, mode: str) -> OperatorListState:
+    def _get(self, descriptor: Any, mode: str) -> Any:
         name = descriptor.get_name() if hasattr(descriptor, "get_name") else str(descriptor)
         state = self.states.get(name)
-        if state is None:
-            state = self.states[name] = OperatorListState(name, mode)
-            if name in self._restored:
-                state.items = list(self._restored[name][1])
+        if state is not None:
+            if state.mode != mode:
+                raise InvalidProgramError(
+                    f"operator state {name!r} is {kind_of(state.mode)} state and cannot be used again as {kind_of(mode)} state",
+                    remedy="give each operator state of an operator its own name",
+                )
+            return state
+        state = BroadcastMapState(name) if mode == "broadcast" else OperatorListState(name, mode)
+        restored = self._restored.get(name)
+        if restored is not None:
+            if restored[0] != mode:
+                raise InvalidProgramError(
+                    f"operator state {name!r} is {kind_of(restored[0])} state in the snapshot but {kind_of(mode)} state in this job",
+                    remedy="keep the state's kind, or give the new state another name",
+                )
+            state.load(restored[1])
+        self.states[name] = state
         return state
 
     def get_list_state(self, state_descriptor: Any) -> OperatorListState:
-        return self._get(state_descriptor, "split")
+        return self._get(state_descriptor, "split")  # type: ignore[no-any-return]
 
     def get_union_list_state(self, state_descriptor: Any) -> OperatorListState:
-        return self._get(state_descriptor, "union")
+        return self._get(state_descriptor, "union")  # type: ignore[no-any-return]
+
+    def get_broadcast_state(self, state_descriptor: Any) -> BroadcastMapState:
+        """The broadcast (map) state of ``state_descriptor`` (a MapStateDescriptor)."""
+        return self._get(state_descriptor, "broadcast")  # type: ignore[no-any-return]
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "version": SNAPSHOT_VERSION,
-            "states": {name: {"mode": s.mode, "items": list(s.items)} for name, s in self.states.items()},
+            "states": {name: {"mode": s.mode, "items": s.copy_items()} for name, s in self.states.items()},
         }
 
     def summary(self) -> dict[str, dict[str, Any]]:
-        return {name: {"kind": "union" if s.mode == "union" else "list", "entries": len(s.items)} for name, s in self.states.items()}
+        return {name: {"kind": kind_of(s.mode), "entries": s.count()} for name, s in self.states.items()}
 
-    def restore(self, snapshots: list[dict[str, Any]], *, subtask_index: int, parallelism: int) -> None:
-        """Take this subtask's share of the old subtasks' lists (given in old subtask order)."""
+    def restore(self, snapshots: list[Mapping[str, Any] | None], *, subtask_index: int, parallelism: int) -> None:
+        """Take this subtask's share of the old subtasks' state (given in old subtask order; an
+        old subtask that snapshotted none is None)."""
         merged: dict[str, tuple[str, list[Any]]] = {}
-        for snap in snapshots:
-            for name, entry in snap.get("states", {}).items():
+        copies: dict[str, dict[int, dict[Any, Any]]] = {}  # broadcast state: old subtask -> copy
+        for old_index, snap in enumerate(snapshots):
+            for name, entry in (snap or {}).get("states", {}).items():
+                if entry["mode"] == "broadcast":
+                    copies.setdefault(name, {})[old_index] = entry["items"]
+                    continue
                 mode, items = merged.get(name, (entry["mode"], []))
                 items.extend(entry["items"])
                 merged[name] = (mode, items)
@@ -91,7 +146,15 @@ class OperatorStateBackend:
                 start = len(items) * subtask_index // parallelism
                 end = len(items) * (subtask_index + 1) // parallelism
                 share = items[start:end]
-            self._restored[name] = (mode, share)
-            if name in self.states:
-                self.states[name].items = list(share)
-        self.restored = bool(snapshots)
+            self._restore_state(name, mode, share)
+        for name, by_old in copies.items():
+            # Flink's rule; every copy is equal when the broadcast side is deterministic
+            mine = subtask_index % len(snapshots)
+            self._restore_state(name, "broadcast", by_old.get(mine, by_old[min(by_old)]))
+        self.restored = any(s is not None for s in snapshots)
+
+    def _restore_state(self, name: str, mode: str, share: Any) -> None:
+        self._restored[name] = (mode, share)
+        state = self.states.get(name)
+        if state is not None and state.mode == mode:
+            state.load(share)

@@ -10,7 +10,7 @@ from flinkpy.graph.job_graph import ChainedOperator, VertexPayload
 from flinkpy.metrics.groups import MetricRegistry
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.task import operators as ops
-from flinkpy.task import two_input
+from flinkpy.task import broadcast, two_input
 from flinkpy.task.row_output import with_row_type
 from flinkpy.task.runtime_context import TaskRuntimeContext
 
@@ -141,6 +141,15 @@ class OperatorChain:
                 spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode, key2=p["key_selector2"],
                 lower=p["lower_bound"], upper=p["upper_bound"], late_tags=p.get("late_tags", (None, None)),
             )
+        elif spec.kind in broadcast.KINDS:
+            descriptors = spec.params["broadcast_state_descriptors"]
+            if spec.kind == "keyed_broadcast_process":
+                self.backend = self.backend or backend_factory()
+                op = broadcast.KeyedBroadcastProcessOperator(
+                    spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode, descriptors=descriptors
+                )
+            else:
+                op = broadcast.BroadcastProcessOperator(spec.name, spec.fn, out, descriptors)
         elif spec.kind in KEYED_METHOD:
             self.backend = self.backend or backend_factory()
             op = ops.KeyedProcessOperator(
@@ -174,12 +183,17 @@ class OperatorChain:
                 op.timers = InternalTimerService(self.backend, op.on_event_time, op.on_processing_time)
                 self.timer_services.append(op.timers)
             operator_states = self.restore.operator(spec.operator_id)
-            if isinstance(op.fn, CheckpointedFunction):
+            holds_broadcast = spec.kind in broadcast.KINDS
+            if isinstance(op.fn, CheckpointedFunction) or holds_broadcast:
                 backend = OperatorStateBackend()
-                functions = [s["functions"] for s in operator_states if s and "functions" in s]
+                # by old subtask (None: it had none), as broadcast state is restored by position
+                functions = [s.get("functions") if s else None for s in operator_states]
                 backend.restore(functions, subtask_index=d.subtask, parallelism=d.parallelism)
                 self.operator_backends[spec.node_id] = backend
-                op.fn.initialize_state(FunctionInitializationContext(backend, bool(operator_states)))
+                if holds_broadcast:
+                    op.broadcast_backend = backend
+                if isinstance(op.fn, CheckpointedFunction):
+                    op.fn.initialize_state(FunctionInitializationContext(backend, bool(operator_states)))
             if isinstance(op, ops.SinkOperator):
                 old_p = len(operator_states)
                 mine = [s.get("sink") for i, s in enumerate(operator_states) if s and i % d.parallelism == d.subtask and s.get("sink") is not None]

@@ -25,6 +25,7 @@ from flinkpy.common.functions import CheckpointedFunction, CheckpointListener, F
 from flinkpy.protocol import Message
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline
+from flinkpy.state.operator import kind_of as operator_state_kind
 from flinkpy.task import operators as ops
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ def _sizes(entry: dict[str, Any], checkpoint_id: int) -> tuple[int, int]:
 def _operator_summary(state: dict[str, Any]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for name, s in state.get("functions", {}).get("states", {}).items():
-        summary[name] = {"kind": "union" if s["mode"] == "union" else "list", "entries": len(s["items"])}
+        summary[name] = {"kind": operator_state_kind(s["mode"]), "entries": len(s["items"])}
     if "sink" in state:
         sink = state["sink"]
         summary["sink"] = {"kind": "sink", "entries": len(sink) if hasattr(sink, "__len__") else 1}

@@ -29,11 +29,15 @@ class StatusWatermarkValve:
         self.watermarks = [MIN_WATERMARK] * channels
         self.idle = [False] * channels
         self.finished = [False] * channels
+        #: channels that ended without ending event time (stopped with a savepoint, no drain):
+        #: their last watermark still holds the minimum back, or the task's timers would fire for
+        #: records the savepoint hands to the resumed job
+        self.held = [False] * channels
         self.current = MIN_WATERMARK
         self.all_idle = False
 
     def _recompute(self) -> int | None:
-        active = [w for w, idle, fin in zip(self.watermarks, self.idle, self.finished) if not idle and not fin]
+        active = [w for w, idle, fin, held in zip(self.watermarks, self.idle, self.finished, self.held) if held or (not idle and not fin)]
         if not active:
             # every input idle or finished: finished ones carry MAX already (end of input)
             done = [w for w, fin in zip(self.watermarks, self.finished) if fin]
@@ -67,6 +71,8 @@ class StatusWatermarkValve:
         self.finished[channel] = True
         if advance:
             self.watermarks[channel] = MAX_WATERMARK
+        else:
+            self.held[channel] = True
         return self._recompute()
 
 
