@@ -26,7 +26,7 @@ import pytest
 
 from flinkpy.errors import ExitCode
 
-from conftest import ROOT, run_cli, running_cluster, wait_for
+from conftest import ROOT, all_gone_after, run_cli, running_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -337,3 +337,41 @@ def test_a_damaged_archive_is_refused_before_anything_is_unpacked(tmp_path: Path
         unpack(damaged, tmp_path / "out", archive.sha256)
     assert not (tmp_path / "out").exists()
     assert unpack(archive.data, tmp_path / "out", archive.sha256) == [str(tmp_path / "out" / "files/0")]
+
+
+def _state(jid: str) -> str | None:
+    """The job's state, or None while no JobManager answers for it (a failover)."""
+    res = run_cli("job", "show", jid, "--json", timeout=90)
+    return json.loads(res.stdout)["state"] if res.returncode == 0 else None
+
+
+@pytest.mark.timeout(180)
+def test_with_high_availability_the_next_leader_serves_the_archive_from_its_storage(zookeeper, flinkpy_home: Path, tmp_path: Path) -> None:
+    """The archive is kept in high-availability.storageDir: the leader that recovers the job
+    after a SIGKILL of the first one serves it to a TaskManager that never had it."""
+    res = run_cli("cluster", "start", "--ha", "zookeeper", "--zookeeper-quorum", zookeeper.quorum, "--jobmanagers", "2",
+                  "--taskmanagers", "1", "--slots", "1", "--rest-port", "0", "-D", "high-availability.zookeeper.client.session-timeout=2s",
+                  "-D", "heartbeat.interval=500ms", "-D", "heartbeat.timeout=5s", "--json")
+    assert res.returncode == 0, res.stderr
+    started = json.loads(res.stdout)
+    pids = [p["pid"] for p in started["high_availability"]["jobmanagers"] + started["taskmanagers"]]
+    try:
+        job, module = _job_and_module(tmp_path)
+        blocker = _submit(str(_write(tmp_path / "blocker" / "blocker.py", BLOCKER)))
+        wait_for(lambda: _state(blocker) == "RUNNING", timeout=30, message="the blocker running")
+        jid = _submit(str(job), "ha", str(module))
+        assert _state(jid) == "CREATED"
+        assert len(list((flinkpy_home / "ha").rglob(f"blobs/{jid}/python-files-*.zip"))) == 1
+        assert not (flinkpy_home / "blobs" / jid).exists()
+        shutil.rmtree(job.parent)
+        shutil.rmtree(module.parent)
+        killed = run_cli("fault", "kill-jobmanager", "--json")
+        assert killed.returncode == 0, killed.stderr
+        wait_for(lambda: _state(blocker) is not None and _state(jid) is not None, timeout=60, message="both jobs recovered by the next leader")
+        assert run_cli("cancel", blocker).returncode == 0
+        wait_for(lambda: _state(jid) in ("FINISHED", "FAILED"), timeout=60, message="the job to end")
+        assert _state(jid) == "FINISHED", run_cli("job", "exceptions", jid).stdout
+        assert _printed(flinkpy_home, "ha") == sorted(f"ha {3 * x + 1000}" for x in range(1, 6))
+    finally:
+        with all_gone_after(pids):
+            assert run_cli("cluster", "stop", "--timeout", "10s").returncode == 0
