@@ -375,3 +375,27 @@ def test_with_high_availability_the_next_leader_serves_the_archive_from_its_stor
     finally:
         with all_gone_after(pids):
             assert run_cli("cluster", "stop", "--timeout", "10s").returncode == 0
+
+
+def test_the_jobmanager_keeps_a_reference_only_and_refuses_a_damaged_upload(tmp_path: Path) -> None:
+    """What HA stores of a submission holds the archive's reference, not its bytes; an upload
+    whose bytes do not match its checksum is refused (exit 8), and nothing is kept of it."""
+    from flinkpy.client.shipping import document_entry
+    from flinkpy.jobmanager.artifacts import ArtifactStore
+    from flinkpy.program.archive import DamagedArchiveError, build
+
+    _write(tmp_path / "lib" / "one.py", "")
+    archive = build([], [str(tmp_path / "lib" / "one.py")])
+    store = ArtifactStore(str(tmp_path / "blobs"))
+    document = {"python_archive": document_entry(archive)}
+    artifact = store.accept("job1", document)
+    assert artifact is not None and artifact.sha256 == archive.sha256
+    assert document["python_archive"] == {"sha256": archive.sha256, "size": archive.size}
+    assert (tmp_path / "blobs" / "job1" / f"python-files-{archive.sha256}.zip").read_bytes() == archive.data
+    assert store.accept("job1", document) == artifact  # a recovered job's document: the reference
+
+    damaged = dict(document_entry(archive), sha256="0" * 64)
+    with pytest.raises(DamagedArchiveError, match="uploaded with job job2 is damaged") as raised:
+        store.accept("job2", {"python_archive": damaged})
+    assert raised.value.exit_code == ExitCode.CONFIGURATION
+    assert not (tmp_path / "blobs" / "job2").exists()

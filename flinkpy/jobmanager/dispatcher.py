@@ -160,13 +160,13 @@ class Dispatcher:
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidProgramError(f"malformed job submission: {e}") from e
         job_id = job_id or uuid.uuid4().hex
-        artifact = self.artifacts.accept(job_id, document)  # before HA keeps the document: a reference only
         options = JobOptions.parse(meta.get("config", {}), self.default_checkpoint_dir)
         if not recovered and (options.checkpointing.interval_ms is not None or options.settings.get(WRITABLE_KEY)):
             check_writable(options.checkpoint_dir, job_id)  # exit 8 now, not a restart loop later
         graph = ExecutionGraph(job_id, meta, now_ms(), strategy=options.restart_strategy, failover=options.failover)
         checkpointing = JobCheckpointing(graph, options.checkpointing, options.checkpoint_dir, options.savepoint_dir)
         restore = document.get("restore")  # a savepoint or retained checkpoint to start from
+        artifact = self.artifacts.accept(job_id, document)  # before HA keeps the document: a reference only
         if self.ha is not None:
             checkpointing.ha = self.ha.for_job(job_id)
             if not recovered:
