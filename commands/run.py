@@ -84,6 +84,16 @@ SparkMaster = Annotated[
     Optional[str],
     typer.Option("--spark-master", metavar="MASTER", help="With --runner spark: the Spark master, e.g. local[2], spark://HOST:7077, yarn (spark.master; default local[2])."),
 ]
+PyFiles = Annotated[
+    Optional[str],
+    typer.Option(
+        "-pyfs",
+        "--pyFiles",
+        "--py-files",
+        metavar="PATHS",
+        help="Python files the job's functions import, comma-separated: modules (.py), package or module directories, .zip/.whl/.egg archives; shipped with the job to the TaskManagers (or Spark's executors) and importable in JOB.py too (added to python.files, like env.add_python_file).",
+    ),
+]
 SparkConf = Annotated[
     Optional[list[str]],
     typer.Option("--spark-conf", metavar="KEY=VALUE", help="With --runner spark: a Spark setting for the job's SparkSession (repeatable)."),
@@ -95,7 +105,7 @@ def run(
     job: JobFile, args: JobArgs = None, detached: Detached = False, parallelism: Parallelism = None,
     from_savepoint: FromSavepoint = None, allow_non_restored: AllowNonRestored = False, claim_mode: ClaimMode = None,
     from_latest: FromLatest = None, runner: Runner = None, spark_master: SparkMaster = None, spark_conf: SparkConf = None,
-    jobmanager: JobManager = None, dynamic: Dynamic = None, json_: JsonFlag = False,
+    py_files: PyFiles = None, jobmanager: JobManager = None, dynamic: Dynamic = None, json_: JsonFlag = False,
 ) -> None:
     """Run a job: execute JOB.py, submitting what it builds to a cluster.
 
@@ -140,6 +150,14 @@ def run(
     exit 3 when the master does not answer, 8 when the executors lack a module. See README
     "Running on Spark".
 
+    What the job's functions import travels with the job: the job file's directory (its modules
+    and packages) and every python.files entry (env.add_python_file, --pyFiles, -D
+    python.files) are packed into one archive sent with the submission; each TaskManager
+    fetches it once per job and puts it on its tasks' sys.path, so the TaskManagers need no
+    access to this machine's files. A submission larger than the JobManager's
+    rest.server.max-content-length (100 mb) is refused before it is sent, with exit 8 and the
+    sizes; a TaskManager that cannot fetch or unpack the archive fails the task with the reason.
+
     Examples:
 
     \b
@@ -148,6 +166,7 @@ def run(
         flinkpy run --runner spark --spark-master spark://127.0.0.1:7077 examples/word_count.py
         jid=$(flinkpy run -d -p 4 -m 127.0.0.1:8081 job.py)
         flinkpy run -D execution.checkpointing.interval=10s job.py
+        flinkpy run --pyFiles lib/helpers.py,lib/mypackage job.py
         flinkpy run --json -d job.py | jq -r '.jobs[0].jid'
         flinkpy run -s /savepoints/savepoint-3f2a9c-1b2c3d4e5f60 -p 3 job.py
         flinkpy run --from-latest /var/flinkpy/checkpoints/3f2a9c0e job.py
@@ -159,6 +178,8 @@ def run(
         overrides["execution.runner"] = runner
     if spark_master is not None:
         overrides["spark.master"] = spark_master
+    if py_files:
+        overrides["python.files"] = _python_files(overrides.get("python.files"), py_files)
     load_cli_config([f"{k}={v}" for k, v in overrides.items()])  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
     restore = _restore_options(from_savepoint, from_latest, allow_non_restored, claim_mode, overrides)
     # stdout is for the JSON document, or with -d for the job ids: what the program prints
@@ -173,6 +194,20 @@ def run(
             spark_conf=_spark_conf(spark_conf), **restore,
         )
     _report_submitted(submitted, detached)
+
+
+def _python_files(value: str | None, py_files: str) -> str:
+    """``python.files`` with the --pyFiles entries added (absolute: the job may change directory)."""
+    import os
+
+    from flinkpy.program import python_files
+
+    for item in python_files.entries(py_files):
+        if not os.path.exists(item):
+            raise NotFoundError(f"--pyFiles names {item}, which does not exist",
+                                remedy="pass existing .py files, directories or .zip/.whl/.egg archives, separated by commas")
+        value = python_files.add_entry(value, os.path.abspath(item))
+    return value or ""
 
 
 def _restore_options(from_savepoint: str | None, from_latest: str | None, allow_non_restored: bool, claim_mode: str | None,

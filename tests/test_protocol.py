@@ -19,8 +19,13 @@ from flinkpy.protocol import PROTOCOL_VERSION, HandlerTable, Message, ProtocolEr
 from flinkpy.protocol import messages as m
 from flinkpy.protocol.codec import _REGISTRY
 from flinkpy.protocol.deployment import (
+    ArtifactChunk,
+    ArtifactUnavailable,
     DeployTask,
+    FetchArtifact,
     InputGateDeployment,
+    JobArtifact,
+    ReleaseJob,
     ResultPartitionDeployment,
     TaskConfig,
     TaskDeploymentDescriptor,
@@ -45,6 +50,7 @@ def _descriptor() -> TaskDeploymentDescriptor:
                                            target_max_parallelism=128, consumers=[0])],
         config=TaskConfig(buffer_timeout_ms=5, credit=6, state_backend={"state.backend.type": "rocksdb"}, checkpoint_dir="file:///tmp/c"),
         restore={"checkpoint_id": 7},
+        artifact=JobArtifact(sha256="ab" * 32, size=652),
     )
 
 
@@ -83,6 +89,10 @@ SAMPLES: list[Message] = [
     m.SpawnTask(0),
     m.TaskSpawned(0, 12),
     m.TaskExited(12, -9),
+    FetchArtifact("j1", "ab" * 32),
+    ArtifactChunk(b"PK\x03\x04", last=True),
+    ArtifactUnavailable("no such archive"),
+    ReleaseJob("j1"),
 ]
 
 

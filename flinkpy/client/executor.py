@@ -6,17 +6,21 @@ import json
 import sys
 from typing import Any
 
+from flinkpy.program.archive import PythonArchive
 from flinkpy.program.context import PlanCaptured, SubmittedJob, current_context
+from flinkpy.client.shipping import check_submission_size, document_entry, job_archive
 from flinkpy.client.job_client import JobClient, JobExecutionResult
 from flinkpy.errors import InvalidProgramError, JobCanceledError, JobExecutionError, UsageError
 from flinkpy.graph.job_graph import JobGraph
 
 
-def _document(job: JobGraph, python_path: list[str], restore: list[Any] | None = None) -> bytes:
+def _document(job: JobGraph, python_path: list[str], restore: list[Any] | None = None, archive: PythonArchive | None = None) -> bytes:
     doc = job.serialize()
-    doc["python_path"] = python_path
+    doc["python_path"] = python_path  # where the files were on this machine: for the record
     if restore is not None:
         doc["restore"] = restore
+    if archive is not None:
+        doc["python_archive"] = document_entry(archive)  # what the TaskManagers import
     return json.dumps(doc).encode()
 
 
@@ -133,9 +137,10 @@ def start_job_graph(job: JobGraph, *, need_cluster: bool = False) -> StartedJob:
     from flinkpy.network.rest_client import RestClient
     from flinkpy.program.python_files import KEY, import_roots
 
-    # the job's directory, then what it added with add_python_file (python.files)
-    python_path = (ctx.python_path or [p for p in sys.path[:1] if p]) + import_roots((job.config or {}).get(KEY))
-    payload = _document(job, python_path, restore)
+    # the job's directory, then what it added with add_python_file (python.files): shipped
+    job_dirs = ctx.python_path or [p for p in sys.path[:1] if p]
+    archive = job_archive(job_dirs, job.config or {})
+    payload = _document(job, job_dirs + import_roots((job.config or {}).get(KEY)), restore, archive)
     cluster = None
     if ctx.address:
         rest = RestClient(ctx.address, ctx.token or _token_for(ctx.address), leader=ctx.leader)
@@ -154,6 +159,7 @@ def start_job_graph(job: JobGraph, *, need_cluster: bool = False) -> StartedJob:
         rest = RestClient(cluster.rest_address, cluster.token())
     started = StartedJob(rest, "", job.job_name, cluster, ctx.announce)
     try:
+        check_submission_size(rest, len(payload), archive, job.job_name)
         started.job_id = rest.submit_job(payload)
     except BaseException:
         started.stop()

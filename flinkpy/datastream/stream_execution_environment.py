@@ -223,8 +223,8 @@ class StreamExecutionEnvironment:
 
     def add_python_file(self, file_path: str) -> None:
         """Make a module, a package or module directory, or a .zip/.whl/.egg importable where the
-        job's functions run, as PyFlink's ``python.files``: the task processes of flinkpy's
-        engine, and Spark's executors, which get it shipped with the application
+        job's functions run, as PyFlink's ``python.files``: it is shipped with the job, to
+        flinkpy's TaskManagers (in the job's archive of Python files) and to Spark's executors
         (``--runner spark``). It is importable in the job file at once too.
 
         >>> import os, tempfile

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from flinkpy.checkpoint.writability import KEY as WRITABLE_KEY, check_writable
 from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConflictError, InvalidProgramError, NotFoundError
+from flinkpy.jobmanager.artifacts import ArtifactStore
 from flinkpy.jobmanager.checkpoint_handler import CheckpointHandler
 from flinkpy.jobmanager.checkpointing import JobCheckpointing
 from flinkpy.jobmanager.execution_graph import Action, Cancel, Deploy, ExecutionGraph, Failover, JobTerminated, Restart, SendConnect
@@ -39,7 +40,7 @@ from flinkpy.jobmanager.slot_pool import SlotPool
 from flinkpy.jobmanager.taskmanager_registry import TaskManagerRecord, TaskManagerRegistry
 from flinkpy.metrics.store import MetricStore
 from flinkpy.network.connection import Connection
-from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, ResultPartitionDeployment, TaskConfig, TaskDeploymentDescriptor
+from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, JobArtifact, ResultPartitionDeployment, TaskConfig, TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CancelTask, CheckpointAck, CheckpointDecline, ConnectTask, Refused, Registered, RegisterTaskManager
 
 if TYPE_CHECKING:
@@ -63,11 +64,15 @@ class JobRecord:
     checkpointing: JobCheckpointing
     #: the fault journal: what `flinkpy fault ...` injected into this job (flinkpy.faults)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    #: the job's Python files, kept in ``Dispatcher.artifacts`` (None: none were shipped)
+    artifact: JobArtifact | None = None
 
 
 class Dispatcher:
-    def __init__(self, heartbeat_timeout_s: float = 50.0, checkpoint_dir: str = "checkpoints"):
+    def __init__(self, heartbeat_timeout_s: float = 50.0, checkpoint_dir: str = "checkpoints", artifacts: ArtifactStore | None = None):
         self.default_checkpoint_dir = checkpoint_dir
+        #: the jobs' shipped Python files (the JobManager process puts them in the home or HA storage)
+        self.artifacts = artifacts or ArtifactStore(checkpoint_dir.rstrip("/").rpartition("/")[0] + "/blobs" if "/" in checkpoint_dir else "blobs")
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.jobs: dict[str, JobRecord] = {}
@@ -161,6 +166,7 @@ class Dispatcher:
         graph = ExecutionGraph(job_id, meta, now_ms(), strategy=options.restart_strategy, failover=options.failover)
         checkpointing = JobCheckpointing(graph, options.checkpointing, options.checkpoint_dir, options.savepoint_dir)
         restore = document.get("restore")  # a savepoint or retained checkpoint to start from
+        artifact = self.artifacts.accept(job_id, document)  # before HA keeps the document: a reference only
         if self.ha is not None:
             checkpointing.ha = self.ha.for_job(job_id)
             if not recovered:
@@ -168,7 +174,7 @@ class Dispatcher:
             if history is not None:
                 self.ha.apply_history(graph, checkpointing, history)
         with self.lock:
-            self.jobs[job_id] = JobRecord(graph, payloads, python_path, options, checkpointing)
+            self.jobs[job_id] = JobRecord(graph, payloads, python_path, options, checkpointing, artifact=artifact)
             log.info("job %s (%s) submitted: %d vertices", job_id, graph.name, len(graph.vertices))
             self.scheduler.schedule(job_id, (restore[0], restore[1]) if restore else None)
         return job_id
@@ -258,6 +264,7 @@ class Dispatcher:
                     self.ha.job_terminated(job_id)
                 self.checkpoints.perform(job_id, rec.checkpointing.coordinator.shutdown(now_ms(), job_state=a.state))
                 self.scheduler.job_terminated(job_id)
+                self.artifacts.job_terminated(job_id, self.registry)
             elif isinstance(a, Failover):
                 log.info("job %s: restarting %d task(s) after a failure (%s failover)", job_id, len(a.keys), g.failover)
                 self.checkpoints.perform(job_id, rec.checkpointing.coordinator.failover(a.keys, now_ms()))
@@ -287,4 +294,5 @@ class Dispatcher:
                               checkpointing_mode=rec.checkpointing.options.mode),
             job_parameters=dict(rec.options.job_parameters),
             restore=rec.checkpointing.restore_spec(ex),
+            artifact=rec.artifact,
         )

@@ -20,6 +20,7 @@ from typing import Any
 
 from flinkpy.config import load_config
 from flinkpy.errors import FlinkpyError
+from flinkpy.jobmanager.artifacts import ArtifactStore
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.jobmanager.rest import RestServer
 from flinkpy.logfiles import rotate_process_output
@@ -28,6 +29,7 @@ from flinkpy.network.auth import read_secret
 from flinkpy.network.http_limits import HttpLimits
 from flinkpy.network.connection import Connection, handshake, listen
 from flinkpy.protocol import HandlerTable, ProtocolError
+from flinkpy.protocol.deployment import FetchArtifact
 from flinkpy.protocol.messages import (
     FromTask,
     Heartbeat,
@@ -67,6 +69,8 @@ def _taskmanager_handlers(dispatcher: Dispatcher, conn: Connection, registered: 
             FromTask: from_task,
             TaskManagerMetrics: lambda m: dispatcher.metrics.on_taskmanager(m.tm_id, m.timestamp, m.figures),
             TaskStateChanged: lambda m: dispatcher.on_task_state(m.job_id, m.exec_id, m.state, m.info, m.tm_id),
+            # on a connection of the TaskManager's own, so the download holds up no control message
+            FetchArtifact: lambda m: dispatcher.artifacts.serve(conn, m),
         },
     )
 
@@ -128,6 +132,17 @@ def _checkpoint_timer(dispatcher: Dispatcher, resolution_s: float = 0.01) -> Non
             log.exception("checkpoint timer")
 
 
+def _artifact_store(home: Path, ha: str | None) -> ArtifactStore:
+    """Where the jobs' shipped files live: with HA in its storage, where the next leader finds
+    them; else in the home, emptied now (a JobManager without HA starts without jobs)."""
+    if ha:
+        from flinkpy.ha.services import HaConfig
+
+        cfg = HaConfig.from_dict(json.loads(ha))
+        return ArtifactStore("/".join([cfg.storage_dir.rstrip("/"), cfg.cluster_id, "blobs"]))
+    return ArtifactStore(str(home / "blobs"), fresh=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="flinkpy-jobmanager")
     ap.add_argument("--home", required=True)
@@ -149,7 +164,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"flinkpy-jobmanager: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
     rotate_process_output(max_bytes=config.get("log.file.max-size"), backups=config.get("log.file.max-backups"))
-    dispatcher = Dispatcher(heartbeat_timeout_s=args.heartbeat_timeout_ms / 1000.0, checkpoint_dir=str(home / "checkpoints"))
+    dispatcher = Dispatcher(heartbeat_timeout_s=args.heartbeat_timeout_ms / 1000.0, checkpoint_dir=str(home / "checkpoints"),
+                            artifacts=_artifact_store(home, args.ha))
     try:
         rest = RestServer(dispatcher, secret_text, args.rest_address, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""), limits)
     except OSError as e:

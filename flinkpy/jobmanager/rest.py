@@ -247,7 +247,8 @@ class RestServer:
             }
 
     def config(self, **_: Any) -> dict[str, Any]:
-        return {"flinkpy-version": __version__, "timezone-name": "UTC"}
+        # the body limit: a client checks a job's submission (with its Python files) against it
+        return {"flinkpy-version": __version__, "timezone-name": "UTC", "rest-server-max-content-length": self.limits.max_content_length}
 
     def taskmanagers(self, **_: Any) -> dict[str, Any]:
         import time

@@ -7,8 +7,10 @@ Three limits close that, each a configuration key:
 
 - ``rest.server.max-content-length``: the largest body a request may carry (Flink's key and
   default, 100 MiB). The largest legitimate body is a job submission: the job graph with its
-  pickled functions and any ``from_collection`` data, a few MiB in practice; files the job
-  needs are not sent (the TaskManagers import them from ``python_path``).
+  pickled functions, any ``from_collection`` data and the archive of the job's Python files
+  (its directory's modules and ``python.files``, base64: 4/3 of the archive), a few MiB in
+  practice. The client asks for the limit (``GET /config``) and refuses a larger submission
+  itself, saying what to raise (:mod:`flinkpy.client.shipping`).
 - ``rest.server.read-timeout``: the time a client has to send one request's line, headers and
   body, counted from its first byte (and the longest a kept-alive connection may sit idle).
 - ``rest.server.numThreads``: requests served at once; a connection beyond it is answered 503

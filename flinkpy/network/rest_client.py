@@ -39,6 +39,8 @@ _STATUS_ERRORS: dict[int, type[FlinkpyError]] = {
     403: AuthenticationError,
     404: NotFoundError,
     409: ConflictError,
+    # a body over rest.server.max-content-length (a job submission with large Python files)
+    413: ConfigurationError,
     422: ConfigurationError,
     # a standby JobManager, or a new leader still recovering the job (high availability)
     503: ClusterUnreachableError,

@@ -1,6 +1,6 @@
 """Running a job program's file: as ``__main__``, with ``sys.argv`` set to the job's arguments
 and its directory on ``sys.path`` (shipped to the task processes too, so helper modules next to
-the job import there as well), inside an execution context that says what each
+the job import there as well) and the configured ``python.files`` after it, inside an execution context that says what each
 ``env.execute()`` does (submit to a cluster, start a Spark driver, or only capture the plan).
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from flinkpy.errors import FlinkpyError, InvalidProgramError, NotFoundError
 from flinkpy.program.context import ExecutionContext, PlanCaptured, execution_context
+from flinkpy.program.python_files import KEY, import_roots
 
 
 def _compile_check(path: Path) -> None:
@@ -43,6 +44,8 @@ def run_file(path: Path, args: list[str], ctx: ExecutionContext) -> None:
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(path), *args]
     sys.path.insert(0, job_dir)
+    # -D python.files / --pyFiles: importable in the job file too (as PyFlink's client does)
+    sys.path += [root for root in import_roots((ctx.config or {}).get(KEY)) if root not in sys.path]
     try:
         with execution_context(ctx):
             runpy.run_path(str(path), run_name="__main__")

@@ -2,9 +2,10 @@
 
 PyFlink's ``python.files`` names files a job's functions import where they run: a module
 (``helpers.py``), a package directory (one with ``__init__.py``), a directory of modules, or an
-archive (``.zip``, ``.whl``, ``.egg``). On flinkpy's engine the task processes share this
-machine's disk, so each entry becomes a ``sys.path`` entry (:func:`import_root`); on Spark they
-are shipped with the application (:mod:`flinkpy.spark.shipping`).
+archive (``.zip``, ``.whl``, ``.egg``). On the client each entry becomes a ``sys.path`` entry
+(:func:`import_root`), so the job file imports them too; where the job's functions run they are
+shipped with the job: in one archive to flinkpy's TaskManagers (:mod:`flinkpy.program.archive`),
+with the application to Spark's executors (:mod:`flinkpy.spark.shipping`).
 
 >>> import_root("/jobs/lib/helpers.py"), import_root("/jobs/deps.zip")
 ('/jobs/lib', '/jobs/deps.zip')

@@ -4,6 +4,10 @@ The JobManager builds one per execution attempt; the TaskManager adds what only 
 cluster secret, its host, an injected storage outage in progress) and hands it to the task
 process it starts. The task never reads the JobManager's configuration: the few settings it
 needs travel, already parsed, as :class:`TaskConfig`.
+
+A job's Python files travel beside it as a :class:`JobArtifact` (Flink's permanent blob): the
+descriptor names it, and a TaskManager fetches it from the JobManager once per job, on a
+connection of its own (:class:`FetchArtifact`), before it starts the job's first task there.
 """
 
 from __future__ import annotations
@@ -58,6 +62,15 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
+class JobArtifact:
+    """A file the JobManager keeps for a job and TaskManagers fetch: the archive of the job's
+    Python files (:mod:`flinkpy.program.archive`), named by its SHA-256."""
+
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
 class TaskDeploymentDescriptor:
     """One execution attempt of one subtask of a job vertex (an operator chain)."""
 
@@ -70,7 +83,8 @@ class TaskDeploymentDescriptor:
     max_parallelism: int
     attempt: int
     #: the pickled VertexPayload (the chain's operators and user functions): only the task
-    #: process unpickles it, after putting ``python_path`` on ``sys.path``
+    #: process unpickles it, after putting ``python_path`` on ``sys.path`` (the TaskManager
+    #: sets it to the import roots of the job's unpacked ``artifact``, when the job has one)
     payload: bytes
     inputs: list[InputGateDeployment]
     outputs: list[ResultPartitionDeployment]
@@ -80,6 +94,8 @@ class TaskDeploymentDescriptor:
     job_parameters: dict[str, str] = field(default_factory=dict)
     #: what to restore from (flinkpy.checkpoint.restore.restore_spec), None for a fresh start
     restore: dict[str, Any] | None = None
+    #: the job's Python files, which the TaskManager fetches and unpacks (None: nothing shipped)
+    artifact: JobArtifact | None = None
     # -- added by the TaskManager ------------------------------------------------------------
     secret: bytes = b""
     #: the address the task's output channels listen on
@@ -98,3 +114,39 @@ class DeployTask(Message):
     """JobManager -> TaskManager -> task: start this execution attempt."""
 
     descriptor: TaskDeploymentDescriptor
+
+
+@message("fetch_artifact")
+@dataclass(frozen=True)
+class FetchArtifact(Message):
+    """TaskManager -> JobManager, on a connection of its own: send me this job's artifact.
+    Answered with :class:`ArtifactChunk` messages, or one :class:`ArtifactUnavailable`."""
+
+    job_id: str
+    sha256: str
+
+
+@message("artifact_chunk")
+@dataclass(frozen=True)
+class ArtifactChunk(Message):
+    """JobManager -> TaskManager: the next piece of an artifact (chunked: frames stay small)."""
+
+    data: bytes
+    last: bool
+
+
+@message("artifact_unavailable")
+@dataclass(frozen=True)
+class ArtifactUnavailable(Message):
+    """JobManager -> TaskManager: the artifact cannot be sent, and why."""
+
+    reason: str
+
+
+@message("release_job")
+@dataclass(frozen=True)
+class ReleaseJob(Message):
+    """JobManager -> TaskManager: the job ended for good; drop what you keep for it (its
+    unpacked artifact)."""
+
+    job_id: str

@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from flinkpy.program import python_files
+from flinkpy.program import archive
 from flinkpy.errors import ConfigurationError, OperationTimeoutError
 
 log = logging.getLogger("flinkpy.spark.shipping")
@@ -38,29 +38,11 @@ log = logging.getLogger("flinkpy.spark.shipping")
 #: imported by the Spark runner's code on the executors (module name, pip package)
 EXECUTOR_MODULES = (("pyspark", "pyspark[sql]"), ("pandas", "pandas"), ("pyarrow", "pyarrow"),
                     ("cloudpickle", "cloudpickle"), ("google.protobuf", "protobuf"))
-#: a job directory bigger than this is not shipped whole (a data directory beside the job)
-MAX_JOB_DIR_BYTES = 64 << 20
-_SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
 
 
 def ships(master: str) -> bool:
     """Whether executors of ``master`` may lack the driver's disk: every master but local[...]."""
     return not master.startswith("local")
-
-
-def _zip_tree(zf: zipfile.ZipFile, root: Path, arc_prefix: str, *, only_py: bool) -> int:
-    """Add the files below ``root`` as ``arc_prefix/...``; returns the bytes added."""
-    added = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".") and not d.endswith(".egg-info"))
-        for name in sorted(filenames):
-            if name.endswith((".pyc", ".pyo")) or (only_py and not name.endswith(".py")):
-                continue
-            path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            zf.write(path, f"{arc_prefix}/{rel}" if arc_prefix else rel)
-            added += path.stat().st_size
-    return added
 
 
 def flinkpy_zip(dest: Path) -> Path:
@@ -70,7 +52,7 @@ def flinkpy_zip(dest: Path) -> Path:
     package = Path(flinkpy.__file__).resolve().parent
     target = dest / "flinkpy.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        _zip_tree(zf, package, "flinkpy", only_py=False)
+        archive.zip_tree(zf, package, "flinkpy", only_py=False)
     return target
 
 
@@ -78,23 +60,9 @@ def job_dir_zip(job_file: str, dest: Path) -> Path:
     """The job file's directory as ``dest/job-<stem>.zip``: its modules (``*.py``, the job file
     among them) and the packages below it (directories with ``__init__.py``), as the job file
     sees them on its ``sys.path``."""
-    directory = Path(job_file).resolve().parent
     target = dest / f"job-{Path(job_file).stem}.zip"
-    total = 0
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        for entry in sorted(directory.iterdir()):
-            if entry.name.startswith(".") or entry.name in _SKIP_DIRS:
-                continue
-            if entry.is_file() and entry.suffix == ".py":
-                zf.write(entry, entry.name)
-                total += entry.stat().st_size
-            elif python_files.is_package(str(entry)) and entry.name != "flinkpy":
-                total += _zip_tree(zf, entry, entry.name, only_py=False)
-            if total > MAX_JOB_DIR_BYTES:
-                log.warning("the job directory %s holds more than %d MiB of modules: shipping stops there; "
-                            "ship large dependencies with env.add_python_file or install them on the executors",
-                            directory, MAX_JOB_DIR_BYTES >> 20)
-                break
+        archive.add_job_dir(zf, Path(job_file).resolve().parent)
     return target
 
 
@@ -103,17 +71,11 @@ def python_file_payload(path: str, dest: Path) -> Path:
     directory zipped with the package at the top; a plain directory zipped with its contents
     at the top (importable as if the directory were on ``sys.path``)."""
     p = Path(path).resolve()
-    if not p.exists():
-        raise ConfigurationError(f"python.files names {path}, which does not exist",
-                                 remedy="fix env.add_python_file(...) or -D python.files")
     if p.is_file():
         return p
     target = dest / f"pyfiles-{p.name}-{uuid.uuid4().hex[:8]}.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        if python_files.is_package(str(p)):
-            _zip_tree(zf, p, p.name, only_py=False)
-        else:
-            _zip_tree(zf, p, "", only_py=False)
+        archive.add_python_file(zf, path, "")
     return target
 
 

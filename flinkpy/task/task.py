@@ -68,12 +68,22 @@ class Task:
     # -- setup -------------------------------------------------------------------------------
 
     def _load_payload(self) -> VertexPayload:
+        # the job's shipped files (the TaskManager unpacked them), ahead of anything installed
         for p in reversed(self.descriptor.python_path):
             if p not in sys.path:
                 sys.path.insert(0, p)
         import cloudpickle  # noqa: F401  (registers reducers the payload may need)
 
-        payload: VertexPayload = pickle.loads(self.descriptor.payload)
+        try:
+            payload: VertexPayload = pickle.loads(self.descriptor.payload)
+        except ModuleNotFoundError as e:
+            if str(e) != f"No module named {e.name!r}":
+                raise  # it says what to do already (an optional driver's extra, say)
+            raise ModuleNotFoundError(
+                f"{e}: the job's functions import it, but it was not shipped with the job; add it with "
+                "env.add_python_file(...) or 'flinkpy run --pyFiles PATH', or install it where the TaskManagers run",
+                name=e.name,
+            ) from e
         return payload
 
     def _listen(self) -> None:

@@ -37,7 +37,7 @@ from flinkpy.logfiles import rotate_process_output
 from flinkpy.network.auth import read_secret
 from flinkpy.network.connection import Connection, connect
 from flinkpy.protocol import HandlerTable, Message, ProtocolError
-from flinkpy.protocol.deployment import DeployTask, TaskDeploymentDescriptor
+from flinkpy.protocol.deployment import DeployTask, ReleaseJob, TaskDeploymentDescriptor
 from flinkpy.protocol.messages import (
     CancelTask,
     CheckpointAck,
@@ -63,6 +63,7 @@ from flinkpy.protocol.messages import (
     TaskStateChanged,
     ToTask,
 )
+from flinkpy.taskmanager.artifacts import ArtifactUnavailableError, JobArtifacts, peer_address
 from flinkpy.taskmanager.launcher import ForkedProcess, LauncherFailed, TaskLauncher
 from flinkpy.taskmanager.resources import ResourceReporter
 
@@ -99,6 +100,8 @@ class TaskManager:
         self.host = host
         self.heartbeat_s = heartbeat_s
         self.launcher = TaskLauncher()
+        #: the jobs' Python files, fetched from the JobManager once per job (the working directory)
+        self.artifacts = JobArtifacts(home / "taskmanagers" / tm_id)
         self.jm: Connection | None = connect(jm_host, jm_port, secret, timeout=10.0) if jm_host else None
         #: high availability: the leadership term of the JobManager we are registered with
         self.epoch: int | None = None
@@ -123,6 +126,7 @@ class TaskManager:
                 Registered: self._registered,
                 Refused: self._refused,
                 Shutdown: self._shutdown_requested,
+                ReleaseJob: lambda m: self.artifacts.release(m.job_id),
             },
         )
 
@@ -226,6 +230,18 @@ class TaskManager:
 
     def deploy(self, descriptor: TaskDeploymentDescriptor) -> None:
         exec_id = descriptor.exec_id
+        try:
+            jm = self.jm
+            if jm is None:
+                return  # between leaders: the next one deploys again
+            descriptor = self.artifacts.prepare(descriptor, peer_address(jm.sock), self.secret)
+        except (ArtifactUnavailableError, OSError) as e:
+            # no task process: one could not import the job's functions; the cause is the failure
+            log.error("cannot deploy %s of job %s: %s", exec_id, descriptor.job_id, e)
+            self._send_jm(TaskStateChanged(job_id=descriptor.job_id, exec_id=exec_id, state="FAILED", tm_id=self.tm_id, info={
+                "exception": "flinkpy.ArtifactUnavailable", "message": f"{e} (on TaskManager {self.tm_id})",
+                "stacktrace": f"ArtifactUnavailable: {e}\n", "task": descriptor.describe()}))
+            return
         parent, child = socket.socketpair()
         try:
             proc = self.launcher.spawn(child)
@@ -488,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
                 if not tm.tasks:
                     break
             time.sleep(0.02)
+        tm.artifacts.close()
         os._exit(0)
 
     def on_term(signum: int, frame: Any) -> None:
