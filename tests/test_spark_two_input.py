@@ -13,7 +13,12 @@ One job (CONNECTED_JOB) joins orders with shipments and uses every two-input ope
    output from the second input, unioned into one sink;
 3. ``key_by(k1, k2).map(CoMapFunction)`` with a keyed count across both inputs;
 4. ``key_by(k1, k2).flat_map(CoFlatMapFunction)`` at keyed depth 2: its first input comes from a
-   keyed reduce, its second straight from a source (passing keyed depth 1).
+   keyed reduce, its second straight from a source (passing keyed depth 1);
+5. a KeyedCoProcessFunction over orders and a denser stream of clicks, whose timers count each
+   input's records until then: the orders' watermark alone runs ahead of the clicks', so a timer
+   that fired by it would miss clicks (it did, before the operator took the lower of the two).
+
+Watermarks are punctuated (one after each record), so that rows carry their input's watermark.
 
 The job runs on flinkpy's engine (an embedded local cluster) and on Spark (one local[2] session
 for the module, several micro-batches); every sink must hold the same records on both, and the
@@ -89,6 +94,35 @@ class Join(KeyedCoProcessFunction):
         self.shipment.clear()
 
 
+def clicks():
+    """(click id, customer, timestamp ms): dense in event time, so the orders run ahead of them."""
+    return [(j, "c%d" % (j % 4), 30 * j) for j in range(600)]
+
+
+class Tally(KeyedCoProcessFunction):
+    """Per customer: a timer 1 s after each order and click reports how many of each the
+    customer had until then. Right only if the timer fires after every record of both inputs
+    before it: under the minimum of the two inputs' watermarks (the orders' alone run ahead)."""
+
+    def open(self, ctx):
+        self.times = ctx.get_state(ValueStateDescriptor("times", None))
+
+    def _add(self, side, ctx):
+        self.times.update((self.times.value() or []) + [(side, ctx.timestamp())])
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 1000)
+
+    def process_element1(self, order, ctx):
+        self._add("order", ctx)
+
+    def process_element2(self, click, ctx):
+        self._add("click", ctx)
+
+    def on_timer(self, timestamp, ctx):
+        times = self.times.value()
+        yield (ctx.get_current_key(), timestamp, sum(1 for s, t in times if s == "order" and t <= timestamp),
+               sum(1 for s, t in times if s == "click" and t <= timestamp))
+
+
 class ByCustomer(Partitioner):
     def partition(self, key, num_partitions):
         return int(key[1:]) % num_partitions
@@ -144,8 +178,23 @@ class Seen(CoFlatMapFunction):
         yield ("order", order[0])
 
 
+class EveryRecord:
+    """Punctuated: a watermark after every record, so that rows carry their input's watermark
+    (and a two-input operator must take the lower of its two inputs')."""
+
+    def __init__(self):
+        self.highest = None
+
+    def on_event(self, event, timestamp, output):
+        self.highest = timestamp if self.highest is None else max(self.highest, timestamp)
+        output.emit_watermark(self.highest - 1)
+
+    def on_periodic_emit(self, output):
+        pass
+
+
 def build(env, outs):
-    stamped = WatermarkStrategy.for_monotonous_timestamps()
+    stamped = WatermarkStrategy.for_generator(EveryRecord)
     o = env.from_collection(orders()).assign_timestamps_and_watermarks(stamped.with_timestamp_assigner(lambda r, _: r[3]))
     s = env.from_collection(shipments()).assign_timestamps_and_watermarks(stamped.with_timestamp_assigner(lambda r, _: r[2]))
     o.connect(s).key_by(lambda r: r[0], lambda r: r[0]).process(Join()).name("join").sink_to(CollectSink(outs[0]))
@@ -154,6 +203,8 @@ def build(env, outs):
     tagged = o.connect(s).process(Tag()).name("tag")
     tagged.union(tagged.get_side_output(SHIPMENTS)).sink_to(CollectSink(outs[2]))
     o.connect(s).key_by(lambda r: r[0] % 5, lambda r: r[0] % 5).map(Count()).name("count").sink_to(CollectSink(outs[3]))
+    c = env.from_collection(clicks()).assign_timestamps_and_watermarks(stamped.with_timestamp_assigner(lambda r, _: r[2]))
+    o.connect(c).key_by(lambda r: r[1], lambda r: r[1]).process(Tally()).name("tally").sink_to(CollectSink(outs[5]))
     totals = o.map(lambda r: (r[1], r[2])).key_by(lambda t: t[0]).sum(1).name("totals")
     totals.connect(o).key_by(lambda t: t[0], lambda r: r[1]).flat_map(Seen()).name("seen").sink_to(CollectSink(outs[4]))
 
@@ -165,7 +216,7 @@ if __name__ == "__main__":
     env.execute("connected")
 '''
 
-SINKS = 5
+SINKS = 6
 
 
 def _expected() -> list[Counter]:
@@ -186,7 +237,11 @@ def _expected() -> list[Counter]:
     count = Counter((k, n) for k, m in per_mod.items() for n in range(1, m + 1))
     # 50 running totals and 50 orders per customer
     seen = Counter((c, n) for c in ("c0", "c1", "c2", "c3") for n in range(1, 101)) + Counter(("order", i) for i in range(200))
-    return [join, sums, tagged, count, seen]
+    times = [(c, "order", ts) for _, c, _, ts in orders] + [(f"c{j % 4}", "click", 30 * j) for j in range(600)]
+    tally = Counter((c, t + 1000, sum(1 for x, s, u in times if x == c and s == "order" and u <= t + 1000),
+                     sum(1 for x, s, u in times if x == c and s == "click" and u <= t + 1000))
+                    for c, t in {(c, t) for c, _, t in times})
+    return [join, sums, tagged, count, seen, tally]
 
 
 @pytest.fixture(scope="module")
