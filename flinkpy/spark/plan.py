@@ -218,7 +218,7 @@ class _Translator:
             if e.partitioner == BROADCAST:
                 target = self.graph.nodes[e.target]
                 raise _refuse(target, "its input is broadcast (every record to every parallel instance), which Spark's micro-batches "
-                                      "over partitioned data do not express; broadcast state needs the two-input operators",
+                                      "over partitioned data do not express",
                               remedy="run the job on flinkpy's engine, or key or rebalance the stream instead of broadcast()")
 
     def check_keyed(self, node: StreamNode) -> None:
