@@ -85,11 +85,11 @@ _STATELESS = ("map", "flat_map", "filter", "process", "timestamps") + _TWO_INPUT
 _KEYED = ("keyed_reduce", "keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "window") + _KEYED_TWO_INPUT
 _ON_THE_ENGINE = "run the job on flinkpy's engine (without --runner spark)"
 _BROADCAST_STATE = (
-    "it is a broadcast process function: each parallel instance applies every record of the broadcast input to its own copy "
-    "of the broadcast state, in which the other input's records (and apply_to_keyed_state, every key's state) read it. Spark "
-    "has no state that several groups share: a stateful Spark operator keeps state per grouping key and its Python workers "
-    "keep nothing between micro-batches, so a broadcast record could only reach the state of the keys it were copied to "
-    "(not keys that arrive later), in an order against the other input's records that no group could agree on",
+    "it is a broadcast process function: every parallel instance applies each record of the broadcast input to its own copy "
+    "of the broadcast state, which the other input's records read (and apply_to_keyed_state carries to every key's state). "
+    "Spark has no state that its groups share: a stateful Spark operator keeps state per grouping key, and its Python "
+    "workers keep nothing between micro-batches; a broadcast record could only be copied into the state of keys known in "
+    "advance, not of keys that arrive later, and apply_to_keyed_state cannot reach other groups' state",
     _ON_THE_ENGINE + "; or, when the broadcast side is small and rarely changes, load it in the function's open() and use a "
     "process function without broadcast state",
 )
