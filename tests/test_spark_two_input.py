@@ -16,7 +16,8 @@ One job (CONNECTED_JOB) joins orders with shipments and uses every two-input ope
    keyed reduce, its second straight from a source (passing keyed depth 1);
 5. a KeyedCoProcessFunction over orders and a denser stream of clicks, whose timers count each
    input's records until then: the orders' watermark alone runs ahead of the clicks', so a timer
-   that fired by it would miss clicks (it did, before the operator took the lower of the two).
+   that fired by it would miss clicks (it did, before the operator took the lower of the two);
+6. ``connect(...).map(CoMapFunction)`` after keyed depth 1: a keyed reduce's updates and clicks.
 
 Watermarks are punctuated (one after each record), so that rows carry their input's watermark.
 
@@ -123,6 +124,14 @@ class Tally(KeyedCoProcessFunction):
                sum(1 for s, t in times if s == "click" and t <= timestamp))
 
 
+class Label(CoMapFunction):
+    def map1(self, total):
+        return ("total",) + total
+
+    def map2(self, click):
+        return ("click", click[0])
+
+
 class ByCustomer(Partitioner):
     def partition(self, key, num_partitions):
         return int(key[1:]) % num_partitions
@@ -207,6 +216,7 @@ def build(env, outs):
     o.connect(c).key_by(lambda r: r[1], lambda r: r[1]).process(Tally()).name("tally").sink_to(CollectSink(outs[5]))
     totals = o.map(lambda r: (r[1], r[2])).key_by(lambda t: t[0]).sum(1).name("totals")
     totals.connect(o).key_by(lambda t: t[0], lambda r: r[1]).flat_map(Seen()).name("seen").sink_to(CollectSink(outs[4]))
+    totals.connect(c).map(Label()).name("label").sink_to(CollectSink(outs[6]))
 
 
 if __name__ == "__main__":
@@ -216,7 +226,7 @@ if __name__ == "__main__":
     env.execute("connected")
 '''
 
-SINKS = 6
+SINKS = 7
 
 
 def _expected() -> list[Counter]:
@@ -241,7 +251,12 @@ def _expected() -> list[Counter]:
     tally = Counter((c, t + 1000, sum(1 for x, s, u in times if x == c and s == "order" and u <= t + 1000),
                      sum(1 for x, s, u in times if x == c and s == "click" and u <= t + 1000))
                     for c, t in {(c, t) for c, _, t in times})
-    return [join, sums, tagged, count, seen, tally]
+    running = {}
+    label = Counter(("click", j) for j in range(600))
+    for _, c, a, _ in orders:
+        running[c] = running.get(c, 0) + a
+        label[("total", c, running[c])] += 1
+    return [join, sums, tagged, count, seen, tally, label]
 
 
 @pytest.fixture(scope="module")
@@ -293,6 +308,8 @@ def test_every_two_input_operator_equals_the_engine_and_the_input(run):
     explained = plan.explain()
     assert "'join'" in explained and "'seen'" in explained and "partition_custom into 'amounts': not applied" in explained
     assert [s.kind for s in plan.stages].count("keyed") == 2
+    # the co-map after keyed depth 1 runs in chain level 1, its second input passing that depth
+    assert [[n.name for n in s.operators] for s in plan.stages if s.kind == "chain"] == [["label"]]
 
 
 def test_the_join_timers_wait_for_both_inputs(run):
