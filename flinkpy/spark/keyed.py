@@ -52,7 +52,7 @@ KEY_GROUPS = 32
 
 @dataclass
 class KeyedSpec:
-    kind: str  # keyed_reduce | keyed_process | keyed_map | keyed_flat_map | keyed_filter | window
+    kind: str  # keyed_reduce | keyed_process | keyed_map | keyed_flat_map | keyed_filter | window | keyed_co_*
     name: str
     fn: Any
     key_selector: Callable
@@ -71,6 +71,10 @@ class KeyedSpec:
     prefix: bytes = b""
     #: the operator's ``output_type``: a RowTypeInfo makes its outputs Rows, as on the engine
     row_type: Any = None
+    #: a two-input operator (``connect(...).key_by(k1, k2)``): the second input's key selector, and
+    #: the routes that feed its second input (their rows go to ``process2``)
+    key_selector2: Callable | None = None
+    second: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.time_mode:
@@ -110,7 +114,7 @@ def on_group_state(spec: KeyedSpec) -> bool:
 
 def uses_timers(spec: KeyedSpec) -> bool:
     """Whether the operator can have timers (the others skip every timer round trip to Spark)."""
-    return spec.kind in ("keyed_process", "window") or (spec.kind == "keyed_reduce" and spec.batch_mode)
+    return spec.kind in ("keyed_process", "keyed_co_process", "window") or (spec.kind == "keyed_reduce" and spec.batch_mode)
 _FINAL_NS = "__flinkpy_end_of_input__"
 
 

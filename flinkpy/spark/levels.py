@@ -67,6 +67,8 @@ class LevelSpec:
     job_parameters: dict[str, str] = field(default_factory=dict)
     #: rows on this level carry routes that matter (see SparkPlan.multiplexed)
     routed: bool = True
+    #: routes into the second input of a two-input operator (``connect``): its ``process2``
+    second: frozenset[int] = frozenset()
 
     def emitted_routes(self) -> list[int]:
         """Routes whose rows this level emits (not the ones between its own operators)."""
@@ -78,6 +80,26 @@ class LevelSpec:
         for port in self.ports.values():
             out.extend(r for r in port.routes + port.side_routes if r not in self.internal)
         return sorted(set(out))
+
+
+class _SecondInput:
+    """The second input of a two-input operator (co_map, co_flat_map, co_process) as a place to send
+    records: what the engine's input loop does for the channels of input 2 (``process2``)."""
+
+    def __init__(self, op: Any) -> None:
+        self.op = op
+        #: where the operator's outputs go (for :func:`_mark_stamped`)
+        self.output = op.output
+        self.side_outputs = getattr(op, "side_outputs", {})
+
+    def process(self, values: list, timestamps: list | None) -> None:
+        self.op.process2(values, timestamps)
+
+    def process_watermark(self, watermark: int) -> None:
+        self.op.process_watermark(watermark)
+
+    def process_watermark_status(self, idle: bool) -> None:
+        self.op.process_watermark_status(idle)
 
 
 class _Emitter:
@@ -125,6 +147,7 @@ def _wire(spec: LevelSpec, emitter: _Emitter) -> tuple[list, dict[int, Any], lis
     its timestamp assigners."""
     from flinkpy.task import operators as ops
     from flinkpy.task.row_output import with_row_type
+    from flinkpy.task.two_input import NON_KEYED
 
     classes = {
         "map": ops.MapOperator,
@@ -132,12 +155,14 @@ def _wire(spec: LevelSpec, emitter: _Emitter) -> tuple[list, dict[int, Any], lis
         "filter": ops.FilterOperator,
         "process": ops.ProcessOperator,
         "timestamps": ops.TimestampsAndWatermarksOperator,
+        **NON_KEYED,
     }
     ports: dict[int, _Port] = {}
 
     def target(route: int) -> Any:
         if route in spec.internal:
-            return operators[spec.internal[route]]
+            op = operators[spec.internal[route]]
+            return _SecondInput(op) if route in spec.second else op
         if route not in ports:
             ports[route] = _Port(emitter, route)
         return ports[route]
@@ -150,7 +175,8 @@ def _wire(spec: LevelSpec, emitter: _Emitter) -> tuple[list, dict[int, Any], lis
         op.side_outputs = {tag: ops.fan_out([target(r) for r in rs]) for tag, rs in spec.side_outputs[nid].items()}
         operators[nid] = op
     chain = [operators[nid] for nid in spec.order]
-    heads: dict[int, Any] = {r: operators[nid] for r, nid in spec.entries.items() if nid is not None}
+    heads: dict[int, Any] = {r: _SecondInput(operators[nid]) if r in spec.second else operators[nid]
+                             for r, nid in spec.entries.items() if nid is not None}
     for route, port in spec.ports.items():
         out = ops.fan_out([target(r) for r in port.routes])
         if port.watermark_strategy is not None:

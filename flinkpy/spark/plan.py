@@ -38,6 +38,15 @@ watermark and the timer fire before the output rather than after (windows are no
 timers are at or after their records' timestamps); and outputs of several keys' timers of one
 timestamp reach a coarser key in no fixed order (the engine: the order the timers were registered).
 
+Connected streams (``connect``): a row's route tells which input of a two-input operator it feeds
+(its edge's ``type_number``). co_map, co_flat_map and co_process run in their chain level like any
+non-keyed operator, the second input's rows handed to ``process2``; a keyed one (``key_by(k1,
+k2)``) is a keyed operator whose routes in carry each input's own key, so both inputs' records of
+a key meet in one group, with its state and timers. Its event time is, as on the engine, the lower
+of its two inputs' watermarks: each as far as the group's rows tell, from Spark's watermark (a
+bound of both) at the start of the micro-batch. Broadcast state and interval joins are refused
+(see ``_REFUSED``); ``partition_custom`` is not applied (:meth:`_Translator.note_custom_partitioning`).
+
 A job with one path from its sources to one sink (W1, W2, most jobs) needs no routes: its plan
 is the same as before routes existed — a linear chain, one keyed operator grouped by its key alone
 (or by key group, for a keyed reduce), one sink — no extra column, shuffle or group.
@@ -60,7 +69,7 @@ import struct
 from typing import Any
 
 from flinkpy.errors import InvalidProgramError
-from flinkpy.graph.stream_graph import BROADCAST, StreamEdge, StreamGraph, StreamNode
+from flinkpy.graph.stream_graph import BROADCAST, CUSTOM, StreamEdge, StreamGraph, StreamNode
 from flinkpy.spark.chain import ChainSpec, Stage
 from flinkpy.spark.levels import LevelSpec, SourcePort
 from flinkpy.spark.keyed import KEY_GROUPS, KeyedSpec, by_key_group, on_group_state
@@ -69,8 +78,33 @@ from flinkpy.spark.query import KeyedLevel, Route, SinkRoutes, SparkPlan, Step, 
 #: flinkpy configuration keys the Spark runner reads
 MAX_RECORDS_KEY = "execution.spark.max-records-per-batch"
 
-_STATELESS = ("map", "flat_map", "filter", "process", "timestamps")
-_KEYED = ("keyed_reduce", "keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "window")
+#: two-input operators of connected streams (``connect``): not keyed, then keyed (``key_by(k1, k2)``)
+_TWO_INPUT = ("co_map", "co_flat_map", "co_process")
+_KEYED_TWO_INPUT = ("keyed_co_process", "keyed_co_map", "keyed_co_flat_map")
+_STATELESS = ("map", "flat_map", "filter", "process", "timestamps") + _TWO_INPUT
+_KEYED = ("keyed_reduce", "keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "window") + _KEYED_TWO_INPUT
+_ON_THE_ENGINE = "run the job on flinkpy's engine (without --runner spark)"
+_BROADCAST_STATE = (
+    "it is a broadcast process function: every parallel instance applies each record of the broadcast input to its own copy "
+    "of the broadcast state, which the other input's records read (and apply_to_keyed_state carries to every key's state). "
+    "Spark has no state that its groups share: a stateful Spark operator keeps state per grouping key, and its Python "
+    "workers keep nothing between micro-batches; a broadcast record could only be copied into the state of keys known in "
+    "advance, not of keys that arrive later, and apply_to_keyed_state cannot reach other groups' state",
+    _ON_THE_ENGINE + "; or, when the broadcast side is small and rarely changes, load it in the function's open() and use a "
+    "process function without broadcast state",
+)
+#: operator kinds that stay on the engine, with why and what to do
+_REFUSED: dict[str, tuple[str, str]] = {
+    "broadcast_process": _BROADCAST_STATE,
+    "keyed_broadcast_process": _BROADCAST_STATE,
+    "interval_join": (
+        "interval joins are not translated yet: the join keeps both inputs' records in keyed state and drops them with "
+        "event-time timers, which the Spark runner's keyed two-input step could run, but that has not been checked against "
+        "the engine's results",
+        _ON_THE_ENGINE + ", or write the join as a KeyedCoProcessFunction (a.connect(b).key_by(k1, k2).process(...)), "
+        "which runs on Spark",
+    ),
+}
 #: the position of the sinks in the pipeline: after every chain level (2d) and keyed depth (2d-1)
 _SINK = 1 << 30
 
@@ -167,14 +201,24 @@ class _Translator:
         self.depth: dict[int, int] = {}
         self.routes: list[Route] = []
         self.edge_route: dict[int, Route] = {}  # id(edge) -> route
+        #: routes into the second input of a two-input operator
+        self.second: set[int] = set()
 
     # -- checks --------------------------------------------------------------------------------
+    def check_kinds(self) -> None:
+        """Refuse the operators that stay on the engine, naming why (before their edges are looked at)."""
+        for n in self.graph.topological_order():
+            node = self.graph.nodes[n]
+            if node.kind in _REFUSED:
+                reason, remedy = _REFUSED[node.kind]
+                raise _refuse(node, reason, remedy)
+
     def check_edges(self) -> None:
         for e in self.graph.edges:
             if e.partitioner == BROADCAST:
                 target = self.graph.nodes[e.target]
                 raise _refuse(target, "its input is broadcast (every record to every parallel instance), which Spark's micro-batches "
-                                      "over partitioned data do not express; broadcast state needs the two-input operators",
+                                      "over partitioned data do not express",
                               remedy="run the job on flinkpy's engine, or key or rebalance the stream instead of broadcast()")
 
     def check_keyed(self, node: StreamNode) -> None:
@@ -207,6 +251,7 @@ class _Translator:
 
     # -- the pipeline ----------------------------------------------------------------------------
     def translate(self) -> tuple[list[list[Step]], list[Step], list[Route]]:
+        self.check_kinds()
         self.check_edges()
         graph = self.graph
         order = graph.topological_order()
@@ -234,11 +279,16 @@ class _Translator:
             self.routes.append(Route(i, node, None, None, -1, 0))
         for e in graph.edges:
             src, dst = graph.nodes[e.source], graph.nodes[e.target]
-            route = Route(len(self.routes), src, dst, e.side_tag, _position(src, self.depth[src.id]), _position(dst, self.depth[dst.id]))
+            route = Route(len(self.routes), src, dst, e.side_tag, _position(src, self.depth[src.id]), _position(dst, self.depth[dst.id]),
+                          e.type_number)
             self.routes.append(route)
             self.edge_route[id(e)] = route
+            if e.type_number == 2:
+                self.second.add(route.id)
         keyed_at = {d: [graph.nodes[n] for n in order if graph.nodes[n].kind in _KEYED and self.depth[n] == d] for d in range(1, deepest + 1)}
-        keyed_routed = {d: len(ops) > 1 or any(r.start < 2 * d - 1 < r.end for r in self.routes if r.target is not None)
+        # a keyed two-input operator reads the route of each row: which input it feeds
+        keyed_routed = {d: len(ops) > 1 or any(n.kind in _KEYED_TWO_INPUT for n in ops)
+                        or any(r.start < 2 * d - 1 < r.end for r in self.routes if r.target is not None)
                         for d, ops in keyed_at.items()}
         sink_routed = len(sinks) > 1
         levels = {d: self.keyed_level(keyed_at[d], d, keyed_routed[d]) for d in keyed_at}
@@ -262,7 +312,23 @@ class _Translator:
             spark = "foreachBatch: " + writer_for(sinks[0].fn, "plan", sinks[0].name).describe()
             notes = []
         stages.append(Step("sink", sinks, spark, SinkRoutes(by_route, sink_routed), notes=notes))
+        self.note_custom_partitioning([s for b in branches for s in b] + stages)
         return branches, stages, self.routes
+
+    def note_custom_partitioning(self, steps: list[Step]) -> None:
+        """Say where a ``partition_custom`` is not applied. Its Partitioner only picks the parallel
+        instance of the next operator, which is not keyed: on Spark the rows stay where Spark put
+        them, and no result depends on which instance of a non-keyed operator runs a record (its
+        state is not kept per key; per-instance Python attributes are not state, on either runner)."""
+        for e in self.graph.edges:
+            if e.partitioner != CUSTOM:
+                continue
+            target = self.graph.nodes[e.target]
+            for step in steps:
+                if any(n.id == target.id for n in step.operators):
+                    step.notes.append(f"partition_custom into {label(target)}: not applied (Spark partitions the rows; "
+                                      "results do not depend on it)")
+                    break
 
     def source(self, node: StreamNode) -> Step:
         from flinkpy.connectors.socket_source import SocketTextSource
@@ -312,7 +378,9 @@ class _Translator:
             main, side = self._out_routes(node)
             spec = KeyedSpec(node.kind, node.name, node.fn, node.key_selector, batch_mode=self.batch_mode, job_parameters=self.params,
                              uid=node.uid, routes=tuple(main), side_routes={t: tuple(rs) for t, rs in side.items()}, depth=depth,
-                             prefix=struct.pack(">H", i) if routed else b"", row_type=node.params.get("output_type"))
+                             prefix=struct.pack(">H", i) if routed else b"", row_type=node.params.get("output_type"),
+                             key_selector2=node.params.get("key_selector2"),
+                             second=frozenset(self.edge_route[id(e)].id for e in self.graph.inputs_of(node.id) if e.type_number == 2))
             specs.append(spec)
             groups = KEY_GROUPS if by_key_group(spec) else 0
             for e in self.graph.inputs_of(node.id):
@@ -367,6 +435,7 @@ class _Translator:
             next_keys=dict(next_keys or {}),
             keyed=next_keys is not None,
             job_parameters=self.params,
+            second=frozenset(self.second),
         )
 
     def branch(self, step: Step, node: StreamNode, k1_routed: bool | None, k1: tuple[Step, dict] | None, sink_routed: bool) -> list[Step]:
@@ -384,7 +453,7 @@ class _Translator:
                 linear = False
                 break
             target = graph.nodes[outs[0].target]
-            if target.kind in _STATELESS and self.depth[target.id] == 0:
+            if target.kind in _STATELESS and target.kind not in _TWO_INPUT and self.depth[target.id] == 0:
                 path.append(target)
                 current = target
                 continue

@@ -152,7 +152,11 @@ class FlinkpyKeyedProcessor(_Processor):
 
             return WindowOperator(self.spec.name, self.spec.fn, out, self.spec.key_selector, self.backend, self.spec.batch_mode)
         from flinkpy.task.operators import KeyedProcessOperator
+        from flinkpy.task.two_input import KEYED, KeyedCoProcessOperator
 
+        if self.spec.kind in KEYED:  # connected keyed streams: process2 for the second input's rows
+            return KeyedCoProcessOperator(self.spec.name, self.spec.fn, out, self.spec.key_selector, self.backend, self.spec.batch_mode,
+                                          method=KEYED[self.spec.kind], key2=self.spec.key_selector2)
         return KeyedProcessOperator(self.spec.name, self.spec.fn, out, self.spec.key_selector, self.backend, self.spec.batch_mode, method=_METHODS[self.spec.kind])
 
     def records(self, key: bytes, pdf: Any, watermark: int) -> Iterator[Any]:
@@ -172,20 +176,30 @@ class FlinkpyKeyedProcessor(_Processor):
         ws = pdf["w"].tolist()
         tss = pdf["ts"].tolist()
         values = pdf["value"].tolist()
+        second = self.spec.second
+        inputs = [2 if r in second else 1 for r in pdf["src"].tolist()] if second else [1] * len(kinds)
+        #: two inputs: each one's watermark so far (Spark's is a lower bound of both); the
+        #: operator's is their minimum, as the engine combines them
+        start = timers.watermark if timers is not None else watermark if self.spec.depth == 1 else MIN_W
+        seen = {1: start, 2: start}
         i, n = 0, len(kinds)
         loads = pickle.loads
         while i < n:
             j = i
-            while j < n and ws[j] == ws[i]:
+            while j < n and ws[j] == ws[i] and inputs[j] == inputs[i]:
                 j += 1
+            w = int(ws[i])
+            if second:
+                seen[inputs[i]] = max(seen[inputs[i]], w)
+                w = min(seen.values())
             if timers is not None:
-                timers.advance(int(ws[i]))
+                timers.advance(w)
                 self.out.watermark = timers.watermark
             else:  # the outputs go on under the watermark their input came with
-                self.out.watermark = int(ws[i])
+                self.out.watermark = w
             run_ts = [None if t != t or t is None else int(t) for t in tss[i:j]]
             records = [loads(v) for v, kd in zip(values[i:j], kinds[i:j]) if kd == RECORD]
-            self.op.process(records, None if run_ts[0] is None else run_ts)
+            (self.op.process2 if inputs[i] == 2 else self.op.process)(records, None if run_ts[0] is None else run_ts)
             i = j
         if timers is not None:
             if self.spec.processing_time:

@@ -33,12 +33,15 @@ class Route:
     tag: str | None
     start: int
     end: int
+    #: the input of the target it feeds: 2 for the second input of a two-input operator
+    input: int = 1
 
     def describe(self) -> str:
         if self.target is None:
             return f"r{self.id}: source {label(self.source)}"
         side = f" [side output {self.tag!r}]" if self.tag else ""
-        return f"r{self.id}: {label(self.source)}{side} -> {label(self.target)}"
+        second = " (input 2)" if self.input == 2 else ""
+        return f"r{self.id}: {label(self.source)}{side} -> {label(self.target)}{second}"
 
 
 @dataclass

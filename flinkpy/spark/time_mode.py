@@ -52,8 +52,8 @@ def choose(kind: str, fn: Any) -> str:
     """The time mode of a keyed operator of ``kind`` running ``fn`` (see the module docstring)."""
     if kind == "window":
         return PROCESSING_TIME if window_needs_processing_time(fn) else EVENT_TIME
-    if kind in ("keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter"):
-        names = PROCESSING_TIME_CALLS + TTL_CALLS if kind == "keyed_process" else TTL_CALLS
+    if kind in ("keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "keyed_co_process", "keyed_co_map", "keyed_co_flat_map"):
+        names = PROCESSING_TIME_CALLS + TTL_CALLS if kind in ("keyed_process", "keyed_co_process") else TTL_CALLS
         return PROCESSING_TIME if mentions(fn, names) else EVENT_TIME
     if kind == "keyed_reduce":
         return PROCESSING_TIME if mentions(fn, TTL_CALLS) else EVENT_TIME
