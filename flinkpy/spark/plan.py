@@ -98,9 +98,10 @@ _REFUSED: dict[str, tuple[str, str]] = {
     "broadcast_process": _BROADCAST_STATE,
     "keyed_broadcast_process": _BROADCAST_STATE,
     "interval_join": (
-        "interval joins are not translated yet: the join keeps both inputs' records in keyed state and drops them with "
-        "event-time timers, which the Spark runner's keyed two-input step could run, but that has not been checked against "
-        "the engine's results",
+        "an interval join's result depends on how far event time has advanced when each record arrives: a record behind "
+        "the watermark is dropped as late, and a buffered record is dropped once the watermark passes its interval. On the "
+        "engine the watermark moves between records; on Spark it moves once per micro-batch, so the same input would drop "
+        "other records as late there and join different pairs",
         _ON_THE_ENGINE + ", or write the join as a KeyedCoProcessFunction (a.connect(b).key_by(k1, k2).process(...)), "
         "which runs on Spark",
     ),
