@@ -102,23 +102,11 @@ class AggregatingState(MergingState[IN, OUT]):
     """An accumulator per key, fed by ``add()`` and read through ``get_result``."""
 
 
-class MapState(State, Generic[K, V]):
-    """A map per key. Reading an absent user key returns None."""
+class _MapReads(abc.ABC, Generic[K, V]):
+    """The reading half of a map-shaped state (keyed map state, broadcast state)."""
 
     @abc.abstractmethod
     def get(self, key: K) -> V | None:
-        ...
-
-    @abc.abstractmethod
-    def put(self, key: K, value: V) -> None:
-        ...
-
-    @abc.abstractmethod
-    def put_all(self, dict_value: Mapping[K, V]) -> None:
-        ...
-
-    @abc.abstractmethod
-    def remove(self, key: K) -> None:
         ...
 
     @abc.abstractmethod
@@ -146,12 +134,6 @@ class MapState(State, Generic[K, V]):
             raise KeyError(key)
         return self.get(key)  # type: ignore[return-value]
 
-    def __setitem__(self, key: K, value: V) -> None:
-        self.put(key, value)
-
-    def __delitem__(self, key: K) -> None:
-        self.remove(key)
-
     def __contains__(self, key: object) -> bool:
         return self.contains(key)  # type: ignore[arg-type]
 
@@ -159,7 +141,33 @@ class MapState(State, Generic[K, V]):
         return iter(self.keys())
 
 
-class ReadOnlyBroadcastState(State, Generic[K, V]):
+class _MapWrites(_MapReads[K, V]):
+    """The writing half, on top of the reading one."""
+
+    @abc.abstractmethod
+    def put(self, key: K, value: V) -> None:
+        ...
+
+    @abc.abstractmethod
+    def put_all(self, dict_value: Mapping[K, V]) -> None:
+        ...
+
+    @abc.abstractmethod
+    def remove(self, key: K) -> None:
+        ...
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: K) -> None:
+        self.remove(key)
+
+
+class MapState(State, _MapWrites[K, V]):
+    """A map per key. Reading an absent user key returns None."""
+
+
+class ReadOnlyBroadcastState(State, _MapReads[K, V]):
     """The broadcast state as the non-broadcast side of a broadcast connection reads it.
 
     Every parallel instance holds its own copy of the same map, written only by the broadcast
@@ -168,66 +176,13 @@ class ReadOnlyBroadcastState(State, Generic[K, V]):
     would make the copies diverge, which is why this view refuses writes.
     """
 
-    @abc.abstractmethod
-    def get(self, key: K) -> V | None:
-        ...
 
-    @abc.abstractmethod
-    def contains(self, key: K) -> bool:
-        ...
-
-    @abc.abstractmethod
-    def items(self) -> Iterable[tuple[K, V]]:
-        ...
-
-    @abc.abstractmethod
-    def keys(self) -> Iterable[K]:
-        ...
-
-    @abc.abstractmethod
-    def values(self) -> Iterable[V]:
-        ...
-
-    @abc.abstractmethod
-    def is_empty(self) -> bool:
-        ...
-
-    def __getitem__(self, key: K) -> V:
-        if not self.contains(key):
-            raise KeyError(key)
-        return self.get(key)  # type: ignore[return-value]
-
-    def __contains__(self, key: object) -> bool:
-        return self.contains(key)  # type: ignore[arg-type]
-
-    def __iter__(self) -> Iterator[K]:
-        return iter(self.keys())
-
-
-class BroadcastState(ReadOnlyBroadcastState[K, V]):
+class BroadcastState(ReadOnlyBroadcastState[K, V], _MapWrites[K, V]):
     """The broadcast state as ``process_broadcast_element`` sees it: a map it may change.
 
     Updates must be deterministic functions of the broadcast records: every parallel instance
     applies them to its own copy, and after a rescale a new instance takes an old one's copy.
     """
-
-    @abc.abstractmethod
-    def put(self, key: K, value: V) -> None:
-        ...
-
-    @abc.abstractmethod
-    def put_all(self, dict_value: Mapping[K, V]) -> None:
-        ...
-
-    @abc.abstractmethod
-    def remove(self, key: K) -> None:
-        ...
-
-    def __setitem__(self, key: K, value: V) -> None:
-        self.put(key, value)
-
-    def __delitem__(self, key: K) -> None:
-        self.remove(key)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,13 +21,12 @@ from flinkpy.errors import InvalidProgramError
 from flinkpy.state.broadcast import BroadcastMapState, ReadOnlyView
 from flinkpy.task.operators import (
     KeyedProcessOperator,
-    Operator,
     ProcessOperator,
     _method,
     _OnTimerContext,
     _ProcessContext,
+    process_batch,
 )
-from flinkpy.task.side_outputs import collect
 
 MIN_WATERMARK = -(2**63)
 
@@ -136,23 +135,6 @@ class Context(_TimeMixin, _ProcessContext):
             backend.clear_current_key()
 
 
-def run_broadcast_side(op: Operator, ctx: Context, f: Callable, values: list, timestamps: list[int] | None) -> None:
-    """Run ``process_broadcast_element`` over a batch; outputs carry their record's timestamp."""
-    side = ctx.output
-    out: list = []
-    if timestamps is None:
-        for r in values:
-            collect(f(r, ctx), out, side)
-        op.output.process(out, None)
-        return
-    ts_out: list[int] = []
-    for r, t in zip(values, timestamps):
-        ctx.current_timestamp = t
-        ts_out.extend([t] * collect(f(r, ctx), out, side))
-    ctx.current_timestamp = None
-    op.output.process(out, ts_out)
-
-
 class BroadcastProcessOperator(ProcessOperator):
     """A BroadcastProcessFunction on a non-keyed stream connected to a broadcast stream."""
 
@@ -171,7 +153,7 @@ class BroadcastProcessOperator(ProcessOperator):
         self._f2 = _method(self.fn, "process_broadcast_element")
 
     def process2(self, values: list, timestamps: list[int] | None) -> None:
-        run_broadcast_side(self, self._broadcast_ctx, self._f2, values, timestamps)
+        process_batch(self._f2, self._broadcast_ctx, values, timestamps, self.output)
 
 
 class KeyedBroadcastProcessOperator(KeyedProcessOperator):
@@ -195,7 +177,7 @@ class KeyedBroadcastProcessOperator(KeyedProcessOperator):
     def process2(self, values: list, timestamps: list[int] | None) -> None:
         # a broadcast record has no key: keyed state is out of reach but through apply_to_keyed_state
         self.backend.clear_current_key()
-        run_broadcast_side(self, self._broadcast_ctx, self._f2, values, timestamps)
+        process_batch(self._f2, self._broadcast_ctx, values, timestamps, self.output)
 
 
 #: node kinds (flinkpy.datastream.broadcast_stream) -> operator classes

@@ -307,24 +307,29 @@ class ProcessOperator(Operator):
         self._run(self._f, values, timestamps)
 
     def _run(self, f: Callable, values: list, timestamps: list[int] | None) -> None:
-        ctx = self._ctx
-        side = ctx.output  # yielded (OutputTag, value) pairs go where ctx.output sends them
-        out: list = []
-        if timestamps is None:
-            for r in values:
-                collect(f(r, ctx), out, side)
-            self.output.process(out, None)
-            return
-        ts_out: list[int] = []
-        for r, t in zip(values, timestamps):
-            ctx.current_timestamp = t
-            ts_out.extend([t] * collect(f(r, ctx), out, side))
-        ctx.current_timestamp = None
-        self.output.process(out, ts_out)
+        process_batch(f, self._ctx, values, timestamps, self.output)
 
     def process_watermark(self, watermark: int) -> None:
         self.watermark = watermark
         self.output.process_watermark(watermark)
+
+
+def process_batch(f: Callable, ctx: Any, values: list, timestamps: list[int] | None, output: Output) -> None:
+    """Run a process function ``f(record, ctx)`` over a batch: its outputs carry their record's
+    timestamp, and yielded ``(OutputTag, value)`` pairs go where ``ctx.output`` sends them."""
+    side = ctx.output
+    out: list = []
+    if timestamps is None:
+        for r in values:
+            collect(f(r, ctx), out, side)
+        output.process(out, None)
+        return
+    ts_out: list[int] = []
+    for r, t in zip(values, timestamps):
+        ctx.current_timestamp = t
+        ts_out.extend([t] * collect(f(r, ctx), out, side))
+    ctx.current_timestamp = None
+    output.process(out, ts_out)
 
 
 class SinkOperator(Operator):
