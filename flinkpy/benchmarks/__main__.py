@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import backends, metrics_cost, two_input
+from flinkpy.benchmarks import backends, metrics_cost, peers_form, two_input
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
-PARTS = ["w1", "w2", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"]
+PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"]
 
 #: a workload: (records, the loop's seconds, the job's builder, the rate's unit)
 Workload = tuple[int, Callable[[], float], Callable[[Any], None], str]
@@ -149,6 +149,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
         for name, workload in workloads.items():
             if wanted(args, name):
                 results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
+        if wanted(args, "peers-form"):
+            results["peers_form"] = peers_form.measure(address, token, lines, n_words, w2_count, args.runs, run_job, log, tmp)
         if wanted(args, "join"):
             results["join"] = measure_join(address, token, lines, paths, n_words, args.runs)
         if wanted(args, "metrics"):
@@ -220,6 +222,8 @@ def report_workloads(results: dict[str, Any]) -> None:
 
 
 def report_parts(results: dict[str, Any]) -> None:
+    for line in peers_form.report(results.get("peers_form", {})):
+        print(line)
     if "join" in results:
         j = results["join"]
         for p in (1, 2):
