@@ -116,3 +116,38 @@ def test_peers_form_jobs_deliver_every_record_to_the_sink(tmp_path: Path) -> Non
             d.mkdir()
             run_job(address, token, lambda env: build(env, str(d)), 1, f"test-peers-{name}", checkpoint_ms=100)
             assert peers_form.sink_seconds(str(d), n) > 0
+
+
+def test_input_channel_announces_credit_in_halves_and_on_demand() -> None:
+    """Credit for processed buffers goes back in one frame per half of the initial credit, and
+    whatever is still owed when the task is about to wait goes back at once: the producer's
+    ledger ends where per-buffer credit would have left it."""
+    import socket as sockets
+
+    from flinkpy.network.channels import CREDIT, InputChannel, OutputChannel
+
+    a, b = sockets.socketpair()
+    try:
+        consumer = InputChannel(a, 0, 0, 4, "test channel")
+        producer = OutputChannel(b, 0, 0, "test channel")
+        producer.credit.grant(4)
+        for _ in range(4):
+            consumer.credit.on_buffer_received()
+        consumer.return_credit()
+        assert consumer.owed == 1  # not yet announced
+        consumer.return_credit()
+        assert consumer.owed == 0
+        consumer.return_credit()
+        consumer.announce_credit()  # what the input processor does before it waits
+        consumer.announce_credit()  # nothing owed: no frame
+        a.shutdown(sockets.SHUT_WR)
+        frames = []
+        while (got := producer.reader.feed()) is not None:
+            frames += got
+        assert [(kind, int.from_bytes(p, "big")) for kind, p in frames] == [(CREDIT, 2), (CREDIT, 1)]
+        producer._absorb(frames)
+        assert producer.credit.available == 4 + 3
+        assert consumer.credit.outstanding == 3
+    finally:
+        a.close()
+        b.close()

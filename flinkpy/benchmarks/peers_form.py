@@ -132,7 +132,8 @@ def sink_seconds(timing_dir: str, expected: int) -> float:
 def measure(address: str, token: str, lines: list[str], n_words: int, w2_count: int, runs: int, run_job: Any, log: Any,
             tmp: str) -> dict[str, Any]:
     """Both workloads in the peers' form, at p=1 with checkpoints every 1 s, against their loops
-    in the same run; also the net runtime (start-up included) for reference."""
+    run in turns with them (the ratio is the median of the runs' ratios); also the net runtime
+    (start-up included) for reference."""
     import statistics
     import tempfile
 
@@ -143,24 +144,28 @@ def measure(address: str, token: str, lines: list[str], n_words: int, w2_count: 
         "w2": (w2_count, lambda: loop_w2(w2_count)[1], lambda env, d: job_w2(env, w2_count, d), "ints/s"),
     }
     for name, (n, loop, build, unit) in forms.items():
-        log(f"peers' form {name}: loop ...")
-        loop_s = statistics.median(loop() for _ in range(runs))
+        loops: list[float] = []
         net: list[float] = []
         streaming: list[float] = []
         for i in range(runs):
-            log(f"peers' form {name}: flinkpy p=1, checkpoints every 1 s, run {i + 1} ...")
+            # the loop and the job in turns, so that a change in the machine's load between
+            # them moves both sides of a ratio alike
+            log(f"peers' form {name}: loop, then flinkpy p=1 with checkpoints every 1 s, run {i + 1} ...")
+            loops.append(loop())
             with tempfile.TemporaryDirectory(dir=tmp) as d:
                 net.append(run_job(address, token, lambda env: build(env, d), 1, f"bench-peers-{name}-p1-cp", checkpoint_ms=1000))
                 streaming.append(sink_seconds(d, n))
-        rate = n / statistics.median(streaming)
-        result[name] = {"records": n, "unit": unit, "loop_rate": n / loop_s, "p1_rate": rate, "p1_ratio": rate * loop_s / n,
-                        "p1_net_rate": n / statistics.median(net), "p1_net_ratio": loop_s / statistics.median(net)}
+        result[name] = {"records": n, "unit": unit, "loop_rate": n / statistics.median(loops), "p1_rate": n / statistics.median(streaming),
+                        "p1_ratio": statistics.median(lo / s for lo, s in zip(loops, streaming)),
+                        "p1_ratios": [round(lo / s, 3) for lo, s in zip(loops, streaming)],
+                        "p1_net_rate": n / statistics.median(net), "p1_net_ratio": statistics.median(lo / s for lo, s in zip(loops, net))}
     return result
 
 
 def report(result: dict[str, Any]) -> list[str]:
     return [
         f"peers' form {name} p1, checkpoints every 1 s, Python SinkFunction, start-up subtracted: {e['p1_rate'] / 1e3:.0f} k "
-        f"{e['unit']}, {e['p1_ratio']:.2f} of its loop ({e['loop_rate'] / 1e3:.0f} k); start-up included: {e['p1_net_ratio']:.2f}"
+        f"{e['unit']}, {e['p1_ratio']:.2f} of its loop ({e['loop_rate'] / 1e3:.0f} k; runs {', '.join(f'{r:.2f}' for r in e['p1_ratios'])}); "
+        f"start-up included: {e['p1_net_ratio']:.2f}"
         for name, e in result.items()
     ]
