@@ -9,6 +9,10 @@ Workloads (as in ../shared/PEERS.md):
   keyed by word into a KeyedCoProcessFunction that counts each side per word; reported against
   W1 taken in turns with it in the same run (see flinkpy.benchmarks.two_input).
 
+``peers-form`` runs W1 and W2 as peers' benchmarks write them: a FileSource over 20 files (W2:
+a number sequence), a Python SinkFunction receiving every record, checkpoints every 1 s, p=1,
+start-up subtracted (see flinkpy.benchmarks.peers_form).
+
 The ``metrics`` part runs W1 and W2 at parallelism 2 with live metrics on and off
 (``metrics.enabled``), alternating, and reports both rates and their ratio
 (see flinkpy.benchmarks.metrics_cost).
@@ -31,6 +35,6 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.windows`, :mod:`~flinkpy.benchmarks.latency`,
 :mod:`~flinkpy.benchmarks.backends`, :mod:`~flinkpy.benchmarks.spark`,
 :mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`,
-:mod:`~flinkpy.benchmarks.two_input`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.two_input`, :mod:`~flinkpy.benchmarks.peers_form`; ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

@@ -35,9 +35,12 @@ class _FunctionWriter(SinkWriter):
             closer()
 
     def write(self, records: list) -> None:
-        if self._invoke is not None:
+        # the bound method in a local: no attribute lookup per record (SinkFunction's context is
+        # None, as PyFlink's is for a plain sink; no context object is built per record)
+        invoke = self._invoke
+        if invoke is not None:
             for r in records:
-                self._invoke(r, None)
+                invoke(r, None)
         else:
             fn = self.fn
             for r in records:

@@ -126,13 +126,28 @@ class InputChannel:
         self.credit = ReceiverCredit(initial_credit)
         self.finished = False
         self.bytes_received = 0
+        #: credits for processed buffers not yet announced to the producer
+        self.owed = 0
+        self._announce_at = max(1, initial_credit // 2)
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def return_credit(self) -> None:
+        """One buffer processed. Its credit is announced once half of the initial credit is owed,
+        in one frame: a send (and the producer's wake-up) per few buffers rather than per buffer.
+        The task calls :meth:`announce_credit` before it waits for input, so that a producer is
+        never left without credit the consumer owes it."""
         self.credit.on_buffer_processed()
-        self.sock.sendall(CREDIT_ONE)
+        self.owed += 1
+        if self.owed >= self._announce_at:
+            self.announce_credit()
+
+    def announce_credit(self) -> None:
+        """Send the credit owed, if any (nothing once the channel is finished)."""
+        n, self.owed = self.owed, 0
+        if n and not self.finished:
+            self.sock.sendall(CREDIT_ONE if n == 1 else encode(CREDIT, _U32.pack(n)))
 
     def close(self) -> None:
         self.finished = True

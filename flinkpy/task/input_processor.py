@@ -97,6 +97,9 @@ class InputProcessor:
             if emitters:
                 until = max(0.0, next_wm - monotonic())
                 timeout = until if timeout is None else min(timeout, until)
+            for ch in self.inputs:
+                if ch.owed:
+                    ch.announce_credit()  # before waiting: the producers get all they are owed
             waited = self.idle_since = monotonic()
             events = sel.select(timeout)
             self.idle_since = 0.0

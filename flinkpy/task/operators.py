@@ -12,6 +12,7 @@ User functions may be plain callables or PyFlink-style function objects.
 
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any, Callable
 
@@ -20,6 +21,10 @@ from flinkpy.task.side_outputs import collect
 from flinkpy.state.key_groups import KeyGroupAssigner
 
 _MISSING = object()
+#: a C-level append that keeps nothing (BATCH mode's keyed reduce emits no updates)
+_discard = collections.deque(maxlen=0).append
+#: the keyed reduce's cache of key -> key-group dict is dropped when it grows past this
+_HOMES_MAX = 1_000_000
 
 
 class Output:
@@ -407,32 +412,47 @@ class KeyedReduceOperator(KeyedOperator):
         self._f = _method(self.fn, "reduce")
         self._table = self.backend.table(self.STATE)
         self._frozen = self.backend.frozen(self.STATE)
+        # key -> the writable dict of its key group, so that a record costs one lookup to find
+        # its state. Only this operator writes its table and only snapshots freeze key groups
+        # (each adds every key group, so a cached dict's group makes the frozen set grow): the
+        # cache is dropped when the frozen set's size is not what this operator left it at.
+        self._homes: dict[Any, dict] = {}
+        self._frozen_len = len(self._frozen)
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         if not isinstance(self._table, dict):
             return self._process_buffered(values, timestamps)
-        f, key, table, frozen = self._f, self.key, self._table, self._frozen
-        group_of = self.assign.memo  # key -> key group, filled by the assigner on a miss
+        f, key, homes, frozen = self._f, self.key, self._homes, self._frozen
+        if len(frozen) != self._frozen_len or len(homes) > _HOMES_MAX:
+            homes.clear()  # a snapshot came: the cached dicts must be thawed before a write
+        homes_get = homes.get
         out: list | None = None if self.batch_mode else []
-        append = out.append if out is not None else None
+        append = out.append if out is not None else _discard
         missing = _MISSING
         for r in values:
             k = key(r)
-            kg = group_of.get(k)
-            if kg is None:
-                kg = self.assign(k)
-            d = table.get(kg)
+            d = homes_get(k)
             if d is None:
-                d = table[kg] = {}
-            elif frozen and kg in frozen:
-                d = self.backend.thaw(self.STATE, kg)  # copy-on-write after a snapshot
+                d = homes[k] = self._home(k)
             old = d.get(k, missing)
             new = r if old is missing else f(old, r)
             d[k] = new
-            if append is not None:
-                append(new)
+            append(new)
+        self._frozen_len = len(frozen)
         if out:
             self.output.process(out, timestamps)
+
+    def _home(self, k: Any) -> dict:
+        """The writable dict of ``k``'s key group (created, or thawed after a snapshot)."""
+        kg = self.assign.memo.get(k)  # key -> key group, filled by the assigner on a miss
+        if kg is None:
+            kg = self.assign(k)
+        d = self._table.get(kg)
+        if d is None:
+            d = self._table[kg] = {}
+        elif self._frozen and kg in self._frozen:
+            d = self.backend.thaw(self.STATE, kg)  # copy-on-write after a snapshot
+        return d
 
     def _process_buffered(self, values: list, timestamps: list[int] | None) -> None:
         """The same, on a backend whose tables are views of a store (RocksDB): each distinct key
