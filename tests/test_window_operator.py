@@ -139,11 +139,11 @@ class FakeTimers:
 
 
 class Harness:
-    def __init__(self, spec: WindowSpec, key_selector: Any, backend: Any = None) -> None:
+    def __init__(self, spec: WindowSpec, key_selector: Any, backend: Any = None, op_class: type = WindowOperator) -> None:
         self.backend = backend or new_backend(128, range(0, 128))
         self.out = Collect()
         self.late = Collect()
-        self.op = WindowOperator("Window", spec, self.out, key_selector, self.backend, False)
+        self.op = op_class("Window", spec, self.out, key_selector, self.backend, False)
         self.timers = FakeTimers(self.backend)
         self.op.timers = self.timers
         if spec.late_tag_id is not None:

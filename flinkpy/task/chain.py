@@ -106,10 +106,10 @@ class OperatorChain:
         elif spec.kind == "timestamps":
             op = ops.TimestampsAndWatermarksOperator(spec.name, spec.fn, out)
         elif spec.kind == "window":
-            from flinkpy.task.window_operator import WindowOperator
+            from flinkpy.task.window_slicing import create_window_operator
 
             self.backend = self.backend or backend_factory()
-            op = WindowOperator(spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode)
+            op = create_window_operator(spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode)
         elif spec.kind in SIMPLE:
             op = SIMPLE[spec.kind](spec.name, spec.fn, out)
         elif spec.kind == "sink":

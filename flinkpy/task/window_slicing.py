@@ -1,0 +1,258 @@
+"""Sliced window aggregation: tumbling and sliding windows with an incremental function.
+
+A sliding window of size S every D overlaps S / D others, so the general
+:class:`~flinkpy.task.window_operator.WindowOperator` updates every record into S / D windows,
+each with its own contents, trigger call and timers. Here time is cut into *slices* of
+``gcd(S, D)`` (the window itself when tumbling): each record is folded into the one slice of its
+key that holds its timestamp, and a window's result is the combination of the slices it covers
+(``reduce`` or ``AggregateFunction.merge``), computed once when the window fires.
+
+Per key, one backend value state ``_window_slices`` holds ``{slice end: reduced value or
+accumulator}``, so slices are checkpointed, restored and rescaled like any keyed state. Timers
+(namespace :data:`SLICE_TIMER`) are registered per new slice, not per window: one at the end of
+the first window that will fire with the slice, one when the last window that covers it is
+cleaned up; a firing window registers the next window's timer while slices it shares remain.
+
+The semantics are the general path's: default triggers, allowed lateness with late firings
+(a late record re-fires at once every already-fired, not yet cleaned-up window that holds it),
+late data to a side output, offsets. Which path a window takes is :func:`execution_path`'s
+decision; ``flinkpy info`` shows it. The two paths keep different state, so a snapshot of one is
+refused by the other (:func:`check_restored_path`). One difference, in processing time only:
+a record that arrives in the very millisecond its window fired makes the window fire again with
+all its records here, and with that record alone on the general path (which purged the window).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Callable
+
+from flinkpy.common.state import ValueStateDescriptor
+from flinkpy.common.window import (
+    EventTimeTrigger,
+    ProcessAllWindowFunction,
+    ProcessingTimeTrigger,
+    ProcessWindowFunction,
+    TimeWindow,
+    _Sliding,
+    _Tumbling,
+)
+from flinkpy.errors import FlinkpyError
+from flinkpy.task.window_operator import AGGREGATE, PROCESS, REDUCE, WindowOperator, WindowSpec
+
+SLICED = "sliced"
+GENERAL = "general"
+#: the namespace of every timer of a sliced window operator: a timer at t means "the window
+#: ending at t + 1 fires" and "slices whose last window is cleaned up at t go"
+SLICE_TIMER = "slices"
+_MISSING = object()
+
+
+def execution_path(spec: WindowSpec) -> tuple[str, str]:
+    """``("sliced" | "general", why)``: whether a window runs on slices, decided from its spec."""
+    assigner = spec.assigner
+    if not isinstance(assigner, (_Tumbling, _Sliding)):
+        return GENERAL, f"{type(assigner).__name__} windows are not cut into slices"
+    if spec.evictor is not None:
+        return GENERAL, "an evictor needs every element"
+    if spec.aggregation not in (REDUCE, AGGREGATE):
+        return GENERAL, "a window function alone needs every element"
+    default = EventTimeTrigger if assigner.is_event_time() else ProcessingTimeTrigger
+    if type(spec.trigger) is not default:
+        return GENERAL, f"trigger {spec.trigger!r} is not the assigner's default"
+    fn = spec.window_function
+    if spec.window_function_kind == PROCESS and getattr(type(fn), "clear", None) not in (
+        None,
+        ProcessWindowFunction.clear,
+        ProcessAllWindowFunction.clear,
+    ):
+        return GENERAL, "the window function's clear() runs per window"
+    size = assigner.size
+    slide = getattr(assigner, "slide", size)
+    if slide > size:
+        return GENERAL, "windows with gaps between them (slide > size)"
+    return SLICED, f"slices of {math.gcd(size, slide)} ms"
+
+
+def create_window_operator(name: str, spec: WindowSpec, output: Any, key_selector: Callable, backend: Any, batch_mode: bool) -> WindowOperator:
+    """The window operator of a ``"window"`` node: sliced when :func:`execution_path` allows."""
+    cls = SlicedWindowOperator if execution_path(spec)[0] == SLICED else WindowOperator
+    return cls(name, spec, output, key_selector, backend, batch_mode)
+
+
+def check_restored_path(op: WindowOperator, path: str) -> None:
+    """Refuse state the other path wrote: it keeps windows where this one keeps slices (and the
+    reverse), and its timers carry another namespace."""
+    other, other_path = (WindowOperator.CONTENTS, GENERAL) if path == SLICED else (SlicedWindowOperator.SLICES, SLICED)
+    backend = op.backend
+    names = getattr(backend, "state_names", None)
+    if names is not None and other in names() and backend.keys_of(other):
+        raise FlinkpyError(
+            f"window operator {op.name!r}: the restored state was written by the {other_path} window "
+            f"path, and this job runs the operator on the {path} path ({execution_path(op.spec)[1]})",
+            remedy="restore it with the job as it was when the snapshot was taken, let its windows "
+            "fire and take a new savepoint after they are empty, or start without the snapshot",
+        )
+
+
+class SlicedWindowOperator(WindowOperator):
+    """A :class:`WindowOperator` for tumbling and sliding windows over slices (module docstring)."""
+
+    SLICES = "_window_slices"
+
+    def _open_contents(self) -> None:
+        check_restored_path(self, SLICED)
+        self._slices = self.backend.get_partitioned_state(ValueStateDescriptor(self.SLICES))
+        a = self.assigner
+        self._size = a.size
+        self._slide = getattr(a, "slide", a.size)
+        self._offset = a.offset
+        self._g = math.gcd(self._size, self._slide)
+        # window ends are the instants e with (e - end_phase) % slide == 0
+        self._end_phase = (self._offset + self._size) % self._slide
+        if self.spec.aggregation == REDUCE:
+            self._fold = self._reduce
+        else:
+            create, add = self._create_acc, self._add
+            self._fold = lambda acc, value: add(value, acc)
+            self._first = lambda value: add(value, create())
+
+    # -- geometry ---------------------------------------------------------------------------
+    def _first_end(self, after: int) -> int:
+        """The first window end strictly after ``after``."""
+        return after + 1 + (self._end_phase - after - 1) % self._slide
+
+    def _last_end(self, ts: int) -> int:
+        """The end of the latest-starting window that holds ``ts``."""
+        return ts - (ts - self._offset) % self._slide + self._size
+
+    def _cleanup_at(self, slice_end: int) -> int:
+        t = self._last_end(slice_end - 1) - 1
+        return t + self.lateness if self.event_time else t
+
+    # -- records ----------------------------------------------------------------------------
+    def process(self, values: list, timestamps: list[int] | None) -> None:
+        if self.event_time:
+            if timestamps is None or None in timestamps:
+                super().process(values, timestamps)  # raises the general path's error
+                return
+            wm = self.timers.current_watermark()
+        else:
+            now = self.timers.current_processing_time()
+            timestamps = [now] * len(values)
+            wm = now - 1  # nothing is late in processing time
+        by_key: dict[Any, list[int]] = {}
+        key_of = self.key
+        for i, value in enumerate(values):
+            k = key_of(value)
+            idx = by_key.get(k)
+            if idx is None:
+                by_key[k] = [i]
+            else:
+                idx.append(i)
+        for k, idx in by_key.items():
+            self._process_key(k, idx, values, timestamps, wm)
+        self._flush()
+
+    def _process_key(self, key: Any, idx: list[int], values: list, stamps: list, wm: int) -> None:
+        self.backend.set_current_key(key)
+        self._key = key
+        cell = self._slices
+        d = cell.value()
+        if d is None:
+            d = {}
+        g, phase, fold = self._g, (self._offset % self._g), self._fold
+        first = self._first if self.spec.aggregation == AGGREGATE else None
+        new: list[int] = []
+        for i in idx:
+            ts = stamps[i]
+            if ts <= wm:
+                self._late_record(d, values[i], ts, wm, new)
+                continue
+            se = ts - (ts - phase) % g + g
+            old = d.get(se, _MISSING)
+            if old is _MISSING:
+                d[se] = values[i] if first is None else first(values[i])
+                new.append(se)
+            else:
+                d[se] = fold(old, values[i])
+        cell.update(d or None)
+        for se in new:
+            self._register_slice(se, wm)
+
+    def _late_record(self, d: dict, value: Any, ts: int, wm: int, new: list[int]) -> None:
+        """A record at or behind the watermark: into its slice if a window that holds it is
+        still kept, then fire at once the kept windows that already fired (newest first, as the
+        general path's assigner lists them)."""
+        first_end, last_end = self._first_end(ts), self._last_end(ts)
+        kept_from = wm + 2 - self.lateness if self.event_time else wm + 2  # e - 1 + lateness > wm
+        if first_end > last_end or last_end < kept_from:
+            if self.event_time and ts + self.lateness <= wm and self.spec.late_tag_id is not None:
+                self._late_values.append(value)
+                self._late_stamps.append(ts)
+            return
+        se = ts - (ts - self._offset % self._g) % self._g + self._g
+        old = d.get(se, _MISSING)
+        if old is _MISSING:
+            d[se] = value if self.spec.aggregation == REDUCE else self._first(value)
+            new.append(se)
+        else:
+            d[se] = self._fold(old, value)
+        e = last_end
+        while e >= first_end:
+            if e - 1 <= wm and e >= kept_from:
+                self._fire_window(d, e)
+            e -= self._slide
+
+    def _register_slice(self, se: int, wm: int) -> None:
+        """Timers of a new slice: the first window holding it that has not fired, and cleanup."""
+        first, last = self._first_end(se - 1), self._last_end(se - 1)
+        if first - 1 <= wm:
+            first += -(-(wm + 2 - first) // self._slide) * self._slide
+        register = self.timers.register_event_time_timer if self.event_time else self.timers.register_processing_time_timer
+        if first <= last:
+            register(first - 1, SLICE_TIMER)
+        cleanup = self._cleanup_at(se)
+        if cleanup != first - 1:
+            register(cleanup, SLICE_TIMER)
+
+    # -- timers -----------------------------------------------------------------------------
+    def _on_timer(self, key: Any, namespace: Any, timestamp: int, event_time: bool) -> None:
+        if event_time != self.event_time:
+            return
+        self._key = key
+        d = self._slices.value()
+        if not d:
+            return
+        end = timestamp + 1
+        if (end - self._end_phase) % self._slide == 0 and self._fire_window(d, end):
+            nxt = end + self._slide
+            if any(nxt - self._size < se <= end for se in d):
+                register = self.timers.register_event_time_timer if event_time else self.timers.register_processing_time_timer
+                register(nxt - 1, SLICE_TIMER)
+        gone = [se for se in d if self._cleanup_at(se) <= timestamp]
+        if gone:
+            for se in gone:
+                del d[se]
+            self._slices.update(d or None)
+        self._flush()
+
+    def _fire_window(self, d: dict, end: int) -> bool:
+        """Emit the window ``[end - size, end)`` from its slices; False when it has none."""
+        start = end - self._size
+        parts = [d[se] for se in sorted(d) if start < se <= end]
+        if not parts:
+            return False
+        if self.spec.aggregation == REDUCE:
+            acc = copy.copy(parts[0])  # a reduce that changes its first argument must not reach a slice
+            for p in parts[1:]:
+                acc = self._reduce(acc, p)
+            inputs = [acc]
+        else:
+            acc = self._create_acc()
+            for p in parts:
+                acc = self._merge_acc(acc, p)
+            inputs = [self._result(acc)]
+        self._emit(TimeWindow(start, end), inputs)
+        return True
