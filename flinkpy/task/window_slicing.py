@@ -11,7 +11,8 @@ Per key, one backend value state ``_window_slices`` holds ``{slice end: reduced 
 accumulator}``, so slices are checkpointed, restored and rescaled like any keyed state. Timers
 (namespace :data:`SLICE_TIMER`) are registered per new slice, not per window: one at the end of
 the first window that will fire with the slice, one when the last window that covers it is
-cleaned up; a firing window registers the next window's timer while slices it shares remain.
+cleaned up (with allowed lateness only); a firing window registers the next window's timer
+while slices it shares remain.
 
 The semantics are the general path's: default triggers, allowed lateness with late firings
 (a late record re-fires at once every already-fired, not yet cleaned-up window that holds it),
@@ -213,9 +214,10 @@ class SlicedWindowOperator(WindowOperator):
         register = self.timers.register_event_time_timer if self.event_time else self.timers.register_processing_time_timer
         if first <= last:
             register(first - 1, SLICE_TIMER)
-        cleanup = self._cleanup_at(se)
-        if cleanup != first - 1:
-            register(cleanup, SLICE_TIMER)
+        # Without lateness the last window that holds the slice fires at its cleanup time, and
+        # that window has a timer (the slice is in it): no timer of its own.
+        if self.lateness and self.event_time:
+            register(self._cleanup_at(se), SLICE_TIMER)
 
     # -- timers -----------------------------------------------------------------------------
     def _on_timer(self, key: Any, namespace: Any, timestamp: int, event_time: bool) -> None:
