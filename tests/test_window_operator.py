@@ -157,6 +157,9 @@ class Harness:
 
     def watermark(self, wm: int) -> None:
         self.timers.advance_watermark(wm, self.op)
+        fired = getattr(self.op, "timers_fired", None)
+        if fired is not None:  # as the engine's chain does after the timers of a watermark
+            fired()
 
     def finish(self) -> None:
         self.watermark(MAX_WM)

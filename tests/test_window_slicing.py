@@ -207,7 +207,7 @@ def test_sliced_snapshot_and_restore_mid_stream(asynchronous: bool) -> None:
     def feed(h: Harness, part: list) -> None:
         for batch in part:
             h.send(batch)
-            h.timers.advance_watermark(max(t for _, t in batch) - 50, h.op)
+            h.watermark(max(t for _, t in batch) - 50)
 
     spec, selector = spec_of(build())
     reference = Harness(spec, selector, op_class=SlicedWindowOperator)

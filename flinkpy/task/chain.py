@@ -290,6 +290,9 @@ class _KeyedWatermark:
     def __call__(self, watermark: int) -> None:
         if self.op.timers is not None:
             self.op.timers.advance_watermark(watermark)
+            fired = getattr(self.op, "timers_fired", None)
+            if fired is not None:
+                fired()  # an operator that gathers its timers' output emits it as one batch
         self.output.process_watermark(watermark)
 
 

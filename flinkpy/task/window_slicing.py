@@ -228,33 +228,49 @@ class SlicedWindowOperator(WindowOperator):
         if not d:
             return
         end = timestamp + 1
-        if (end - self._end_phase) % self._slide == 0 and self._fire_window(d, end):
-            nxt = end + self._slide
-            if any(nxt - self._size < se <= end for se in d):
-                register = self.timers.register_event_time_timer if event_time else self.timers.register_processing_time_timer
-                register(nxt - 1, SLICE_TIMER)
-        gone = [se for se in d if self._cleanup_at(se) <= timestamp]
+        size, slide = self._size, self._slide
+        if (end - self._end_phase) % slide == 0 and self._fire_window(d, end):
+            nxt_start = end + slide - size
+            for se in d:
+                if nxt_start < se <= end:  # a slice of this window is in the next one too
+                    register = self.timers.register_event_time_timer if event_time else self.timers.register_processing_time_timer
+                    register(end + slide - 1, SLICE_TIMER)
+                    break
+        # a slice goes when the last window that holds it is cleaned up (see _cleanup_at)
+        offset, late = self._offset, (self.lateness if event_time else 0)
+        gone = [se for se in d if se - 1 - (se - 1 - offset) % slide + size - 1 + late <= timestamp]
         if gone:
             for se in gone:
                 del d[se]
             self._slices.update(d or None)
+        if not event_time:
+            self._flush()  # event-time firings go out together in timers_fired()
+
+    def timers_fired(self) -> None:
+        """The watermark fired every due timer: emit their windows as one batch, before the
+        watermark is forwarded."""
         self._flush()
 
     def _fire_window(self, d: dict, end: int) -> bool:
         """Emit the window ``[end - size, end)`` from its slices; False when it has none."""
         start = end - self._size
-        parts = [d[se] for se in sorted(d) if start < se <= end]
+        parts = [d[se] for se in sorted(d) if start < se <= end] if len(d) > 1 else [v for se, v in d.items() if start < se <= end]
         if not parts:
             return False
         if self.spec.aggregation == REDUCE:
-            acc = copy.copy(parts[0])  # a reduce that changes its first argument must not reach a slice
-            for p in parts[1:]:
-                acc = self._reduce(acc, p)
-            inputs = [acc]
+            acc = parts[0]
+            if len(parts) > 1:
+                acc = copy.copy(acc)  # a reduce that changes its first argument must not reach a slice
+                for p in parts[1:]:
+                    acc = self._reduce(acc, p)
         else:
             acc = self._create_acc()
             for p in parts:
                 acc = self._merge_acc(acc, p)
-            inputs = [self._result(acc)]
-        self._emit(TimeWindow(start, end), inputs)
+            acc = self._result(acc)
+        if self.spec.window_function_kind is None:
+            self._out_values.append(acc)
+            self._out_stamps.append(end - 1)
+        else:
+            self._emit(TimeWindow(start, end), [acc])
         return True
