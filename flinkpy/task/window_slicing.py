@@ -40,6 +40,7 @@ from flinkpy.common.window import (
     _Tumbling,
 )
 from flinkpy.errors import FlinkpyError
+from flinkpy.state.key_groups import KeyGroupAssigner
 from flinkpy.task.window_operator import AGGREGATE, PROCESS, REDUCE, WindowOperator, WindowSpec
 
 SLICED = "sliced"
@@ -105,6 +106,10 @@ class SlicedWindowOperator(WindowOperator):
     def _open_contents(self) -> None:
         check_restored_path(self, SLICED)
         self._slices = self.backend.get_partitioned_state(ValueStateDescriptor(self.SLICES))
+        # the heap backend's raw table: records write to it directly (see _process_heap)
+        self._table = self.backend.table(self.SLICES)
+        self._frozen = self.backend.frozen(self.SLICES)
+        self._assign = KeyGroupAssigner(self.backend.max_parallelism)
         a = self.assigner
         self._size = a.size
         self._slide = getattr(a, "slide", a.size)
@@ -143,6 +148,10 @@ class SlicedWindowOperator(WindowOperator):
             now = self.timers.current_processing_time()
             timestamps = [now] * len(values)
             wm = now - 1  # nothing is late in processing time
+        if isinstance(self._table, dict):
+            self._process_heap(values, timestamps, wm)
+            self._flush()
+            return
         by_key: dict[Any, list[int]] = {}
         key_of = self.key
         for i, value in enumerate(values):
@@ -155,6 +164,52 @@ class SlicedWindowOperator(WindowOperator):
         for k, idx in by_key.items():
             self._process_key(k, idx, values, timestamps, wm)
         self._flush()
+
+    def _process_heap(self, values: list, stamps: list, wm: int) -> None:
+        """:meth:`process` on a heap backend: on-time records go straight into the backend's
+        table (as the rolling keyed reduce does), so a record costs its key, one slice lookup
+        and one fold; only a new slice sets the current key (for its timers). Records at or
+        behind the watermark take the per-key path, in their order."""
+        table, frozen, backend = self._table, self._frozen, self.backend
+        group_of, assign, key_range = self._assign.memo, self._assign, backend.key_group_range
+        key_of, fold, g = self.key, self._fold, self._g
+        phase = self._offset % g
+        first = self._first if self.spec.aggregation == AGGREGATE else None
+        missing = _MISSING
+        new: list[tuple[Any, int, int]] = []
+        late: list[int] = []
+        for i, value in enumerate(values):
+            ts = stamps[i]
+            if ts <= wm:
+                late.append(i)
+                continue
+            k = key_of(value)
+            kg = group_of.get(k)
+            if kg is None:
+                kg = assign(k)
+                if kg not in key_range:
+                    backend.set_current_key(k)  # raises: the record reached the wrong subtask
+            m = table.get(kg)
+            if m is None:
+                m = table[kg] = {}
+            elif frozen and kg in frozen:
+                m = backend.thaw(self.SLICES, kg)  # copy-on-write after a snapshot
+            d = m.get(k)
+            if d is None:
+                d = m[k] = {}
+            se = ts - (ts - phase) % g + g
+            old = d.get(se, missing)
+            if old is missing:
+                d[se] = value if first is None else first(value)
+                new.append((k, kg, se))
+            else:
+                d[se] = fold(old, value)
+        set_key = backend.set_current_key_and_group
+        for k, kg, se in new:
+            set_key(k, kg)
+            self._register_slice(se, wm)
+        for i in late:
+            self._process_key(key_of(values[i]), [i], values, stamps, wm)
 
     def _process_key(self, key: Any, idx: list[int], values: list, stamps: list, wm: int) -> None:
         self.backend.set_current_key(key)
@@ -245,6 +300,9 @@ class SlicedWindowOperator(WindowOperator):
             self._slices.update(d or None)
         if not event_time:
             self._flush()  # event-time firings go out together in timers_fired()
+
+    def end_input(self) -> None:
+        self._flush()  # nothing should be pending here (timers_fired ran); never lose it
 
     def timers_fired(self) -> None:
         """The watermark fired every due timer: emit their windows as one batch, before the
