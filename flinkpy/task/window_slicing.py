@@ -9,10 +9,10 @@ key that holds its timestamp, and a window's result is the combination of the sl
 
 Per key, one backend value state ``_window_slices`` holds ``{slice end: reduced value or
 accumulator}``, so slices are checkpointed, restored and rescaled like any keyed state. Timers
-(namespace :data:`SLICE_TIMER`) are registered per new slice, not per window: one at the end of
-the first window that will fire with the slice, one when the last window that covers it is
-cleaned up (with allowed lateness only); a firing window registers the next window's timer
-while slices it shares remain.
+are per key group and window end, not per key and window: a new slice asks for one at the end
+of the first window that will fire with it (and one when the last window that covers it is
+cleaned up, with allowed lateness only); the timer fires the window for every key of the group
+that has slices in it, and asks for the next window's while slices it shares remain.
 
 The semantics are the general path's: default triggers, allowed lateness with late firings
 (a late record re-fires at once every already-fired, not yet cleaned-up window that holds it),
@@ -48,6 +48,9 @@ GENERAL = "general"
 #: the namespace of every timer of a sliced window operator: a timer at t means "the window
 #: ending at t + 1 fires" and "slices whose last window is cleaned up at t go"
 SLICE_TIMER = "slices"
+#: the key of every timer: timers are per key group, not per key (a window end fires every key
+#: of the group that has slices in the window), and move with their key group when rescaled
+GROUP_TIMER_KEY = ("flinkpy.window-slices",)
 _MISSING = object()
 
 
@@ -110,6 +113,9 @@ class SlicedWindowOperator(WindowOperator):
         self._table = self.backend.table(self.SLICES)
         self._frozen = self.backend.frozen(self.SLICES)
         self._assign = KeyGroupAssigner(self.backend.max_parallelism)
+        #: (time, key group) of the timers registered and not fired yet (empty after a restore:
+        #: registering again is harmless, the timer service keeps one)
+        self._registered: set[tuple[int, int]] = set()
         a = self.assigner
         self._size = a.size
         self._slide = getattr(a, "slide", a.size)
@@ -204,10 +210,8 @@ class SlicedWindowOperator(WindowOperator):
                 new.append((k, kg, se))
             else:
                 d[se] = fold(old, value)
-        set_key = backend.set_current_key_and_group
         for k, kg, se in new:
-            set_key(k, kg)
-            self._register_slice(se, wm)
+            self._register_slice(se, wm, kg)
         for i in late:
             self._process_key(key_of(values[i]), [i], values, stamps, wm)
 
@@ -234,8 +238,9 @@ class SlicedWindowOperator(WindowOperator):
             else:
                 d[se] = fold(old, values[i])
         cell.update(d or None)
+        kg = self.backend.current_key_group
         for se in new:
-            self._register_slice(se, wm)
+            self._register_slice(se, wm, kg)
 
     def _late_record(self, d: dict, value: Any, ts: int, wm: int, new: list[int]) -> None:
         """A record at or behind the watermark: into its slice if a window that holds it is
@@ -261,43 +266,69 @@ class SlicedWindowOperator(WindowOperator):
                 self._fire_window(d, e)
             e -= self._slide
 
-    def _register_slice(self, se: int, wm: int) -> None:
-        """Timers of a new slice: the first window holding it that has not fired, and cleanup."""
+    def _register_slice(self, se: int, wm: int, key_group: int) -> None:
+        """Timers of a new slice: the first window holding it that has not fired, and cleanup
+        (a timer of its key group: see :data:`GROUP_TIMER_KEY`)."""
         first, last = self._first_end(se - 1), self._last_end(se - 1)
         if first - 1 <= wm:
             first += -(-(wm + 2 - first) // self._slide) * self._slide
-        register = self.timers.register_event_time_timer if self.event_time else self.timers.register_processing_time_timer
         if first <= last:
-            register(first - 1, SLICE_TIMER)
+            self._register_group(first - 1, key_group)
         # Without lateness the last window that holds the slice fires at its cleanup time, and
         # that window has a timer (the slice is in it): no timer of its own.
         if self.lateness and self.event_time:
-            register(self._cleanup_at(se), SLICE_TIMER)
+            self._register_group(self._cleanup_at(se), key_group)
+
+    def _register_group(self, t: int, key_group: int) -> None:
+        if (t, key_group) in self._registered:
+            return
+        self._registered.add((t, key_group))
+        self.backend.set_current_key_and_group(GROUP_TIMER_KEY, key_group)
+        if self.event_time:
+            self.timers.register_event_time_timer(t, SLICE_TIMER)
+        else:
+            self.timers.register_processing_time_timer(t, SLICE_TIMER)
 
     # -- timers -----------------------------------------------------------------------------
     def _on_timer(self, key: Any, namespace: Any, timestamp: int, event_time: bool) -> None:
+        """A key group's timer: fire the window ending at ``timestamp + 1`` for each of its keys
+        that has slices in it, and drop the slices whose last window is cleaned up."""
         if event_time != self.event_time:
             return
-        self._key = key
-        d = self._slices.value()
-        if not d:
+        backend = self.backend
+        kg = backend.current_key_group
+        self._registered.discard((timestamp, kg))
+        group = backend.table(self.SLICES).get(kg)
+        if not group:
             return
         end = timestamp + 1
-        size, slide = self._size, self._slide
-        if (end - self._end_phase) % slide == 0 and self._fire_window(d, end):
-            nxt_start = end + slide - size
-            for se in d:
-                if nxt_start < se <= end:  # a slice of this window is in the next one too
-                    register = self.timers.register_event_time_timer if event_time else self.timers.register_processing_time_timer
-                    register(end + slide - 1, SLICE_TIMER)
-                    break
-        # a slice goes when the last window that holds it is cleaned up (see _cleanup_at)
-        offset, late = self._offset, (self.lateness if event_time else 0)
-        gone = [se for se in d if se - 1 - (se - 1 - offset) % slide + size - 1 + late <= timestamp]
-        if gone:
-            for se in gone:
-                del d[se]
-            self._slices.update(d or None)
+        size, slide, offset = self._size, self._slide, self._offset
+        fires = (end - self._end_phase) % slide == 0
+        start, nxt_start = end - size, end + slide - size
+        late = self.lateness if event_time else 0
+        set_key = backend.set_current_key_and_group
+        chain = False
+        for k in list(group):
+            d = group.get(k)
+            if not d:
+                continue
+            in_window = fires and any(start < se <= end for se in d)
+            gone = [se for se in d if se - 1 - (se - 1 - offset) % slide + size - 1 + late <= timestamp]
+            if not in_window and not gone:
+                continue
+            set_key(k, kg)
+            self._key = k
+            d = self._slices.value()  # a private copy after a snapshot (or from RocksDB)
+            if in_window:
+                self._fire_window(d, end)
+                if not chain:
+                    chain = any(nxt_start < se <= end for se in d)  # a slice of it is in the next
+            if gone:
+                for se in gone:
+                    del d[se]
+                self._slices.update(d or None)
+        if chain:
+            self._register_group(end + slide - 1, kg)
         if not event_time:
             self._flush()  # event-time firings go out together in timers_fired()
 
