@@ -298,8 +298,16 @@ class SlicedWindowOperator(WindowOperator):
         backend = self.backend
         kg = backend.current_key_group
         self._registered.discard((timestamp, kg))
-        group = backend.table(self.SLICES).get(kg)
+        table = backend.table(self.SLICES)
+        group = table.get(kg)
         if not group:
+            return
+        if isinstance(table, dict):
+            if kg in self._frozen:
+                group = backend.thaw(self.SLICES, kg)  # copy-on-write after a snapshot
+            self._fire_group(group, timestamp, kg)
+            if not event_time:
+                self._flush()
             return
         end = timestamp + 1
         size, slide, offset = self._size, self._slide, self._offset
@@ -331,6 +339,61 @@ class SlicedWindowOperator(WindowOperator):
             self._register_group(end + slide - 1, kg)
         if not event_time:
             self._flush()  # event-time firings go out together in timers_fired()
+
+    def _fire_group(self, group: dict, timestamp: int, kg: int) -> None:
+        """:meth:`_on_timer` on a heap backend: the key group's dict is changed in place, and a
+        window's slices are looked up by their ends (in time order) rather than searched for."""
+        end = timestamp + 1
+        size, slide, g = self._size, self._slide, self._g
+        fires = (end - self._end_phase) % slide == 0
+        ends = range(end - size + g, end + 1, g)
+        nxt = range(end + slide - size + g, end + 1, g)  # the slices this window shares with the next
+        # slices whose last window is cleaned up now: the ends up to the first window start
+        # after (timestamp + 1 - lateness) - size
+        late = self.lateness if self.event_time else 0
+        low = timestamp + 2 - late - size
+        cut = low + (self._offset - low) % slide
+        reduce = self.spec.aggregation == REDUCE
+        plain = self.spec.window_function_kind is None
+        out_values, out_stamps = self._out_values, self._out_stamps
+        chain = False
+        for k in list(group):
+            d = group[k]
+            if fires:
+                acc = _MISSING
+                stored = False  # acc is still a slice's own value: copy it before reducing into it
+                for se in ends:
+                    p = d.get(se, _MISSING)
+                    if p is _MISSING:
+                        continue
+                    if reduce:
+                        if acc is _MISSING:
+                            acc, stored = p, True
+                        else:
+                            if stored:
+                                acc, stored = copy.copy(acc), False
+                            acc = self._reduce(acc, p)
+                    else:
+                        acc = self._merge_acc(self._create_acc() if acc is _MISSING else acc, p)
+                if acc is not _MISSING:
+                    if not reduce:
+                        acc = self._result(acc)
+                    if plain:
+                        out_values.append(acc)
+                        out_stamps.append(timestamp)
+                    else:
+                        self._key = k
+                        self._emit(TimeWindow(end - size, end), [acc])
+                    if not chain:
+                        chain = any(se in d for se in nxt)
+            gone = [se for se in d if se <= cut]
+            if gone:
+                for se in gone:
+                    del d[se]
+                if not d:
+                    del group[k]
+        if chain:
+            self._register_group(end + slide - 1, kg)
 
     def end_input(self) -> None:
         self._flush()  # nothing should be pending here (timers_fired ran); never lose it
