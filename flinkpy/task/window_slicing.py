@@ -386,9 +386,8 @@ class SlicedWindowOperator(WindowOperator):
                         self._emit(TimeWindow(end - size, end), [acc])
                     if not chain:
                         chain = any(se in d for se in nxt)
-            gone = [se for se in d if se <= cut]
-            if gone:
-                for se in gone:
+            if d and min(d) <= cut:
+                for se in [se for se in d if se <= cut]:
                     del d[se]
                 if not d:
                     del group[k]
