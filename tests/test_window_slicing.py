@@ -20,7 +20,9 @@ import pytest
 
 from flinkpy.common.time import Time
 from flinkpy.datastream.functions import AggregateFunction
+from flinkpy.common import Types
 from flinkpy.datastream.output_tag import OutputTag
+from flinkpy.datastream.state import ValueStateDescriptor
 from flinkpy.datastream.window import (
     CountTrigger,
     EventTimeSessionWindows,
@@ -69,6 +71,17 @@ class Describe(ProcessWindowFunction):
         yield (key, w.start, w.end, list(elements), context.current_watermark())
 
 
+class Stateful(ProcessWindowFunction):
+    """Counts its firings per key (global state) and per window (window state)."""
+
+    def process(self, key: Any, context: Any, elements: Any) -> Any:
+        per_key = context.global_state().get_state(ValueStateDescriptor("firings", Types.INT()))
+        per_window = context.window_state().get_state(ValueStateDescriptor("window-firings", Types.INT()))
+        per_key.update((per_key.value() or 0) + 1)
+        per_window.update((per_window.value() or 0) + 1)
+        yield (key, context.window().start, per_key.value(), per_window.value(), list(elements))
+
+
 class Apply(WindowFunction):
     def apply(self, key: Any, window: Any, inputs: Any) -> Any:
         yield (key, window.start, list(inputs))
@@ -91,7 +104,7 @@ def _draw_window(rnd: random.Random, event_time: bool, late: OutputTag) -> Any:
         ws = ws.allowed_lateness(rnd.choice([0, 0, 5, 25, 80]))
         if rnd.random() < 0.7:
             ws = ws.side_output_late_data(late)
-    fn = rnd.choice([None, Describe(), Apply()])
+    fn = rnd.choice([None, Describe(), Apply(), Stateful()])
     if rnd.random() < 0.5:
         return ws.reduce(add_values, fn)
     return ws.aggregate(KeyCountSum(), fn)

@@ -355,6 +355,7 @@ class SlicedWindowOperator(WindowOperator):
         cut = low + (self._offset - low) % slide
         reduce = self.spec.aggregation == REDUCE
         plain = self.spec.window_function_kind is None
+        with_state = self.spec.window_function_kind == PROCESS
         out_values, out_stamps = self._out_values, self._out_stamps
         chain = False
         for k in list(group):
@@ -383,6 +384,8 @@ class SlicedWindowOperator(WindowOperator):
                         out_stamps.append(timestamp)
                     else:
                         self._key = k
+                        if with_state:  # the function's global_state() and window_state() are k's
+                            self.backend.set_current_key_and_group(k, kg)
                         self._emit(TimeWindow(end - size, end), [acc])
                     if not chain:
                         chain = any(se in d for se in nxt)
