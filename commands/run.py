@@ -363,6 +363,7 @@ def plan_table(plan: dict[str, Any]) -> Table:
     table.add_column("Inputs")
     for node in plan.get("nodes", []):
         chain = " -> ".join(node.get("operators") or [node.get("contents", node.get("type", "?"))])
+        chain += "".join(f"\n  window path: {w['path']} ({w['reason']})" for w in node.get("windows", []))
         preds = node.get("predecessors", [])
         two_inputs = any(p.get("side") == "second" for p in preds)
         inputs = ", ".join(

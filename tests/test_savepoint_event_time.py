@@ -152,3 +152,45 @@ def test_stop_with_drain_fires_every_window_before_the_savepoint(cluster, cli, t
             assert count == exp[(key, start)], (key, start)
         else:
             assert count <= exp[(key, start)]
+
+
+# The same job on the sliced window path: sliding 1 s / 250 ms windows counting with a reduce and
+# a window function, stopped with a savepoint and rescaled 2 -> 3 -> 1.
+SLIDING_JOB = JOB.replace("TumblingEventTimeWindows", "SlidingEventTimeWindows").replace(
+    f"    .key_by(lambda n: n % {KEYS})\n    .window(SlidingEventTimeWindows.of(Time.seconds(1)))\n    .process(Emit())",
+    f"    .map(lambda n: (n, 1)).key_by(lambda p: p[0] % {KEYS})\n"
+    "    .window(SlidingEventTimeWindows.of(Time.seconds(1), Time.milliseconds(250)))\n"
+    "    .reduce(lambda a, b: (a[0], a[1] + b[1]), window_function=lambda k, w, xs: [(k, w.start, x[1]) for x in xs])",
+)
+
+
+def sliding_expected() -> Counter:
+    counts: Counter = Counter()
+    for n in range(N):
+        ts = n * 10
+        for start in range(ts - ts % 250 - 750, ts + 1, 250):
+            counts[(n % KEYS, start)] += 1
+    return counts
+
+
+@pytest.mark.timeout(240)
+def test_sliced_windows_survive_stop_and_rescale_two_three_one(cluster, cli, tmp_path: Path) -> None:
+    assert "SlidingEventTimeWindows.of(Time.seconds(1), Time.milliseconds(250))" in SLIDING_JOB
+    job, out = tmp_path / "job.py", tmp_path / "out.txt"
+    job.write_text(SLIDING_JOB)
+    info = cli("info", "--json", str(job), str(out))
+    assert info.returncode == 0, info.stderr
+    assert [w["path"] for n in json.loads(info.stdout)["nodes"] for w in n.get("windows", [])] == ["sliced"]
+    jid = _submit(cli, job, out, 2, None)
+    wait_for(lambda: _running(cli, jid) and out.exists() and len(out.read_text().splitlines()) >= 10, timeout=60,
+             message="some windows fired")
+    first = _stop(cli, jid, tmp_path / "sp1", drain=False)
+    fired = len(read(out))
+    jid = _submit(cli, job, out, 3, first)
+    wait_for(lambda: _running(cli, jid) and len(read(out)) >= fired + 10, timeout=60, message="windows fired at p=3")
+    second = _stop(cli, jid, tmp_path / "sp2", drain=False)
+    assert len(read(out)) < len(sliding_expected()), "the job finished before the second stop"
+    jid = _submit(cli, job, out, 1, second)
+    wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "FINISHED", timeout=120,
+             message="the job restored at p=1 to finish")
+    assert read(out) == dict(sliding_expected())

@@ -86,8 +86,11 @@ class FakeTimers:
         self.live: dict[str, set] = {"event": set(), "proc": set()}
         self._heaps: dict[str, list] = {"event": [], "proc": []}
 
-    def _add(self, domain: str, ts: int, ns: Any, key: Any = None) -> None:
-        entry = (ts, self.backend.current_key if key is None else key, ns)
+    def _add(self, domain: str, ts: int, ns: Any, key: Any = None, kg: Any = None) -> None:
+        # the key group as the engine keeps it: the current one, not the key's hash
+        if key is None:
+            key, kg = self.backend.current_key, self.backend.current_key_group
+        entry = (ts, key, ns, kg)
         if entry not in self.live[domain]:
             self.live[domain].add(entry)
             heapq.heappush(self._heaps[domain], (ts, next(self._seq), entry))
@@ -96,13 +99,13 @@ class FakeTimers:
         self._add("event", timestamp, namespace)
 
     def delete_event_time_timer(self, timestamp: int, namespace: Any) -> None:
-        self.live["event"].discard((timestamp, self.backend.current_key, namespace))
+        self.live["event"].discard((timestamp, self.backend.current_key, namespace, self.backend.current_key_group))
 
     def register_processing_time_timer(self, timestamp: int, namespace: Any) -> None:
         self._add("proc", timestamp, namespace)
 
     def delete_processing_time_timer(self, timestamp: int, namespace: Any) -> None:
-        self.live["proc"].discard((timestamp, self.backend.current_key, namespace))
+        self.live["proc"].discard((timestamp, self.backend.current_key, namespace, self.backend.current_key_group))
 
     def current_watermark(self) -> int:
         return self.watermark
@@ -117,8 +120,8 @@ class FakeTimers:
             if entry not in live:
                 continue
             live.discard(entry)
-            ts, key, ns = entry
-            self.backend.set_current_key(key)
+            ts, key, ns, kg = entry
+            self.backend.set_current_key_and_group(key, kg)
             callback(key, ns, ts)
 
     def advance_watermark(self, watermark: int, op: WindowOperator) -> None:
@@ -134,16 +137,16 @@ class FakeTimers:
 
     def restore(self, pending: dict[str, set]) -> None:
         for domain, entries in pending.items():
-            for ts, key, ns in sorted(entries, key=lambda e: e[0]):
-                self._add(domain, ts, ns, key)
+            for ts, key, ns, kg in sorted(entries, key=lambda e: e[0]):
+                self._add(domain, ts, ns, key, kg)
 
 
 class Harness:
-    def __init__(self, spec: WindowSpec, key_selector: Any, backend: Any = None) -> None:
+    def __init__(self, spec: WindowSpec, key_selector: Any, backend: Any = None, op_class: type = WindowOperator) -> None:
         self.backend = backend or new_backend(128, range(0, 128))
         self.out = Collect()
         self.late = Collect()
-        self.op = WindowOperator("Window", spec, self.out, key_selector, self.backend, False)
+        self.op = op_class("Window", spec, self.out, key_selector, self.backend, False)
         self.timers = FakeTimers(self.backend)
         self.op.timers = self.timers
         if spec.late_tag_id is not None:
@@ -157,6 +160,9 @@ class Harness:
 
     def watermark(self, wm: int) -> None:
         self.timers.advance_watermark(wm, self.op)
+        fired = getattr(self.op, "timers_fired", None)
+        if fired is not None:  # as the engine's chain does after the timers of a watermark
+            fired()
 
     def finish(self) -> None:
         self.watermark(MAX_WM)

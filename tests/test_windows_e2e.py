@@ -13,6 +13,7 @@ it fires again with the same contents), so *the result* of a job is the SET of i
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import Counter, defaultdict
@@ -291,3 +292,10 @@ def test_windows_are_exact_after_a_crash(start, point: str, checkpoint: int | No
     assert distinct_results(got) == expected, diff(distinct_results(got), expected)
     assert_recovered(only_job()["jid"], cause="SIGKILL")
     print(f"{len(got)} outputs, {len(got) - len(set(got))} repeated after the restore")
+
+
+def test_the_plan_says_which_window_path_each_operator_takes() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    windows_job(env, Events(1), 10)
+    paths = {w["operator"]: w["path"] for n in json.loads(env.get_execution_plan())["nodes"] for w in n.get("windows", [])}
+    assert {name.split("(")[0]: path for name, path in paths.items()} == {"sliding": "sliced", "tumbling": "sliced", "sessions": "general"}, paths

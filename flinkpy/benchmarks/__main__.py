@@ -169,10 +169,17 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
                 log(f"snapshots of {keys} keys ...")
                 results["snapshots"].append(snapshot_durations(address, token, keys, 5 if args.quick else 10))
         if wanted(args, "windows"):
-            log("sliding windows (5 s / 1 s) vs a rolling reduce on the event-time W1 ...")
+            log("sliding (5 s / 1 s) and tumbling (5 s) windows vs a rolling reduce on the event-time W1 ...")
             rolling = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, False), 1, "bench-w1-rolling") for _ in range(args.runs))
             windowed = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, True), 1, "bench-w1-sliding") for _ in range(args.runs))
-            results["windows"] = {"rolling_rate": n_words / rolling, "sliding_rate": n_words / windowed, "sliding_vs_rolling": rolling / windowed}
+            tumbling = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, "tumbling"), 1, "bench-w1-tumbling") for _ in range(args.runs))
+            results["windows"] = {
+                "rolling_rate": n_words / rolling,
+                "sliding_rate": n_words / windowed,
+                "sliding_vs_rolling": rolling / windowed,
+                "tumbling_rate": n_words / tumbling,
+                "tumbling_vs_rolling": rolling / tumbling,
+            }
         if wanted(args, "latency"):
             total = 200_000 // (10 if args.quick else 1)
             log("latency: peak throughput ...")
@@ -253,6 +260,8 @@ def report_parts(results: dict[str, Any]) -> None:
     if "windows" in results:
         w = results["windows"]
         print(f"sliding windows 5 s / 1 s on W1: {w['sliding_rate'] / 1e3:.0f} k words/s; a rolling reduce: {w['rolling_rate'] / 1e3:.0f} k ({w['sliding_vs_rolling']:.2f} of it)")
+        if "tumbling_rate" in w:
+            print(f"tumbling windows 5 s on W1: {w['tumbling_rate'] / 1e3:.0f} k words/s ({w['tumbling_vs_rolling']:.2f} of the rolling reduce)")
     if "latency" in results:
         lat = results["latency"]
         for r in lat["runs"]:

@@ -1,4 +1,5 @@
-"""Event time: W1 through sliding windows, against a rolling reduce on the same stamped stream."""
+"""Event time: W1 through sliding and tumbling windows, against a rolling reduce on the same
+stamped stream (both windows run on the sliced path: one slice per word and second)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from typing import Any
 from flinkpy.benchmarks.workloads import add_counts, to_pair, word_key
 
 
-def job_w1_windowed(env: Any, paths: list[str], windowed: bool) -> None:
+def job_w1_windowed(env: Any, paths: list[str], windowed: bool | str) -> None:
     """W1 with event time: line i of a file is stamped i x 10 ms; sliding 5 s / 1 s windows
-    (or, for comparison, the plain rolling reduce on the same stamped stream)."""
+    (``windowed="tumbling"``: tumbling 5 s windows; False: for comparison, the plain rolling
+    reduce on the same stamped stream)."""
     from flinkpy.common import Time, WatermarkStrategy
     from flinkpy.connectors.print_sink import DiscardingSink
     from flinkpy.datastream.connectors.file_system import FileSource, StreamFormat
-    from flinkpy.datastream.window import SlidingEventTimeWindows
+    from flinkpy.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
 
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), *paths).build()
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(_line_timestamp)
@@ -25,7 +27,9 @@ def job_w1_windowed(env: Any, paths: list[str], windowed: bool) -> None:
         .map(to_pair)
         .key_by(word_key)
     )
-    if windowed:
+    if windowed == "tumbling":
+        pairs.window(TumblingEventTimeWindows.of(Time.seconds(5))).reduce(add_counts).sink_to(DiscardingSink())
+    elif windowed:
         pairs.window(SlidingEventTimeWindows.of(Time.seconds(5), Time.seconds(1))).reduce(add_counts).sink_to(DiscardingSink())
     else:
         pairs.reduce(add_counts).sink_to(DiscardingSink())

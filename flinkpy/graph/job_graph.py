@@ -333,6 +333,15 @@ def execution_plan(job: JobGraph) -> dict[str, Any]:
         pact = PACT.get(kinds[0], "Operator") if kinds else "Operator"
         if kinds and kinds[-1] == "sink" and len(kinds) == 1:
             pact = "Data Sink"
+        node: dict[str, Any] = {}
+        windows = [
+            {"operator": op.name, "path": path, "reason": why}
+            for op in (payload.operators if payload else [])
+            if op.kind == "window" and callable(getattr(op.fn, "execution_path", None))
+            for path, why in [op.fn.execution_path()]
+        ]
+        if windows:  # which window operator each window runs on: sliced or general
+            node["windows"] = windows
         nodes.append(
             {
                 "id": v.id,
@@ -349,6 +358,7 @@ def execution_plan(job: JobGraph) -> dict[str, Any]:
                     for e in job.edges
                     if e.target == v.id
                 ],
+                **node,
             }
         )
     return {"name": job.job_name, "runtime_mode": job.runtime_mode, "nodes": nodes}

@@ -106,10 +106,10 @@ class OperatorChain:
         elif spec.kind == "timestamps":
             op = ops.TimestampsAndWatermarksOperator(spec.name, spec.fn, out)
         elif spec.kind == "window":
-            from flinkpy.task.window_operator import WindowOperator
+            from flinkpy.task.window_slicing import create_window_operator
 
             self.backend = self.backend or backend_factory()
-            op = WindowOperator(spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode)
+            op = create_window_operator(spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode)
         elif spec.kind in SIMPLE:
             op = SIMPLE[spec.kind](spec.name, spec.fn, out)
         elif spec.kind == "sink":
@@ -290,6 +290,9 @@ class _KeyedWatermark:
     def __call__(self, watermark: int) -> None:
         if self.op.timers is not None:
             self.op.timers.advance_watermark(watermark)
+            fired = getattr(self.op, "timers_fired", None)
+            if fired is not None:
+                fired()  # an operator that gathers its timers' output emits it as one batch
         self.output.process_watermark(watermark)
 
 

@@ -78,6 +78,12 @@ class WindowSpec:
         evictor = f", {self.evictor!r}" if self.evictor is not None else ""
         return f"Window({self.assigner!r}, {self.trigger!r}{evictor}, {fn_name})"
 
+    def execution_path(self) -> tuple[str, str]:
+        """``("sliced" | "general", why)``: which operator runs this window (``flinkpy info``)."""
+        from flinkpy.task.window_slicing import execution_path
+
+        return execution_path(self)
+
 
 def _user_method(fn: Any, name: str) -> Callable:
     method = getattr(fn, name, None)
@@ -149,7 +155,6 @@ class WindowOperator:
             opener = _lifecycle(fn, "open")
             if opener is not None:
                 opener(runtime_context)
-        self._contents = self.backend.get_partitioned_state(ValueStateDescriptor(self.CONTENTS))
         self._merging_cell = self.backend.get_partitioned_state(ValueStateDescriptor(self.MERGING)) if self.merging else None
         self.trigger_states = NamespacedStates(self.backend, "_window_trigger:")
         self.window_states = NamespacedStates(self.backend, "_window_state:")
@@ -169,6 +174,14 @@ class WindowOperator:
         if kind is not None:
             self._window_fn = _user_method(spec.window_function, kind)
         self._clear_fn = _lifecycle(spec.window_function, "clear") if kind == PROCESS else None
+        self._open_contents()
+
+    def _open_contents(self) -> None:
+        """Window contents: one ``{state window: contents}`` value state per key."""
+        from flinkpy.task.window_slicing import GENERAL, check_restored_path
+
+        check_restored_path(self, GENERAL)
+        self._contents = self.backend.get_partitioned_state(ValueStateDescriptor(self.CONTENTS))
 
     def process_watermark_status(self, idle: bool) -> None:
         self.output.process_watermark_status(idle)
