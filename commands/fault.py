@@ -357,7 +357,8 @@ def chaos(job_id: JobId,
 
     The schedule (moments, kinds, targets among the live ones) depends on the seed only; each
     fault is journaled (see 'flinkpy fault history'). A fault whose target is not running at
-    its moment (the job is restarting) is skipped. kill-taskmanager is skipped while only one
+    its moment (the job is restarting) is skipped. kill-taskmanager and pause-taskmanager hit a
+    TaskManager that runs the job's tasks; kill-taskmanager is skipped while only one
     TaskManager is left. Stops at the end or on Ctrl-C, and prints a summary: faults injected
     and skipped, restarts observed, the job's state. A Spark job (--runner spark) takes the
     kinds that reach it: kill-task (a Spark Python worker) and kill-executor (an executor JVM);

@@ -79,7 +79,7 @@ def inject_planned(client: Client, job_id: str, planned: PlannedFault) -> JsonOb
     if scope == "cluster":
         if kind == "kill-taskmanager" and len(client.taskmanagers()) < 2:
             raise ConflictError("only one TaskManager is left", remedy="start more TaskManagers")
-        return client.inject_cluster_fault(kind, **body)
+        return client.inject_cluster_fault(kind, job=job_id, **body)
     return client.inject_job_fault(job_id, kind, **body)
 
 

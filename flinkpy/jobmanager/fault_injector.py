@@ -75,7 +75,7 @@ class FaultInjector:
         else:
             tm_id = str(params.get("taskmanager") or "")
             if not tm_id and params.get("pick") is not None and taskmanagers:
-                tm_id = f.choose(list(taskmanagers), float(params["pick"]))
+                tm_id = f.choose(self._hosts(params.get("job")) or list(taskmanagers), float(params["pick"]))
             tm = taskmanagers.get(tm_id)
             if tm is None:
                 raise NotFoundError(f"TaskManager {tm_id or '(none)'} is not registered", remedy="see 'flinkpy cluster status' for the ids")
@@ -93,6 +93,22 @@ class FaultInjector:
             f.record(d.jobs[j].faults, f.journal_entry(entry["time"], kind, target, g.state, g.restarts, seconds=seconds))
         log.warning("fault %s injected into %s (jobs hit: %s)", kind, f.describe_target(target), hit or "none")
         return entry
+
+    def _hosts(self, job_id: Any) -> list[str]:
+        """The TaskManagers running tasks of ``job_id`` now (all registered ones without a job).
+
+        A seeded pick aimed at a job (``flinkpy fault chaos``) chooses among these, so the fault
+        hits the job; with none (the job is between attempts) the fault is refused with a 409,
+        which chaos reports as skipped."""
+        if not job_id:
+            return []
+        d = self.dispatcher
+        g = d.job(str(job_id)).graph
+        hosts = sorted({e.tm_id for e in g.executions.values() if e.tm_id in d.registry.taskmanagers and e.state == "RUNNING"})
+        if not hosts or g.is_terminal():
+            raise ConflictError(f"job {job_id} has no running task on any TaskManager now (job {g.state})",
+                                remedy="aim TaskManager faults at a job while it is RUNNING")
+        return hosts
 
     def _job_fault(self, job_id: str, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         if kind not in f.JOB_FAULTS:
