@@ -467,17 +467,18 @@ class CheckpointListener(abc.ABC):  # noqa: B024
         pass
 
 
-# the function classes of joins and of the broadcast state pattern live in their own module
-# (they subclass Function, so they are imported once it exists); importable from here as in PyFlink
-from flinkpy.common.two_input_functions import (  # noqa: E402, F401
-    IN1,
-    IN2,
-    BaseBroadcastProcessFunction,
-    BroadcastProcessFunction,
-    CoGroupFunction,
-    FlatJoinFunction,
-    JoinFunction,
-    KeyedBroadcastProcessFunction,
-    ProcessJoinFunction,
-)
+# The function classes of joins and of the broadcast state pattern live in their own module;
+# importable from here too, as in PyFlink. Looked up on first use (PEP 562): that module
+# subclasses Function, so importing it from here at import time would be circular.
+_TWO_INPUT = frozenset({
+    "IN1", "IN2", "BaseBroadcastProcessFunction", "BroadcastProcessFunction", "CoGroupFunction",
+    "FlatJoinFunction", "JoinFunction", "KeyedBroadcastProcessFunction", "ProcessJoinFunction",
+})
 
+
+def __getattr__(name: str) -> Any:
+    if name in _TWO_INPUT:
+        from flinkpy.common import two_input_functions
+
+        return getattr(two_input_functions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
