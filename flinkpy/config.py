@@ -148,8 +148,17 @@ class EnumType(ValueType[str]):
 class DurationType(ValueType[int]):
     allowed = "a duration such as '100 ms', '10 s', '10 min' or '1 h' (a bare number is milliseconds)"
 
+    def __init__(self, minimum_ms: int | None = None) -> None:
+        #: the shortest duration that makes sense (a period of 0 would spin)
+        self.minimum_ms = minimum_ms
+        if minimum_ms is not None:
+            self.allowed = f"a duration of at least {format_duration_ms(minimum_ms)} such as '100 ms', '10 s' or '1 min' (a bare number is milliseconds)"
+
     def parse(self, raw: object) -> int:
-        return parse_duration_ms(raw)
+        value = parse_duration_ms(raw)
+        if self.minimum_ms is not None and value < self.minimum_ms:
+            raise ValueError
+        return value
 
     def format(self, value: int) -> str:
         return format_duration_ms(int(value))
@@ -221,6 +230,12 @@ SCHEMA: dict[str, Option] = {
         _option("taskmanager.network.memory.buffers-per-channel", IntType(0), 2, "Exclusive network buffers (credit) per input channel."),
         _option("taskmanager.network.memory.floating-buffers-per-gate", IntType(0), 8, "Floating network buffers shared by the channels of an input gate."),
         _option("taskmanager.memory.segment-size", MemorySizeType(), 32 * 1024, "Size of one network buffer."),
+        _option("taskmanager.memory.min-segment-size", MemorySizeType(), 256, "Smallest buffer size buffer debloating announces."),
+        _option("taskmanager.network.memory.buffer-debloat.enabled", BoolType(), False, "Buffer debloating: each consumer measures its throughput and announces a buffer size to its producers, so that the data in flight on its input channels stays about buffer-debloat.target worth of processing (shorter aligned checkpoints under back-pressure)."),
+        _option("taskmanager.network.memory.buffer-debloat.target", DurationType(1), 1000, "Buffer debloating: the time the data in flight on a task's input channels should take to process."),
+        _option("taskmanager.network.memory.buffer-debloat.period", DurationType(1), 200, "Buffer debloating: time between two throughput samples (and buffer size decisions)."),
+        _option("taskmanager.network.memory.buffer-debloat.samples", IntType(1), 20, "Buffer debloating: samples the throughput is averaged over (an exponential moving average of about that many)."),
+        _option("taskmanager.network.memory.buffer-debloat.threshold-percentages", IntType(0), 25, "Buffer debloating: a new buffer size is announced only when it differs from the last one by more than this percentage (or reaches a bound)."),
         _option("metrics.enabled", BoolType(), True, "Tasks report live metrics to the JobManager while they run (job show, top, GET /metrics); false turns their reports off (TaskManagers still report CPU and memory)."),
         _option("metrics.fetcher.update-interval", DurationType(), 1000, "Time between two metric reports of a task to the JobManager."),
         _option("execution.checkpointing.interval", DurationType(), None, "Time between checkpoints; unset disables checkpointing."),

@@ -17,6 +17,11 @@ The ``metrics`` part runs W1 and W2 at parallelism 2 with live metrics on and of
 (``metrics.enabled``), alternating, and reports both rates and their ratio
 (see flinkpy.benchmarks.metrics_cost).
 
+``--only backpressure`` runs a job whose sink takes a tenth of its source's rate, with exactly-once
+checkpoints every 1 s, aligned and then aligned with buffer debloating, and reports the
+checkpoints' durations (median, p99), alignment times and the sink's throughput (see
+flinkpy.benchmarks.backpressure; unaligned checkpoints are not built yet).
+
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
 
@@ -35,6 +40,7 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.windows`, :mod:`~flinkpy.benchmarks.latency`,
 :mod:`~flinkpy.benchmarks.backends`, :mod:`~flinkpy.benchmarks.spark`,
 :mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`,
-:mod:`~flinkpy.benchmarks.two_input`, :mod:`~flinkpy.benchmarks.peers_form`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.two_input`, :mod:`~flinkpy.benchmarks.peers_form`,
+:mod:`~flinkpy.benchmarks.backpressure`; ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import backends, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks import backends, backpressure, metrics_cost, peers_form, two_input
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
-PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends"]
+PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure"]
 
 #: a workload: (records, the loop's seconds, the job's builder, the rate's unit)
 Workload = tuple[int, Callable[[], float], Callable[[Any], None], str]
@@ -44,7 +44,7 @@ def log(msg: str) -> None:
 
 
 def wanted(args: argparse.Namespace, part: str) -> bool:
-    """Whether a part that runs by default (all but spark and backends) is to run."""
+    """Whether a part that runs by default (all but spark, backends and backpressure) is to run."""
     return not args.only or args.only == part
 
 
@@ -154,6 +154,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
             results["spark"] = compare(address, token, paths, n_words, w2_count, args.runs, log)
         if args.only == "backends":
             results["backends"] = measure_backends(address, token, args, workloads)
+        if args.only == "backpressure":
+            results["backpressure"] = backpressure.measure(address, token, log, quick=args.quick)
         for name, workload in workloads.items():
             if wanted(args, name):
                 results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
@@ -278,6 +280,8 @@ def report_parts(results: dict[str, Any]) -> None:
     if "backends" in results:
         for line in backends.report(results["backends"]):
             print(line)
+    for line in backpressure.report(results.get("backpressure", {})):
+        print(line)
     if "first_output_s" in results:
         print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
 

@@ -42,12 +42,27 @@ class TaskOptions:
     credit: int = 4
     #: time between two metric reports of each task; 0: metrics.enabled is false
     metrics_interval_ms: int = 1000
+    #: buffer debloating's target time in flight (``...buffer-debloat.target``); 0: debloating off
+    debloat_target_ms: int = 0
+    debloat_period_ms: int = 200
+    debloat_samples: int = 20
+    debloat_threshold_pct: int = 25
+    min_segment_size: int = 256
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> TaskOptions:
         def get(key: str) -> Any:
             return typed_value(settings, key, source=SOURCE)
 
+        debloat = "taskmanager.network.memory.buffer-debloat."
+        segment, min_segment = get("taskmanager.memory.segment-size"), get("taskmanager.memory.min-segment-size")
+        enabled = get(debloat + "enabled")
+        if enabled and not 1 <= min_segment <= segment:
+            raise ConfigurationError(
+                f"taskmanager.memory.min-segment-size ({min_segment} bytes) must be from 1 byte to "
+                f"taskmanager.memory.segment-size ({segment} bytes) when buffer debloating is enabled",
+                remedy="lower taskmanager.memory.min-segment-size or raise taskmanager.memory.segment-size",
+            )
         return cls(
             buffer_timeout_ms=get("execution.buffer-timeout.interval"),
             auto_watermark_ms=get("pipeline.auto-watermark-interval"),
@@ -57,6 +72,11 @@ class TaskOptions:
             credit=get("taskmanager.network.memory.buffers-per-channel")
             + max(0, get("taskmanager.network.memory.floating-buffers-per-gate") // 4),
             metrics_interval_ms=get("metrics.fetcher.update-interval") if get("metrics.enabled") else 0,
+            debloat_target_ms=get(debloat + "target") if enabled else 0,
+            debloat_period_ms=get(debloat + "period"),
+            debloat_samples=get(debloat + "samples"),
+            debloat_threshold_pct=get(debloat + "threshold-percentages"),
+            min_segment_size=min_segment,
         )
 
     def descriptor(self) -> dict[str, Any]:
@@ -69,6 +89,11 @@ class TaskOptions:
             "state_backend": dict(self.state_backend),
             "credit": self.credit,
             "metrics_interval_ms": self.metrics_interval_ms,
+            "debloat_target_ms": self.debloat_target_ms,
+            "debloat_period_ms": self.debloat_period_ms,
+            "debloat_samples": self.debloat_samples,
+            "debloat_threshold_pct": self.debloat_threshold_pct,
+            "min_segment_size": self.min_segment_size,
         }
 
 

@@ -4,7 +4,10 @@ The consumer connects to the producer's listener, proves it knows the cluster se
 edge and subtask it is (HELLO) and announces its initial credit. From then on the producer sends
 DATA frames (a pickled batch of records) only against credit, and control frames (END_OF_PARTITION,
 later barriers and watermarks) regardless of credit. The consumer returns one credit per DATA frame
-it has processed, so the bytes in flight per channel stay bounded.
+it has processed, so the bytes in flight per channel stay bounded. With buffer debloating the
+consumer also announces a buffer size (BUFFER_SIZE) from its measured throughput, and the
+producer cuts its buffers to it, so that the time those bytes take to process stays bounded too
+(:mod:`flinkpy.network.debloat`).
 
 Closing is a handshake: after END_OF_PARTITION the producer half-closes and waits until the
 consumer closes, so no frame is ever lost to a reset of a connection with unread credit frames.
@@ -21,6 +24,7 @@ from typing import Any
 
 from flinkpy.network import auth
 from flinkpy.network.credit import ReceiverCredit, SenderCredit
+from flinkpy.network.debloat import BufferDebloater
 from flinkpy.network.framing import FrameReader, encode, send_frame
 
 HELLO = 1
@@ -31,6 +35,7 @@ BARRIER = 5
 WATERMARK = 6
 DATA_TS = 7  # a batch with event timestamps: pickled [records, timestamps]
 WATERMARK_STATUS = 8  # one byte: 1 = the producer is idle, 0 = active again
+BUFFER_SIZE = 9  # consumer -> producer (buffer debloating): uint32, the buffer size to cut to
 #: END_OF_PARTITION payload of a job stopped with a savepoint without draining: event time
 #: does not advance to the end (windows stay open in the savepoint)
 STOPPED = b"stop"
@@ -64,6 +69,8 @@ class OutputChannel:
         #: ``delay_s`` before it is sent, until ``delay_until`` (time.monotonic)
         self.delay_s = 0.0
         self.delay_until = 0.0
+        #: the buffer size the consumer announced (buffer debloating); 0: the segment size
+        self.buffer_size = 0
 
     def _absorb(self, frames: list[tuple[int, bytes]] | None) -> None:
         if frames is None:
@@ -71,6 +78,8 @@ class OutputChannel:
         for kind, payload in frames:
             if kind == CREDIT:
                 self.credit.grant(_U32.unpack(payload)[0])
+            elif kind == BUFFER_SIZE:
+                self.buffer_size = _U32.unpack(payload)[0]
             else:
                 raise ChannelBroken(f"unexpected frame kind {kind} from the consumer of {self.describe}")
 
@@ -126,6 +135,8 @@ class InputChannel:
         self.credit = ReceiverCredit(initial_credit)
         self.finished = False
         self.bytes_received = 0
+        #: bytes of the DATA frames processed (the throughput buffer debloating measures)
+        self.bytes_processed = 0
         #: credits for processed buffers not yet announced to the producer
         self.owed = 0
         self._announce_at = max(1, initial_credit // 2)
@@ -133,12 +144,13 @@ class InputChannel:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def return_credit(self) -> None:
-        """One buffer processed. Its credit is announced once half of the initial credit is owed,
-        in one frame: a send (and the producer's wake-up) per few buffers rather than per buffer.
-        The task calls :meth:`announce_credit` before it waits for input, so that a producer is
-        never left without credit the consumer owes it."""
+    def return_credit(self, nbytes: int = 0) -> None:
+        """One buffer (of ``nbytes``) processed. Its credit is announced once half of the initial
+        credit is owed, in one frame: a send (and the producer's wake-up) per few buffers rather
+        than per buffer. The task calls :meth:`announce_credit` before it waits for input, so
+        that a producer is never left without credit the consumer owes it."""
         self.credit.on_buffer_processed()
+        self.bytes_processed += nbytes
         self.owed += 1
         if self.owed >= self._announce_at:
             self.announce_credit()
@@ -149,12 +161,61 @@ class InputChannel:
         if n and not self.finished:
             self.sock.sendall(CREDIT_ONE if n == 1 else encode(CREDIT, _U32.pack(n)))
 
+    def announce_buffer_size(self, size: int) -> None:
+        """Tell the producer the buffer size to cut to (buffer debloating); like credit, a frame
+        from consumer to producer, read by the producer when it next looks for credit."""
+        if not self.finished:
+            try:
+                self.sock.sendall(encode(BUFFER_SIZE, _U32.pack(size)))
+            except OSError:
+                pass  # advisory: a producer that went away is reported by the read side
+
     def close(self) -> None:
         self.finished = True
         try:
             self.sock.close()
         except OSError:
             pass
+
+
+class InputGateDebloat:
+    """Buffer debloating for one task's input channels (its gate): the I/O around
+    :class:`~flinkpy.network.debloat.BufferDebloater`.
+
+    The task's input loop calls :meth:`tick` after each round; once a period has passed, the
+    bytes processed on the channels and the time the task was busy (the period minus the time
+    it waited for input) go to the debloater, and a new size, if it decides one, is announced
+    to every producer still open. One size for the whole gate, as in Flink: the channels of a
+    gate feed one operator, whose throughput is the gate's.
+    """
+
+    def __init__(self, channels: list[InputChannel], debloater: BufferDebloater, period_s: float, now: float):
+        self.channels = channels
+        self.debloater = debloater
+        self.period_s = period_s
+        self._next = now + period_s
+        self._last = now
+        self._bytes = 0
+        self._idle = 0.0
+
+    @property
+    def buffer_size(self) -> int:
+        """The size the producers were last told (the segment size before any announcement)."""
+        return self.debloater.announced
+
+    def tick(self, now: float, idle_s: float) -> None:
+        """``idle_s``: the task's total seconds spent waiting for input so far."""
+        if now < self._next:
+            return
+        processed = sum(ch.bytes_processed for ch in self.channels)
+        busy = max(0.0, (now - self._last) - (idle_s - self._idle))
+        size = self.debloater.on_period(processed - self._bytes, busy)
+        self._bytes, self._idle, self._last = processed, idle_s, now
+        self._next = now + self.period_s
+        if size is not None:
+            for ch in self.channels:
+                if not ch.finished:
+                    ch.announce_buffer_size(size)
 
 
 def open_input_channel(

@@ -59,6 +59,14 @@ class TaskConfig:
     checkpointing_mode: str = "EXACTLY_ONCE"
     #: time between two metric reports (``metrics.fetcher.update-interval``); 0: no reports
     metrics_interval_ms: int = 0
+    #: buffer debloating (``taskmanager.network.memory.buffer-debloat.*``): the target time in
+    #: flight on the task's input channels, 0 when off; the period, samples and threshold
+    debloat_target_ms: int = 0
+    debloat_period_ms: int = 200
+    debloat_samples: int = 20
+    debloat_threshold_pct: int = 25
+    #: the smallest buffer size debloating announces (``taskmanager.memory.min-segment-size``)
+    min_segment_size: int = 256
 
 
 @dataclass(frozen=True)

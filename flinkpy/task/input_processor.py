@@ -84,6 +84,7 @@ class InputProcessor:
         writers = list(self.task.writers.values())
         timers = self.task.chain.timer_services
         emitters = self.task.chain.watermark_emitters
+        debloat = self.task.debloat
         next_wm = monotonic() + wm_interval
         while self._open_channels:
             if control.ctrl.buffered:
@@ -120,6 +121,8 @@ class InputProcessor:
                 now = monotonic()
                 for w in writers:
                     w.flush_if_due(now)
+            if debloat is not None:
+                debloat.tick(monotonic(), self.idle_s)
         sel.close()
 
     def _read_channel(self, i: int) -> None:
@@ -163,7 +166,7 @@ class InputProcessor:
                 self.head2(batch, timestamps)  # type: ignore[misc]
             else:
                 self.head(batch, timestamps)
-            ch.return_credit()
+            ch.return_credit(len(data))
         elif kind == net.WATERMARK:
             self._after_valve(self.valve.on_watermark(i, struct.unpack(">q", data)[0]))
         elif kind == net.WATERMARK_STATUS:

@@ -103,6 +103,27 @@ class TaskMetricsReporter:
             in_usage = used / len(processor.inputs)
         return min(1.0, in_usage), min(1.0, out_usage)
 
+    def _debloat_figures(self) -> dict[str, float]:
+        """Buffer debloating's figures: the size announced, and the time the bytes queued on
+        the input channels (unread in their sockets, or held behind a barrier) take to process
+        at the measured throughput (-1 until it is measured)."""
+        task = self.task
+        debloat = getattr(task, "debloat", None)
+        processor = task.input_processor
+        if debloat is None or processor is None:
+            return {}
+        queued = 0
+        for i, ch in enumerate(processor.inputs):
+            if ch.finished:
+                continue
+            queued += sum(len(data) for _, data in list(processor.held[i]))
+            try:
+                queued += _INT.unpack(fcntl.ioctl(ch.sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+            except (OSError, ValueError):
+                pass
+        estimate = debloat.debloater.time_to_consume_ms(queued)
+        return {names.DEBLOATED_BUFFER_SIZE: debloat.buffer_size, names.ESTIMATED_TIME_TO_CONSUME: -1 if estimate is None else estimate}
+
     def sample(self) -> dict[str, float]:
         """The task's figures now, by Flink's names; rates cover the time since the last sample."""
         now = self.clock()
@@ -132,6 +153,7 @@ class TaskMetricsReporter:
         in_usage, out_usage = self._pool_usage()
         figures[names.IN_POOL_USAGE] = round(in_usage, 3)
         figures[names.OUT_POOL_USAGE] = round(out_usage, 3)
+        figures.update(self._debloat_figures())
         return figures
 
     def report(self) -> TaskMetrics:

@@ -247,9 +247,12 @@ class RecordWriter:
         if not self.flush_every_record:
             size = len(payload)
             target = self.targets[i]
-            if size < self.segment_size // 2 and len(batch) >= target and target < 16384:
+            # under buffer debloating the consumer's announced size is a bound, not a mean
+            announced = getattr(self.channels[i], "buffer_size", 0)
+            segment = announced or self.segment_size
+            if size < segment // 2 and len(batch) >= target and target < 16384:
                 self.targets[i] = target * 2
-            elif size > self.segment_size * 2 and target > 1:
+            elif size > (announced or segment * 2) and target > 1:
                 self.targets[i] = max(1, target // 2)
 
     def _flush_full(self, i: int) -> None:

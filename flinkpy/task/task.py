@@ -64,6 +64,8 @@ class Task:
         self.started = time.monotonic()
         #: samples and reports the task's metrics while it runs (None: metrics.enabled false)
         self.reporter: TaskMetricsReporter | None = None
+        #: buffer debloating of the input channels (None: off, or a source without inputs)
+        self.debloat: net.InputGateDebloat | None = None
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -114,6 +116,24 @@ class Task:
                 )
                 self.inputs.append(ch)
                 self.input_types.append(inp.type_number)
+        self._debloat()
+
+    def _debloat(self) -> None:
+        """Buffer debloating for the input channels, when the job enabled it."""
+        c = self.descriptor.config
+        if not c.debloat_target_ms or not self.inputs:
+            return
+        from flinkpy.network.debloat import BufferDebloater
+
+        debloater = BufferDebloater(
+            target_ms=c.debloat_target_ms,
+            buffers=len(self.inputs) * max(1, c.credit),
+            max_size=c.segment_size,
+            min_size=min(c.min_segment_size, c.segment_size),
+            samples=c.debloat_samples,
+            threshold_pct=c.debloat_threshold_pct,
+        )
+        self.debloat = net.InputGateDebloat(self.inputs, debloater, c.debloat_period_ms / 1000.0, time.monotonic())
 
     def _build_writers(self, payload: VertexPayload) -> None:
         d = self.descriptor
