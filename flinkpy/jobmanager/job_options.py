@@ -56,7 +56,7 @@ class TaskOptions:
 
         debloat = "taskmanager.network.memory.buffer-debloat."
         segment, min_segment = get("taskmanager.memory.segment-size"), get("taskmanager.memory.min-segment-size")
-        enabled = get(debloat + "enabled")
+        enabled, target = get(debloat + "enabled"), get(debloat + "target")
         if enabled and not 1 <= min_segment <= segment:
             raise ConfigurationError(
                 f"taskmanager.memory.min-segment-size ({min_segment} bytes) must be from 1 byte to "
@@ -72,7 +72,7 @@ class TaskOptions:
             credit=get("taskmanager.network.memory.buffers-per-channel")
             + max(0, get("taskmanager.network.memory.floating-buffers-per-gate") // 4),
             metrics_interval_ms=get("metrics.fetcher.update-interval") if get("metrics.enabled") else 0,
-            debloat_target_ms=get(debloat + "target") if enabled else 0,
+            debloat_target_ms=target if enabled else 0,
             debloat_period_ms=get(debloat + "period"),
             debloat_samples=get(debloat + "samples"),
             debloat_threshold_pct=get(debloat + "threshold-percentages"),

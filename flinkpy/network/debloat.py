@@ -83,7 +83,7 @@ class BufferDebloater:
         """The buffer size that makes ``buffers`` buffers about ``target`` of processing."""
         if self.throughput is None:
             return self.max_size
-        size = int(self.throughput * self.target_s / self.buffers)
+        size = round(self.throughput * self.target_s / self.buffers)
         return max(self.min_size, min(self.max_size, size))
 
     def _decide(self, size: int) -> int | None:
