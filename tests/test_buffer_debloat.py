@@ -309,3 +309,15 @@ def test_even_odd_sums_are_exact_after_a_sigkill_with_debloating(start, point: s
 
 #: long enough for checkpoint 3 at 100 ms
 N_DEBLOAT = 600_000
+
+
+def test_the_benchmark_part_and_its_report() -> None:
+    """``--only backpressure`` is a part of the benchmark; its report has a slot for unaligned."""
+    from flinkpy.benchmarks.__main__ import parse_args
+    from flinkpy.benchmarks.backpressure import report
+
+    assert parse_args(["--only", "backpressure"]).only == "backpressure"
+    entry = {"checkpoints": 15, "duration_ms_median": 15000.0, "duration_ms_p99": 16000.0, "alignment_ms_median": 4000.0,
+             "alignment_ms_max": 4500.0, "sink_rate": 4000.0}
+    lines = report({"source_rate": 40000.0, "sink_rate": 4000.0, "aligned": entry, "debloated": dict(entry, duration_ms_median=1500.0)})
+    assert "15000 ms" in lines[1] and "1500 ms" in lines[2] and lines[-1].strip() == "unaligned: not available yet"

@@ -4,7 +4,9 @@ A receiver announces credit: the number of buffers it has room for. A sender may
 buffer on the wire only while it holds credit, and each buffer spends one. When the receiver has
 processed a buffer it returns one credit. The bytes in flight on a channel are therefore bounded
 by ``initial_credit x buffer size``, and a slow consumer stops its producers — backpressure — all
-the way up to the sources. Control frames (barriers, end of partition, watermarks) never need
+the way up to the sources. That bound is in bytes; buffer debloating
+(:mod:`flinkpy.network.debloat`) makes it a bound in time by shrinking the buffer size, not the
+credit. Control frames (barriers, end of partition, watermarks) never need
 credit, so they are never delayed behind it.
 
 >>> c = SenderCredit(); c.grant(2); c.spend(), c.spend(), c.spend()
