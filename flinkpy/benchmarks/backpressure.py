@@ -162,6 +162,7 @@ def run_config(address: str, token: str, name: str, settings: dict[str, str], *,
         "sink_rate": (r1 - r0) / (t1 - t0) if t1 > t0 else None,
         "target_sink_rate": source_rate / SLOWDOWN * 2,
         "debloated_buffer_size": sizes,
+        "durations_ms": durations,
     }
     log(f"{name}: {entry['checkpoints']} checkpoints, median {entry['duration_ms_median']} ms, p99 {entry['duration_ms_p99']} ms")
     return entry
