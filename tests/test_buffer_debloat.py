@@ -293,7 +293,7 @@ def test_even_odd_sums_are_exact_after_a_sigkill_with_debloating(start, point: s
     from flinkpy.common import Configuration
 
     env, sums = even_odd_env(N_DEBLOAT)
-    env.configure(Configuration({DEBLOAT + "enabled": "true", DEBLOAT + "target": "20 ms", DEBLOAT + "period": "20 ms",
+    env.configure(Configuration({DEBLOAT + "enabled": "true", DEBLOAT + "target": "5 ms", DEBLOAT + "period": "20 ms",
                                  "metrics.fetcher.update-interval": "100 ms"}))
     start(faults=[{"point": point, "vertex": vertex_id(env, "sums"), "subtask": subtask, "checkpoint": 3}])
 
