@@ -253,6 +253,8 @@ SCHEMA: dict[str, Option] = {
             "Whether a canceled job's checkpoints are kept.",
         ),
         _option("execution.checkpointing.savepoint-dir", StringType(), None, "Default directory of savepoints."),
+        _option("execution.checkpointing.unaligned.enabled", BoolType(), False, "Unaligned checkpoints (exactly-once only; savepoints stay aligned): barriers overtake the buffers in flight, which are stored with the checkpoint as channel state, so checkpoints complete quickly under back-pressure."),
+        _option("execution.checkpointing.aligned-checkpoint-timeout", DurationType(), 0, "Start aligned and switch to unaligned after this long: only 0 (unaligned from the start) is supported."),
         _option("execution.checkpointing.incremental", BoolType(), False, "Incremental checkpoints (rocksdb backend): upload only the store files created since the last checkpoint and reference the rest under <dir>/<job-id>/shared/."),
         _option("execution.state-recovery.claim-mode", EnumType("NO_CLAIM", "CLAIM"), "NO_CLAIM", "Who owns a retained checkpoint a job is started from (-s): NO_CLAIM leaves it alone and makes the first checkpoint full; CLAIM hands it to the new job, which deletes it once newer checkpoints subsume it."),
         _option("high-availability.type", EnumType("none", "zookeeper"), "none", "High availability: none (one JobManager), or zookeeper (standby JobManagers, leader election, jobs that survive the loss of their JobManager)."),

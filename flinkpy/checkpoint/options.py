@@ -44,6 +44,8 @@ class CheckpointingOptions:
     #: completed checkpoints (not savepoints) kept; older ones are discarded
     retained: int = 1
     retain_on_cancellation: bool = False
+    #: unaligned checkpoints (``unaligned.enabled``); they need exactly-once, savepoints stay aligned
+    unaligned: bool = False
 
     def __post_init__(self) -> None:
         if self.interval_ms is not None and self.interval_ms <= 0:
@@ -71,6 +73,16 @@ class CheckpointingOptions:
         ):
             if value is not None:
                 kw[field_name] = value
+        unaligned = config.get(PREFIX + "unaligned.enabled")
+        if unaligned is not None:
+            kw["unaligned"] = bool(reader._parse("unaligned.enabled", unaligned, "true or false"))
+        timeout = reader.duration("aligned-checkpoint-timeout", 0, _DURATION)
+        if timeout:
+            raise ConfigurationError(
+                f"'{PREFIX}aligned-checkpoint-timeout' is {config.get(PREFIX + 'aligned-checkpoint-timeout')!r}: "
+                "starting aligned and switching to unaligned is not supported",
+                remedy=f"leave it at 0 (with {PREFIX}unaligned.enabled: true checkpoints are unaligned from the start)",
+            )
         retention = reader.choice("externalized-checkpoint-retention", RETENTIONS)
         if retention is not None:
             kw["retain_on_cancellation"] = retention == "RETAIN_ON_CANCELLATION"

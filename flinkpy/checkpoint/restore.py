@@ -62,12 +62,50 @@ def restore_spec(
             "source_offsets": [s.get("source_offsets") for s in subtasks],
             "old_parallelism": len(subtasks),
         }
+        if any(s.get("channel_state") for s in subtasks):
+            operators[operator_id]["channel_state"] = [s.get("channel_state") for s in subtasks]
     return {
         "checkpoint_id": metadata.get("checkpoint_id"),
         "kind": metadata.get("kind", "checkpoint"),
         "dir": checkpoint_dir,
         "operators": operators,
     }
+
+
+def channel_state_conflict(metadata: dict[str, Any], vertices: list[tuple[str, list[str], int]]) -> str | None:
+    """Why an unaligned checkpoint's channel state cannot be restored into these vertices
+    ((name, operator ids, parallelism) each), or None when it can.
+
+    In-flight buffers belong to one channel between one producer and one consumer subtask:
+    they are put back only onto the same channels — same chains, same parallelism.
+
+    >>> meta = {"checkpoint_id": 4, "operators": [{"operator_id": "a", "parallelism": 2,
+    ...     "subtasks": [{"subtask": 0, "channel_state": {"path": "x"}}, {"subtask": 1}]}]}
+    >>> channel_state_conflict(meta, [("map", ["a"], 2)]) is None
+    True
+    >>> channel_state_conflict(meta, [("map", ["a"], 3)])
+    "operator 'a' has parallelism 3, not 2 as in the checkpoint"
+    """
+    if not any(s.get("channel_state") for op in metadata.get("operators", []) for s in op["subtasks"]):
+        return None
+    old = {op["operator_id"]: op for op in metadata.get("operators", [])}
+    new: dict[str, int] = {}
+    heads = set()
+    for _, operator_ids, parallelism in vertices:
+        for position, operator_id in enumerate(operator_ids):
+            new[operator_id] = parallelism
+            if position == 0:
+                heads.add(operator_id)
+    for operator_id, op in old.items():
+        if operator_id not in new:
+            return f"operator {op.get('name') or operator_id!r} of the checkpoint is not in the job"
+        if new[operator_id] != op.get("parallelism", len(op["subtasks"])):
+            return f"operator {op.get('name') or operator_id!r} has parallelism {new[operator_id]}, not {op.get('parallelism', len(op['subtasks']))} as in the checkpoint"
+        if any(s.get("channel_state") for s in op["subtasks"]) and operator_id not in heads:
+            return f"operator {op.get('name') or operator_id!r} no longer starts its chain"
+    if set(new) - set(old):
+        return f"the job has operators the checkpoint does not: {', '.join(sorted(set(new) - set(old)))}"
+    return None
 
 
 def unmatched_state(metadata: dict[str, Any], operator_ids: set[str]) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ def result_or_raise(job_id: str, name: str, result: dict[str, Any]) -> JobExecut
 
 def _restore_point(job: JobGraph, path: str, allow_non_restored: bool) -> list[Any]:
     """Read a savepoint's metadata and check it fits the job; returns [directory, metadata]."""
-    from flinkpy.checkpoint.restore import unmatched_state
+    from flinkpy.checkpoint.restore import channel_state_conflict, unmatched_state
     from flinkpy.checkpoint.storage import CheckpointStorage
 
     storage = CheckpointStorage(path)
@@ -79,6 +79,13 @@ def _restore_point(job: JobGraph, path: str, allow_non_restored: bool) -> list[A
                 "which changes when the program around it changes (set .uid(...) on stateful operators)",
                 file=sys.stderr,
             )
+    conflict = channel_state_conflict(metadata, [(v.name, list(v.operator_ids), v.parallelism) for v in job.vertices.values()])
+    if conflict:
+        raise InvalidProgramError(
+            f"unaligned checkpoint {metadata.get('checkpoint_id')} at {directory} holds in-flight data that only "
+            f"the same job at the same parallelism can take back: {conflict}",
+            remedy="restore it unchanged, then take a savepoint (savepoints are aligned) and rescale from that",
+        )
     for op in dropped:
         print(f"flinkpy: warning: dropping the state of {op.get('name')!r} (uid {op.get('uid') or op['operator_id']}): no operator of this job claims it", file=sys.stderr)
     print(f"flinkpy: restoring from {metadata.get('kind', 'checkpoint')} {metadata.get('checkpoint_id')} at {directory}", file=sys.stderr)

@@ -90,9 +90,10 @@ class CheckpointConfig:
         return self._s.get("execution.checkpointing.dir")
 
     def enable_unaligned_checkpoints(self, enabled: bool = True) -> "CheckpointConfig":
-        """Accepted for PyFlink compatibility; flinkpy aligns barriers (unaligned checkpoints are
-        not implemented), which keeps exactly-once and costs alignment time under backpressure."""
-        return self
+        """Unaligned checkpoints (``execution.checkpointing.unaligned.enabled``): under exactly-once,
+        barriers overtake the buffers in flight, which are stored with the checkpoint; savepoints
+        stay aligned."""
+        return self._set("execution.checkpointing.unaligned.enabled", "true" if enabled else "false")
 
     def is_unaligned_checkpoints_enabled(self) -> bool:
-        return False
+        return str(self._s.get("execution.checkpointing.unaligned.enabled", "false")).lower() == "true"

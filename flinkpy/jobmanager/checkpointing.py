@@ -119,6 +119,11 @@ class JobCheckpointing:
         return self._storage
 
     @property
+    def unaligned(self) -> bool:
+        """Checkpoints (not savepoints) are unaligned: enabled, and exactly-once."""
+        return self.options.unaligned and self.options.mode == "EXACTLY_ONCE"
+
+    @property
     def periodic(self) -> bool:
         return self.options.interval_ms is not None
 
@@ -141,6 +146,8 @@ class JobCheckpointing:
                             "source_offsets": entry.get("source_offsets"),
                         }
                     )
+                    if entry.get("channel_state"):
+                        subtasks[-1]["channel_state"] = entry["channel_state"]
                 operators.append(
                     {
                         "operator_id": operator_id,
@@ -159,6 +166,7 @@ class JobCheckpointing:
             "job_name": g.name,
             "checkpoint_id": pending.checkpoint_id,
             "kind": pending.kind,
+            "alignment": "unaligned" if pending.kind == "checkpoint" and self.unaligned else "aligned",
             "savepoint_format": "canonical" if pending.kind == "savepoint" else None,
             "trigger_timestamp": pending.trigger_ms,
             "completion_timestamp": completion_ms,
@@ -178,7 +186,8 @@ class JobCheckpointing:
                 if self.ha is not None and not self.ha.reserve(a.checkpoint_id):
                     continue  # fenced: no longer the leader; the checkpoint times out unheard
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
-                barrier = msgs.CheckpointBarrier(a.checkpoint_id, a.timestamp, mode=a.mode, kind=a.kind)
+                barrier = msgs.CheckpointBarrier(a.checkpoint_id, a.timestamp, mode=a.mode, kind=a.kind,
+                                                 unaligned=self.unaligned and a.kind == "checkpoint")
                 if a.kind == "checkpoint":
                     barrier = dataclasses.replace(barrier, base=self.coordinator.base_checkpoint_id)  # incremental snapshots build on it
                 record = self.savepoint_of(a.checkpoint_id)

@@ -123,6 +123,70 @@ class OutputChannel:
             self.sock.close()
 
 
+class QueuingOutputChannel(OutputChannel):
+    """An output channel that never blocks the task (unaligned checkpoints).
+
+    A data buffer without credit waits in :attr:`queue`, and so does every control frame behind
+    it (a watermark never overtakes data); only :meth:`send_priority` (an unaligned barrier)
+    goes straight to the wire, ahead of the queue. The task stops processing input while a
+    queue is non-empty and waits on the socket for credit (:meth:`on_readable`): it blocks only
+    between records, where a barrier can be handled, never inside a batch.
+    """
+
+    def __init__(self, sock: socket.socket, edge_id: int, consumer: int, describe: str):
+        super().__init__(sock, edge_id, consumer, describe)
+        from collections import deque
+
+        self.queue: deque[tuple[int, bytes]] = deque()
+
+    def send_data(self, payload: bytes, kind: int = DATA) -> None:
+        if not self.queue and self.credit.spend():
+            send_frame(self.sock, kind, payload)
+            self.bytes_sent += len(payload)
+            self.buffers_sent += 1
+        else:
+            self.queue.append((kind, payload))
+
+    def send_event(self, kind: int, payload: bytes = b"") -> None:
+        if self.queue:
+            self.queue.append((kind, payload))
+        else:
+            send_frame(self.sock, kind, payload)
+
+    def send_priority(self, kind: int, payload: bytes = b"") -> None:
+        """Ahead of everything queued (an unaligned barrier overtakes the buffers)."""
+        send_frame(self.sock, kind, payload)
+
+    def queued_data(self) -> list[tuple[int, bytes]]:
+        """The data buffers waiting for credit: this channel's in-flight state."""
+        return [(k, p) for k, p in self.queue if k in (DATA, DATA_TS)]
+
+    def pump(self) -> None:
+        """Send from the head of the queue while credit (or a control frame) allows."""
+        q = self.queue
+        while q:
+            kind, payload = q[0]
+            if kind in (DATA, DATA_TS):
+                if not self.credit.spend():
+                    return
+                self.bytes_sent += len(payload)
+                self.buffers_sent += 1
+            q.popleft()
+            send_frame(self.sock, kind, payload)
+
+    def on_readable(self) -> None:
+        """The consumer sent something (credit): take it and send what it allows."""
+        self._absorb(self.reader.feed())
+        self.pump()
+
+    def finish(self, payload: bytes = b"") -> None:
+        while self.queue:
+            self.pump()
+            if self.queue:
+                self._absorb(self.reader.feed())
+        super().finish(payload)
+
+
 class InputChannel:
     """The consumer's end of one channel."""
 
@@ -313,8 +377,8 @@ class ChannelAcceptor:
             pass
 
 
-def make_output_channel(sock: socket.socket, reader: FrameReader, edge_id: int, consumer: int, describe: str) -> OutputChannel:
-    ch = OutputChannel(sock, edge_id, consumer, describe)
+def make_output_channel(sock: socket.socket, reader: FrameReader, edge_id: int, consumer: int, describe: str, *, queuing: bool = False) -> OutputChannel:
+    ch = (QueuingOutputChannel if queuing else OutputChannel)(sock, edge_id, consumer, describe)
     ch.reader = reader  # keeps bytes (the initial credit) read after HELLO
     ch._absorb(reader.drain_buffered())
     return ch

@@ -57,6 +57,8 @@ class TaskConfig:
     state_backend: dict[str, str] = field(default_factory=dict)
     checkpoint_dir: str = ""
     checkpointing_mode: str = "EXACTLY_ONCE"
+    #: unaligned checkpoints: output channels queue instead of blocking, barriers overtake
+    unaligned: bool = False
     #: time between two metric reports (``metrics.fetcher.update-interval``); 0: no reports
     metrics_interval_ms: int = 0
     #: buffer debloating (``taskmanager.network.memory.buffer-debloat.*``): the target time in

@@ -38,6 +38,8 @@ class CheckpointBarrier:
     directory: str | None = None
     stop: bool = False
     drain: bool = False
+    #: an unaligned checkpoint's barrier: it overtakes the buffers in flight (channel state)
+    unaligned: bool = False
 
 
 @message("trigger_checkpoint")

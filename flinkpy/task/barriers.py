@@ -152,3 +152,98 @@ class BarrierTracker:
     def abort(self, checkpoint_id: int) -> bool:
         self.first_ms.pop(checkpoint_id, None)
         return self.seen.pop(checkpoint_id, None) is not None
+
+
+@dataclass(frozen=True)
+class StartUnaligned:
+    """Snapshot ``checkpoint_id`` now, without waiting: operator state, the output queues, and
+    the unprocessed data queued on every input channel ahead of its barrier. ``recording`` are
+    the channels whose barrier is still to come: the data that arrives on them until it does
+    belongs to the snapshot too."""
+
+    checkpoint_id: int
+    recording: frozenset[int]
+    #: an older checkpoint that was still recording here (the task declines it)
+    canceled: int | None = None
+
+
+@dataclass(frozen=True)
+class RecordingDone:
+    """Every channel delivered barrier ``checkpoint_id`` (or ended): the channel state is
+    complete and the snapshot can be uploaded and acknowledged."""
+
+    checkpoint_id: int
+    alignment_ms: int
+
+
+class UnalignedBarrierHandler:
+    """Exactly-once without holding channels back (unaligned checkpoints).
+
+    The first barrier N on any channel starts the snapshot at once; the barrier then overtakes
+    everything queued in the task. Until barrier N arrived on a channel, the data frames of that
+    channel are *recorded* (they are processed as usual too): they are the channel's in-flight
+    state. A newer barrier during a recording cancels the older checkpoint; stale barriers are
+    ignored; an ended channel counts as arrived.
+
+    >>> h = UnalignedBarrierHandler(3)
+    >>> h.on_barrier(1, 7, now_ms=100)
+    [StartUnaligned(checkpoint_id=7, recording=frozenset({0, 2}), canceled=None)]
+    >>> h.is_recording(0), h.is_recording(1)
+    (True, False)
+    >>> h.on_barrier(0, 7, now_ms=110)
+    []
+    >>> h.on_end_of_partition(2, now_ms=130)
+    [RecordingDone(checkpoint_id=7, alignment_ms=30)]
+    >>> h.on_barrier(2, 7, now_ms=140), h.recording
+    ([], frozenset())
+    """
+
+    def __init__(self, channels: int):
+        self.channels = channels
+        self.finished: set[int] = set()
+        self.current: int | None = None
+        self.recording: frozenset[int] = frozenset()
+        self.newest_seen = 0
+        self.started_ms = 0
+
+    def is_recording(self, channel: int) -> bool:
+        return channel in self.recording
+
+    @property
+    def aligning(self) -> bool:
+        return self.current is not None
+
+    def _done_if_complete(self, now_ms: int) -> list[StartUnaligned | RecordingDone]:
+        if self.current is None or self.recording:
+            return []
+        done = RecordingDone(self.current, max(0, now_ms - self.started_ms))
+        self.current = None
+        return [done]
+
+    def on_barrier(self, channel: int, checkpoint_id: int, now_ms: int) -> list[StartUnaligned | RecordingDone]:
+        if checkpoint_id < self.newest_seen or (checkpoint_id == self.newest_seen and self.current is None):
+            return []  # stale: completed, canceled or superseded here
+        out: list[StartUnaligned | RecordingDone] = []
+        if self.current is None or checkpoint_id > self.current:
+            canceled = self.current
+            self.current = self.newest_seen = checkpoint_id
+            self.started_ms = now_ms
+            self.recording = frozenset(range(self.channels)) - self.finished - {channel}
+            out.append(StartUnaligned(checkpoint_id, self.recording, canceled))
+        else:
+            self.recording = self.recording - {channel}
+        return out + self._done_if_complete(now_ms)
+
+    def on_end_of_partition(self, channel: int, now_ms: int) -> list[StartUnaligned | RecordingDone]:
+        self.finished.add(channel)
+        self.recording = self.recording - {channel}
+        return self._done_if_complete(now_ms)
+
+    def abort(self, checkpoint_id: int) -> bool:
+        """The coordinator aborted ``checkpoint_id``: stop recording for it. True if we were."""
+        self.newest_seen = max(self.newest_seen, checkpoint_id)
+        if self.current == checkpoint_id:
+            self.current = None
+            self.recording = frozenset()
+            return True
+        return False

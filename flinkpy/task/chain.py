@@ -351,5 +351,14 @@ class RestoredState:
     def operator(self, operator_id: str) -> list[Any]:
         return [self._read(h) if h else None for h in self._op(operator_id).get("operator", [])]
 
+    def channel_state(self, operator_id: str, subtask: int) -> dict[str, Any] | None:
+        """The in-flight buffers an unaligned checkpoint stored for this subtask (the chain's
+        head operator holds them): ``{"inputs": {(edge, producer): [frame]}, "outputs":
+        {(edge, consumer): [frame]}}``, or None. Restores of channel state keep the parallelism
+        (the JobManager refuses others), so old subtask ``subtask`` is this one."""
+        handles = self._op(operator_id).get("channel_state") or []
+        handle = handles[subtask] if subtask < len(handles) else None
+        return self._read(handle) if handle else None
+
     def source_offsets(self, operator_id: str) -> list[Any]:
         return [o for o in self._op(operator_id).get("source_offsets", []) if o is not None]

@@ -42,6 +42,9 @@ class _Upload:
     #: a savepoint's own directory (None: the job's checkpoint directory)
     directory: str | None = None
     started: float = field(default_factory=time.monotonic)
+    #: an unaligned checkpoint's in-flight buffers: {"inputs": {(edge, producer): [frame]},
+    #: "outputs": {(edge, consumer): [frame]}} (None: an aligned checkpoint)
+    channel_state: dict[str, Any] | None = None
 
 
 class TaskCheckpointer:
@@ -77,20 +80,32 @@ class TaskCheckpointer:
     # -- the synchronous part (task thread) --------------------------------------------------
 
     def snapshot(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0, directory: str | None = None, base: int | None = None) -> None:
+        job = self.take(checkpoint_id, timestamp, source_offsets=source_offsets, alignment_ms=alignment_ms,
+                        alignment_bytes=alignment_bytes, directory=directory, base=base)
+        if job is not None:
+            self.submit(job)
+
+    def take(self, checkpoint_id: int, timestamp: int, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0, directory: str | None = None, base: int | None = None, channel_state: dict[str, Any] | None = None) -> _Upload | None:
+        """The synchronous part; None when the checkpoint was declined. An unaligned checkpoint
+        submits the result once its input channel state is complete (:meth:`submit`)."""
         if self.decline_next > 0:
             self.decline_next -= 1
             self.decline(checkpoint_id, f"injected fault (flinkpy fault fail-checkpoint): {self.descriptor.vertex_name} ({self.subtask + 1}) declined checkpoint {checkpoint_id}")
-            return
+            return None
         started = time.perf_counter()
         try:
             parts = self._take(checkpoint_id, timestamp, source_offsets, None if directory else base, incremental=self.incremental and not directory)
         except Exception as e:  # noqa: BLE001 - a failed snapshot declines, it does not crash the task
             self.decline(checkpoint_id, f"snapshot of {self.descriptor.vertex_name} failed: {type(e).__name__}: {e}", traceback.format_exc())
-            return
+            return None
         sync_ms = (time.perf_counter() - started) * 1000
         self.last_sync_ms = sync_ms
         metrics = {"sync_ms": round(sync_ms, 3), "alignment_ms": alignment_ms, "alignment_bytes": alignment_bytes}
-        self._queue.put(_Upload(checkpoint_id, timestamp, parts, metrics, directory))
+        return _Upload(checkpoint_id, timestamp, parts, metrics, directory, channel_state=channel_state)
+
+    def submit(self, job: _Upload) -> None:
+        """Hand the snapshot to the uploader thread (it acknowledges when the files are written)."""
+        self._queue.put(job)
 
     def _take(self, checkpoint_id: int, timestamp: int, source_offsets: Any, base: int | None = None, *, incremental: bool = False) -> list[dict[str, Any]]:
         ctx = FunctionSnapshotContext(checkpoint_id, timestamp)
@@ -203,7 +218,21 @@ class TaskCheckpointer:
                 handle["states"] = _operator_summary(part["operator"])
                 entry["operator_state"] = handle
             out.append(entry)
+        if job.channel_state is not None and out:
+            out[0]["channel_state"] = self._channel_state(job)
         return out
+
+    def _channel_state(self, job: _Upload) -> dict[str, Any]:
+        """Write an unaligned checkpoint's in-flight buffers beside the head operator's state;
+        the handle says how many bytes were in flight on the inputs and on the outputs."""
+        state = job.channel_state or {}
+        in_bytes = sum(len(p) for frames in state.get("inputs", {}).values() for _, p in frames)
+        out_bytes = sum(len(p) for frames in state.get("outputs", {}).values() for _, p in frames)
+        job.metrics.update(in_flight_input_bytes=in_bytes, in_flight_output_bytes=out_bytes)
+        name = f"{job.parts[0]['operator_id']}-{self.subtask}-channels"
+        handle = self._write(job, name, pickle.dumps(state, protocol=5))
+        handle.update(input_bytes=in_bytes, output_bytes=out_bytes)
+        return handle
 
     def _directory(self, job: _Upload) -> str:
         """Where the upload's files go: a savepoint's own directory, or the checkpoint's."""

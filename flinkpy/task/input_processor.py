@@ -125,6 +125,15 @@ class InputProcessor:
                 debloat.tick(monotonic(), self.idle_s)
         sel.close()
 
+    def replay(self, inputs: dict[tuple[int, int], list[Frame]]) -> None:
+        """Process the input buffers an unaligned checkpoint stored, before reading any socket
+        (a restore into an aligned job: they carry no credit)."""
+        for i, ch in enumerate(self.inputs):
+            for kind, data in inputs.get((ch.edge_id, ch.producer), ()):
+                batch, ts = (pickle.loads(data), None) if kind == net.DATA else pickle.loads(data)
+                self.records_in += len(batch)
+                (self.head2 if self._second[i] else self.head)(batch, ts)  # type: ignore[misc]
+
     def _read_channel(self, i: int) -> None:
         """Read what channel ``i`` has; process its frames, or hold them behind a barrier."""
         ch = self.inputs[i]

@@ -65,6 +65,8 @@ class SourceLoop:
         idle_after = (strategy.idle_timeout_ms / 1000.0) if strategy is not None and strategy.idle_timeout_ms else None
         last_data = monotonic()
         ctrl_sock = control.ctrl.sock
+        #: unaligned checkpoints: the output channels queue instead of blocking
+        queuing = [ch for w in writers for ch in w.channels] if self.task.descriptor.config.unaligned else []
         try:
             while True:
                 if control.pending():
@@ -72,6 +74,9 @@ class SourceLoop:
                     head = source_head.process  # a fault_raise may have wrapped the head
                     if self._take_checkpoints(reader):
                         break
+                if queuing and any(ch.queue for ch in queuing):
+                    self._wait_for_credit(queuing, ctrl_sock)
+                    continue
                 batch = reader.poll(SOURCE_BATCH)
                 if batch is None:
                     break
@@ -97,6 +102,21 @@ class SourceLoop:
         finally:
             reader.close()
 
+    def _wait_for_credit(self, channels: list[Any], ctrl_sock: Any) -> None:
+        """Outputs unavailable (a buffer waits for credit): no poll until credit comes; a
+        checkpoint trigger is still taken meanwhile (the queues become channel state)."""
+        started = self.idle_since = time.monotonic()
+        readable, _, _ = select.select([ctrl_sock, *(ch.sock for ch in channels if ch.queue)], [], [], 0.1)
+        self.idle_since = 0.0
+        for ch in channels:
+            if ch.sock in readable:
+                ch.on_readable()
+        for ch in channels:
+            ch.blocked_since = 0.0
+            if ch.queue:
+                ch.backpressured_s += time.monotonic() - started
+                break
+
     def _take_checkpoints(self, reader: Any) -> bool:
         """Take the triggered checkpoints in order; True when a stop-with-savepoint succeeded."""
         triggers = self.task.control.pending_triggers
@@ -106,7 +126,17 @@ class SourceLoop:
                 # drain: event time ends before the savepoint, so windows and timers fire
                 self.task.chain.head.process_watermark(MAX_WATERMARK)
             # the reader's position now is exactly "everything before the barrier"
-            self.task.checkpoint(barrier, source_offsets=reader.snapshot_state())
+            if barrier.unaligned:
+                job = self.task.checkpoint_unaligned(barrier, source_offsets=reader.snapshot_state())
+                if job is not None:
+                    self.task.checkpointer.submit(job)
+            else:
+                self.task.checkpoint(barrier, source_offsets=reader.snapshot_state())
+            if barrier.stop:
+                for w in self.task.writers.values():
+                    for ch in w.channels:
+                        while getattr(ch, "queue", None):  # the barrier waits in the queue: send it
+                            ch.on_readable()
             if barrier.stop and self.task.control.await_savepoint(barrier.checkpoint_id):
                 self.stopped_without_drain = not barrier.drain
                 return True

@@ -142,7 +142,8 @@ class Task:
             chans = []
             for c in out.consumers:
                 sock, reader = accepted[(out.edge_id, c)]
-                chans.append(net.make_output_channel(sock, reader, out.edge_id, c, f"edge {out.edge_id} to subtask {c} of vertex {out.target_vertex}"))
+                chans.append(net.make_output_channel(sock, reader, out.edge_id, c, f"edge {out.edge_id} to subtask {c} of vertex {out.target_vertex}",
+                                                     queuing=d.config.unaligned))
             self.writers[out.edge_id] = RecordWriter(
                 chans,
                 out.partitioner,
@@ -189,13 +190,23 @@ class Task:
                 self.reporter = TaskMetricsReporter(self, self.descriptor.config.metrics_interval_ms / 1000.0)
                 self.reporter.start()
             self.faults.reach("running")
+            restored = chain.restore.channel_state(payload.operators[0].operator_id, self.descriptor.subtask)
+            if restored:
+                self._restore_outputs(restored.get("outputs", {}))
             if chain.source is not None:
                 self.loop = SourceLoop(self)
                 self.loop.run()
                 if not self.loop.stopped_without_drain:
                     chain.head.process_watermark(MAX_WATERMARK)  # the end of a bounded input: event time ends
             else:
-                self.loop = self.input_processor = InputProcessor(self)
+                if self.descriptor.config.unaligned:
+                    from flinkpy.task.unaligned_input import UnalignedInputProcessor
+
+                    self.loop = self.input_processor = UnalignedInputProcessor(self, (restored or {}).get("inputs", {}))
+                else:
+                    self.loop = self.input_processor = InputProcessor(self)
+                    if restored:
+                        self.input_processor.replay(restored.get("inputs", {}))
                 self.loop.run()
             self._finish()
             return 0
@@ -232,6 +243,37 @@ class Task:
             alignment_ms=alignment_ms, alignment_bytes=alignment_bytes, directory=barrier.directory,
             base=barrier.base,
         )
+
+    def checkpoint_unaligned(self, barrier: CheckpointBarrier, *, source_offsets: Any = None, inputs: dict[Any, list[tuple[int, bytes]]] | None = None) -> Any:
+        """Snapshot now, and let the barrier overtake what waits in the output queues.
+
+        The records buffered in the writers are cut into buffers first (queued without waiting
+        for credit); every queued data buffer is the output channel state. Returns the snapshot
+        for :meth:`TaskCheckpointer.submit` (None: declined); the caller adds the input channel
+        state when its recording is complete.
+        """
+        outputs: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+        for w in self.writers.values():
+            w.flush()
+            for ch in w.channels:
+                frames = ch.queued_data()  # type: ignore[attr-defined]
+                if frames:
+                    outputs[(ch.edge_id, ch.consumer)] = frames
+        payload = pickle.dumps(barrier)
+        for w in self.writers.values():
+            for ch in w.channels:
+                ch.send_priority(net.BARRIER, payload)  # type: ignore[attr-defined]
+        return self.checkpointer.take(
+            barrier.checkpoint_id, barrier.timestamp, source_offsets=source_offsets, base=barrier.base,
+            channel_state={"inputs": dict(inputs or {}), "outputs": outputs},
+        )
+
+    def _restore_outputs(self, outputs: dict[tuple[int, int], list[tuple[int, bytes]]]) -> None:
+        """An unaligned checkpoint's output buffers go out first, before any new record."""
+        for w in self.writers.values():
+            for ch in w.channels:
+                for kind, data in outputs.get((ch.edge_id, ch.consumer), ()):
+                    ch.send_data(data, kind)
 
     # -- reports -----------------------------------------------------------------------------
 

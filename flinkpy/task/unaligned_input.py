@@ -1,0 +1,224 @@
+"""The input processor of a task in unaligned-checkpoint mode.
+
+Frames are read eagerly into one queue per input channel (their memory is bounded by the credit
+the task granted) and processed from there, one buffer at a time, only while every output
+channel can take more: when an output buffer waits for credit the task stops processing and
+waits on the output sockets, the control connection and the input sockets. So the task never
+blocks inside a batch, and a barrier is seen as soon as it is read.
+
+An unaligned barrier is a priority event (:class:`~flinkpy.task.barriers.UnalignedBarrierHandler`
+decides): at the first barrier N the task snapshots at once — operator state, its output
+queues (:meth:`Task.checkpoint_unaligned`), and every input queue's unprocessed data — and then
+records the data arriving on the channels whose barrier N is still to come. The recorded buffers
+are processed normally as well; once every barrier N is in, the snapshot with its channel state
+is uploaded and acknowledged. Savepoints keep aligned barriers, which travel in the queues and
+are aligned by the usual :class:`~flinkpy.task.barriers.BarrierAligner` (a blocked channel's
+queue waits).
+"""
+
+from __future__ import annotations
+
+import pickle
+import selectors
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from flinkpy.clock import now_ms
+from flinkpy.network import channels as net
+from flinkpy.protocol.messages import CheckpointBarrier
+from flinkpy.task.barriers import RecordingDone, StartUnaligned, UnalignedBarrierHandler
+from flinkpy.task.input_processor import CONTROL, Frame, InputProcessor
+
+if TYPE_CHECKING:
+    from flinkpy.task.task import Task
+
+_DATA = (net.DATA, net.DATA_TS)
+#: selector data of an output channel: its index, shifted below CONTROL
+_OUT = -2
+
+
+class UnalignedInputProcessor(InputProcessor):
+    """Reads every input channel to its end; checkpoints are unaligned (savepoints aligned)."""
+
+    def __init__(self, task: Task, restored: dict[tuple[int, int], list[Frame]]):
+        super().__init__(task)
+        n = len(self.inputs)
+        self.handler = UnalignedBarrierHandler(n)
+        #: per channel: (kind, payload, credited) read but not processed yet; restored buffers
+        #: (from a checkpoint's channel state) come first and carry no credit
+        self.queues: list[deque[tuple[int, bytes, bool]]] = [deque() for _ in range(n)]
+        for i, ch in enumerate(self.inputs):
+            for kind, data in restored.get((ch.edge_id, ch.producer), ()):
+                self.queues[i].append((kind, data, False))
+        self.outputs: list[Any] = [ch for w in task.writers.values() for ch in w.channels]
+        #: the checkpoint recording its input channel state: (id, snapshot, frames per channel)
+        self._pending: tuple[int, Any, list[list[Frame]]] | None = None
+        self._next = 0
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        sel = self._selector
+        for i, ch in enumerate(self.inputs):
+            sel.register(ch.sock, selectors.EVENT_READ, i)
+        sel.register(self.task.ctrl.sock, selectors.EVENT_READ, CONTROL)
+        for j, out in enumerate(self.outputs):
+            sel.register(out.sock, selectors.EVENT_READ, _OUT - j)
+        control = self.task.control
+        config = self.task.descriptor.config
+        timeout_s = config.buffer_timeout_ms / 1000.0
+        wm_interval = config.auto_watermark_ms / 1000.0
+        monotonic = time.monotonic
+        writers = list(self.task.writers.values())
+        timers = self.task.chain.timer_services
+        emitters = self.task.chain.watermark_emitters
+        debloat = self.task.debloat
+        outputs = self.outputs
+        next_wm = monotonic() + wm_interval
+        while self._open_channels:
+            if control.ctrl.buffered:
+                control.handle_one()
+                continue
+            blocked = any(o.queue for o in outputs)
+            if not blocked and self._has_work():
+                timeout: float | None = 0.0
+            else:
+                timeout = timeout_s if any(w.oldest is not None for w in writers) else None
+                next_timer = min((t for t in (ts.next_processing_time() for ts in timers) if t is not None), default=None)
+                if next_timer is not None:
+                    until = max(0.0, next_timer / 1000.0 - time.time())
+                    timeout = until if timeout is None else min(timeout, until)
+                if emitters:
+                    until = max(0.0, next_wm - monotonic())
+                    timeout = until if timeout is None else min(timeout, until)
+                if blocked:
+                    timeout = 0.1 if timeout is None else min(timeout, 0.1)
+            for ch in self.inputs:
+                if ch.owed:
+                    ch.announce_credit()
+            waited = self.idle_since = monotonic()
+            events = sel.select(timeout)
+            self.idle_since = 0.0
+            self.idle_s += monotonic() - waited
+            for key, _ in events:
+                if key.data == CONTROL:
+                    control.handle_one()
+                elif key.data <= _OUT:
+                    outputs[_OUT - key.data].on_readable()
+                else:
+                    self._read(key.data)
+            if not any(o.queue for o in outputs):
+                for ts in timers:
+                    ts.fire_processing_timers()
+                if emitters and monotonic() >= next_wm:
+                    for e in emitters:
+                        e.emit_periodic_watermark()
+                    next_wm = monotonic() + wm_interval
+                self._process_some()
+            now = monotonic()
+            for w in writers:
+                w.flush_if_due(now)
+            if debloat is not None:
+                debloat.tick(now, self.idle_s)
+        sel.close()
+
+    def _has_work(self) -> bool:
+        return any(q and not self.aligner.is_blocked(i) for i, q in enumerate(self.queues))
+
+    def _process_some(self) -> None:
+        """Process queued frames, round robin over the channels, while the outputs take them."""
+        n = len(self.queues)
+        outputs = self.outputs
+        for _ in range(n):
+            i = self._next
+            self._next = (i + 1) % n
+            q = self.queues[i]
+            if q and not self.aligner.is_blocked(i) and not self.inputs[i].finished:
+                self._process(i, q.popleft())
+                if any(o.queue for o in outputs):
+                    return
+
+    def _process(self, i: int, entry: tuple[int, bytes, bool]) -> None:
+        kind, data, credited = entry
+        if kind in _DATA:
+            batch, timestamps = (pickle.loads(data), None) if kind == net.DATA else pickle.loads(data)
+            self.records_in += len(batch)
+            if self._second[i]:
+                self.head2(batch, timestamps)  # type: ignore[misc]
+            else:
+                self.head(batch, timestamps)
+            if credited:
+                self.inputs[i].return_credit(len(data))
+        else:
+            self._handle_frame(i, (kind, data))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _read(self, i: int) -> None:
+        ch = self.inputs[i]
+        if ch.finished or i in self._drained:
+            return
+        try:
+            frames = ch.reader.feed()
+        except OSError as e:
+            raise net.ChannelBroken(f"{ch.describe} broke ({e}): the producer failed") from e
+        q = self.queues[i]
+        if frames is None:
+            if any(kind == net.END_OF_PARTITION for kind, _, _ in q):
+                self._selector.unregister(ch.sock)
+                self._drained.add(i)
+                return
+            raise net.ChannelBroken(f"{ch.describe} closed before the end of its partition: the producer failed")
+        for kind, data in frames:
+            if kind in _DATA:
+                ch.credit.on_buffer_received()
+                q.append((kind, data, True))
+                if self._pending is not None and self.handler.is_recording(i):
+                    self._pending[2][i].append((kind, data))
+            elif kind == net.BARRIER:
+                barrier: CheckpointBarrier = pickle.loads(data)
+                if barrier.unaligned:
+                    self._on_unaligned_barrier(i, barrier)  # priority: it overtakes the queue
+                else:
+                    q.append((kind, data, False))
+            else:
+                if kind == net.END_OF_PARTITION:
+                    self._decide(self.handler.on_end_of_partition(i, now_ms()), None)
+                q.append((kind, data, False))
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def _on_unaligned_barrier(self, i: int, barrier: CheckpointBarrier) -> None:
+        self._decide(self.handler.on_barrier(i, barrier.checkpoint_id, now_ms()), barrier)
+
+    def _decide(self, decisions: list[StartUnaligned | RecordingDone], barrier: CheckpointBarrier | None) -> None:
+        describe = self.task.describe
+        for d in decisions:
+            if isinstance(d, StartUnaligned):
+                if d.canceled is not None:
+                    self._pending = None
+                    self.task.checkpointer.decline(d.canceled, f"a newer checkpoint's barrier reached {describe} while it recorded channel state")
+                assert barrier is not None
+                # everything queued now is before barrier N on its channel: channel state
+                recorded = [[(k, p) for k, p, _ in q if k in _DATA] for q in self.queues]
+                faults = self.task.faults
+                if faults:
+                    faults.reach("alignment", d.checkpoint_id)
+                job = self.task.checkpoint_unaligned(barrier)
+                self._pending = (d.checkpoint_id, job, recorded) if job is not None else None
+            elif isinstance(d, RecordingDone):
+                pending, self._pending = self._pending, None
+                if pending is None or pending[0] != d.checkpoint_id:
+                    continue
+                _, job, recorded = pending
+                job.channel_state["inputs"] = {
+                    (ch.edge_id, ch.producer): frames for ch, frames in zip(self.inputs, recorded) if frames
+                }
+                job.metrics["alignment_ms"] = d.alignment_ms
+                self.task.checkpointer.submit(job)
+
+    def abort_alignment(self, checkpoint_id: int) -> None:
+        if self.handler.abort(checkpoint_id):
+            self._pending = None
+        super().abort_alignment(checkpoint_id)
