@@ -66,9 +66,11 @@ def inspect(
 
     Reads only the _metadata file (no state file is opened; use 'flinkpy checkpoint verify'
     for that), so it is quick even on S3. The header names the job, the checkpoint id, its
-    kind, mode and times, the max parallelism and the total size; the table has one row per
-    operator subtask with its key-group range, its states (kind and number of entries), its
-    size and its source offsets.
+    kind (with aligned or unaligned for a checkpoint), mode and times, the max parallelism and
+    the total size, and for an unaligned checkpoint the bytes it stored in flight (channel
+    state: buffers read but not processed, and buffers not yet sent); the table has one row per
+    operator subtask with its key-group range, its states (kind and number of entries, and the
+    subtask's in-flight input and output bytes), its size and its source offsets.
 
     With --json, prints one document: {"path", "metadata_path", "metadata", "summary"}, where
     metadata is the _metadata document itself and summary holds the totals (size per
@@ -76,7 +78,8 @@ def inspect(
     incremental checkpoint (rocksdb backend, execution.checkpointing.incremental) the header
     also shows its incremental size — what it uploaded itself — and its full size — everything
     a restore reads, the shared files it references included; summary has incremental_size,
-    full_size and shared_files.
+    full_size and shared_files. summary also has alignment (aligned or unaligned) and
+    in_flight_input_bytes / in_flight_output_bytes, in total and per subtask.
 
     PATH may also be a Spark Structured Streaming checkpoint location (a directory with
     metadata, offsets/, commits/, state/; a Spark job's checkpoint): then it shows the query id,
@@ -122,7 +125,7 @@ def inspect(
 def _print_metadata(dir_url: str, doc: dict[str, Any], summary: dict[str, Any]) -> None:
     """'inspect' for people: the header lines, then one table row per operator subtask."""
     console = out()
-    kind = doc["kind"] + (f" ({doc['savepoint_format']})" if doc.get("savepoint_format") else "")
+    kind = doc["kind"] + (f" ({doc['savepoint_format']})" if doc.get("savepoint_format") else f" ({doc.get('alignment', 'aligned')})")
     duration = doc["completion_timestamp"] - doc["trigger_timestamp"]
     for line in (
         f"Checkpoint: {dir_url}",
@@ -132,6 +135,9 @@ def _print_metadata(dir_url: str, doc: dict[str, Any], summary: dict[str, Any]) 
         f"Max parallelism: {doc['max_parallelism']}",
         f"Total size: {fmt_size(summary['total_size'])} in {summary['files']} file(s), {len(doc['operators'])} operator(s)",
     ) + ((
+        f"In flight (channel state): {fmt_size(summary['in_flight_input_bytes'])} input, "
+        f"{fmt_size(summary['in_flight_output_bytes'])} output",
+    ) if summary["alignment"] == "unaligned" else ()) + ((
         f"Incremental: uploaded {fmt_size(summary['incremental_size'])} (incremental size); "
         f"full size {fmt_size(summary['full_size'])}, {summary['shared_files']} shared file(s)",
     ) if summary["incremental"] else ()):
@@ -144,6 +150,7 @@ def _print_metadata(dir_url: str, doc: dict[str, Any], summary: dict[str, Any]) 
     table.add_column("Size", justify="right", footer=fmt_size(summary["total_size"]))
     table.add_column("Source offsets", overflow="fold")
     sizes = {(o["operator_id"], s["subtask"]): s["size"] for o in summary["operators"] for s in o["subtasks"]}
+    in_flight = {(o["operator_id"], s["subtask"]): (s["in_flight_input_bytes"], s["in_flight_output_bytes"]) for o in summary["operators"] for s in o["subtasks"]}
     for op in doc["operators"]:
         label = op["name"] + (f" [uid {op['uid']}]" if op.get("uid") else f" [id {op['operator_id']}]")
         subtasks = sorted(op["subtasks"], key=lambda s: s["subtask"])
@@ -153,6 +160,9 @@ def _print_metadata(dir_url: str, doc: dict[str, Any], summary: dict[str, Any]) 
             keyed = sub.get("keyed_state")
             groups = f"{keyed['key_groups'][0]}-{keyed['key_groups'][1]}" if keyed else ""
             states = _states(keyed) + _states(sub.get("operator_state"))
+            if sub.get("channel_state"):
+                i_bytes, o_bytes = in_flight[(op["operator_id"], sub["subtask"])]
+                states.append(f"in flight: {fmt_size(i_bytes)} in, {fmt_size(o_bytes)} out")
             # Text, not str: names, uids and offsets are data, never rich markup.
             table.add_row(
                 Text(label if i == 0 else ""),
@@ -298,10 +308,12 @@ def list_(
     One row per checkpoint, newest first: id, status (IN_PROGRESS, COMPLETED, FAILED with its
     reason), trigger time, end-to-end duration, checkpointed size (what the checkpoint uploaded:
     less than the full size for incremental checkpoints) and full size (everything a restore
-    reads), the longest barrier alignment
+    reads), its kind (aligned, unaligned, or savepoint, which is always aligned), the bytes an
+    unaligned checkpoint stored in flight (channel state), the longest barrier alignment
     and the bytes processed during alignment, and how many subtasks acknowledged. Then the counts
     and the latest completed, failed and restored checkpoints. The JSON document has the fields
-    of Flink's /jobs/:jobid/checkpoints REST response.
+    of Flink's /jobs/:jobid/checkpoints REST response (unaligned_checkpoint and persisted_data
+    as in Flink; persisted_input_data and persisted_output_data split the latter).
 
     Examples:
 
@@ -315,10 +327,11 @@ def list_(
     if session.json:
         emit_json(doc)
         return
-    columns = [Column("ID", justify="right"), Column("Status", fold=True, min_width=10), Column("Triggered", drop=3),
-               Column("Duration", justify="right"), Column("Checkpointed", justify="right", drop=4),
-               Column("Full size", justify="right"), Column("Alignment", justify="right", drop=2),
-               Column("Aligned bytes", justify="right", drop=5), Column("Acks", justify="right", drop=1)]
+    columns = [Column("ID", justify="right"), Column("Status", fold=True, min_width=10), Column("Triggered", drop=5),
+               Column("Duration", justify="right"), Column("Checkpointed", justify="right", drop=6),
+               Column("Full size", justify="right"), Column("Kind", drop=1), Column("In flight", justify="right", drop=2),
+               Column("Alignment", justify="right", drop=3),
+               Column("Aligned bytes", justify="right", drop=7), Column("Acks", justify="right", drop=4)]
     rows = []
     for h in doc.get("history", []):
         status_text = h.get("status", "?")
@@ -331,6 +344,8 @@ def list_(
             _ms(h.get("end_to_end_duration")),
             fmt_size(h.get("checkpointed_size") or 0),
             fmt_size(h.get("state_size") or 0),
+            "savepoint" if h.get("is_savepoint") else ("unaligned" if h.get("unaligned_checkpoint") else "aligned"),
+            fmt_size(h.get("persisted_data") or 0),
             _ms(h.get("alignment_duration_max")),
             fmt_size(h.get("alignment_buffered") or 0),
             f"{h.get('num_acknowledged_subtasks', 0)}/{h.get('num_subtasks', 0)}",

@@ -312,7 +312,7 @@ N_DEBLOAT = 600_000
 
 
 def test_the_benchmark_part_and_its_report() -> None:
-    """``--only backpressure`` is a part of the benchmark; its report has a slot for unaligned."""
+    """``--only backpressure`` is a part of the benchmark; its report has a line per configuration."""
     from flinkpy.benchmarks.__main__ import parse_args
     from flinkpy.benchmarks.backpressure import report
 
@@ -320,4 +320,7 @@ def test_the_benchmark_part_and_its_report() -> None:
     entry = {"checkpoints": 15, "duration_ms_median": 15000.0, "duration_ms_p99": 16000.0, "alignment_ms_median": 4000.0,
              "alignment_ms_max": 4500.0, "sink_rate": 4000.0}
     lines = report({"source_rate": 40000.0, "sink_rate": 4000.0, "aligned": entry, "debloated": dict(entry, duration_ms_median=1500.0)})
-    assert "15000 ms" in lines[1] and "1500 ms" in lines[2] and lines[-1].strip() == "unaligned: not available yet"
+    assert "15000 ms" in lines[1] and "1500 ms" in lines[2] and lines[-1].strip() == "unaligned: not measured"
+    unaligned = dict(entry, duration_ms_median=120.0, persisted_data_median=300 * 1024.0, sink_rate_vs_aligned=0.98)
+    lines = report({"source_rate": 40000.0, "sink_rate": 4000.0, "aligned": entry, "unaligned": unaligned})
+    assert "120 ms" in lines[2] and lines[-1].strip().endswith("300 KiB in flight per checkpoint; sink throughput 98.0% of aligned")

@@ -206,3 +206,50 @@ def test_even_odd_sums_are_exact_after_a_sigkill_with_unaligned_checkpoints(star
 
 #: long enough for checkpoint 3 at 100 ms
 N_KILL = 600_000
+
+
+# -- restoring at another parallelism is refused; the CLI shows the kind and the bytes in flight -----
+
+
+@pytest.mark.timeout(120)
+def test_an_unaligned_checkpoint_is_shown_and_refused_at_another_parallelism(cluster, cli, tmp_path: Path) -> None:
+    job = tmp_path / "slow.py"
+    job.write_text(JOB)
+    res = cli(
+        "run", "-d", "-p", "2",
+        "-D", "execution.checkpointing.interval=200ms",
+        "-D", f"{UNALIGNED}=true",
+        "-D", "execution.checkpointing.num-retained=1000",
+        "-D", "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION",
+        "--json", str(job),
+    )
+    assert res.returncode == 0, res.stderr
+    jid = json.loads(res.stdout)["jobs"][0]["jid"]
+
+    def in_flight() -> list[dict]:
+        doc = json.loads(cli("checkpoint", "list", jid, "--json").stdout)
+        return [h for h in doc["history"] if h["status"] == "COMPLETED" and h["persisted_data"] > 0]
+
+    wait_for(lambda: in_flight(), timeout=60, message="a completed checkpoint with data in flight")
+    entry = in_flight()[0]
+    assert entry["unaligned_checkpoint"] and entry["persisted_data"] == entry["persisted_input_data"] + entry["persisted_output_data"]
+    table = cli("checkpoint", "list", jid, env={"COLUMNS": "80"})
+    assert table.returncode == 0 and "unaligned" in table.stdout, table.stdout
+    assert max(len(line) for line in table.stdout.splitlines() if line[:1] in "┏┃┡│└") <= 80, table.stdout
+    assert cli("cancel", jid).returncode == 0
+    wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "CANCELED", timeout=30)
+
+    directory = next(p.parent for p in tmp_path.glob(f"home/checkpoints/{jid}/chk-{entry['id']}/_metadata"))
+    inspected = json.loads(cli("checkpoint", "inspect", str(directory), "--json").stdout)
+    summary = inspected["summary"]
+    assert summary["alignment"] == "unaligned"
+    assert summary["in_flight_input_bytes"] + summary["in_flight_output_bytes"] == entry["persisted_data"]
+    text = cli("checkpoint", "inspect", str(directory), env={"COLUMNS": "80"})
+    assert "checkpoint (unaligned)" in text.stdout and "In flight (channel state)" in text.stdout, text.stdout
+    assert cli("checkpoint", "verify", str(directory)).returncode == 0  # the channel-state files are checked too
+
+    refused = cli("run", "-d", "-p", "3", "-s", str(directory), "-D", f"{UNALIGNED}=true", str(job))
+    assert refused.returncode != 0
+    assert f"unaligned checkpoint {entry['id']}" in refused.stderr and "take a savepoint" in refused.stderr, refused.stderr
+    listed = json.loads(cli("job", "list", "--json").stdout)
+    assert all(j["jid"] == jid for j in listed.get("jobs", listed) if isinstance(j, dict)), "nothing else started"

@@ -18,9 +18,9 @@ The ``metrics`` part runs W1 and W2 at parallelism 2 with live metrics on and of
 (see flinkpy.benchmarks.metrics_cost).
 
 ``--only backpressure`` runs a job whose sink takes a tenth of its source's rate, with exactly-once
-checkpoints every 1 s, aligned and then aligned with buffer debloating, and reports the
-checkpoints' durations (median, p99), alignment times and the sink's throughput (see
-flinkpy.benchmarks.backpressure; unaligned checkpoints are not built yet).
+checkpoints every 1 s, aligned, aligned with buffer debloating, and unaligned, and reports the
+checkpoints' durations (median, p99), alignment times, the sink's throughput and, for unaligned
+checkpoints, the bytes stored in flight (see flinkpy.benchmarks.backpressure).
 
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).

@@ -10,9 +10,11 @@ checkpoint statistics (``GET /jobs/<id>/checkpoints``, what ``flinkpy checkpoint
 shows): the end-to-end duration of the completed checkpoints (median, p99), their alignment
 time (median of the largest per checkpoint), and the sink's throughput over the same time.
 
-The first configuration is today's aligned checkpoints, the second the same with
-``taskmanager.network.memory.buffer-debloat.enabled`` (target 1 s). Unaligned checkpoints have
-a slot in the report but are not built yet.
+The first configuration is aligned checkpoints, the second the same with
+``taskmanager.network.memory.buffer-debloat.enabled`` (target 1 s), the third unaligned
+checkpoints (``execution.checkpointing.unaligned.enabled``): the barriers overtake the backlog,
+which is stored with each checkpoint; the report adds the bytes stored in flight and the sink's
+throughput relative to the aligned run's.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ def run_config(address: str, token: str, name: str, settings: dict[str, str], *,
         "sink_rate": (r1 - r0) / (t1 - t0) if t1 > t0 else None,
         "target_sink_rate": source_rate / SLOWDOWN * 2,
         "debloated_buffer_size": sizes,
+        "persisted_data_median": statistics.median([float(h.get("persisted_data") or 0) for h in done]) if done else None,
         "durations_ms": durations,
     }
     log(f"{name}: {entry['checkpoints']} checkpoints, median {entry['duration_ms_median']} ms, p99 {entry['duration_ms_p99']} ms")
@@ -195,7 +198,12 @@ def measure(address: str, token: str, log: Callable[[str], None], *, quick: bool
     result["debloated"] = run_config(address, token, "bench-backpressure-debloated",
                                      {"taskmanager.network.memory.buffer-debloat.enabled": "true"},
                                      source_rate=source_rate, checkpoints=checkpoints, deadline_s=deadline, log=log)
-    result["unaligned"] = None  # not built yet (#22)
+    log("back-pressure: unaligned checkpoints ...")
+    result["unaligned"] = run_config(address, token, "bench-backpressure-unaligned",
+                                     {"execution.checkpointing.unaligned.enabled": "true"},
+                                     source_rate=source_rate, checkpoints=checkpoints, deadline_s=deadline, log=log)
+    aligned_rate, unaligned_rate = result["aligned"]["sink_rate"], result["unaligned"]["sink_rate"]
+    result["unaligned"]["sink_rate_vs_aligned"] = unaligned_rate / aligned_rate if aligned_rate and unaligned_rate else None
     return result
 
 
@@ -205,18 +213,24 @@ def report(result: dict[str, Any]) -> list[str]:
         return []
     lines = [f"back-pressure: source {result['source_rate'] / 1e3:.0f} k ints/s offered, sink throttled to "
              f"{result['sink_rate'] / 1e3:.0f} k/s; exactly-once checkpoints every 1 s"]
-    for name in ("aligned", "debloated"):
+    for name in ("aligned", "debloated", "unaligned"):
         e = result.get(name)
         if not e:
             continue
-        label = "aligned" if name == "aligned" else "aligned + buffer debloating"
+        label = {"aligned": "aligned", "debloated": "aligned + buffer debloating", "unaligned": "unaligned"}[name]
         rate = f"{e['sink_rate']:.0f}" if e["sink_rate"] is not None else "?"
         lines.append(
             f"  {label:28} {e['checkpoints']:>3} checkpoints: duration median {_ms(e['duration_ms_median'])}, "
             f"p99 {_ms(e['duration_ms_p99'])}; alignment median {_ms(e['alignment_ms_median'])}, max {_ms(e['alignment_ms_max'])}; "
             f"sink {rate} records/s"
         )
-    lines.append("  unaligned: not available yet")
+    e = result.get("unaligned")
+    if e:
+        vs = e.get("sink_rate_vs_aligned")
+        lines.append(f"  unaligned: median {(e.get('persisted_data_median') or 0) / 1024:.0f} KiB in flight per checkpoint; "
+                     f"sink throughput {'?' if vs is None else f'{vs * 100:.1f}%'} of aligned")
+    else:
+        lines.append("  unaligned: not measured")
     return lines
 
 

@@ -292,6 +292,12 @@ def _check_subtask(sub: Any, where: str, parallelism: int, max_parallelism: int)
         _check_handle(op_state, at)
         _check_states(_need(op_state, "states", at), _join(at, "states"), OPERATOR_STATE_KINDS)
     _need(sub, "source_offsets", where)  # any JSON value
+    channels = sub.get("channel_state")
+    if channels is not None:  # an unaligned checkpoint's in-flight buffers
+        at = _join(where, "channel_state")
+        _check_handle(channels, at)
+        _int(channels, "input_bytes", at)
+        _int(channels, "output_bytes", at)
     return index
 
 
@@ -320,6 +326,8 @@ def _check(doc: Any) -> None:
     if completed < doc["trigger_timestamp"]:
         raise _Invalid("completion_timestamp", f"{completed} is before trigger_timestamp {doc['trigger_timestamp']}")
     _one_of(doc, "mode", "", MODES)
+    if "alignment" in doc:  # absent in documents of older flinkpy: aligned
+        _one_of(doc, "alignment", "", ("aligned", "unaligned"))
     _int(doc, "max_parallelism", "", low=1)
     operators = _need(doc, "operators", "")
     if not isinstance(operators, list):
@@ -417,6 +425,8 @@ def handles(doc: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, 
                 yield op, sub, "keyed", sub["keyed_state"]
             if sub.get("operator_state") is not None:
                 yield op, sub, "operator", sub["operator_state"]
+            if sub.get("channel_state"):
+                yield op, sub, "channel", sub["channel_state"]
 
 
 def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -437,9 +447,11 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
         subtasks = []
         for sub in sorted(op["subtasks"], key=lambda s: s["subtask"]):
             keyed, op_state = sub.get("keyed_state"), sub.get("operator_state")
+            channels = sub.get("channel_state") or None
             keyed_size = keyed["size"] if keyed else 0
             op_state_size = op_state["size"] if op_state else 0
-            for handle in (keyed, op_state):
+            channel_size = channels["size"] if channels else 0
+            for handle in (keyed, op_state, channels):
                 if handle:
                     files[handle["path"]] = handle["size"]
                     op_files.add(handle["path"])
@@ -451,15 +463,18 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
             subtasks.append(
                 {
                     "subtask": sub["subtask"],
-                    "size": keyed_size + op_state_size,
+                    "size": keyed_size + op_state_size + channel_size,
                     "keyed_state_size": keyed_size,
                     "operator_state_size": op_state_size,
+                    "channel_state_size": channel_size,
+                    "in_flight_input_bytes": channels["input_bytes"] if channels else 0,
+                    "in_flight_output_bytes": channels["output_bytes"] if channels else 0,
                     "key_groups": list(keyed["key_groups"]) if keyed else None,
                 }
             )
             if keyed:
                 ranges.append({"operator_id": op["operator_id"], "uid": op["uid"], "key_groups": list(keyed["key_groups"]), "size": keyed_size})
-            op_size += keyed_size + op_state_size
+            op_size += keyed_size + op_state_size + channel_size
         operators.append(
             {
                 "operator_id": op["operator_id"],
@@ -473,7 +488,11 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
         )
     ranges.sort(key=lambda r: (r["operator_id"], r["key_groups"][0]))
     private = sum(files.values())
+    in_flight = [(s["in_flight_input_bytes"], s["in_flight_output_bytes"]) for o in operators for s in o["subtasks"]]
     return {
+        "alignment": doc.get("alignment", "aligned"),
+        "in_flight_input_bytes": sum(i for i, _ in in_flight),
+        "in_flight_output_bytes": sum(o for _, o in in_flight),
         "total_size": private + sum(shared.values()),
         "files": len(files) + len(shared),
         "incremental": bool(shared),

@@ -65,6 +65,11 @@ def checkpoint_detail(record: CheckpointRecord, now_ms: int) -> dict[str, Any]:
         "checkpointed_size": _total(record, "checkpointed_size", "state_size"),
         "end_to_end_duration": max(0, end_ms - record.trigger_ms),
         "alignment_buffered": _total(record, "alignment_bytes"),
+        #: unaligned checkpoints: the in-flight buffers stored as channel state (Flink's names)
+        "unaligned_checkpoint": any(m.get("unaligned") for m in record.metrics.values()),
+        "persisted_data": _total(record, "in_flight_input_bytes") + _total(record, "in_flight_output_bytes"),
+        "persisted_input_data": _total(record, "in_flight_input_bytes"),
+        "persisted_output_data": _total(record, "in_flight_output_bytes"),
         "processed_data": _total(record, "processed_data"),
         "num_subtasks": len(record.tasks),
         "num_acknowledged_subtasks": len(record.ack_ms),

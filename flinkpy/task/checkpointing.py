@@ -228,7 +228,7 @@ class TaskCheckpointer:
         state = job.channel_state or {}
         in_bytes = sum(len(p) for frames in state.get("inputs", {}).values() for _, p in frames)
         out_bytes = sum(len(p) for frames in state.get("outputs", {}).values() for _, p in frames)
-        job.metrics.update(in_flight_input_bytes=in_bytes, in_flight_output_bytes=out_bytes)
+        job.metrics.update(unaligned=1, in_flight_input_bytes=in_bytes, in_flight_output_bytes=out_bytes)
         name = f"{job.parts[0]['operator_id']}-{self.subtask}-channels"
         handle = self._write(job, name, pickle.dumps(state, protocol=5))
         handle.update(input_bytes=in_bytes, output_bytes=out_bytes)
@@ -268,7 +268,8 @@ class TaskCheckpointer:
 def _sizes(entry: dict[str, Any], checkpoint_id: int) -> tuple[int, int]:
     """(bytes this checkpoint uploaded, bytes a restore reads) of one operator's state."""
     keyed, op_state = entry["keyed_state"] or {}, entry["operator_state"] or {}
-    own = keyed.get("size", 0) + op_state.get("size", 0)
+    # an unaligned checkpoint's in-flight buffers are uploaded and read back like state
+    own = keyed.get("size", 0) + op_state.get("size", 0) + (entry.get("channel_state") or {}).get("size", 0)
     shared = keyed.get("shared") or ()
     new = sum(f["size"] for f in shared if f["checkpoint_id"] == checkpoint_id)
     return own + new, own + sum(f["size"] for f in shared)
