@@ -19,12 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import cli_json, wait_for
+from flinkpy.common import RestartStrategies, WatermarkStrategy
+from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.datastream.connectors import NumberSequenceSource
 from flinkpy.network import channels as net
 from flinkpy.network.framing import FrameReader
 from flinkpy.task.barriers import RecordingDone, StartUnaligned, UnalignedBarrierHandler
 from test_checkpoint_consistency import _expected, _state_sums
-from test_recovery import assert_recovered, even_odd_env, exception_entries, expected_sums, last_per_key, only_job, start, vertex_id  # noqa: F401
+from test_recovery import (  # noqa: F401
+    assert_recovered, even_odd_env, exception_entries, expected_sums, first, last_per_key, only_job, parity, start, vertex_id,
+)
 
 UNALIGNED = "execution.checkpointing.unaligned.enabled"
 
@@ -206,6 +211,44 @@ def test_even_odd_sums_are_exact_after_a_sigkill_with_unaligned_checkpoints(star
 
 #: long enough for checkpoint 3 at 100 ms
 N_KILL = 600_000
+
+
+def slowly(pair: tuple) -> tuple:
+    """The keyed task's pace: a sleep per record, so its input channels fill up."""
+    import time
+
+    time.sleep(0.00005)
+    return pair
+
+
+@pytest.mark.timeout(90)
+def test_a_restore_puts_the_channel_state_back_and_the_sums_stay_exact(start) -> None:
+    """Back-pressure on the keyed task (it sleeps per record), so checkpoint 3 stores buffers
+    in flight; the keyed task is SIGKILLed as it hears that checkpoint 3 completed, the job
+    restores from it — operator state and channel state — and the final sums are exact."""
+    from flinkpy.common import Configuration
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.enable_checkpointing(300)  # a history of fewer than 100 checkpoints: the restored one stays listed
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    env.configure(Configuration({UNALIGNED: "true", "taskmanager.memory.segment-size": "4 kb"}))
+    numbers = env.from_source(NumberSequenceSource(1, N_RESTORE), WatermarkStrategy.no_watermarks(), "numbers")
+    sums = numbers.map(parity).name("pair").key_by(first).sum(1).name("sums").map(slowly)
+    start(faults=[{"point": "after-complete", "vertex": vertex_id(env, "sums"), "subtask": 0, "checkpoint": 3}])
+
+    assert last_per_key(sums.execute_and_collect("even-odd-unaligned-restore")) == expected_sums(N_RESTORE)
+
+    jid = only_job()["jid"]
+    job = assert_recovered(jid, cause="SIGKILL")
+    assert job["restarts"] == 1, [e["message"] for e in exception_entries(jid)]
+    stats = cli_json("checkpoint", "list", jid, "--history", "100")
+    restored = stats["latest"]["restored"]["id"]
+    (entry,) = [h for h in stats["history"] if h["id"] == restored] or [stats]
+    assert entry["unaligned_checkpoint"] and entry["persisted_data"] > 0, entry
+
+
+N_RESTORE = 200_000
 
 
 # -- restoring at another parallelism is refused; the CLI shows the kind and the bytes in flight -----
