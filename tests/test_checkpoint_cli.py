@@ -47,7 +47,7 @@ def test_inspect_shows_header_operators_subtasks_and_totals(checkpoint: tuple[Pa
     text = res.stdout
     for expected in (
         f"Job: running sums ({JOB})",
-        "Checkpoint id: 5; kind: checkpoint; mode: EXACTLY_ONCE",
+        "Checkpoint id: 5; kind: checkpoint (aligned); mode: EXACTLY_ONCE",
         "Max parallelism: 128",
         "in 3 file(s), 2 operator(s)",
         "running sums [uid sums]",

@@ -69,6 +69,29 @@ def test_ended_channels_count_as_arrived_and_abort_stops_recording() -> None:
     assert h.abort(4) and not h.is_recording(1) and h.on_barrier(1, 4, now_ms=1) == []
 
 
+# -- configuration ----------------------------------------------------------------------------------
+
+
+def test_the_keys_and_the_api_switch_unaligned_checkpoints_on() -> None:
+    from flinkpy.checkpoint.options import CheckpointingOptions
+    from flinkpy.datastream import StreamExecutionEnvironment
+
+    assert CheckpointingOptions.from_config({UNALIGNED: "true"}).unaligned
+    assert not CheckpointingOptions.from_config({}).unaligned
+    assert CheckpointingOptions.from_config({UNALIGNED: "true", "execution.checkpointing.aligned-checkpoint-timeout": "0"}).unaligned
+    config = StreamExecutionEnvironment.get_execution_environment().get_checkpoint_config()
+    assert not config.is_unaligned_checkpoints_enabled()
+    assert config.enable_unaligned_checkpoints().is_unaligned_checkpoints_enabled()
+
+
+def test_a_non_zero_aligned_checkpoint_timeout_is_refused_naming_the_key() -> None:
+    from flinkpy.checkpoint.options import CheckpointingOptions
+    from flinkpy.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="'execution.checkpointing.aligned-checkpoint-timeout' is '30 s'"):
+        CheckpointingOptions.from_config({UNALIGNED: "true", "execution.checkpointing.aligned-checkpoint-timeout": "30 s"})
+
+
 # -- the output channel that never blocks ---------------------------------------------------------
 
 
