@@ -104,18 +104,16 @@ class SourceLoop:
 
     def _wait_for_credit(self, channels: list[Any], ctrl_sock: Any) -> None:
         """Outputs unavailable (a buffer waits for credit): no poll until credit comes; a
-        checkpoint trigger is still taken meanwhile (the queues become channel state)."""
-        started = self.idle_since = time.monotonic()
+        checkpoint trigger is still taken meanwhile (the queues become channel state). The wait
+        is back-pressure, as a blocking send's would be."""
+        waiting_on = next(ch for ch in channels if ch.queue)
+        started = waiting_on.blocked_since = time.monotonic()
         readable, _, _ = select.select([ctrl_sock, *(ch.sock for ch in channels if ch.queue)], [], [], 0.1)
-        self.idle_since = 0.0
+        waiting_on.blocked_since = 0.0
+        waiting_on.backpressured_s += time.monotonic() - started
         for ch in channels:
             if ch.sock in readable:
                 ch.on_readable()
-        for ch in channels:
-            ch.blocked_since = 0.0
-            if ch.queue:
-                ch.backpressured_s += time.monotonic() - started
-                break
 
     def _take_checkpoints(self, reader: Any) -> bool:
         """Take the triggered checkpoints in order; True when a stop-with-savepoint succeeded."""

@@ -97,10 +97,20 @@ class UnalignedInputProcessor(InputProcessor):
             for ch in self.inputs:
                 if ch.owed:
                     ch.announce_credit()
-            waited = self.idle_since = monotonic()
+            waiting_on = next((o for o in outputs if o.queue), None) if blocked else None
+            waited = monotonic()
+            # waiting for credit is back-pressure, not idleness (the metrics and debloating tell them apart)
+            if waiting_on is not None:
+                waiting_on.blocked_since = waited
+            else:
+                self.idle_since = waited
             events = sel.select(timeout)
-            self.idle_since = 0.0
-            self.idle_s += monotonic() - waited
+            if waiting_on is not None:
+                waiting_on.blocked_since = 0.0
+                waiting_on.backpressured_s += monotonic() - waited
+            else:
+                self.idle_since = 0.0
+                self.idle_s += monotonic() - waited
             for key, _ in events:
                 if key.data == CONTROL:
                     control.handle_one()
