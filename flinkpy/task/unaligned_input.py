@@ -1,8 +1,9 @@
 """The input processor of a task in unaligned-checkpoint mode.
 
 Frames are read eagerly into one queue per input channel (their memory is bounded by the credit
-the task granted) and processed from there, one buffer at a time, only while every output
-channel can take more: when an output buffer waits for credit the task stops processing and
+the task granted) and processed from there, a buffer or a slice of one at a time (slices of
+about 50 ms, so that a slow operator does not keep a barrier waiting for seconds), only while
+every output channel can take more: when an output buffer waits for credit the task stops processing and
 waits on the output sockets, the control connection and the input sockets. So the task never
 blocks inside a batch, and a barrier is seen as soon as it is read.
 
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     from flinkpy.task.task import Task
 
 _DATA = (net.DATA, net.DATA_TS)
+#: a buffer is processed in slices of about this many seconds, so that a barrier waits at most
+#: about that long behind the records of a buffer (a slow operator may take seconds for one)
+_SLICE_S = 0.05
+_MIN_SLICE, _MAX_SLICE = 16, 1 << 20
 #: selector data of an output channel: its index, shifted below CONTROL
 _OUT = -2
 
@@ -47,7 +52,7 @@ class UnalignedInputProcessor(InputProcessor):
         self.handler = UnalignedBarrierHandler(n)
         #: per channel: (kind, payload, credited) read but not processed yet; restored buffers
         #: (from a checkpoint's channel state) come first and carry no credit
-        self.queues: list[deque[tuple[int, bytes, bool]]] = [deque() for _ in range(n)]
+        self.queues: list[deque[tuple[int, Any, bool]]] = [deque() for _ in range(n)]
         for i, ch in enumerate(self.inputs):
             for kind, data in restored.get((ch.edge_id, ch.producer), ()):
                 self.queues[i].append((kind, data, False))
@@ -55,6 +60,8 @@ class UnalignedInputProcessor(InputProcessor):
         #: the checkpoint recording its input channel state: (id, snapshot, frames per channel)
         self._pending: tuple[int, Any, list[list[Frame]]] | None = None
         self._next = 0
+        #: records per slice, adapted to the time the last slice took
+        self._slice = 256
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -149,19 +156,36 @@ class UnalignedInputProcessor(InputProcessor):
                 if any(o.queue for o in outputs):
                     return
 
-    def _process(self, i: int, entry: tuple[int, bytes, bool]) -> None:
+    def _process(self, i: int, entry: tuple[int, Any, bool]) -> None:
         kind, data, credited = entry
-        if kind in _DATA:
-            batch, timestamps = (pickle.loads(data), None) if kind == net.DATA else pickle.loads(data)
-            self.records_in += len(batch)
-            if self._second[i]:
-                self.head2(batch, timestamps)  # type: ignore[misc]
-            else:
-                self.head(batch, timestamps)
-            if credited:
-                self.inputs[i].return_credit(len(data))
-        else:
+        if kind not in _DATA:
             self._handle_frame(i, (kind, data))
+            return
+        if isinstance(data, bytes):
+            nbytes = len(data)
+            batch, timestamps = (pickle.loads(data), None) if kind == net.DATA else pickle.loads(data)
+        else:
+            batch, timestamps, nbytes = data  # the rest of a buffer processed in part
+        n = self._slice
+        last = len(batch) <= n
+        if not last:
+            # a barrier is looked for between two slices: the rest of the buffer waits at the
+            # head of the queue, where a snapshot finds it (as channel state)
+            rest = (batch[n:], None if timestamps is None else timestamps[n:], nbytes)
+            self.queues[i].appendleft((kind, rest, credited))
+            batch = batch[:n]
+            timestamps = None if timestamps is None else timestamps[:n]
+        started = time.perf_counter()
+        if self._second[i]:
+            self.head2(batch, timestamps)  # type: ignore[misc]
+        else:
+            self.head(batch, timestamps)
+        took = time.perf_counter() - started
+        if batch:
+            self._slice = max(_MIN_SLICE, min(_MAX_SLICE, int(_SLICE_S * len(batch) / took) if took > 0 else _MAX_SLICE))
+        self.records_in += len(batch)
+        if last and credited:
+            self.inputs[i].return_credit(nbytes)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -211,7 +235,7 @@ class UnalignedInputProcessor(InputProcessor):
                     self.task.checkpointer.decline(d.canceled, f"a newer checkpoint's barrier reached {describe} while it recorded channel state")
                 assert barrier is not None
                 # everything queued now is before barrier N on its channel: channel state
-                recorded = [[(k, p) for k, p, _ in q if k in _DATA] for q in self.queues]
+                recorded = [[(k, _serialized(k, p)) for k, p, _ in q if k in _DATA] for q in self.queues]
                 faults = self.task.faults
                 if faults:
                     faults.reach("alignment", d.checkpoint_id)
@@ -232,3 +256,11 @@ class UnalignedInputProcessor(InputProcessor):
         if self.handler.abort(checkpoint_id):
             self._pending = None
         super().abort_alignment(checkpoint_id)
+
+
+def _serialized(kind: int, data: Any) -> bytes:
+    """A queued buffer as it travels (the rest of a buffer processed in part is serialized again)."""
+    if isinstance(data, bytes):
+        return data
+    batch, timestamps, _ = data
+    return net.dumps_batch(batch if kind == net.DATA else [batch, timestamps])
