@@ -86,12 +86,7 @@ class OutputChannel:
     def send_data(self, payload: bytes, kind: int = DATA) -> None:
         """Send one buffer; blocks (backpressure) until the consumer has credit for it."""
         if self.delay_s:
-            import time
-
-            if time.monotonic() < self.delay_until:
-                time.sleep(self.delay_s)
-            else:
-                self.delay_s = 0.0
+            self._injected_delay()
         if not self.credit.spend():
             import time
 
@@ -105,6 +100,15 @@ class OutputChannel:
         send_frame(self.sock, kind, payload)
         self.bytes_sent += len(payload)
         self.buffers_sent += 1
+
+    def _injected_delay(self) -> None:
+        """`flinkpy fault network --delay`: each data buffer waits ``delay_s`` until ``delay_until``."""
+        import time
+
+        if time.monotonic() < self.delay_until:
+            time.sleep(self.delay_s)
+        else:
+            self.delay_s = 0.0
 
     def send_event(self, kind: int, payload: bytes = b"") -> None:
         """Control frames bypass credit."""
@@ -140,6 +144,8 @@ class QueuingOutputChannel(OutputChannel):
         self.queue: deque[tuple[int, bytes]] = deque()
 
     def send_data(self, payload: bytes, kind: int = DATA) -> None:
+        if self.delay_s:
+            self._injected_delay()  # a slow link is a fault injected on purpose: it may block
         if not self.queue and self.credit.spend():
             send_frame(self.sock, kind, payload)
             self.bytes_sent += len(payload)
