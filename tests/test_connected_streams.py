@@ -249,15 +249,18 @@ def vertex_of(env: StreamExecutionEnvironment, name: str) -> int:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("point, backend", [("alignment", "heap"), ("after-complete", "rocksdb")])
-def test_keyed_co_process_is_exact_after_a_crash(point: str, backend: str, flinkpy_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("point, backend, unaligned", [("alignment", "heap", False), ("after-complete", "rocksdb", False), ("alignment", "heap", True)])
+def test_keyed_co_process_is_exact_after_a_crash(point: str, backend: str, unaligned: bool, flinkpy_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The two-input task dies (SIGKILL) while it holds one input back for the other's barrier
-    of checkpoint 2, or as it hears that checkpoint 2 completed; it restarts from the latest
+    of checkpoint 2 (with unaligned checkpoints: while it records the input whose barrier is
+    still to come), or as it hears that checkpoint 2 completed; it restarts from the latest
     checkpoint and every per-key sum is still exact (on either state backend)."""
     n, m = 300_000, 200_000
     env = env_of()
     env.set_state_backend(engine_backend(backend))
     env.enable_checkpointing(100)
+    if unaligned:
+        env.get_checkpoint_config().enable_unaligned_checkpoints()
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     sums = sums_job(env, n, m)
     monkeypatch.setenv(FAULT_ENV, json.dumps([{"point": point, "vertex": vertex_of(env, "sums"), "subtask": 1, "checkpoint": 2}]))
