@@ -319,3 +319,71 @@ def test_an_unaligned_checkpoint_is_shown_and_refused_at_another_parallelism(clu
     assert f"unaligned checkpoint {entry['id']}" in refused.stderr and "take a savepoint" in refused.stderr, refused.stderr
     listed = json.loads(cli("job", "list", "--json").stdout)
     assert all(j["jid"] == jid for j in listed.get("jobs", listed) if isinstance(j, dict)), "nothing else started"
+
+
+# -- an unaligned checkpoint restored into a job with aligned checkpoints -----------------------------
+
+N_BOUNDED = 100_000
+
+#: a bounded even/odd job whose sink appends every sum to a file (slowly: back-pressure)
+BOUNDED_JOB = textwrap.dedent(
+    """
+    import sys, time
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.datastream import StreamExecutionEnvironment
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    OUT = sys.argv[1]
+
+    def append(value, out=OUT):
+        time.sleep(0.0001)
+        with open(out, "a") as f:
+            f.write(f"{value[0]} {value[1]}\\n")
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    numbers = env.from_source(NumberSequenceSource(1, %d), WatermarkStrategy.no_watermarks(), "numbers")
+    (numbers.map(lambda n: ("even" if n %% 2 == 0 else "odd", n))
+        .key_by(lambda pair: pair[0])
+        .sum(1).uid("sums")
+        .add_sink(append))
+    env.execute("even-odd-bounded")
+    """
+    % N_BOUNDED
+)
+
+
+@pytest.mark.timeout(150)
+def test_an_unaligned_checkpoint_restores_into_an_aligned_job_exactly(cluster, cli, tmp_path: Path) -> None:
+    """Started from a retained unaligned checkpoint with data in flight, a job with aligned
+    checkpoints sends the restored output buffers and processes the restored input buffers
+    first (blocking on credit as aligned mode does); the final sums are exact."""
+    job, out = tmp_path / "bounded.py", tmp_path / "sums.txt"
+    job.write_text(BOUNDED_JOB)
+    res = cli(
+        "run", "-d", "-p", "2",
+        "-D", "execution.checkpointing.interval=200ms",
+        "-D", f"{UNALIGNED}=true",
+        "-D", "execution.checkpointing.num-retained=1000",
+        "-D", "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION",
+        "--json", str(job), str(out),
+    )
+    assert res.returncode == 0, res.stderr
+    jid = json.loads(res.stdout)["jobs"][0]["jid"]
+
+    def in_flight() -> list[dict]:
+        doc = json.loads(cli("checkpoint", "list", jid, "--json").stdout)
+        return [h for h in doc["history"] if h["status"] == "COMPLETED" and h["persisted_data"] > 0]
+
+    wait_for(lambda: in_flight(), timeout=60, message="a completed checkpoint with data in flight")
+    assert cli("cancel", jid).returncode == 0
+    wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "CANCELED", timeout=30)
+    entry = in_flight()[0]
+    directory = next(p.parent for p in tmp_path.glob(f"home/checkpoints/{jid}/chk-{entry['id']}/_metadata"))
+
+    resumed = cli("run", "-p", "2", "-s", str(directory), "--json", str(job), str(out), timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    last: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        key, value = line.split()
+        last[key] = int(value)
+    assert last == expected_sums(N_BOUNDED)
