@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import pickle
 import socket
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -317,6 +319,17 @@ def test_an_unaligned_checkpoint_is_shown_and_refused_at_another_parallelism(clu
     refused = cli("run", "-d", "-p", "3", "-s", str(directory), "-D", f"{UNALIGNED}=true", str(job))
     assert refused.returncode != 0
     assert f"unaligned checkpoint {entry['id']}" in refused.stderr and "take a savepoint" in refused.stderr, refused.stderr
+    # the JobManager refuses it too, for a client that does not check (here: the check disabled)
+    bypass = (
+        "import sys; import flinkpy.checkpoint.restore as r; r.channel_state_conflict = lambda m, v: None; "
+        "from commands.main import main; sys.argv[1:] = sys.argv[2:]; main()"
+    )
+    unchecked = subprocess.run(
+        [sys.executable, "-c", bypass, "--", "run", "-d", "-p", "3", "-s", str(directory), "-D", f"{UNALIGNED}=true", str(job)],
+        capture_output=True, text=True, timeout=60, cwd=str(Path(__file__).resolve().parent.parent), stdin=subprocess.DEVNULL,
+    )
+    assert unchecked.returncode != 0, unchecked.stdout
+    assert f"unaligned checkpoint {entry['id']}" in unchecked.stderr and "parallelism 3" in unchecked.stderr, unchecked.stderr
     listed = json.loads(cli("job", "list", "--json").stdout)
     assert all(j["jid"] == jid for j in listed.get("jobs", listed) if isinstance(j, dict)), "nothing else started"
 

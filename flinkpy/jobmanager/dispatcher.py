@@ -166,6 +166,8 @@ class Dispatcher:
         graph = ExecutionGraph(job_id, meta, now_ms(), strategy=options.restart_strategy, failover=options.failover)
         checkpointing = JobCheckpointing(graph, options.checkpointing, options.checkpoint_dir, options.savepoint_dir)
         restore = document.get("restore")  # a savepoint or retained checkpoint to start from
+        if restore and not recovered:
+            _check_channel_state(graph, restore)
         artifact = self.artifacts.accept(job_id, document)  # before HA keeps the document: a reference only
         if self.ha is not None:
             checkpointing.ha = self.ha.for_job(job_id)
@@ -296,4 +298,20 @@ class Dispatcher:
             job_parameters=dict(rec.options.job_parameters),
             restore=rec.checkpointing.restore_spec(ex),
             artifact=rec.artifact,
+        )
+
+
+def _check_channel_state(graph: ExecutionGraph, restore: Any) -> None:
+    """Refuse, before anything starts, a restore of an unaligned checkpoint's in-flight data onto
+    other channels (another parallelism or chain): whoever submitted it, client or plain REST."""
+    from flinkpy.checkpoint.restore import channel_state_conflict
+
+    directory, metadata = restore[0], restore[1]
+    vertices = [(v.get("name", ""), list(v.get("operator_ids") or []), int(v["parallelism"])) for v in graph.vertices.values()]
+    conflict = channel_state_conflict(metadata, vertices)
+    if conflict:
+        raise InvalidProgramError(
+            f"unaligned checkpoint {metadata.get('checkpoint_id')} at {directory} holds in-flight data that only "
+            f"the same job at the same parallelism can take back: {conflict}",
+            remedy="restore it unchanged, then take a savepoint (savepoints are aligned) and rescale from that",
         )
