@@ -52,6 +52,10 @@ SLICE_TIMER = "slices"
 #: of the group that has slices in the window), and move with their key group when rescaled
 GROUP_TIMER_KEY = ("flinkpy.window-slices",)
 _MISSING = object()
+#: past this many cached keys the cache of key -> slices dict starts again
+_HOMES_MAX = 1_000_000
+#: types whose values copy.copy returns as they are: a window's result may start as such a slice value itself
+_SHARED_AS_IS = frozenset({int, float, str, bytes, tuple, bool, type(None), frozenset, complex})
 
 
 def execution_path(spec: WindowSpec) -> tuple[str, str]:
@@ -113,6 +117,9 @@ class SlicedWindowOperator(WindowOperator):
         self._table = self.backend.table(self.SLICES)
         self._frozen = self.backend.frozen(self.SLICES)
         self._assign = KeyGroupAssigner(self.backend.max_parallelism)
+        #: key -> its writable {slice end: value} dict in the table (heap backend only)
+        self._homes: dict[Any, dict] = {}
+        self._frozen_len = len(self._frozen)
         #: (time, key group) of the timers registered and not fired yet (empty after a restore:
         #: registering again is harmless, the timer service keeps one)
         self._registered: set[tuple[int, int]] = set()
@@ -173,47 +180,79 @@ class SlicedWindowOperator(WindowOperator):
 
     def _process_heap(self, values: list, stamps: list, wm: int) -> None:
         """:meth:`process` on a heap backend: on-time records go straight into the backend's
-        table (as the rolling keyed reduce does), so a record costs its key, one slice lookup
-        and one fold; only a new slice sets the current key (for its timers). Records at or
+        table (as the rolling keyed reduce does), so a record costs its key, one lookup of its
+        key's slices (cached in ``_homes``), one slice lookup and one fold. New slices are noted
+        and their timers registered once per (slice, key group) after the batch. Records at or
         behind the watermark take the per-key path, in their order."""
-        table, frozen, backend = self._table, self._frozen, self.backend
-        group_of, assign, key_range = self._assign.memo, self._assign, backend.key_group_range
+        homes = self._homes
+        if len(self._frozen) != self._frozen_len or len(homes) > _HOMES_MAX:
+            homes.clear()  # a snapshot froze key groups: cached dicts must be thawed first
+        homes_get, home = homes.get, self._home
         key_of, fold, g = self.key, self._fold, self._g
         phase = self._offset % g
         first = self._first if self.spec.aggregation == AGGREGATE else None
         missing = _MISSING
-        new: list[tuple[Any, int, int]] = []
+        new: list[tuple[int, Any]] = []
         late: list[int] = []
-        for i, value in enumerate(values):
-            ts = stamps[i]
+        for i, (value, ts) in enumerate(zip(values, stamps)):
             if ts <= wm:
                 late.append(i)
                 continue
             k = key_of(value)
-            kg = group_of.get(k)
-            if kg is None:
-                kg = assign(k)
-                if kg not in key_range:
-                    backend.set_current_key(k)  # raises: the record reached the wrong subtask
-            m = table.get(kg)
-            if m is None:
-                m = table[kg] = {}
-            elif frozen and kg in frozen:
-                m = backend.thaw(self.SLICES, kg)  # copy-on-write after a snapshot
-            d = m.get(k)
+            d = homes_get(k)
             if d is None:
-                d = m[k] = {}
+                d = home(k)
             se = ts - (ts - phase) % g + g
             old = d.get(se, missing)
             if old is missing:
                 d[se] = value if first is None else first(value)
-                new.append((k, kg, se))
+                new.append((se, k))
             else:
                 d[se] = fold(old, value)
-        for k, kg, se in new:
-            self._register_slice(se, wm, kg)
-        for i in late:
-            self._process_key(key_of(values[i]), [i], values, stamps, wm)
+        self._frozen_len = len(self._frozen)
+        if new:
+            self._register_slices(new, wm)
+        if late:
+            homes.clear()  # the per-key path may drop or replace a key's dict
+            for i in late:
+                self._process_key(key_of(values[i]), [i], values, stamps, wm)
+
+    def _home(self, k: Any) -> dict:
+        """The writable ``{slice end: value}`` dict of key ``k`` (created, or thawed after a
+        snapshot), remembered in ``_homes`` until the key's slices are all dropped."""
+        kg = self._assign.memo.get(k)
+        if kg is None:
+            kg = self._assign(k)
+            if kg not in self.backend.key_group_range:
+                self.backend.set_current_key(k)  # raises: the record reached the wrong subtask
+        table = self._table
+        m = table.get(kg)
+        if m is None:
+            m = table[kg] = {}
+        elif self._frozen and kg in self._frozen:
+            m = self._thaw(kg)
+        d = m.get(k)
+        if d is None:
+            d = m[k] = {}
+        self._homes[k] = d
+        return d
+
+    def _thaw(self, kg: int) -> dict:
+        """Copy-on-write of a key group after a snapshot; the cached homes of its keys (and,
+        simply, of all keys) point into the snapshot's copy, so they are forgotten."""
+        self._homes.clear()
+        return self.backend.thaw(self.SLICES, kg)
+
+    def _register_slices(self, new: list[tuple[int, Any]], wm: int) -> None:
+        """Timers of the slices a batch created: once per (slice end, key group)."""
+        memo_get, assign = self._assign.memo.get, self._assign
+        seen = {(se, memo_get(k)) for se, k in new}  # the memo knows k: _home asked for it
+        for se, kg in seen:
+            if kg is None:  # the memo was full and started again: ask each key
+                for kg in {assign(k) for s, k in new if s == se}:
+                    self._register_slice(se, wm, kg)
+            else:
+                self._register_slice(se, wm, kg)
 
     def _process_key(self, key: Any, idx: list[int], values: list, stamps: list, wm: int) -> None:
         self.backend.set_current_key(key)
@@ -304,7 +343,7 @@ class SlicedWindowOperator(WindowOperator):
             return
         if isinstance(table, dict):
             if kg in self._frozen:
-                group = backend.thaw(self.SLICES, kg)  # copy-on-write after a snapshot
+                group = self._thaw(kg)  # copy-on-write after a snapshot
             self._fire_group(group, timestamp, kg)
             if not event_time:
                 self._flush()
@@ -357,28 +396,34 @@ class SlicedWindowOperator(WindowOperator):
         plain = self.spec.window_function_kind is None
         with_state = self.spec.window_function_kind == PROCESS
         out_values, out_stamps = self._out_values, self._out_stamps
+        fold = self._reduce if reduce else None
+        missing, shared = _MISSING, _SHARED_AS_IS
         chain = False
-        for k in list(group):
-            d = group[k]
+        for k, d in list(group.items()):
             if fires:
-                acc = _MISSING
-                stored = False  # acc is still a slice's own value: copy it before reducing into it
-                for se in ends:
-                    p = d.get(se, _MISSING)
-                    if p is _MISSING:
-                        continue
-                    if reduce:
-                        if acc is _MISSING:
-                            acc, stored = p, True
+                if fold is not None:
+                    # own: acc is no slice's own object any more (a reduce may change its first
+                    # argument); values that copy.copy returns as they are need no copy
+                    acc, own = missing, False
+                    for se in ends:
+                        p = d.get(se, missing)
+                        if p is missing:
+                            continue
+                        if acc is missing:
+                            acc, own = p, type(p) in shared
                         else:
-                            if stored:
-                                acc, stored = copy.copy(acc), False
-                            acc = self._reduce(acc, p)
-                    else:
-                        acc = self._merge_acc(self._create_acc() if acc is _MISSING else acc, p)
-                if acc is not _MISSING:
-                    if not reduce:
+                            if not own:
+                                acc, own = copy.copy(acc), True
+                            acc = fold(acc, p)
+                else:
+                    acc = missing
+                    for se in ends:
+                        p = d.get(se, missing)
+                        if p is not missing:
+                            acc = self._merge_acc(self._create_acc() if acc is missing else acc, p)
+                    if acc is not missing:
                         acc = self._result(acc)
+                if acc is not missing:
                     if plain:
                         out_values.append(acc)
                         out_stamps.append(timestamp)
@@ -387,13 +432,14 @@ class SlicedWindowOperator(WindowOperator):
                         if with_state:  # the function's global_state() and window_state() are k's
                             self.backend.set_current_key_and_group(k, kg)
                         self._emit(TimeWindow(end - size, end), [acc])
-                    if not chain:
+                    if nxt and not chain:
                         chain = any(se in d for se in nxt)
             if d and min(d) <= cut:
                 for se in [se for se in d if se <= cut]:
                     del d[se]
                 if not d:
                     del group[k]
+                    self._homes.pop(k, None)
         if chain:
             self._register_group(end + slide - 1, kg)
 
