@@ -119,6 +119,8 @@ class SlicedWindowOperator(WindowOperator):
         self._assign = KeyGroupAssigner(self.backend.max_parallelism)
         #: key -> its writable {slice end: value} dict in the table (heap backend only)
         self._homes: dict[Any, dict] = {}
+        #: key group -> the watermark up to which its windows fired (event time, heap backend)
+        self._fired_to: dict[int, int] = {}
         self._frozen_len = len(self._frozen)
         #: (time, key group) of the timers registered and not fired yet (empty after a restore:
         #: registering again is harmless, the timer service keeps one)
@@ -342,10 +344,17 @@ class SlicedWindowOperator(WindowOperator):
         if not group:
             return
         if isinstance(table, dict):
+            if event_time and timestamp <= self._fired_to.get(kg, timestamp - 1):
+                return  # an earlier timer of the group fired this one's windows with its own
             if kg in self._frozen:
                 group = self._thaw(kg)  # copy-on-write after a snapshot
-            self._fire_group(group, timestamp, kg)
-            if not event_time:
+            # event time: every window of the group that the watermark has passed, in one pass
+            # per key (the timers after this one up to the watermark have nothing left to do)
+            limit = self.timers.current_watermark() if event_time else timestamp
+            self._fire_group(group, timestamp, max(limit, timestamp), kg)
+            if event_time:
+                self._fired_to[kg] = max(limit, timestamp)
+            else:
                 self._flush()
             return
         end = timestamp + 1
@@ -379,61 +388,42 @@ class SlicedWindowOperator(WindowOperator):
         if not event_time:
             self._flush()  # event-time firings go out together in timers_fired()
 
-    def _fire_group(self, group: dict, timestamp: int, kg: int) -> None:
-        """:meth:`_on_timer` on a heap backend: the key group's dict is changed in place, and a
-        window's slices are looked up by their ends (in time order) rather than searched for."""
-        end = timestamp + 1
-        size, slide, g = self._size, self._slide, self._g
-        fires = (end - self._end_phase) % slide == 0
-        ends = range(end - size + g, end + 1, g)
-        nxt = range(end + slide - size + g, end + 1, g)  # the slices this window shares with the next
-        # slices whose last window is cleaned up now: the ends up to the first window start
-        # after (timestamp + 1 - lateness) - size
+    def _fire_group(self, group: dict, timestamp: int, limit: int, kg: int) -> None:
+        """:meth:`_on_timer` on a heap backend, for every timer of the key group from
+        ``timestamp`` to ``limit``: each key's slices are read once, and each slice is folded
+        into the windows that hold it and end in ``(timestamp, limit + 1]``; a key's windows go
+        out in time order. The key group's dict is changed in place."""
+        size, slide = self._size, self._slide
+        phase = self._end_phase
+        lo = self._first_end(timestamp)  # the first window end after timestamp
+        hi = limit + 1 - (limit + 1 - phase) % slide  # the last window end at or before limit + 1
+        # slices whose last window is cleaned up by limit: the ends up to the first window start
+        # after (limit + 1 - lateness) - size
         late = self.lateness if self.event_time else 0
-        low = timestamp + 2 - late - size
+        low = limit + 2 - late - size
         cut = low + (self._offset - low) % slide
+        nxt = self._first_end(limit + 1)  # the first window end the watermark has not passed
         reduce = self.spec.aggregation == REDUCE
+        fold = self._reduce if reduce else None
         plain = self.spec.window_function_kind is None
         with_state = self.spec.window_function_kind == PROCESS
+        one_window = size == slide  # tumbling: a slice is its window
         out_values, out_stamps = self._out_values, self._out_stamps
-        fold = self._reduce if reduce else None
-        missing, shared = _MISSING, _SHARED_AS_IS
+        first_from, last_to = lo - size, hi  # slices in (first_from, last_to] are in a window that fires
         chain = False
         for k, d in list(group.items()):
-            if fires:
-                if fold is not None:
-                    # own: acc is no slice's own object any more (a reduce may change its first
-                    # argument); values that copy.copy returns as they are need no copy
-                    acc, own = missing, False
-                    for se in ends:
-                        p = d.get(se, missing)
-                        if p is missing:
-                            continue
-                        if acc is missing:
-                            acc, own = p, type(p) in shared
-                        else:
-                            if not own:
-                                acc, own = copy.copy(acc), True
-                            acc = fold(acc, p)
-                else:
-                    acc = missing
-                    for se in ends:
-                        p = d.get(se, missing)
-                        if p is not missing:
-                            acc = self._merge_acc(self._create_acc() if acc is missing else acc, p)
-                    if acc is not missing:
-                        acc = self._result(acc)
-                if acc is not missing:
-                    if plain:
-                        out_values.append(acc)
-                        out_stamps.append(timestamp)
+            if lo <= hi:
+                parts = sorted([(se, p) for se, p in d.items() if first_from < se <= last_to]) if len(d) > 1 else \
+                    [(se, p) for se, p in d.items() if first_from < se <= last_to]
+                if parts:
+                    if one_window and plain and reduce:
+                        for se, p in parts:
+                            out_values.append(p)
+                            out_stamps.append(se - 1)
                     else:
-                        self._key = k
-                        if with_state:  # the function's global_state() and window_state() are k's
-                            self.backend.set_current_key_and_group(k, kg)
-                        self._emit(TimeWindow(end - size, end), [acc])
-                    if nxt and not chain:
-                        chain = any(se in d for se in nxt)
+                        self._fire_key(k, kg, parts, lo, hi, fold, plain, with_state)
+            if not chain:
+                chain = any(nxt - size < se <= nxt for se in d)
             if d and min(d) <= cut:
                 for se in [se for se in d if se <= cut]:
                     del d[se]
@@ -441,7 +431,45 @@ class SlicedWindowOperator(WindowOperator):
                     del group[k]
                     self._homes.pop(k, None)
         if chain:
-            self._register_group(end + slide - 1, kg)
+            self._register_group(nxt - 1, kg)
+
+    def _fire_key(self, k: Any, kg: int, parts: list, lo: int, hi: int, fold: Any, plain: bool, with_state: bool) -> None:
+        """Emit key ``k``'s windows ending in ``[lo, hi]`` from its slices ``parts`` (in time
+        order): each slice goes into the windows that hold it, so a window costs one fold per
+        slice it has, and none when it has none."""
+        size, slide = self._size, self._slide
+        missing, shared = _MISSING, _SHARED_AS_IS
+        accs: dict[int, Any] = {}
+        owned: set[int] = set()  # windows whose acc is a private object (a reduce may change it)
+        for se, p in parts:
+            e = se if se >= lo else lo
+            e += (self._end_phase - e) % slide  # the first window end >= max(se, lo)
+            stop = min(hi, se + size - 1)
+            while e <= stop:
+                acc = accs.get(e, missing)
+                if fold is None:
+                    accs[e] = self._merge_acc(self._create_acc() if acc is missing else acc, p)
+                elif acc is missing:
+                    accs[e] = p
+                else:
+                    if e not in owned:
+                        if type(acc) not in shared:
+                            acc = copy.copy(acc)
+                        owned.add(e)
+                    accs[e] = fold(acc, p)
+                e += slide
+        out_values, out_stamps = self._out_values, self._out_stamps
+        for e, acc in accs.items():  # inserted in increasing order: parts are in time order
+            if fold is None:
+                acc = self._result(acc)
+            if plain:
+                out_values.append(acc)
+                out_stamps.append(e - 1)
+            else:
+                self._key = k
+                if with_state:  # the function's global_state() and window_state() are k's
+                    self.backend.set_current_key_and_group(k, kg)
+                self._emit(TimeWindow(e - size, e), [acc])
 
     def end_input(self) -> None:
         self._flush()  # nothing should be pending here (timers_fired ran); never lose it
