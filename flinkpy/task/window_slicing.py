@@ -119,9 +119,12 @@ class SlicedWindowOperator(WindowOperator):
         self._assign = KeyGroupAssigner(self.backend.max_parallelism)
         #: key -> its writable {slice end: value} dict in the table (heap backend only)
         self._homes: dict[Any, dict] = {}
+        #: key group -> its dict in the table when homes of its keys were cached (see _homes_valid)
+        self._home_groups: dict[int, dict] = {}
         #: key group -> the watermark up to which its windows fired (event time, heap backend)
         self._fired_to: dict[int, int] = {}
-        self._frozen_len = len(self._frozen)
+        #: key group -> its earliest window timer not fired yet (heap backend; see _register_fire)
+        self._pending: dict[int, int] = {}
         #: (time, key group) of the timers registered and not fired yet (empty after a restore:
         #: registering again is harmless, the timer service keeps one)
         self._registered: set[tuple[int, int]] = set()
@@ -187,8 +190,8 @@ class SlicedWindowOperator(WindowOperator):
         and their timers registered once per (slice, key group) after the batch. Records at or
         behind the watermark take the per-key path, in their order."""
         homes = self._homes
-        if len(self._frozen) != self._frozen_len or len(homes) > _HOMES_MAX:
-            homes.clear()  # a snapshot froze key groups: cached dicts must be thawed first
+        if len(homes) > _HOMES_MAX or not self._homes_valid():
+            self._forget_homes()
         homes_get, home = homes.get, self._home
         key_of, fold, g = self.key, self._fold, self._g
         phase = self._offset % g
@@ -211,11 +214,10 @@ class SlicedWindowOperator(WindowOperator):
                 new.append((se, k))
             else:
                 d[se] = fold(old, value)
-        self._frozen_len = len(self._frozen)
         if new:
             self._register_slices(new, wm)
         if late:
-            homes.clear()  # the per-key path may drop or replace a key's dict
+            self._forget_homes()  # the per-key path may drop or replace a key's dict
             for i in late:
                 self._process_key(key_of(values[i]), [i], values, stamps, wm)
 
@@ -237,12 +239,27 @@ class SlicedWindowOperator(WindowOperator):
         if d is None:
             d = m[k] = {}
         self._homes[k] = d
+        self._home_groups[kg] = m
         return d
+
+    def _homes_valid(self) -> bool:
+        """Whether every cached home is still in the table's live dict of its key group: a
+        snapshot freezes key groups, and binding a state object or the timer service to a
+        frozen group (set_current_key) replaces its dict with a copy, without telling us."""
+        table, frozen = self._table, self._frozen
+        for kg, m in self._home_groups.items():
+            if table.get(kg) is not m or kg in frozen:
+                return False
+        return True
+
+    def _forget_homes(self) -> None:
+        self._homes.clear()
+        self._home_groups.clear()
 
     def _thaw(self, kg: int) -> dict:
         """Copy-on-write of a key group after a snapshot; the cached homes of its keys (and,
         simply, of all keys) point into the snapshot's copy, so they are forgotten."""
-        self._homes.clear()
+        self._forget_homes()
         return self.backend.thaw(self.SLICES, kg)
 
     def _register_slices(self, new: list[tuple[int, Any]], wm: int) -> None:
@@ -314,11 +331,22 @@ class SlicedWindowOperator(WindowOperator):
         if first - 1 <= wm:
             first += -(-(wm + 2 - first) // self._slide) * self._slide
         if first <= last:
-            self._register_group(first - 1, key_group)
+            self._register_fire(first - 1, key_group)
         # Without lateness the last window that holds the slice fires at its cleanup time, and
         # that window has a timer (the slice is in it): no timer of its own.
         if self.lateness and self.event_time:
             self._register_group(self._cleanup_at(se), key_group)
+
+    def _register_fire(self, t: int, key_group: int) -> None:
+        """A timer for the window ending at ``t + 1``. On the heap backend a key group keeps one
+        such timer, its earliest: when it fires, every window the watermark has passed fires
+        with it, and the group asks for the next window that holds a slice (:meth:`_fire_group`)."""
+        if isinstance(self._table, dict):
+            pending = self._pending.get(key_group)
+            if pending is not None and pending <= t:
+                return
+            self._pending[key_group] = t
+        self._register_group(t, key_group)
 
     def _register_group(self, t: int, key_group: int) -> None:
         if (t, key_group) in self._registered:
@@ -339,6 +367,9 @@ class SlicedWindowOperator(WindowOperator):
         backend = self.backend
         kg = backend.current_key_group
         self._registered.discard((timestamp, kg))
+        pending = self._pending.get(kg)
+        if pending is not None and pending <= timestamp:
+            del self._pending[kg]  # fired now (even when the group has no slices left)
         table = backend.table(self.SLICES)
         group = table.get(kg)
         if not group:
@@ -410,7 +441,11 @@ class SlicedWindowOperator(WindowOperator):
         one_window = size == slide  # tumbling: a slice is its window
         out_values, out_stamps = self._out_values, self._out_stamps
         first_from, last_to = lo - size, hi  # slices in (first_from, last_to] are in a window that fires
-        chain = False
+        after = nxt - size  # slices after this are in windows still to fire
+        pending = self._pending.get(kg)
+        if pending is not None and pending <= limit:
+            del self._pending[kg]  # fired now, with the others up to limit
+        earliest = None  # the first slice still to fire in a window
         for k, d in list(group.items()):
             if lo <= hi:
                 parts = sorted([(se, p) for se, p in d.items() if first_from < se <= last_to]) if len(d) > 1 else \
@@ -422,16 +457,17 @@ class SlicedWindowOperator(WindowOperator):
                             out_stamps.append(se - 1)
                     else:
                         self._fire_key(k, kg, parts, lo, hi, fold, plain, with_state)
-            if not chain:
-                chain = any(nxt - size < se <= nxt for se in d)
+            for se in d:
+                if se > after and (earliest is None or se < earliest):
+                    earliest = se
             if d and min(d) <= cut:
                 for se in [se for se in d if se <= cut]:
                     del d[se]
                 if not d:
                     del group[k]
                     self._homes.pop(k, None)
-        if chain:
-            self._register_group(nxt - 1, kg)
+        if earliest is not None:
+            self._register_fire(max(nxt, self._first_end(earliest - 1)) - 1, kg)
 
     def _fire_key(self, k: Any, kg: int, parts: list, lo: int, hi: int, fold: Any, plain: bool, with_state: bool) -> None:
         """Emit key ``k``'s windows ending in ``[lo, hi]`` from its slices ``parts`` (in time
