@@ -12,7 +12,12 @@ accumulator}``, so slices are checkpointed, restored and rescaled like any keyed
 are per key group and window end, not per key and window: a new slice asks for one at the end
 of the first window that will fire with it (and one when the last window that covers it is
 cleaned up, with allowed lateness only); the timer fires the window for every key of the group
-that has slices in it, and asks for the next window's while slices it shares remain.
+that has slices in it, and asks for the next window's while slices it shares remain. On the heap
+backend a key group keeps only its earliest window timer: when it fires, every window of the
+group that the watermark has passed fires in one pass over each key's slices (each slice folded
+into the windows that hold it, so an empty window costs nothing), and the group asks for the
+next window that holds a slice; the heap path also caches each key's slices dict (checked
+against the table's live key-group dicts, so copy-on-write after a snapshot holds).
 
 The semantics are the general path's: default triggers, allowed lateness with late firings
 (a late record re-fires at once every already-fired, not yet cleaned-up window that holds it),
