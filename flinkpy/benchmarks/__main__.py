@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import backends, backpressure, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks import backends, backpressure, bytewax_windows, metrics_cost, peers_form, two_input
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
@@ -172,16 +172,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
                 results["snapshots"].append(snapshot_durations(address, token, keys, 5 if args.quick else 10))
         if wanted(args, "windows"):
             log("sliding (5 s / 1 s) and tumbling (5 s) windows vs a rolling reduce on the event-time W1 ...")
-            rolling = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, False), 1, "bench-w1-rolling") for _ in range(args.runs))
-            windowed = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, True), 1, "bench-w1-sliding") for _ in range(args.runs))
-            tumbling = statistics.median(run_job(address, token, lambda env: job_w1_windowed(env, paths, "tumbling"), 1, "bench-w1-tumbling") for _ in range(args.runs))
-            results["windows"] = {
-                "rolling_rate": n_words / rolling,
-                "sliding_rate": n_words / windowed,
-                "sliding_vs_rolling": rolling / windowed,
-                "tumbling_rate": n_words / tumbling,
-                "tumbling_vs_rolling": rolling / tumbling,
-            }
+            results["windows"] = measure_windows(address, token, paths, n_words, args.runs)
+            results["windows"]["bytewax"] = measure_bytewax(results["windows"], lines, tmp, args.runs)
         if wanted(args, "latency"):
             total = 200_000 // (10 if args.quick else 1)
             log("latency: peak throughput ...")
@@ -200,6 +192,43 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
                 runs = [recovery_time(address, token, keys) for _ in range(args.runs)]
                 best = sorted(runs, key=lambda r: r["recovery_ms"] if r["recovery_ms"] is not None else 1e12)
                 results["recovery"].append(dict(best[len(best) // 2]))
+
+
+def measure_windows(address: str, token: str, paths: list[str], n_words: int, runs: int) -> dict[str, Any]:
+    """The rolling reduce, sliding and tumbling windows on the event-time W1, taken in turns (a
+    change in the machine's load moves a run's three alike); a ratio is the median of the runs'."""
+    kinds = {"rolling": False, "sliding": True, "tumbling": "tumbling"}
+    secs: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for i in range(runs):
+        log(f"windows: rolling, sliding, tumbling, run {i + 1} ...")
+        for kind, windowed in kinds.items():
+            secs[kind].append(run_job(address, token, lambda env: job_w1_windowed(env, paths, windowed), 1, f"bench-w1-{kind}"))
+    result: dict[str, Any] = {f"{kind}_rate": n_words / statistics.median(s) for kind, s in secs.items()}
+    for kind in ("sliding", "tumbling"):
+        ratios = [r / w for r, w in zip(secs["rolling"], secs[kind])]
+        result[f"{kind}_vs_rolling"] = statistics.median(ratios)
+        result[f"{kind}_ratios"] = [round(x, 3) for x in ratios]
+    return result
+
+
+#: Bytewax's windows run on this share of W1's lines (its sliding window takes minutes on all)
+BYTEWAX_SHARE = 10
+
+
+def measure_bytewax(windows: dict[str, Any], lines: list[str], tmp: str, runs: int) -> dict[str, Any]:
+    """Bytewax's rolling count and windows on the first tenth of W1's lines (the same stamping),
+    with each rate over flinkpy's rolling reduce of this run."""
+    part = lines[: len(lines) // BYTEWAX_SHARE]
+    paths = []
+    for i in range(2):
+        p = Path(tmp) / f"bytewax-words-{i}.txt"
+        p.write_text("\n".join(part[i::2]) + "\n")
+        paths.append(str(p))
+    result = bytewax_windows.measure(paths, sum(len(line.split()) for line in part), runs, statistics.median, log)
+    for kind in bytewax_windows.KINDS:
+        if f"{kind}_rate" in result:
+            result[f"{kind}_vs_flinkpy_rolling"] = result[f"{kind}_rate"] / windows["rolling_rate"]
+    return result
 
 
 def measure_failover(results: dict[str, Any], runs: int) -> None:
@@ -261,9 +290,12 @@ def report_parts(results: dict[str, Any]) -> None:
         )
     if "windows" in results:
         w = results["windows"]
-        print(f"sliding windows 5 s / 1 s on W1: {w['sliding_rate'] / 1e3:.0f} k words/s; a rolling reduce: {w['rolling_rate'] / 1e3:.0f} k ({w['sliding_vs_rolling']:.2f} of it)")
-        if "tumbling_rate" in w:
-            print(f"tumbling windows 5 s on W1: {w['tumbling_rate'] / 1e3:.0f} k words/s ({w['tumbling_vs_rolling']:.2f} of the rolling reduce)")
+        print(f"sliding windows 5 s / 1 s on W1: {w['sliding_rate'] / 1e3:.0f} k words/s; a rolling reduce: {w['rolling_rate'] / 1e3:.0f} k "
+              f"({w['sliding_vs_rolling']:.2f} of it; runs {', '.join(f'{r:.2f}' for r in w['sliding_ratios'])})")
+        print(f"tumbling windows 5 s on W1: {w['tumbling_rate'] / 1e3:.0f} k words/s ({w['tumbling_vs_rolling']:.2f} of the rolling reduce; "
+              f"runs {', '.join(f'{r:.2f}' for r in w['tumbling_ratios'])})")
+        for line in bytewax_windows.report(w.get("bytewax", {})):
+            print(line)
     if "latency" in results:
         lat = results["latency"]
         for r in lat["runs"]:

@@ -12,7 +12,12 @@ accumulator}``, so slices are checkpointed, restored and rescaled like any keyed
 are per key group and window end, not per key and window: a new slice asks for one at the end
 of the first window that will fire with it (and one when the last window that covers it is
 cleaned up, with allowed lateness only); the timer fires the window for every key of the group
-that has slices in it, and asks for the next window's while slices it shares remain.
+that has slices in it, and asks for the next window's while slices it shares remain. On the heap
+backend a key group keeps only its earliest window timer: when it fires, every window of the
+group that the watermark has passed fires in one pass over each key's slices (each slice folded
+into the windows that hold it, so an empty window costs nothing), and the group asks for the
+next window that holds a slice; the heap path also caches each key's slices dict (checked
+against the table's live key-group dicts, so copy-on-write after a snapshot holds).
 
 The semantics are the general path's: default triggers, allowed lateness with late firings
 (a late record re-fires at once every already-fired, not yet cleaned-up window that holds it),
@@ -52,6 +57,10 @@ SLICE_TIMER = "slices"
 #: of the group that has slices in the window), and move with their key group when rescaled
 GROUP_TIMER_KEY = ("flinkpy.window-slices",)
 _MISSING = object()
+#: past this many cached keys the cache of key -> slices dict starts again
+_HOMES_MAX = 1_000_000
+#: types whose values copy.copy returns as they are: a window's result may start as such a slice value itself
+_SHARED_AS_IS = frozenset({int, float, str, bytes, tuple, bool, type(None), frozenset, complex})
 
 
 def execution_path(spec: WindowSpec) -> tuple[str, str]:
@@ -113,6 +122,14 @@ class SlicedWindowOperator(WindowOperator):
         self._table = self.backend.table(self.SLICES)
         self._frozen = self.backend.frozen(self.SLICES)
         self._assign = KeyGroupAssigner(self.backend.max_parallelism)
+        #: key -> its writable {slice end: value} dict in the table (heap backend only)
+        self._homes: dict[Any, dict] = {}
+        #: key group -> its dict in the table when homes of its keys were cached (see _homes_valid)
+        self._home_groups: dict[int, dict] = {}
+        #: key group -> the watermark up to which its windows fired (event time, heap backend)
+        self._fired_to: dict[int, int] = {}
+        #: key group -> its earliest window timer not fired yet (heap backend; see _register_fire)
+        self._pending: dict[int, int] = {}
         #: (time, key group) of the timers registered and not fired yet (empty after a restore:
         #: registering again is harmless, the timer service keeps one)
         self._registered: set[tuple[int, int]] = set()
@@ -173,47 +190,93 @@ class SlicedWindowOperator(WindowOperator):
 
     def _process_heap(self, values: list, stamps: list, wm: int) -> None:
         """:meth:`process` on a heap backend: on-time records go straight into the backend's
-        table (as the rolling keyed reduce does), so a record costs its key, one slice lookup
-        and one fold; only a new slice sets the current key (for its timers). Records at or
+        table (as the rolling keyed reduce does), so a record costs its key, one lookup of its
+        key's slices (cached in ``_homes``), one slice lookup and one fold. New slices are noted
+        and their timers registered once per (slice, key group) after the batch. Records at or
         behind the watermark take the per-key path, in their order."""
-        table, frozen, backend = self._table, self._frozen, self.backend
-        group_of, assign, key_range = self._assign.memo, self._assign, backend.key_group_range
+        homes = self._homes
+        if len(homes) > _HOMES_MAX or not self._homes_valid():
+            self._forget_homes()
+        homes_get, home = homes.get, self._home
         key_of, fold, g = self.key, self._fold, self._g
         phase = self._offset % g
         first = self._first if self.spec.aggregation == AGGREGATE else None
         missing = _MISSING
-        new: list[tuple[Any, int, int]] = []
+        new: list[tuple[int, Any]] = []
         late: list[int] = []
-        for i, value in enumerate(values):
-            ts = stamps[i]
+        for i, (value, ts) in enumerate(zip(values, stamps)):
             if ts <= wm:
                 late.append(i)
                 continue
             k = key_of(value)
-            kg = group_of.get(k)
-            if kg is None:
-                kg = assign(k)
-                if kg not in key_range:
-                    backend.set_current_key(k)  # raises: the record reached the wrong subtask
-            m = table.get(kg)
-            if m is None:
-                m = table[kg] = {}
-            elif frozen and kg in frozen:
-                m = backend.thaw(self.SLICES, kg)  # copy-on-write after a snapshot
-            d = m.get(k)
+            d = homes_get(k)
             if d is None:
-                d = m[k] = {}
+                d = home(k)
             se = ts - (ts - phase) % g + g
             old = d.get(se, missing)
             if old is missing:
                 d[se] = value if first is None else first(value)
-                new.append((k, kg, se))
+                new.append((se, k))
             else:
                 d[se] = fold(old, value)
-        for k, kg, se in new:
-            self._register_slice(se, wm, kg)
-        for i in late:
-            self._process_key(key_of(values[i]), [i], values, stamps, wm)
+        if new:
+            self._register_slices(new, wm)
+        if late:
+            self._forget_homes()  # the per-key path may drop or replace a key's dict
+            for i in late:
+                self._process_key(key_of(values[i]), [i], values, stamps, wm)
+
+    def _home(self, k: Any) -> dict:
+        """The writable ``{slice end: value}`` dict of key ``k`` (created, or thawed after a
+        snapshot), remembered in ``_homes`` until the key's slices are all dropped."""
+        kg = self._assign.memo.get(k)
+        if kg is None:
+            kg = self._assign(k)
+            if kg not in self.backend.key_group_range:
+                self.backend.set_current_key(k)  # raises: the record reached the wrong subtask
+        table = self._table
+        m = table.get(kg)
+        if m is None:
+            m = table[kg] = {}
+        elif self._frozen and kg in self._frozen:
+            m = self._thaw(kg)
+        d = m.get(k)
+        if d is None:
+            d = m[k] = {}
+        self._homes[k] = d
+        self._home_groups[kg] = m
+        return d
+
+    def _homes_valid(self) -> bool:
+        """Whether every cached home is still in the table's live dict of its key group: a
+        snapshot freezes key groups, and binding a state object or the timer service to a
+        frozen group (set_current_key) replaces its dict with a copy, without telling us."""
+        table, frozen = self._table, self._frozen
+        for kg, m in self._home_groups.items():
+            if table.get(kg) is not m or kg in frozen:
+                return False
+        return True
+
+    def _forget_homes(self) -> None:
+        self._homes.clear()
+        self._home_groups.clear()
+
+    def _thaw(self, kg: int) -> dict:
+        """Copy-on-write of a key group after a snapshot; the cached homes of its keys (and,
+        simply, of all keys) point into the snapshot's copy, so they are forgotten."""
+        self._forget_homes()
+        return self.backend.thaw(self.SLICES, kg)
+
+    def _register_slices(self, new: list[tuple[int, Any]], wm: int) -> None:
+        """Timers of the slices a batch created: once per (slice end, key group)."""
+        memo_get, assign = self._assign.memo.get, self._assign
+        seen = {(se, memo_get(k)) for se, k in new}  # the memo knows k: _home asked for it
+        for se, kg in seen:
+            if kg is None:  # the memo was full and started again: ask each key
+                for kg in {assign(k) for s, k in new if s == se}:
+                    self._register_slice(se, wm, kg)
+            else:
+                self._register_slice(se, wm, kg)
 
     def _process_key(self, key: Any, idx: list[int], values: list, stamps: list, wm: int) -> None:
         self.backend.set_current_key(key)
@@ -273,11 +336,22 @@ class SlicedWindowOperator(WindowOperator):
         if first - 1 <= wm:
             first += -(-(wm + 2 - first) // self._slide) * self._slide
         if first <= last:
-            self._register_group(first - 1, key_group)
+            self._register_fire(first - 1, key_group)
         # Without lateness the last window that holds the slice fires at its cleanup time, and
         # that window has a timer (the slice is in it): no timer of its own.
         if self.lateness and self.event_time:
             self._register_group(self._cleanup_at(se), key_group)
+
+    def _register_fire(self, t: int, key_group: int) -> None:
+        """A timer for the window ending at ``t + 1``. On the heap backend a key group keeps one
+        such timer, its earliest: when it fires, every window the watermark has passed fires
+        with it, and the group asks for the next window that holds a slice (:meth:`_fire_group`)."""
+        if isinstance(self._table, dict):
+            pending = self._pending.get(key_group)
+            if pending is not None and pending <= t:
+                return
+            self._pending[key_group] = t
+        self._register_group(t, key_group)
 
     def _register_group(self, t: int, key_group: int) -> None:
         if (t, key_group) in self._registered:
@@ -298,15 +372,25 @@ class SlicedWindowOperator(WindowOperator):
         backend = self.backend
         kg = backend.current_key_group
         self._registered.discard((timestamp, kg))
+        pending = self._pending.get(kg)
+        if pending is not None and pending <= timestamp:
+            del self._pending[kg]  # fired now (even when the group has no slices left)
         table = backend.table(self.SLICES)
         group = table.get(kg)
         if not group:
             return
         if isinstance(table, dict):
+            if event_time and timestamp <= self._fired_to.get(kg, timestamp - 1):
+                return  # an earlier timer of the group fired this one's windows with its own
             if kg in self._frozen:
-                group = backend.thaw(self.SLICES, kg)  # copy-on-write after a snapshot
-            self._fire_group(group, timestamp, kg)
-            if not event_time:
+                group = self._thaw(kg)  # copy-on-write after a snapshot
+            # event time: every window of the group that the watermark has passed, in one pass
+            # per key (the timers after this one up to the watermark have nothing left to do)
+            limit = self.timers.current_watermark() if event_time else timestamp
+            self._fire_group(group, timestamp, max(limit, timestamp), kg)
+            if event_time:
+                self._fired_to[kg] = max(limit, timestamp)
+            else:
                 self._flush()
             return
         end = timestamp + 1
@@ -340,62 +424,93 @@ class SlicedWindowOperator(WindowOperator):
         if not event_time:
             self._flush()  # event-time firings go out together in timers_fired()
 
-    def _fire_group(self, group: dict, timestamp: int, kg: int) -> None:
-        """:meth:`_on_timer` on a heap backend: the key group's dict is changed in place, and a
-        window's slices are looked up by their ends (in time order) rather than searched for."""
-        end = timestamp + 1
-        size, slide, g = self._size, self._slide, self._g
-        fires = (end - self._end_phase) % slide == 0
-        ends = range(end - size + g, end + 1, g)
-        nxt = range(end + slide - size + g, end + 1, g)  # the slices this window shares with the next
-        # slices whose last window is cleaned up now: the ends up to the first window start
-        # after (timestamp + 1 - lateness) - size
+    def _fire_group(self, group: dict, timestamp: int, limit: int, kg: int) -> None:
+        """:meth:`_on_timer` on a heap backend, for every timer of the key group from
+        ``timestamp`` to ``limit``: each key's slices are read once, and each slice is folded
+        into the windows that hold it and end in ``(timestamp, limit + 1]``; a key's windows go
+        out in time order. The key group's dict is changed in place."""
+        size, slide = self._size, self._slide
+        phase = self._end_phase
+        lo = self._first_end(timestamp)  # the first window end after timestamp
+        hi = limit + 1 - (limit + 1 - phase) % slide  # the last window end at or before limit + 1
+        # slices whose last window is cleaned up by limit: the ends up to the first window start
+        # after (limit + 1 - lateness) - size
         late = self.lateness if self.event_time else 0
-        low = timestamp + 2 - late - size
+        low = limit + 2 - late - size
         cut = low + (self._offset - low) % slide
+        nxt = self._first_end(limit + 1)  # the first window end the watermark has not passed
         reduce = self.spec.aggregation == REDUCE
+        fold = self._reduce if reduce else None
         plain = self.spec.window_function_kind is None
         with_state = self.spec.window_function_kind == PROCESS
+        one_window = size == slide  # tumbling: a slice is its window
         out_values, out_stamps = self._out_values, self._out_stamps
-        chain = False
-        for k in list(group):
-            d = group[k]
-            if fires:
-                acc = _MISSING
-                stored = False  # acc is still a slice's own value: copy it before reducing into it
-                for se in ends:
-                    p = d.get(se, _MISSING)
-                    if p is _MISSING:
-                        continue
-                    if reduce:
-                        if acc is _MISSING:
-                            acc, stored = p, True
-                        else:
-                            if stored:
-                                acc, stored = copy.copy(acc), False
-                            acc = self._reduce(acc, p)
+        first_from, last_to = lo - size, hi  # slices in (first_from, last_to] are in a window that fires
+        after = nxt - size  # slices after this are in windows still to fire
+        pending = self._pending.get(kg)
+        if pending is not None and pending <= limit:
+            del self._pending[kg]  # fired now, with the others up to limit
+        earliest = None  # the first slice still to fire in a window
+        for k, d in list(group.items()):
+            if lo <= hi:
+                parts = sorted([(se, p) for se, p in d.items() if first_from < se <= last_to]) if len(d) > 1 else \
+                    [(se, p) for se, p in d.items() if first_from < se <= last_to]
+                if parts:
+                    if one_window and plain and reduce:
+                        for se, p in parts:
+                            out_values.append(p)
+                            out_stamps.append(se - 1)
                     else:
-                        acc = self._merge_acc(self._create_acc() if acc is _MISSING else acc, p)
-                if acc is not _MISSING:
-                    if not reduce:
-                        acc = self._result(acc)
-                    if plain:
-                        out_values.append(acc)
-                        out_stamps.append(timestamp)
-                    else:
-                        self._key = k
-                        if with_state:  # the function's global_state() and window_state() are k's
-                            self.backend.set_current_key_and_group(k, kg)
-                        self._emit(TimeWindow(end - size, end), [acc])
-                    if not chain:
-                        chain = any(se in d for se in nxt)
+                        self._fire_key(k, kg, parts, lo, hi, fold, plain, with_state)
+            for se in d:
+                if se > after and (earliest is None or se < earliest):
+                    earliest = se
             if d and min(d) <= cut:
                 for se in [se for se in d if se <= cut]:
                     del d[se]
                 if not d:
                     del group[k]
-        if chain:
-            self._register_group(end + slide - 1, kg)
+                    self._homes.pop(k, None)
+        if earliest is not None:
+            self._register_fire(max(nxt, self._first_end(earliest - 1)) - 1, kg)
+
+    def _fire_key(self, k: Any, kg: int, parts: list, lo: int, hi: int, fold: Any, plain: bool, with_state: bool) -> None:
+        """Emit key ``k``'s windows ending in ``[lo, hi]`` from its slices ``parts`` (in time
+        order): each slice goes into the windows that hold it, so a window costs one fold per
+        slice it has, and none when it has none."""
+        size, slide = self._size, self._slide
+        missing, shared = _MISSING, _SHARED_AS_IS
+        accs: dict[int, Any] = {}
+        owned: set[int] = set()  # windows whose acc is a private object (a reduce may change it)
+        for se, p in parts:
+            e = se if se >= lo else lo
+            e += (self._end_phase - e) % slide  # the first window end >= max(se, lo)
+            stop = min(hi, se + size - 1)
+            while e <= stop:
+                acc = accs.get(e, missing)
+                if fold is None:
+                    accs[e] = self._merge_acc(self._create_acc() if acc is missing else acc, p)
+                elif acc is missing:
+                    accs[e] = p
+                else:
+                    if e not in owned:
+                        if type(acc) not in shared:
+                            acc = copy.copy(acc)
+                        owned.add(e)
+                    accs[e] = fold(acc, p)
+                e += slide
+        out_values, out_stamps = self._out_values, self._out_stamps
+        for e, acc in accs.items():  # inserted in increasing order: parts are in time order
+            if fold is None:
+                acc = self._result(acc)
+            if plain:
+                out_values.append(acc)
+                out_stamps.append(e - 1)
+            else:
+                self._key = k
+                if with_state:  # the function's global_state() and window_state() are k's
+                    self.backend.set_current_key_and_group(k, kg)
+                self._emit(TimeWindow(e - size, e), [acc])
 
     def end_input(self) -> None:
         self._flush()  # nothing should be pending here (timers_fired ran); never lose it
