@@ -337,8 +337,12 @@ def test_stats_json_shape_and_numbers():
         "id", "status", "is_savepoint", "checkpoint_type", "trigger_timestamp", "latest_ack_timestamp", "state_size",
         "checkpointed_size", "end_to_end_duration", "alignment_buffered", "processed_data", "num_subtasks",
         "num_acknowledged_subtasks", "external_path", "failure_message", "failure_timestamp", "sync_duration_max",
-        "async_duration_max", "alignment_duration_max",
+        "async_duration_max", "alignment_duration_max", "unaligned_checkpoint", "persisted_data",
+        "persisted_input_data", "persisted_output_data",
     }  # fmt: skip
+    # an aligned checkpoint in progress: nothing persisted in flight (yet)
+    assert history[0]["unaligned_checkpoint"] is False
+    assert (history[0]["persisted_data"], history[0]["persisted_input_data"], history[0]["persisted_output_data"]) == (0, 0, 0)
     assert len(checkpoint_stats(cc, 340, history_size=2)["history"]) == 2
 
 
