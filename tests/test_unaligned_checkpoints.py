@@ -27,13 +27,16 @@ from flinkpy.datastream import StreamExecutionEnvironment
 from flinkpy.datastream.connectors import NumberSequenceSource
 from flinkpy.network import channels as net
 from flinkpy.network.framing import FrameReader
-from flinkpy.task.barriers import RecordingDone, StartUnaligned, UnalignedBarrierHandler
+from flinkpy.task.barriers import (
+    BarrierAligner, Canceled, RecordingDone, StartUnaligned, SwitchToUnaligned, UnalignedBarrierHandler,
+)
 from test_checkpoint_consistency import _expected, _state_sums
 from test_recovery import (  # noqa: F401
     assert_recovered, even_odd_env, exception_entries, expected_sums, first, last_per_key, only_job, parity, start, vertex_id,
 )
 
 UNALIGNED = "execution.checkpointing.unaligned.enabled"
+TIMEOUT = "execution.checkpointing.aligned-checkpoint-timeout"
 
 
 # -- the barrier handler ---------------------------------------------------------------------------
@@ -71,6 +74,71 @@ def test_ended_channels_count_as_arrived_and_abort_stops_recording() -> None:
     assert h.abort(4) and not h.is_recording(1) and h.on_barrier(1, 4, now_ms=1) == []
 
 
+# -- the aligned-checkpoint timeout: aligned barriers that switch to unaligned ---------------------
+
+
+def test_an_alignment_switches_once_it_has_lasted_the_timeout_and_not_before() -> None:
+    h = UnalignedBarrierHandler(3)
+    assert h.on_aligned_barrier(0, 4, now_ms=1_000, timeout_ms=50) == []
+    assert h.on_aligned_barrier(2, 4, now_ms=1_020, timeout_ms=50) == []
+    assert h.deadline_ms == 1_050  # timed from the first barrier read
+    assert h.tick(now_ms=1_049) == [] and not h.aligning
+    assert h.tick(now_ms=1_061) == [SwitchToUnaligned(4, frozenset({1}), waited_ms=61)]
+    assert h.deadline_ms is None and h.tick(now_ms=2_000) == []  # once
+    assert [h.is_recording(c) for c in range(3)] == [False, True, False]
+    assert h.on_aligned_barrier(1, 4, now_ms=1_080, timeout_ms=50) == [RecordingDone(4, 80)]
+    assert h.on_aligned_barrier(0, 4, now_ms=1_090, timeout_ms=50) == []  # stale once done
+
+
+def test_an_alignment_whose_barriers_all_arrived_switches_with_nothing_to_record() -> None:
+    h = UnalignedBarrierHandler(2)
+    h.on_aligned_barrier(0, 1, now_ms=0, timeout_ms=10)
+    h.on_aligned_barrier(1, 1, now_ms=1, timeout_ms=10)
+    assert h.tick(now_ms=10) == [SwitchToUnaligned(1, frozenset(), 10), RecordingDone(1, 10)]
+
+
+def test_a_savepoint_never_switches() -> None:
+    h = UnalignedBarrierHandler(2)
+    assert h.on_aligned_barrier(0, 3, now_ms=0, timeout_ms=None) == []
+    assert h.deadline_ms is None and h.tick(now_ms=10**9) == []
+
+
+def test_no_switch_once_the_aligner_completed_or_the_coordinator_aborted() -> None:
+    h = UnalignedBarrierHandler(2)
+    h.on_aligned_barrier(0, 1, now_ms=0, timeout_ms=50)
+    h.alignment_done(1)
+    assert h.tick(now_ms=100) == []
+    h.on_aligned_barrier(0, 2, now_ms=100, timeout_ms=50)
+    assert not h.abort(2) and h.tick(now_ms=1_000) == []
+    assert h.on_aligned_barrier(1, 2, now_ms=1_001, timeout_ms=50) == []  # stale: aborted
+
+
+def test_a_newer_barrier_cancels_the_timed_alignment_or_the_switched_recording() -> None:
+    h = UnalignedBarrierHandler(2)
+    h.on_aligned_barrier(0, 1, now_ms=0, timeout_ms=50)
+    assert h.on_aligned_barrier(0, 2, now_ms=30, timeout_ms=50) == []  # the aligner declines 1
+    assert h.tick(now_ms=60) == []  # 1 no longer switches; 2 is timed from 30
+    assert h.tick(now_ms=80) == [SwitchToUnaligned(2, frozenset({1}), 50)]
+    assert h.on_aligned_barrier(0, 3, now_ms=90, timeout_ms=50) == [Canceled(2)]
+    assert not h.is_recording(1) and h.on_aligned_barrier(1, 2, now_ms=95, timeout_ms=50) == []
+
+
+def test_an_unaligned_barrier_of_a_timed_checkpoint_starts_it_at_once() -> None:
+    """An upstream task switched: its barrier comes unaligned; the channels whose aligned
+    barrier was read are not recorded."""
+    h = UnalignedBarrierHandler(3)
+    h.on_aligned_barrier(2, 6, now_ms=0, timeout_ms=50)
+    assert h.on_barrier(0, 6, now_ms=5) == [StartUnaligned(6, frozenset({1}))]
+    assert h.deadline_ms is None and h.on_aligned_barrier(1, 6, now_ms=9, timeout_ms=50) == [RecordingDone(6, 9)]
+
+
+def test_the_aligner_gives_up_an_alignment_that_went_unaligned() -> None:
+    a = BarrierAligner(2)
+    a.on_barrier(0, 1, now_ms=0)
+    assert a.supersede(2) == 1 and not a.is_blocked(0)
+    assert a.on_barrier(1, 2, now_ms=5) is None  # its queued barriers are stale
+
+
 # -- configuration ----------------------------------------------------------------------------------
 
 
@@ -86,12 +154,20 @@ def test_the_keys_and_the_api_switch_unaligned_checkpoints_on() -> None:
     assert config.enable_unaligned_checkpoints().is_unaligned_checkpoints_enabled()
 
 
-def test_a_non_zero_aligned_checkpoint_timeout_is_refused_naming_the_key() -> None:
+def test_the_aligned_checkpoint_timeout_is_read_and_a_negative_one_refused_naming_the_key() -> None:
     from flinkpy.checkpoint.options import CheckpointingOptions
+    from flinkpy.common import Duration
     from flinkpy.errors import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="'execution.checkpointing.aligned-checkpoint-timeout' is '30 s'"):
-        CheckpointingOptions.from_config({UNALIGNED: "true", "execution.checkpointing.aligned-checkpoint-timeout": "30 s"})
+    assert CheckpointingOptions.from_config({UNALIGNED: "true", TIMEOUT: "30 s"}).aligned_timeout_ms == 30_000
+    assert CheckpointingOptions.from_config({UNALIGNED: "true"}).aligned_timeout_ms == 0
+    with pytest.raises(ConfigurationError, match=f"invalid value '-5 ms' for configuration key '{TIMEOUT}'"):
+        CheckpointingOptions.from_config({UNALIGNED: "true", TIMEOUT: "-5 ms"})
+    config = StreamExecutionEnvironment.get_execution_environment().get_checkpoint_config()
+    assert config.get_aligned_checkpoint_timeout() == Duration.of_millis(0)
+    assert config.set_aligned_checkpoint_timeout(Duration.of_seconds(2)).get_aligned_checkpoint_timeout() == Duration.of_seconds(2)
+    with pytest.raises(ValueError, match="must not be negative"):
+        config.set_aligned_checkpoint_timeout(Duration.of_millis(-1))
 
 
 # -- the output channel that never blocks ---------------------------------------------------------
@@ -400,3 +476,95 @@ def test_an_unaligned_checkpoint_restores_into_an_aligned_job_exactly(cluster, c
         key, value = line.split()
         last[key] = int(value)
     assert last == expected_sums(N_BOUNDED)
+
+
+# -- the aligned-checkpoint timeout, end to end ------------------------------------------------------
+
+
+def _run_retained(cli, path: Path, text: str, *settings: str) -> str:
+    """Submit ``text`` detached at parallelism 2 with unaligned checkpoints every 200 ms, all
+    retained past a cancel, and ``settings``; returns the job id."""
+    path.write_text(text)
+    options = [f"{UNALIGNED}=true", "execution.checkpointing.interval=200ms", "execution.checkpointing.num-retained=1000",
+               "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION", *settings]
+    res = cli("run", "-d", "-p", "2", *[a for o in options for a in ("-D", o)], "--json", str(path))
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["jobs"][0]["jid"]
+
+
+@pytest.mark.timeout(90)
+def test_under_back_pressure_alignments_time_out_to_unaligned_and_every_checkpoint_is_an_exact_cut(cluster, cli, tmp_path: Path) -> None:
+    """Checkpoints start aligned; behind the slowed sink's backlog the keyed task's alignment
+    outlasts 50 ms and it switches: the checkpoint is unaligned, with data in flight, and still
+    an exact cut (state plus channel state)."""
+    jid = _run_retained(cli, tmp_path / "oracle.py", JOB, f"{TIMEOUT}=50ms")
+
+    def history() -> list[dict]:
+        return [h for h in json.loads(cli("checkpoint", "list", jid, "--history", "100", "--json").stdout)["history"] if h["status"] == "COMPLETED"]
+
+    wait_for(lambda: len(history()) >= 4 and any(h["unaligned_checkpoint"] and h["persisted_data"] > 0 for h in history()),
+             timeout=60, message="4 completed checkpoints, one switched to unaligned with data in flight")
+    assert cli("cancel", jid).returncode == 0
+    wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "CANCELED", timeout=30)
+    listed = {h["id"]: h for h in history()}
+    found = [(m.parent, json.loads(m.read_text())) for m in sorted(tmp_path.glob(f"home/checkpoints/{jid}/chk-*/_metadata"))]
+    kinds = []
+    for directory, metadata in found:
+        entry = listed.get(metadata["checkpoint_id"])
+        if entry is not None:  # the kind the statistics show is the kind the metadata records
+            assert (metadata["alignment"] == "unaligned") == entry["unaligned_checkpoint"], (metadata["checkpoint_id"], entry)
+        (source,) = [op for op in metadata["operators"] if op["name"] == "numbers"]
+        state = _state_sums(directory, metadata)
+        channels, nbytes = _channel_sums(directory, metadata)
+        kinds.append((metadata["checkpoint_id"], metadata["alignment"], nbytes))
+        if metadata["alignment"] == "aligned":
+            assert nbytes == 0
+        cut = {k: state[k] + channels[k] for k in state}
+        assert cut == _expected([s["source_offsets"] for s in source["subtasks"]]), f"inconsistent checkpoint {directory}"
+    print(f"(id, kind, bytes in flight) per checkpoint: {kinds}")
+    assert any(kind == "unaligned" and nbytes > 0 for _, kind, nbytes in kinds), kinds
+
+
+@pytest.mark.timeout(60)
+def test_a_restore_from_a_checkpoint_that_switched_to_unaligned_keeps_the_sums_exact(start) -> None:
+    """The keyed task falls behind (it sleeps per record), its alignment of checkpoint 3 outlasts
+    50 ms and switches; it is SIGKILLed as it hears checkpoint 3 completed, the job restores from
+    it — operator state and channel state — and the final sums are exact."""
+    from flinkpy.common import Configuration, Duration
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.enable_checkpointing(300)
+    env.get_checkpoint_config().enable_unaligned_checkpoints().set_aligned_checkpoint_timeout(Duration.of_millis(50))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    env.configure(Configuration({"taskmanager.memory.segment-size": "16 kb"}))
+    numbers = env.from_source(NumberSequenceSource(1, N_RESTORE), WatermarkStrategy.no_watermarks(), "numbers")
+    sums = numbers.map(parity).name("pair").key_by(first).sum(1).name("sums").map(slowly)
+    start(faults=[{"point": "after-complete", "vertex": vertex_id(env, "sums"), "subtask": 0, "checkpoint": 3}])
+
+    assert last_per_key(sums.execute_and_collect("even-odd-switched-restore")) == expected_sums(N_RESTORE)
+
+    jid = only_job()["jid"]
+    job = assert_recovered(jid, cause="SIGKILL")
+    assert job["restarts"] == 1, [e["message"] for e in exception_entries(jid)]
+    stats = cli_json("checkpoint", "list", jid, "--history", "100")
+    restored = stats["latest"]["restored"]["id"]
+    (entry,) = [h for h in stats["history"] if h["id"] == restored]
+    assert entry["unaligned_checkpoint"] and entry["persisted_data"] > 0, entry
+
+
+@pytest.mark.timeout(60)
+def test_with_a_long_timeout_and_no_back_pressure_checkpoints_stay_aligned(cluster, cli, tmp_path: Path) -> None:
+    jid = _run_retained(cli, tmp_path / "fast.py", JOB.replace("time.sleep(0.00005)", "None"), f"{TIMEOUT}=60s")
+
+    def completed() -> list[dict]:
+        return [h for h in json.loads(cli("checkpoint", "list", jid, "--history", "100", "--json").stdout)["history"] if h["status"] == "COMPLETED"]
+
+    wait_for(lambda: len(completed()) >= 3, timeout=40, message="3 completed checkpoints")
+    assert all(not h["unaligned_checkpoint"] and h["persisted_data"] == 0 for h in completed()), completed()
+    table = cli("checkpoint", "list", jid, env={"COLUMNS": "120"})
+    assert table.returncode == 0 and "unaligned" not in table.stdout and "aligned" in table.stdout, table.stdout
+    assert cli("cancel", jid).returncode == 0
+    wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "CANCELED", timeout=30)
+    found = list(tmp_path.glob(f"home/checkpoints/{jid}/chk-*/_metadata"))
+    assert found and all(json.loads(m.read_text())["alignment"] == "aligned" for m in found)

@@ -46,6 +46,9 @@ class CheckpointingOptions:
     retain_on_cancellation: bool = False
     #: unaligned checkpoints (``unaligned.enabled``); they need exactly-once, savepoints stay aligned
     unaligned: bool = False
+    #: with unaligned checkpoints: 0, they are unaligned from the start; else each starts aligned
+    #: and a task whose alignment lasts this long (ms) switches it to unaligned
+    aligned_timeout_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.interval_ms is not None and self.interval_ms <= 0:
@@ -56,6 +59,8 @@ class CheckpointingOptions:
             raise ValueError("timeout_ms must be > 0, min_pause_ms >= 0 and max_concurrent >= 1")
         if self.tolerable_failures < 0 or self.retained < 1:
             raise ValueError("tolerable_failures must be >= 0 and retained >= 1")
+        if self.aligned_timeout_ms < 0:
+            raise ValueError(f"aligned_timeout_ms must be >= 0, not {self.aligned_timeout_ms}")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> CheckpointingOptions:
@@ -76,13 +81,9 @@ class CheckpointingOptions:
         unaligned = config.get(PREFIX + "unaligned.enabled")
         if unaligned is not None:
             kw["unaligned"] = bool(reader._parse("unaligned.enabled", unaligned, "true or false"))
-        timeout = reader.duration("aligned-checkpoint-timeout", 0, _DURATION)
-        if timeout:
-            raise ConfigurationError(
-                f"'{PREFIX}aligned-checkpoint-timeout' is {config.get(PREFIX + 'aligned-checkpoint-timeout')!r}: "
-                "starting aligned and switching to unaligned is not supported",
-                remedy=f"leave it at 0 (with {PREFIX}unaligned.enabled: true checkpoints are unaligned from the start)",
-            )
+        timeout = reader.duration("aligned-checkpoint-timeout", 0, "0 (unaligned from the start) or a positive " + _DURATION[2:])
+        if timeout is not None:
+            kw["aligned_timeout_ms"] = timeout
         retention = reader.choice("externalized-checkpoint-retention", RETENTIONS)
         if retention is not None:
             kw["retain_on_cancellation"] = retention == "RETAIN_ON_CANCELLATION"

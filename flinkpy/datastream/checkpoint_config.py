@@ -97,3 +97,26 @@ class CheckpointConfig:
 
     def is_unaligned_checkpoints_enabled(self) -> bool:
         return str(self._s.get("execution.checkpointing.unaligned.enabled", "false")).lower() == "true"
+
+    def set_aligned_checkpoint_timeout(self, alignment_timeout: Any) -> "CheckpointConfig":
+        """``execution.checkpointing.aligned-checkpoint-timeout``, with unaligned checkpoints
+        enabled: each checkpoint starts aligned and switches to unaligned at a task whose
+        alignment lasts this long (a ``Duration``, or milliseconds); 0, the default, makes
+        checkpoints unaligned from the start. Savepoints never switch.
+
+        >>> from flinkpy.common import Duration
+        >>> from flinkpy.datastream import StreamExecutionEnvironment
+        >>> config = StreamExecutionEnvironment.get_execution_environment().get_checkpoint_config()
+        >>> config.set_aligned_checkpoint_timeout(Duration.of_millis(50)).get_aligned_checkpoint_timeout()
+        Duration.of_millis(50)
+        """
+        ms = alignment_timeout.to_milliseconds() if hasattr(alignment_timeout, "to_milliseconds") else int(alignment_timeout)
+        if ms < 0:
+            raise ValueError(f"the aligned checkpoint timeout must not be negative, not {ms} ms")
+        return self._set("execution.checkpointing.aligned-checkpoint-timeout", f"{ms} ms")
+
+    def get_aligned_checkpoint_timeout(self) -> Any:
+        """The aligned-checkpoint timeout as a ``Duration`` (0: unaligned from the start)."""
+        from flinkpy.common import Duration
+
+        return Duration.of_millis(self._ms("execution.checkpointing.aligned-checkpoint-timeout", 0))

@@ -123,6 +123,13 @@ class JobCheckpointing:
         """Checkpoints (not savepoints) are unaligned: enabled, and exactly-once."""
         return self.options.unaligned and self.options.mode == "EXACTLY_ONCE"
 
+    def was_unaligned(self, pending: PendingCheckpoint) -> bool:
+        """Whether a checkpoint was unaligned: from the start, or because some subtask's
+        alignment outlasted the aligned-checkpoint timeout and switched (its ack says so)."""
+        if pending.kind != "checkpoint" or not self.unaligned:
+            return False
+        return self.options.aligned_timeout_ms == 0 or any(m.get("unaligned") for m in pending.metrics.values())
+
     @property
     def periodic(self) -> bool:
         return self.options.interval_ms is not None
@@ -166,7 +173,7 @@ class JobCheckpointing:
             "job_name": g.name,
             "checkpoint_id": pending.checkpoint_id,
             "kind": pending.kind,
-            "alignment": "unaligned" if pending.kind == "checkpoint" and self.unaligned else "aligned",
+            "alignment": "unaligned" if self.was_unaligned(pending) else "aligned",
             "savepoint_format": "canonical" if pending.kind == "savepoint" else None,
             "trigger_timestamp": pending.trigger_ms,
             "completion_timestamp": completion_ms,
@@ -186,8 +193,10 @@ class JobCheckpointing:
                 if self.ha is not None and not self.ha.reserve(a.checkpoint_id):
                     continue  # fenced: no longer the leader; the checkpoint times out unheard
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
+                timed = self.unaligned and a.kind == "checkpoint" and self.options.aligned_timeout_ms > 0
                 barrier = msgs.CheckpointBarrier(a.checkpoint_id, a.timestamp, mode=a.mode, kind=a.kind,
-                                                 unaligned=self.unaligned and a.kind == "checkpoint")
+                                                 unaligned=self.unaligned and a.kind == "checkpoint" and not timed,
+                                                 aligned_timeout_ms=self.options.aligned_timeout_ms if timed else 0)
                 if a.kind == "checkpoint":
                     barrier = dataclasses.replace(barrier, base=self.coordinator.base_checkpoint_id)  # incremental snapshots build on it
                 record = self.savepoint_of(a.checkpoint_id)

@@ -40,6 +40,9 @@ class CheckpointBarrier:
     drain: bool = False
     #: an unaligned checkpoint's barrier: it overtakes the buffers in flight (channel state)
     unaligned: bool = False
+    #: an aligned checkpoint's barrier that a task whose alignment lasts this long (ms) switches
+    #: to unaligned (``execution.checkpointing.aligned-checkpoint-timeout``); 0: never switches
+    aligned_timeout_ms: int = 0
 
 
 @message("trigger_checkpoint")

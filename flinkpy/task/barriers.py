@@ -102,6 +102,27 @@ class BarrierAligner:
         self.newest_seen = max(self.newest_seen, checkpoint_id)
         return False
 
+    def supersede(self, checkpoint_id: int) -> int | None:
+        """``checkpoint_id`` was snapshotted unaligned (its barrier overtook, or its alignment
+        timed out): stop aligning for it and for anything older; its barriers still queued are
+        stale from now on. Returns an older checkpoint whose alignment this cut short (the task
+        declines it).
+
+        >>> a = BarrierAligner(2)
+        >>> a.on_barrier(0, 4, now_ms=0)
+        >>> a.supersede(4), a.is_blocked(0), a.on_barrier(1, 4, now_ms=5)
+        (None, False, None)
+        >>> a.on_barrier(0, 5, now_ms=6)
+        >>> a.supersede(6)
+        5
+        """
+        canceled = self.current if self.current is not None and self.current < checkpoint_id else None
+        if self.current is not None and self.current <= checkpoint_id:
+            self.current = None
+            self.blocked = set()
+        self.newest_seen = max(self.newest_seen, checkpoint_id)
+        return canceled
+
 
 class BarrierTracker:
     """At-least-once: count barriers per checkpoint, never block a channel."""
@@ -157,14 +178,27 @@ class BarrierTracker:
 @dataclass(frozen=True)
 class StartUnaligned:
     """Snapshot ``checkpoint_id`` now, without waiting: operator state, the output queues, and
-    the unprocessed data queued on every input channel ahead of its barrier. ``recording`` are
-    the channels whose barrier is still to come: the data that arrives on them until it does
-    belongs to the snapshot too."""
+    the unprocessed data queued on every input channel ahead of its barrier (on a channel whose
+    aligned barrier was already processed, nothing: what is queued there is after it).
+    ``recording`` are the channels whose barrier is still to come: the data that arrives on them
+    until it does belongs to the snapshot too."""
 
     checkpoint_id: int
     recording: frozenset[int]
     #: an older checkpoint that was still recording here (the task declines it)
     canceled: int | None = None
+
+
+@dataclass(frozen=True)
+class SwitchToUnaligned:
+    """The alignment of ``checkpoint_id`` has lasted ``waited_ms``, its aligned-checkpoint
+    timeout or longer: snapshot it now as an unaligned checkpoint, exactly as
+    :class:`StartUnaligned` says, and send its barrier ahead of the output queues, marked
+    unaligned."""
+
+    checkpoint_id: int
+    recording: frozenset[int]
+    waited_ms: int
 
 
 @dataclass(frozen=True)
@@ -176,14 +210,18 @@ class RecordingDone:
     alignment_ms: int
 
 
+Decision = StartUnaligned | SwitchToUnaligned | RecordingDone | Canceled
+
+
 class UnalignedBarrierHandler:
     """Exactly-once without holding channels back (unaligned checkpoints).
 
-    The first barrier N on any channel starts the snapshot at once; the barrier then overtakes
-    everything queued in the task. Until barrier N arrived on a channel, the data frames of that
-    channel are *recorded* (they are processed as usual too): they are the channel's in-flight
-    state. A newer barrier during a recording cancels the older checkpoint; stale barriers are
-    ignored; an ended channel counts as arrived.
+    It sees every barrier as it is *read* from a channel, before the records queued ahead of it
+    are processed. The first unaligned barrier N on any channel starts the snapshot at once; the
+    barrier then overtakes everything queued in the task. Until barrier N arrived on a channel,
+    the data frames of that channel are *recorded* (they are processed as usual too): they are
+    the channel's in-flight state. A newer barrier during a recording cancels the older
+    checkpoint; stale barriers are ignored; an ended channel counts as arrived.
 
     >>> h = UnalignedBarrierHandler(3)
     >>> h.on_barrier(1, 7, now_ms=100)
@@ -196,6 +234,24 @@ class UnalignedBarrierHandler:
     [RecordingDone(checkpoint_id=7, alignment_ms=30)]
     >>> h.on_barrier(2, 7, now_ms=140), h.recording
     ([], frozenset())
+
+    An *aligned* barrier (:meth:`on_aligned_barrier`) waits in its channel's queue and is
+    aligned by a :class:`BarrierAligner` when its turn comes; this handler only times the
+    alignment, from the first barrier N read. With an aligned-checkpoint timeout, once the
+    alignment has lasted that long :meth:`tick` switches the checkpoint to unaligned: the
+    channels whose barrier N was read are done (what is queued ahead of it is channel state),
+    the others are recorded until it comes. A savepoint's barrier has no timeout: it never
+    switches.
+
+    >>> h = UnalignedBarrierHandler(2)
+    >>> h.on_aligned_barrier(0, 8, now_ms=1_000, timeout_ms=50)
+    []
+    >>> h.deadline_ms, h.tick(now_ms=1_049)
+    (1050, [])
+    >>> h.tick(now_ms=1_050)
+    [SwitchToUnaligned(checkpoint_id=8, recording=frozenset({1}), waited_ms=50)]
+    >>> h.on_aligned_barrier(1, 8, now_ms=1_070, timeout_ms=50)
+    [RecordingDone(checkpoint_id=8, alignment_ms=70)]
     """
 
     def __init__(self, channels: int):
@@ -205,6 +261,12 @@ class UnalignedBarrierHandler:
         self.recording: frozenset[int] = frozenset()
         self.newest_seen = 0
         self.started_ms = 0
+        #: the aligned checkpoint whose alignment is timed (None: none), when its first barrier
+        #: was read, its timeout (None: never switch) and the channels its barrier was read on
+        self.aligned_id: int | None = None
+        self.aligned_started_ms = 0
+        self.aligned_timeout_ms: int | None = None
+        self.arrived: frozenset[int] = frozenset()
 
     def is_recording(self, channel: int) -> bool:
         return channel in self.recording
@@ -213,35 +275,99 @@ class UnalignedBarrierHandler:
     def aligning(self) -> bool:
         return self.current is not None
 
-    def _done_if_complete(self, now_ms: int) -> list[StartUnaligned | RecordingDone]:
+    @property
+    def deadline_ms(self) -> int | None:
+        """When the timed alignment switches to unaligned (None: no alignment that may switch)."""
+        if self.aligned_id is None or self.aligned_timeout_ms is None:
+            return None
+        return self.aligned_started_ms + self.aligned_timeout_ms
+
+    def _end_alignment(self) -> None:
+        self.aligned_id = None
+        self.aligned_timeout_ms = None
+        self.arrived = frozenset()
+
+    def _done_if_complete(self, now_ms: int) -> list[Decision]:
         if self.current is None or self.recording:
             return []
         done = RecordingDone(self.current, max(0, now_ms - self.started_ms))
         self.current = None
         return [done]
 
-    def on_barrier(self, channel: int, checkpoint_id: int, now_ms: int) -> list[StartUnaligned | RecordingDone]:
-        if checkpoint_id < self.newest_seen or (checkpoint_id == self.newest_seen and self.current is None):
+    def _record(self, checkpoint_id: int, started_ms: int, arrived: frozenset[int]) -> frozenset[int]:
+        self.current = self.newest_seen = checkpoint_id
+        self.started_ms = started_ms
+        self.recording = frozenset(range(self.channels)) - self.finished - arrived
+        return self.recording
+
+    def on_barrier(self, channel: int, checkpoint_id: int, now_ms: int) -> list[Decision]:
+        """An unaligned barrier was read on ``channel``."""
+        timed = self.aligned_id == checkpoint_id
+        if not timed and (checkpoint_id < self.newest_seen or (checkpoint_id == self.newest_seen and self.current is None)):
             return []  # stale: completed, canceled or superseded here
-        out: list[StartUnaligned | RecordingDone] = []
+        out: list[Decision] = []
         if self.current is None or checkpoint_id > self.current:
             canceled = self.current
-            self.current = self.newest_seen = checkpoint_id
-            self.started_ms = now_ms
-            self.recording = frozenset(range(self.channels)) - self.finished - {channel}
-            out.append(StartUnaligned(checkpoint_id, self.recording, canceled))
+            # barriers of the same checkpoint already read in aligned form arrived too
+            started, arrived = (self.aligned_started_ms, self.arrived) if timed else (now_ms, frozenset())
+            self._end_alignment()
+            out.append(StartUnaligned(checkpoint_id, self._record(checkpoint_id, started, arrived | {channel}), canceled))
         else:
             self.recording = self.recording - {channel}
         return out + self._done_if_complete(now_ms)
 
-    def on_end_of_partition(self, channel: int, now_ms: int) -> list[StartUnaligned | RecordingDone]:
+    def on_aligned_barrier(self, channel: int, checkpoint_id: int, now_ms: int, timeout_ms: int | None = None) -> list[Decision]:
+        """An aligned barrier was read on ``channel`` (it waits in the channel's queue for the
+        aligner); ``timeout_ms``: how long the alignment may last before the checkpoint switches
+        to unaligned (None: never, a savepoint's). A checkpoint already switched here takes it
+        as the end of the channel's recording: the task drops the barrier then."""
+        if checkpoint_id == self.current:
+            self.recording = self.recording - {channel}
+            return self._done_if_complete(now_ms)
+        if checkpoint_id == self.aligned_id:
+            self.arrived = self.arrived | {channel}
+            return []
+        if checkpoint_id <= self.newest_seen:
+            return []  # stale
+        out: list[Decision] = []
+        if self.current is not None:  # recording an older checkpoint: it cannot complete any more
+            out.append(Canceled(self.current))
+            self.current = None
+            self.recording = frozenset()
+        self.newest_seen = self.aligned_id = checkpoint_id
+        self.aligned_started_ms = now_ms
+        self.aligned_timeout_ms = timeout_ms if timeout_ms else None
+        self.arrived = frozenset({channel})
+        return out
+
+    def tick(self, now_ms: int) -> list[Decision]:
+        """The time is ``now_ms``: a timed alignment that has lasted its timeout switches."""
+        deadline = self.deadline_ms
+        if deadline is None or now_ms < deadline:
+            return []
+        checkpoint_id, started = self.aligned_id, self.aligned_started_ms
+        assert checkpoint_id is not None
+        recording = self._record(checkpoint_id, started, self.arrived)
+        self._end_alignment()
+        return [SwitchToUnaligned(checkpoint_id, recording, now_ms - started), *self._done_if_complete(now_ms)]
+
+    def alignment_done(self, checkpoint_id: int) -> None:
+        """The aligner completed (or gave up) the alignment of ``checkpoint_id``: whatever it
+        timed up to that checkpoint cannot switch any more."""
+        if self.aligned_id is not None and self.aligned_id <= checkpoint_id:
+            self._end_alignment()
+
+    def on_end_of_partition(self, channel: int, now_ms: int) -> list[Decision]:
         self.finished.add(channel)
         self.recording = self.recording - {channel}
         return self._done_if_complete(now_ms)
 
     def abort(self, checkpoint_id: int) -> bool:
-        """The coordinator aborted ``checkpoint_id``: stop recording for it. True if we were."""
+        """The coordinator aborted ``checkpoint_id``: stop recording (or timing) it. True if it
+        was recording."""
         self.newest_seen = max(self.newest_seen, checkpoint_id)
+        if self.aligned_id == checkpoint_id:
+            self._end_alignment()
         if self.current == checkpoint_id:
             self.current = None
             self.recording = frozenset()

@@ -15,10 +15,20 @@ are processed normally as well; once every barrier N is in, the snapshot with it
 is uploaded and acknowledged. Savepoints keep aligned barriers, which travel in the queues and
 are aligned by the usual :class:`~flinkpy.task.barriers.BarrierAligner` (a blocked channel's
 queue waits).
+
+With an aligned-checkpoint timeout, checkpoints' barriers are aligned too, and the handler
+times each alignment from the first barrier read; the loop never waits past its deadline. When
+the alignment has lasted the timeout the task switches that checkpoint to unaligned: it
+snapshots at once, with the data queued ahead of barrier N (on channels whose barrier is still
+queued or still to come) and then the data the latter deliver until it comes as channel state,
+drops the barriers N still queued, stops aligning, and sends barrier N marked unaligned ahead of
+its output queues — so downstream tasks snapshot at once too. A channel whose barrier N was
+processed holds only data after it: nothing of it is recorded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import selectors
 import time
@@ -28,7 +38,9 @@ from typing import TYPE_CHECKING, Any
 from flinkpy.clock import now_ms
 from flinkpy.network import channels as net
 from flinkpy.protocol.messages import CheckpointBarrier
-from flinkpy.task.barriers import RecordingDone, StartUnaligned, UnalignedBarrierHandler
+from flinkpy.task.barriers import (
+    BarrierAligner, Canceled, Decision, RecordingDone, Snapshot, StartUnaligned, SwitchToUnaligned, UnalignedBarrierHandler,
+)
 from flinkpy.task.input_processor import CONTROL, Frame, InputProcessor
 
 if TYPE_CHECKING:
@@ -62,6 +74,8 @@ class UnalignedInputProcessor(InputProcessor):
         self._next = 0
         #: records per slice, adapted to the time the last slice took
         self._slice = 256
+        #: the aligned barrier whose alignment the handler times (what a switch forwards)
+        self._timed: CheckpointBarrier | None = None
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -101,6 +115,10 @@ class UnalignedInputProcessor(InputProcessor):
                     timeout = until if timeout is None else min(timeout, until)
                 if blocked:
                     timeout = 0.1 if timeout is None else min(timeout, 0.1)
+                deadline = self.handler.deadline_ms
+                if deadline is not None:  # wake up in time to switch the alignment to unaligned
+                    until = max(0.0, (deadline - now_ms()) / 1000.0)
+                    timeout = until if timeout is None else min(timeout, until)
             for ch in self.inputs:
                 if ch.owed:
                     ch.announce_credit()
@@ -125,6 +143,8 @@ class UnalignedInputProcessor(InputProcessor):
                     outputs[_OUT - key.data].on_readable()
                 else:
                     self._read(key.data)
+            if self.handler.deadline_ms is not None:
+                self._decide(self.handler.tick(now_ms()), None)
             if not any(o.queue for o in outputs):
                 for ts in timers:
                     ts.fire_processing_timers()
@@ -215,7 +235,7 @@ class UnalignedInputProcessor(InputProcessor):
                 if barrier.unaligned:
                     self._on_unaligned_barrier(i, barrier)  # priority: it overtakes the queue
                 else:
-                    q.append((kind, data, False))
+                    self._on_aligned_barrier(i, barrier, (kind, data, False))
             else:
                 if kind == net.END_OF_PARTITION:
                     self._decide(self.handler.on_end_of_partition(i, now_ms()), None)
@@ -226,21 +246,38 @@ class UnalignedInputProcessor(InputProcessor):
     def _on_unaligned_barrier(self, i: int, barrier: CheckpointBarrier) -> None:
         self._decide(self.handler.on_barrier(i, barrier.checkpoint_id, now_ms()), barrier)
 
-    def _decide(self, decisions: list[StartUnaligned | RecordingDone], barrier: CheckpointBarrier | None) -> None:
+    def _on_aligned_barrier(self, i: int, barrier: CheckpointBarrier, entry: tuple[int, Any, bool]) -> None:
+        """An aligned barrier waits in its channel's queue for the aligner; the handler times
+        its alignment (a savepoint's never switches). A checkpoint this task switched to
+        unaligned already takes the barrier as the end of the channel's recording: dropped."""
+        cid = barrier.checkpoint_id
+        switched = self.handler.current == cid
+        timeout = barrier.aligned_timeout_ms if barrier.kind == "checkpoint" else 0
+        decisions = self.handler.on_aligned_barrier(i, cid, now_ms(), timeout or None)
+        if self.handler.aligned_id == cid and (self._timed is None or self._timed.checkpoint_id != cid):
+            self._timed = barrier
+        self._decide(decisions, None)
+        if not switched:
+            self.queues[i].append(entry)
+
+    def _decide(self, decisions: list[Decision], barrier: CheckpointBarrier | None) -> None:
         describe = self.task.describe
         for d in decisions:
-            if isinstance(d, StartUnaligned):
+            if isinstance(d, Canceled):
+                if self._pending is not None and self._pending[0] == d.checkpoint_id:
+                    self._pending = None
+                self.task.checkpointer.decline(d.checkpoint_id, f"a newer checkpoint's barrier reached {describe} while it recorded channel state")
+            elif isinstance(d, StartUnaligned):
                 if d.canceled is not None:
                     self._pending = None
                     self.task.checkpointer.decline(d.canceled, f"a newer checkpoint's barrier reached {describe} while it recorded channel state")
                 assert barrier is not None
-                # everything queued now is before barrier N on its channel: channel state
-                recorded = [[(k, _serialized(k, p)) for k, p, _ in q if k in _DATA] for q in self.queues]
-                faults = self.task.faults
-                if faults:
-                    faults.reach("alignment", d.checkpoint_id)
-                job = self.task.checkpoint_unaligned(barrier)
-                self._pending = (d.checkpoint_id, job, recorded) if job is not None else None
+                self._snapshot_unaligned(d.checkpoint_id, barrier)
+            elif isinstance(d, SwitchToUnaligned):
+                timed, self._timed = self._timed, None
+                assert timed is not None and timed.checkpoint_id == d.checkpoint_id
+                # downstream tasks get it unaligned: they snapshot at once, without aligning
+                self._snapshot_unaligned(d.checkpoint_id, dataclasses.replace(timed, unaligned=True))
             elif isinstance(d, RecordingDone):
                 pending, self._pending = self._pending, None
                 if pending is None or pending[0] != d.checkpoint_id:
@@ -252,10 +289,54 @@ class UnalignedInputProcessor(InputProcessor):
                 job.metrics["alignment_ms"] = d.alignment_ms
                 self.task.checkpointer.submit(job)
 
+    def _snapshot_unaligned(self, checkpoint_id: int, barrier: CheckpointBarrier) -> None:
+        """Snapshot ``checkpoint_id`` now, with the data queued ahead of its barrier as input
+        channel state; stop aligning it (its barriers still queued are dropped)."""
+        aligner = self.aligner
+        assert isinstance(aligner, BarrierAligner)
+        aligned_here = aligner.current == checkpoint_id
+        recorded: list[list[Frame]] = []
+        for i, q in enumerate(self.queues):
+            if aligned_here and aligner.is_blocked(i):
+                recorded.append([])  # its barrier N was processed: everything queued is after it
+                continue
+            frames: list[Frame] = []
+            for pos, (k, p, _) in enumerate(q):
+                if k == net.BARRIER and _barrier_id(p) == checkpoint_id:
+                    del q[pos]  # what follows is after barrier N
+                    break
+                if k in _DATA:
+                    frames.append((k, _serialized(k, p)))
+            recorded.append(frames)
+        older = aligner.supersede(checkpoint_id)
+        if older is not None:
+            self.task.checkpointer.decline(older, f"a newer checkpoint's barrier reached {self.task.describe} during its alignment")
+        self._barriers.pop(checkpoint_id, None)
+        self.alignment_bytes = 0
+        faults = self.task.faults
+        if faults:
+            faults.reach("alignment", checkpoint_id)
+        job = self.task.checkpoint_unaligned(barrier)
+        self._pending = (checkpoint_id, job, recorded) if job is not None else None
+
+    def _on_decision(self, decision: Snapshot | Canceled | None, barrier: CheckpointBarrier | None) -> None:
+        if decision is not None:  # the aligner completed or gave up an alignment: no switch for it
+            self.handler.alignment_done(decision.checkpoint_id)
+            if self._timed is not None and self._timed.checkpoint_id <= decision.checkpoint_id:
+                self._timed = None
+        super()._on_decision(decision, barrier)
+
     def abort_alignment(self, checkpoint_id: int) -> None:
         if self.handler.abort(checkpoint_id):
             self._pending = None
+        if self._timed is not None and self._timed.checkpoint_id == checkpoint_id:
+            self._timed = None
         super().abort_alignment(checkpoint_id)
+
+
+def _barrier_id(payload: Any) -> int:
+    barrier: CheckpointBarrier = pickle.loads(payload)
+    return barrier.checkpoint_id
 
 
 def _serialized(kind: int, data: Any) -> bytes:
