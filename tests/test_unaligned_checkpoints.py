@@ -245,20 +245,36 @@ def _channel_sums(directory: Path, metadata: dict) -> tuple[dict[str, int], int]
     return sums, nbytes
 
 
+def _run_retained(cli, path: Path, text: str, *settings: str, args: tuple[str, ...] = ()) -> str:
+    """Submit ``text`` detached at parallelism 2 with unaligned checkpoints every 200 ms, all
+    retained past a cancel, and ``settings``; returns the job id."""
+    path.write_text(text)
+    options = [f"{UNALIGNED}=true", "execution.checkpointing.interval=200ms", "execution.checkpointing.num-retained=1000",
+               "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION", *settings]
+    res = cli("run", "-d", "-p", "2", *[a for o in options for a in ("-D", o)], "--json", str(path), *args)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["jobs"][0]["jid"]
+
+
+def _cancel_after_data_in_flight(cli, tmp_path: Path, jid: str) -> tuple[dict, Path]:
+    """Wait for a completed checkpoint with data in flight, cancel the job; that checkpoint's
+    statistics entry and its retained directory."""
+
+    def in_flight() -> list[dict]:
+        doc = json.loads(cli("checkpoint", "list", jid, "--json").stdout)
+        return [h for h in doc["history"] if h["status"] == "COMPLETED" and h["persisted_data"] > 0]
+
+    wait_for(lambda: in_flight(), timeout=60, message="a completed checkpoint with data in flight")
+    entry = in_flight()[0]
+    assert cli("cancel", jid).returncode == 0
+    wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "CANCELED", timeout=30)
+    directory = next(p.parent for p in tmp_path.glob(f"home/checkpoints/{jid}/chk-{entry['id']}/_metadata"))
+    return entry, directory
+
+
 @pytest.mark.timeout(120)
 def test_every_unaligned_checkpoint_with_its_channel_state_is_an_exact_cut(cluster, cli, tmp_path: Path) -> None:
-    job = tmp_path / "oracle.py"
-    job.write_text(JOB)
-    res = cli(
-        "run", "-d", "-p", "2",
-        "-D", "execution.checkpointing.interval=200ms",
-        "-D", f"{UNALIGNED}=true",
-        "-D", "execution.checkpointing.num-retained=1000",
-        "-D", "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION",
-        "--json", str(job),
-    )
-    assert res.returncode == 0, res.stderr
-    jid = json.loads(res.stdout)["jobs"][0]["jid"]
+    jid = _run_retained(cli, tmp_path / "oracle.py", JOB)
 
     def completed() -> int:
         return json.loads(cli("checkpoint", "list", jid, "--json").stdout)["counts"]["completed"]
@@ -358,32 +374,13 @@ N_RESTORE = 200_000
 @pytest.mark.timeout(120)
 def test_an_unaligned_checkpoint_is_shown_and_refused_at_another_parallelism(cluster, cli, tmp_path: Path) -> None:
     job = tmp_path / "slow.py"
-    job.write_text(JOB)
-    res = cli(
-        "run", "-d", "-p", "2",
-        "-D", "execution.checkpointing.interval=200ms",
-        "-D", f"{UNALIGNED}=true",
-        "-D", "execution.checkpointing.num-retained=1000",
-        "-D", "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION",
-        "--json", str(job),
-    )
-    assert res.returncode == 0, res.stderr
-    jid = json.loads(res.stdout)["jobs"][0]["jid"]
-
-    def in_flight() -> list[dict]:
-        doc = json.loads(cli("checkpoint", "list", jid, "--json").stdout)
-        return [h for h in doc["history"] if h["status"] == "COMPLETED" and h["persisted_data"] > 0]
-
-    wait_for(lambda: in_flight(), timeout=60, message="a completed checkpoint with data in flight")
-    entry = in_flight()[0]
+    jid = _run_retained(cli, job, JOB)
+    entry, directory = _cancel_after_data_in_flight(cli, tmp_path, jid)
     assert entry["unaligned_checkpoint"] and entry["persisted_data"] == entry["persisted_input_data"] + entry["persisted_output_data"]
     table = cli("checkpoint", "list", jid, env={"COLUMNS": "80"})
     assert table.returncode == 0 and "unaligned" in table.stdout, table.stdout
     assert max(len(line) for line in table.stdout.splitlines() if line[:1] in "┏┃┡│└") <= 80, table.stdout
-    assert cli("cancel", jid).returncode == 0
-    wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "CANCELED", timeout=30)
 
-    directory = next(p.parent for p in tmp_path.glob(f"home/checkpoints/{jid}/chk-{entry['id']}/_metadata"))
     inspected = json.loads(cli("checkpoint", "inspect", str(directory), "--json").stdout)
     summary = inspected["summary"]
     assert summary["alignment"] == "unaligned"
@@ -447,27 +444,8 @@ def test_an_unaligned_checkpoint_restores_into_an_aligned_job_exactly(cluster, c
     checkpoints sends the restored output buffers and processes the restored input buffers
     first (blocking on credit as aligned mode does); the final sums are exact."""
     job, out = tmp_path / "bounded.py", tmp_path / "sums.txt"
-    job.write_text(BOUNDED_JOB)
-    res = cli(
-        "run", "-d", "-p", "2",
-        "-D", "execution.checkpointing.interval=200ms",
-        "-D", f"{UNALIGNED}=true",
-        "-D", "execution.checkpointing.num-retained=1000",
-        "-D", "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION",
-        "--json", str(job), str(out),
-    )
-    assert res.returncode == 0, res.stderr
-    jid = json.loads(res.stdout)["jobs"][0]["jid"]
-
-    def in_flight() -> list[dict]:
-        doc = json.loads(cli("checkpoint", "list", jid, "--json").stdout)
-        return [h for h in doc["history"] if h["status"] == "COMPLETED" and h["persisted_data"] > 0]
-
-    wait_for(lambda: in_flight(), timeout=60, message="a completed checkpoint with data in flight")
-    assert cli("cancel", jid).returncode == 0
-    wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "CANCELED", timeout=30)
-    entry = in_flight()[0]
-    directory = next(p.parent for p in tmp_path.glob(f"home/checkpoints/{jid}/chk-{entry['id']}/_metadata"))
+    jid = _run_retained(cli, job, BOUNDED_JOB, args=(str(out),))
+    _, directory = _cancel_after_data_in_flight(cli, tmp_path, jid)
 
     resumed = cli("run", "-p", "2", "-s", str(directory), "--json", str(job), str(out), timeout=120)
     assert resumed.returncode == 0, resumed.stderr
@@ -479,17 +457,6 @@ def test_an_unaligned_checkpoint_restores_into_an_aligned_job_exactly(cluster, c
 
 
 # -- the aligned-checkpoint timeout, end to end ------------------------------------------------------
-
-
-def _run_retained(cli, path: Path, text: str, *settings: str) -> str:
-    """Submit ``text`` detached at parallelism 2 with unaligned checkpoints every 200 ms, all
-    retained past a cancel, and ``settings``; returns the job id."""
-    path.write_text(text)
-    options = [f"{UNALIGNED}=true", "execution.checkpointing.interval=200ms", "execution.checkpointing.num-retained=1000",
-               "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION", *settings]
-    res = cli("run", "-d", "-p", "2", *[a for o in options for a in ("-D", o)], "--json", str(path))
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)["jobs"][0]["jid"]
 
 
 @pytest.mark.timeout(90)
