@@ -1,5 +1,6 @@
-"""The rolling path's fast paths (issue #21): the keyed reduce's cache of key-group dicts must
-respect copy-on-write snapshots, the SinkFunction adapter must call invoke once per record in
+"""The rolling path's fast paths (issue #21): the keyed reduce's one dict of values (heap
+backend) must respect copy-on-write snapshots, also with a reduce that changes its first
+argument in place, the SinkFunction adapter must call invoke once per record in
 order, and the benchmark's peers' form must run end to end on a real cluster and count every
 record."""
 
@@ -53,6 +54,28 @@ def test_keyed_reduce_snapshot_is_not_changed_by_later_batches() -> None:
     assert _counts(second) == {"a": ("a", 3), "b": ("b", 1), "c": ("c", 1)}
     assert _counts(backend.snapshot_sync()) == {"a": ("a", 4), "b": ("b", 6), "c": ("c", 1)}
     assert out.values == [("a", 1), ("b", 1), ("a", 2), ("a", 3), ("c", 1), ("a", 4), ("b", 6)]
+
+
+def _add_in_place(a: list, b: list) -> list:
+    a[1] += b[1]
+    return a
+
+
+def test_keyed_reduce_snapshot_survives_a_reduce_that_changes_its_first_argument() -> None:
+    backend = HeapKeyedStateBackend(128, range(128))
+    op = KeyedReduceOperator("reduce", _add_in_place, Collect(), word_key, backend, False)
+    op.open(None)
+    op.process([["a", 1], ["a", 1], ["g", 1]], None)
+    frozen = backend.snapshot_sync()
+    op.process([["a", 5], ["g", 2]], None)
+    assert _counts(frozen) == {"a": ["a", 2], "g": ["g", 1]}
+    # a rescale keeps its own key groups only: "g" is in 120, "a" in 55
+    restored = HeapKeyedStateBackend(128, range(64, 128))
+    restored.restore([frozen.to_dict()])
+    again = KeyedReduceOperator("reduce", _add_in_place, Collect(), word_key, restored, False)
+    again.open(None)
+    again.process([["g", 1]], None)
+    assert _counts(restored.snapshot_sync()) == {"g": ["g", 2]}
 
 
 def test_keyed_reduce_batch_mode_emits_only_final_values() -> None:

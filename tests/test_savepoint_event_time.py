@@ -100,8 +100,8 @@ def _stop(cli, jid: str, target: Path, drain: bool) -> str:
     return location
 
 
-def _submit(cli, job: Path, out: Path, parallelism: int, savepoint: str | None) -> str:
-    args = ["run", "-d", "-p", str(parallelism), "--json"]
+def _submit(cli, job: Path, out: Path, parallelism: int, savepoint: str | None, *options: str) -> str:
+    args = ["run", "-d", "-p", str(parallelism), "--json", *options]
     if savepoint:
         args += ["-s", savepoint]
     res = cli(*args, str(job), str(out))
@@ -155,7 +155,8 @@ def test_stop_with_drain_fires_every_window_before_the_savepoint(cluster, cli, t
 
 
 # The same job on the sliced window path: sliding 1 s / 250 ms windows counting with a reduce and
-# a window function, stopped with a savepoint and rescaled 2 -> 3 -> 1.
+# a window function, stopped with a savepoint and rescaled 2 -> 3 -> 1, from the heap backend to
+# RocksDB and back.
 SLIDING_JOB = JOB.replace("TumblingEventTimeWindows", "SlidingEventTimeWindows").replace(
     f"    .key_by(lambda n: n % {KEYS})\n    .window(SlidingEventTimeWindows.of(Time.seconds(1)))\n    .process(Emit())",
     f"    .map(lambda n: (n, 1)).key_by(lambda p: p[0] % {KEYS})\n"
@@ -186,7 +187,9 @@ def test_sliced_windows_survive_stop_and_rescale_two_three_one(cluster, cli, tmp
              message="some windows fired")
     first = _stop(cli, jid, tmp_path / "sp1", drain=False)
     fired = len(read(out))
-    jid = _submit(cli, job, out, 3, first)
+    # p=3 on RocksDB: the heap path's slices (kept by time, in the operator) restore as the
+    # store path's keyed state and timers, and back on the heap at p=1
+    jid = _submit(cli, job, out, 3, first, "-D", "state.backend.type=rocksdb")
     wait_for(lambda: _running(cli, jid) and len(read(out)) >= fired + 10, timeout=60, message="windows fired at p=3")
     second = _stop(cli, jid, tmp_path / "sp2", drain=False)
     assert len(read(out)) < len(sliding_expected()), "the job finished before the second stop"

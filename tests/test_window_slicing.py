@@ -36,10 +36,19 @@ from flinkpy.datastream.window import (
 from flinkpy.datastream.window_stream import WindowedStream
 from flinkpy.errors import FlinkpyError
 from flinkpy.state import canonical
+from flinkpy.state.key_groups import assign_to_key_group
 from backends import new_backend, use_backend
 from flinkpy.task.window_operator import WindowOperator
 from flinkpy.task.window_slicing import GENERAL, SLICED, SlicedWindowOperator, create_window_operator, execution_path
 from test_window_operator import MAX_WM, Collect, Harness, add_values, keyed, spec_of
+
+def sliced_operator(*args: Any) -> SlicedWindowOperator:
+    """The sliced operator the engine builds for this backend (its slices in the operator on the
+    heap backend, in keyed state on RocksDB)."""
+    op = create_window_operator(*args)
+    assert isinstance(op, SlicedWindowOperator)
+    return op
+
 
 SEED = int(os.environ.get("FLINKPY_SLICING_SEED") or random.SystemRandom().randrange(2**32))
 
@@ -123,7 +132,7 @@ def _run_trial(trial_seed: int, event_time: bool) -> tuple[dict, dict, list, lis
     stream = _draw_window(rnd, event_time, late)
     spec, selector = spec_of(stream)
     assert execution_path(spec)[0] == SLICED, execution_path(spec)
-    sliced = Harness(pickle.loads(pickle.dumps(spec)), selector, op_class=SlicedWindowOperator)
+    sliced = Harness(pickle.loads(pickle.dumps(spec)), selector, op_class=sliced_operator)
     general = Harness(pickle.loads(pickle.dumps(spec)), selector)
     keys = "abcde"[: rnd.randint(1, 5)]
     bound = rnd.choice([0, 10, 40, 120])
@@ -223,10 +232,10 @@ def test_sliced_snapshot_and_restore_mid_stream(asynchronous: bool) -> None:
             h.watermark(max(t for _, t in batch) - 50)
 
     spec, selector = spec_of(build())
-    reference = Harness(spec, selector, op_class=SlicedWindowOperator)
+    reference = Harness(spec, selector, op_class=sliced_operator)
     feed(reference, batches)
     reference.finish()
-    first = Harness(spec_of(build())[0], selector, op_class=SlicedWindowOperator)
+    first = Harness(spec_of(build())[0], selector, op_class=sliced_operator)
     middle = len(batches) // 2
     feed(first, batches[:middle])
     frozen = first.backend.snapshot_sync() if asynchronous else None
@@ -237,7 +246,7 @@ def test_sliced_snapshot_and_restore_mid_stream(asynchronous: bool) -> None:
         snapshot = frozen.serialize()
     backend = new_backend(128, range(0, 128))
     backend.restore([canonical.loads(snapshot)])
-    resumed = Harness(spec_of(build())[0], selector, backend, op_class=SlicedWindowOperator)
+    resumed = Harness(spec_of(build())[0], selector, backend, op_class=sliced_operator)
     resumed.timers.watermark = watermark
     resumed.timers.restore(pending)
     resumed.out.records = emitted
@@ -249,7 +258,7 @@ def test_sliced_snapshot_and_restore_mid_stream(asynchronous: bool) -> None:
 @pytest.mark.parametrize("from_sliced", [False, True], ids=["general-to-sliced", "sliced-to-general"])
 def test_a_snapshot_of_the_other_path_is_refused_naming_the_operator(from_sliced: bool) -> None:
     spec, selector = spec_of(WindowedStream(keyed(), TumblingEventTimeWindows.of(Time.milliseconds(100))).reduce(add_values))
-    old = Harness(spec, selector, op_class=SlicedWindowOperator if from_sliced else WindowOperator)
+    old = Harness(spec, selector, op_class=sliced_operator if from_sliced else WindowOperator)
     old.send(_records(20, SEED))
     backend = new_backend(128, range(0, 128))
     backend.restore([canonical.loads(pickle.dumps(old.backend.snapshot()))])
@@ -262,3 +271,106 @@ def test_a_snapshot_of_the_other_path_is_refused_naming_the_operator(from_sliced
     empty = new_backend(128, range(0, 128))
     empty.restore([canonical.loads(pickle.dumps(old.backend.snapshot()))])
     Harness(spec, selector, empty, op_class=WindowOperator if from_sliced else SlicedWindowOperator)
+
+
+def _in_range(records: list, key_groups: range) -> list:
+    return [r for r in records if assign_to_key_group(r[0][0], 128) in key_groups]
+
+
+def test_key_groups_restored_from_subtasks_that_fired_to_different_times() -> None:
+    """Two heap subtasks stop at different watermarks; one operator restores both (on either
+    backend). Each key group's windows fire once: what fired before the snapshot does not fire
+    again, its records behind its own watermark are late as they were, and the outputs are
+    those of two operators that never stopped."""
+
+    def build() -> Any:
+        return WindowedStream(keyed(), SlidingEventTimeWindows.of(Time.milliseconds(100), Time.milliseconds(25))).allowed_lateness(30) \
+            .side_output_late_data(OutputTag("late")).reduce(add_values)
+
+    rnd = random.Random(SEED)
+    records = sorted((((rnd.choice("abcdefgh"), rnd.randint(1, 9)), rnd.randint(0, 2000)) for _ in range(400)), key=lambda r: r[1])
+    cut = len(records) // 2
+    halves = (range(0, 64), range(64, 128))
+    marks = (records[cut][1] - 120, records[cut][1] - 20)  # the two subtasks' watermarks at the stop
+    # after the stop, some records fall behind: between the two watermarks, or behind both
+    stragglers = [(v, ts - rnd.choice([0, 0, 0, 40, 90, 150])) for v, ts in records[cut:]]
+    stragglers[3:3] = [((k, 5), (marks[0] + marks[1]) // 2) for k in "abcdefgh"]  # between the two
+    later = [stragglers[i : i + 7] for i in range(0, len(stragglers), 7)]
+
+    def run_until_stop(h: Harness, part: range, mark: int) -> None:
+        h.send(_in_range(records[:cut], part))
+        h.watermark(mark)
+
+    docs, before, references = [], [], []
+    for part, mark in zip(halves, marks):
+        spec, selector = spec_of(build())
+        from flinkpy.state.heap import HeapKeyedStateBackend
+
+        old = Harness(spec, selector, HeapKeyedStateBackend(128, part), op_class=sliced_operator)
+        run_until_stop(old, part, mark)
+        docs.append(canonical.loads(old.backend.snapshot_sync().serialize()))
+        before += old.out.records + old.late.records
+        ref = Harness(spec_of(build())[0], selector, HeapKeyedStateBackend(128, part), op_class=sliced_operator)
+        run_until_stop(ref, part, mark)
+        wm = mark
+        for batch in later:  # what the restored operator gets, with the watermark it sees
+            ref.send(_in_range(batch, part))
+            wm = max(wm, max(t for _, t in batch) - 150)
+            ref.watermark(wm)
+        ref.finish()
+        references += ref.out.records + ref.late.records
+    backend = new_backend(128, range(0, 128))
+    backend.restore(docs)
+    spec, selector = spec_of(build())
+    resumed = Harness(spec, selector, backend, op_class=sliced_operator)
+    wm = -(2**63)
+    for batch in later:
+        resumed.send(batch)
+        wm = max(wm, max(t for _, t in batch) - 150)  # starts below the later subtask's watermark
+        resumed.watermark(wm)
+    resumed.finish()
+    got = before + resumed.out.records + resumed.late.records
+    from collections import Counter
+    extra, missing = Counter(map(repr, got)) - Counter(map(repr, references)), Counter(map(repr, references)) - Counter(map(repr, got))
+    assert not extra and not missing, f"seed {SEED}: extra {sorted(extra)[:8]}, missing {sorted(missing)[:8]}"
+    assert max(t for _, t in later[0]) - 150 < marks[1], "the restored watermark should start behind the later subtask's"
+    between = [r for r in stragglers if marks[0] < r[1] <= marks[1] and assign_to_key_group(r[0][0], 128) in halves[1]]
+    assert between, "some records should be late only by their key group's own watermark"
+
+
+class ListAcc(AggregateFunction):
+    """An accumulator changed in place, as many users write one."""
+
+    def create_accumulator(self) -> list:
+        return [0, 0]
+
+    def add(self, value: tuple, acc: list) -> list:
+        acc[0] += 1
+        acc[1] += value[1]
+        return acc
+
+    def get_result(self, acc: list) -> tuple:
+        return tuple(acc)
+
+    def merge(self, a: list, b: list) -> list:
+        a[0] += b[0]
+        a[1] += b[1]
+        return a
+
+
+def test_a_snapshot_keeps_accumulators_that_later_records_change_in_place() -> None:
+    spec, selector = spec_of(WindowedStream(keyed(), SlidingEventTimeWindows.of(Time.milliseconds(100), Time.milliseconds(50))).aggregate(ListAcc()))
+    h = Harness(spec, selector, op_class=sliced_operator)
+    h.send([(("a", 1), 10), (("a", 2), 20)])
+    frozen, pending = h.backend.snapshot_sync(), h.timers.pending()
+    h.send([(("a", 4), 30), (("a", 8), 60)])
+    h.watermark(99)  # fires [0, 100) and [-50, 50): the merge must not change a slice either
+    h.send([(("a", 16), 70)])
+    restored = new_backend(128, range(0, 128))
+    restored.restore([canonical.loads(frozen.serialize())])
+    again = Harness(spec, selector, restored, op_class=sliced_operator)
+    again.timers.restore(pending)  # the store path's timers (the heap path has none)
+    again.finish()
+    assert sorted(again.out.records) == [((2, 3), 49), ((2, 3), 99)]
+    h.finish()
+    assert sorted(h.out.records) == [((2, 24), 149), ((3, 7), 49), ((4, 15), 99)]

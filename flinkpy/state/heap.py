@@ -267,6 +267,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         self._tables: dict[str, Table] = {}
         self._frozen: dict[str, set[int]] = {}
         self._bound: list[_HeapState] = []
+        self._views: list[Any] = []
 
     # -- current key --------------------------------------------------------------------
     def set_current_key_and_group(self, key: Any, key_group: int) -> None:
@@ -336,15 +337,24 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         old = t[key_group]
         kind = self._kinds.get(state_name, "value")
         copy_value = _COPY_VALUE.get(kind)
-        if copy_value is not None:
-            new = {k: copy_value(v) for k, v in old.items()}
-        elif all(_immutable(v) for v in old.values()):
-            new = dict(old)
-        else:
-            new = {k: v if _immutable(v) else copy.deepcopy(v) for k, v in old.items()}
+        new = {k: copy_value(v) for k, v in old.items()} if copy_value is not None else writable_copy(old)
         t[key_group] = new
         self.frozen(state_name).discard(key_group)
         return new
+
+    def attach_view(self, view: Any) -> None:
+        """Let an operator keep value states in a layout of its own (the sliced windows keep
+        theirs by time, then key). At every snapshot ``view.freeze()`` returns ``{state name:
+        key groups}``, where key groups map key group -> {key: value}; that mapping may be
+        computed when it is first read, on the snapshot's thread, so it must not share anything
+        the task thread changes afterwards. A view's state replaces the table of that name."""
+        self._views.append(view)
+
+    def _frozen_views(self) -> dict[str, Mapping[int, dict[Any, Any]]]:
+        frozen: dict[str, Mapping[int, dict[Any, Any]]] = {}
+        for view in self._views:
+            frozen.update(view.freeze())
+        return frozen
 
     def snapshot_sync(self) -> "FrozenSnapshot":
         """The synchronous part of an asynchronous snapshot: O(number of key groups).
@@ -353,15 +363,18 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         follow copy a key group's dict first (:meth:`thaw`). The returned object is then
         serialized by :meth:`FrozenSnapshot.serialize`, on another thread, while records flow.
         """
-        frozen: dict[str, tuple[str, dict[int, dict[Any, Any]]]] = {}
+        frozen: dict[str, tuple[str, Any]] = {name: ("value", groups) for name, groups in self._frozen_views().items()}
         for name, t in self._tables.items():
+            if name in frozen:
+                continue
             frozen[name] = (self._kinds.get(name, "value"), dict(t))
             self.frozen(name).update(t)
         ttl = {name: (policy, self.ttl_clock()) for name, policy in self._ttl.items()}
         return FrozenSnapshot(frozen, self.key_group_range, ttl)
 
     def state_names(self) -> list[str]:
-        return list(self._tables)
+        names = list(self._tables)
+        return names + [name for view in self._views for name in view.names if name not in names]
 
     def num_keys(self) -> int:
         """The number of distinct keys that have any state."""
@@ -382,7 +395,11 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         ``{"version": 1, "states": {name: {"kind": ..., "key_groups": {kg: {key: value}}}}}``
         """
         states: dict[str, Any] = {}
+        for name, groups in self._frozen_views().items():
+            states[name] = ttl_entry("value", {kg: dict(m) for kg, m in groups.items() if m}, None, self.ttl_clock)
         for name, t in self._tables.items():
+            if name in states:
+                continue
             kind = self._kinds.get(name, "value")
             copy_value = _COPY_VALUE.get(kind)
             groups: dict[int, dict[Any, Any]] = {}
@@ -436,6 +453,14 @@ def ttl_entry(kind: str, groups: dict[int, dict[Any, Any]], policy: Any, clock: 
 _COPY_VALUE = {"list": list, "map": dict}
 #: value types whose objects cannot change after they are stored
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
+
+
+def writable_copy(m: dict[Any, Any]) -> dict[Any, Any]:
+    """A copy of ``m`` that can be written while a snapshot reads ``m``: values not known to be
+    immutable are deep-copied, so not even a change in place of a value object reaches ``m``."""
+    if all(_immutable(v) for v in m.values()):
+        return dict(m)
+    return {k: v if _immutable(v) else copy.deepcopy(v) for k, v in m.items()}
 
 
 def _immutable(value: Any) -> bool:

@@ -18,13 +18,13 @@ from typing import Any, Callable
 
 from flinkpy.errors import InvalidProgramError
 from flinkpy.task.side_outputs import collect
+from flinkpy.state.heap import writable_copy
 from flinkpy.state.key_groups import KeyGroupAssigner
+from flinkpy.state.views import ByKeyGroup
 
 _MISSING = object()
 #: a C-level append that keeps nothing (BATCH mode's keyed reduce emits no updates)
 _discard = collections.deque(maxlen=0).append
-#: the keyed reduce's cache of key -> key-group dict is dropped when it grows past this
-_HOMES_MAX = 1_000_000
 
 
 class Output:
@@ -411,48 +411,47 @@ class KeyedReduceOperator(KeyedOperator):
         super().open(runtime_context)
         self._f = _method(self.fn, "reduce")
         self._table = self.backend.table(self.STATE)
-        self._frozen = self.backend.frozen(self.STATE)
-        # key -> the writable dict of its key group, so that a record costs one lookup to find
-        # its state. Only this operator writes its table and only snapshots freeze key groups
-        # (each adds every key group, so a cached dict's group makes the frozen set grow): the
-        # cache is dropped when the frozen set's size is not what this operator left it at.
-        self._homes: dict[Any, dict] = {}
-        self._frozen_len = len(self._frozen)
+        if isinstance(self._table, dict):
+            # The heap backend: every key's value in one dict of the operator's, a record costs
+            # one lookup; keyed state sees the dict at snapshots (flinkpy.state.views).
+            self._values: dict[Any, Any] = {}
+            for m in self._table.values():
+                self._values.update(m)  # restored
+            self._table.clear()
+            self.backend.frozen(self.STATE).clear()
+            #: a snapshot holds self._values: copy it before the next write
+            self._shared = False
+            self.backend.attach_view(self)
 
+    # -- the view of the heap backend (flinkpy.state.views) ------------------------------------
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.STATE,)
+
+    def freeze(self) -> dict[str, Any]:
+        self._shared = True
+        return {self.STATE: ByKeyGroup(self._values, self.assign.memo, self.backend.max_parallelism)}
+
+    # -- records ------------------------------------------------------------------------------
     def process(self, values: list, timestamps: list[int] | None) -> None:
         if not isinstance(self._table, dict):
             return self._process_buffered(values, timestamps)
-        f, key, homes, frozen = self._f, self.key, self._homes, self._frozen
-        if len(frozen) != self._frozen_len or len(homes) > _HOMES_MAX:
-            homes.clear()  # a snapshot came: the cached dicts must be thawed before a write
-        homes_get = homes.get
+        if self._shared:
+            self._values = writable_copy(self._values)
+            self._shared = False
+        f, key, state = self._f, self.key, self._values
+        get = state.get
         out: list | None = None if self.batch_mode else []
         append = out.append if out is not None else _discard
         missing = _MISSING
         for r in values:
             k = key(r)
-            d = homes_get(k)
-            if d is None:
-                d = homes[k] = self._home(k)
-            old = d.get(k, missing)
+            old = get(k, missing)
             new = r if old is missing else f(old, r)
-            d[k] = new
+            state[k] = new
             append(new)
-        self._frozen_len = len(frozen)
         if out:
             self.output.process(out, timestamps)
-
-    def _home(self, k: Any) -> dict:
-        """The writable dict of ``k``'s key group (created, or thawed after a snapshot)."""
-        kg = self.assign.memo.get(k)  # key -> key group, filled by the assigner on a miss
-        if kg is None:
-            kg = self.assign(k)
-        d = self._table.get(kg)
-        if d is None:
-            d = self._table[kg] = {}
-        elif self._frozen and kg in self._frozen:
-            d = self.backend.thaw(self.STATE, kg)  # copy-on-write after a snapshot
-        return d
 
     def _process_buffered(self, values: list, timestamps: list[int] | None) -> None:
         """The same, on a backend whose tables are views of a store (RocksDB): each distinct key
@@ -477,7 +476,10 @@ class KeyedReduceOperator(KeyedOperator):
 
     def end_input(self) -> None:
         if self.batch_mode:
-            final = [v for kg in sorted(self._table) for v in self._table[kg].values()]
+            if isinstance(self._table, dict):
+                final = [self._values[k] for k in sorted(self._values, key=self.assign)]  # by key group
+            else:
+                final = [v for kg in sorted(self._table) for v in self._table[kg].values()]
             if final:
                 self.output.process(final, None)
 

@@ -410,7 +410,7 @@ class WindowOperator:
             if acc is _MISSING:
                 acc = raw
             elif self._keep_elements:
-                acc = acc + raw
+                acc.extend(raw)  # in place: a session's contents are not copied on each merge
             elif self.spec.aggregation == REDUCE:
                 acc = self._reduce(acc, raw)
             else:

@@ -7,25 +7,27 @@ each with its own contents, trigger call and timers. Here time is cut into *slic
 key that holds its timestamp, and a window's result is the combination of the slices it covers
 (``reduce`` or ``AggregateFunction.merge``), computed once when the window fires.
 
-Per key, one backend value state ``_window_slices`` holds ``{slice end: reduced value or
-accumulator}``, so slices are checkpointed, restored and rescaled like any keyed state. Timers
-are per key group and window end, not per key and window: a new slice asks for one at the end
-of the first window that will fire with it (and one when the last window that covers it is
-cleaned up, with allowed lateness only); the timer fires the window for every key of the group
-that has slices in it, and asks for the next window's while slices it shares remain. On the heap
-backend a key group keeps only its earliest window timer: when it fires, every window of the
-group that the watermark has passed fires in one pass over each key's slices (each slice folded
-into the windows that hold it, so an empty window costs nothing), and the group asks for the
-next window that holds a slice; the heap path also caches each key's slices dict (checked
-against the table's live key-group dicts, so copy-on-write after a snapshot holds).
+Two layouts. On the heap backend, :mod:`flinkpy.task.slice_buffer` keeps the slices in the
+operator by time, then key, and shows them to keyed state at snapshots. On a store such as
+RocksDB, :class:`SlicedWindowOperator` keeps per key one backend value state
+``_window_slices``, ``{slice end: reduced value or accumulator}``, with timers per key group and
+window end, not per key and window: a new slice asks for one at the end of the first window
+that will fire with it (and one when the last window that covers it is cleaned up, with allowed
+lateness only); the timer fires the window for every key of the group that has slices in it,
+and asks for the next window's while slices it shares remain. Both write the same keyed state,
+the heap path adding :data:`FIRED` (up to when each key group's windows fired, which the store
+path says with its timers), so a snapshot of one restores on the other, at any parallelism.
 
 The semantics are the general path's: default triggers, allowed lateness with late firings
 (a late record re-fires at once every already-fired, not yet cleaned-up window that holds it),
 late data to a side output, offsets. Which path a window takes is :func:`execution_path`'s
 decision; ``flinkpy info`` shows it. The two paths keep different state, so a snapshot of one is
-refused by the other (:func:`check_restored_path`). One difference, in processing time only:
-a record that arrives in the very millisecond its window fired makes the window fire again with
-all its records here, and with that record alone on the general path (which purged the window).
+refused by the other (:func:`check_restored_path`). Two differences. In processing time, a
+record that arrives in the very millisecond its window fired makes the window fire again with
+all its records on the store path, counts in the next window on the heap path, and makes the
+window fire with that record alone on the general path (which purged it). After a restore, a
+record behind the time up to which its key group had fired is late, as it was before the
+snapshot; the general path, like Flink, starts every key afresh from the restored watermark.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from flinkpy.common.window import (
     _Tumbling,
 )
 from flinkpy.errors import FlinkpyError
-from flinkpy.state.key_groups import KeyGroupAssigner
+from flinkpy.state.heap import TIMER_EVENT_TABLE, TIMER_PROCESSING_TABLE, HeapKeyedStateBackend
+from flinkpy.task.watermarks import MIN_WATERMARK
 from flinkpy.task.window_operator import AGGREGATE, PROCESS, REDUCE, WindowOperator, WindowSpec
 
 SLICED = "sliced"
@@ -56,9 +59,9 @@ SLICE_TIMER = "slices"
 #: the key of every timer: timers are per key group, not per key (a window end fires every key
 #: of the group that has slices in the window), and move with their key group when rescaled
 GROUP_TIMER_KEY = ("flinkpy.window-slices",)
+#: the state that says, per key group (at key GROUP_TIMER_KEY), up to when its windows fired
+FIRED = "_window_fired"
 _MISSING = object()
-#: past this many cached keys the cache of key -> slices dict starts again
-_HOMES_MAX = 1_000_000
 #: types whose values copy.copy returns as they are: a window's result may start as such a slice value itself
 _SHARED_AS_IS = frozenset({int, float, str, bytes, tuple, bool, type(None), frozenset, complex})
 
@@ -90,9 +93,47 @@ def execution_path(spec: WindowSpec) -> tuple[str, str]:
 
 
 def create_window_operator(name: str, spec: WindowSpec, output: Any, key_selector: Callable, backend: Any, batch_mode: bool) -> WindowOperator:
-    """The window operator of a ``"window"`` node: sliced when :func:`execution_path` allows."""
-    cls = SlicedWindowOperator if execution_path(spec)[0] == SLICED else WindowOperator
-    return cls(name, spec, output, key_selector, backend, batch_mode)
+    """The window operator of a ``"window"`` node: sliced when :func:`execution_path` allows,
+    with its slices in the operator on the heap backend (:mod:`flinkpy.task.slice_buffer`)."""
+    if execution_path(spec)[0] != SLICED:
+        return WindowOperator(name, spec, output, key_selector, backend, batch_mode)
+    if isinstance(backend, HeapKeyedStateBackend):
+        from flinkpy.task.slice_buffer import BufferedSlicedWindowOperator
+
+        return BufferedSlicedWindowOperator(name, spec, output, key_selector, backend, batch_mode)
+    return SlicedWindowOperator(name, spec, output, key_selector, backend, batch_mode)
+
+
+def restored_fired(backend: Any, event_time: bool) -> dict[int, int]:
+    """Per key group, the time up to which its windows had fired when the restored snapshot was
+    taken (every window ending at or before that time + 1). The heap path writes it as state
+    (:data:`FIRED`); a snapshot of the store path says it with its timers: each key group's
+    earliest window timer is after the watermark of the snapshot, and no window between holds
+    a slice of the group, so that timer - 1 will do."""
+    fired: dict[int, int] = {}
+    table = backend.table(TIMER_EVENT_TABLE if event_time else TIMER_PROCESSING_TABLE)
+    for kg, timers in table.items():
+        for key, namespace, ts in timers:
+            if key == GROUP_TIMER_KEY and namespace == SLICE_TIMER and ts - 1 < fired.get(kg, ts):
+                fired[kg] = ts - 1
+    if FIRED in backend.state_names():
+        cell = backend.get_partitioned_state(ValueStateDescriptor(FIRED))
+        for key, kg in backend.keys_of(FIRED):
+            backend.set_current_key_and_group(key, kg)
+            value = cell.value()
+            if value is not None:
+                fired[kg] = value
+    return fired
+
+
+def forget_fired(backend: Any) -> None:
+    """Drop the restored :data:`FIRED` state once it is read (a later snapshot must not carry it)."""
+    if FIRED not in backend.state_names():
+        return
+    cell = backend.get_partitioned_state(ValueStateDescriptor(FIRED))
+    for key, kg in backend.keys_of(FIRED):
+        backend.set_current_key_and_group(key, kg)
+        cell.clear()
 
 
 def check_restored_path(op: WindowOperator, path: str) -> None:
@@ -118,21 +159,16 @@ class SlicedWindowOperator(WindowOperator):
     def _open_contents(self) -> None:
         check_restored_path(self, SLICED)
         self._slices = self.backend.get_partitioned_state(ValueStateDescriptor(self.SLICES))
-        # the heap backend's raw table: records write to it directly (see _process_heap)
-        self._table = self.backend.table(self.SLICES)
-        self._frozen = self.backend.frozen(self.SLICES)
-        self._assign = KeyGroupAssigner(self.backend.max_parallelism)
-        #: key -> its writable {slice end: value} dict in the table (heap backend only)
-        self._homes: dict[Any, dict] = {}
-        #: key group -> its dict in the table when homes of its keys were cached (see _homes_valid)
-        self._home_groups: dict[int, dict] = {}
-        #: key group -> the watermark up to which its windows fired (event time, heap backend)
-        self._fired_to: dict[int, int] = {}
-        #: key group -> its earliest window timer not fired yet (heap backend; see _register_fire)
-        self._pending: dict[int, int] = {}
+        self._open_geometry()
         #: (time, key group) of the timers registered and not fired yet (empty after a restore:
         #: registering again is harmless, the timer service keeps one)
         self._registered: set[tuple[int, int]] = set()
+        #: key group -> the time up to which it fired, restored from the heap path (until the
+        #: watermark passes it)
+        self._fired_kg: dict[int, int] = {}
+        self._schedule_restored()
+
+    def _open_geometry(self) -> None:
         a = self.assigner
         self._size = a.size
         self._slide = getattr(a, "slide", a.size)
@@ -146,6 +182,21 @@ class SlicedWindowOperator(WindowOperator):
             create, add = self._create_acc, self._add
             self._fold = lambda acc, value: add(value, acc)
             self._first = lambda value: add(value, create())
+
+    def _schedule_restored(self) -> None:
+        """Timers for slices restored from a snapshot of the heap path, which carries no window
+        timers but says what fired (:data:`FIRED`); a snapshot of this path carries its timers."""
+        if FIRED not in self.backend.state_names() or not self.backend.keys_of(FIRED):
+            return
+        keys = self.backend.keys_of(self.SLICES)
+        fired = restored_fired(self.backend, self.event_time)
+        self._fired_kg = dict(fired)
+        set_key = self.backend.set_current_key_and_group
+        for key, kg in keys:
+            set_key(key, kg)
+            for se in self._slices.value() or ():
+                self._register_slice(se, fired.get(kg, MIN_WATERMARK), kg)
+        forget_fired(self.backend)
 
     # -- geometry ---------------------------------------------------------------------------
     def _first_end(self, after: int) -> int:
@@ -171,10 +222,6 @@ class SlicedWindowOperator(WindowOperator):
             now = self.timers.current_processing_time()
             timestamps = [now] * len(values)
             wm = now - 1  # nothing is late in processing time
-        if isinstance(self._table, dict):
-            self._process_heap(values, timestamps, wm)
-            self._flush()
-            return
         by_key: dict[Any, list[int]] = {}
         key_of = self.key
         for i, value in enumerate(values):
@@ -188,99 +235,11 @@ class SlicedWindowOperator(WindowOperator):
             self._process_key(k, idx, values, timestamps, wm)
         self._flush()
 
-    def _process_heap(self, values: list, stamps: list, wm: int) -> None:
-        """:meth:`process` on a heap backend: on-time records go straight into the backend's
-        table (as the rolling keyed reduce does), so a record costs its key, one lookup of its
-        key's slices (cached in ``_homes``), one slice lookup and one fold. New slices are noted
-        and their timers registered once per (slice, key group) after the batch. Records at or
-        behind the watermark take the per-key path, in their order."""
-        homes = self._homes
-        if len(homes) > _HOMES_MAX or not self._homes_valid():
-            self._forget_homes()
-        homes_get, home = homes.get, self._home
-        key_of, fold, g = self.key, self._fold, self._g
-        phase = self._offset % g
-        first = self._first if self.spec.aggregation == AGGREGATE else None
-        missing = _MISSING
-        new: list[tuple[int, Any]] = []
-        late: list[int] = []
-        for i, (value, ts) in enumerate(zip(values, stamps)):
-            if ts <= wm:
-                late.append(i)
-                continue
-            k = key_of(value)
-            d = homes_get(k)
-            if d is None:
-                d = home(k)
-            se = ts - (ts - phase) % g + g
-            old = d.get(se, missing)
-            if old is missing:
-                d[se] = value if first is None else first(value)
-                new.append((se, k))
-            else:
-                d[se] = fold(old, value)
-        if new:
-            self._register_slices(new, wm)
-        if late:
-            self._forget_homes()  # the per-key path may drop or replace a key's dict
-            for i in late:
-                self._process_key(key_of(values[i]), [i], values, stamps, wm)
-
-    def _home(self, k: Any) -> dict:
-        """The writable ``{slice end: value}`` dict of key ``k`` (created, or thawed after a
-        snapshot), remembered in ``_homes`` until the key's slices are all dropped."""
-        kg = self._assign.memo.get(k)
-        if kg is None:
-            kg = self._assign(k)
-            if kg not in self.backend.key_group_range:
-                self.backend.set_current_key(k)  # raises: the record reached the wrong subtask
-        table = self._table
-        m = table.get(kg)
-        if m is None:
-            m = table[kg] = {}
-        elif self._frozen and kg in self._frozen:
-            m = self._thaw(kg)
-        d = m.get(k)
-        if d is None:
-            d = m[k] = {}
-        self._homes[k] = d
-        self._home_groups[kg] = m
-        return d
-
-    def _homes_valid(self) -> bool:
-        """Whether every cached home is still in the table's live dict of its key group: a
-        snapshot freezes key groups, and binding a state object or the timer service to a
-        frozen group (set_current_key) replaces its dict with a copy, without telling us."""
-        table, frozen = self._table, self._frozen
-        for kg, m in self._home_groups.items():
-            if table.get(kg) is not m or kg in frozen:
-                return False
-        return True
-
-    def _forget_homes(self) -> None:
-        self._homes.clear()
-        self._home_groups.clear()
-
-    def _thaw(self, kg: int) -> dict:
-        """Copy-on-write of a key group after a snapshot; the cached homes of its keys (and,
-        simply, of all keys) point into the snapshot's copy, so they are forgotten."""
-        self._forget_homes()
-        return self.backend.thaw(self.SLICES, kg)
-
-    def _register_slices(self, new: list[tuple[int, Any]], wm: int) -> None:
-        """Timers of the slices a batch created: once per (slice end, key group)."""
-        memo_get, assign = self._assign.memo.get, self._assign
-        seen = {(se, memo_get(k)) for se, k in new}  # the memo knows k: _home asked for it
-        for se, kg in seen:
-            if kg is None:  # the memo was full and started again: ask each key
-                for kg in {assign(k) for s, k in new if s == se}:
-                    self._register_slice(se, wm, kg)
-            else:
-                self._register_slice(se, wm, kg)
-
     def _process_key(self, key: Any, idx: list[int], values: list, stamps: list, wm: int) -> None:
         self.backend.set_current_key(key)
         self._key = key
+        if self._fired_kg:  # a restored key group's records are late by its own time
+            wm = max(wm, self._fired_kg.get(self.backend.current_key_group, wm))
         cell = self._slices
         d = cell.value()
         if d is None:
@@ -305,17 +264,27 @@ class SlicedWindowOperator(WindowOperator):
         for se in new:
             self._register_slice(se, wm, kg)
 
+    def _kept_from(self, value: Any, ts: int, wm: int) -> int | None:
+        """For a record at or behind the watermark: the first window end still kept (``e - 1 +
+        lateness > wm``), or None when no window that holds it is (it is late data then, for the
+        side output if there is one)."""
+        last_end = self._last_end(ts)
+        kept_from = wm + 2 - self.lateness if self.event_time else wm + 2
+        if self._first_end(ts) > last_end or last_end < kept_from:
+            if self.event_time and ts + self.lateness <= wm and self.spec.late_tag_id is not None:
+                self._late_values.append(value)
+                self._late_stamps.append(ts)
+            return None
+        return kept_from
+
     def _late_record(self, d: dict, value: Any, ts: int, wm: int, new: list[int]) -> None:
         """A record at or behind the watermark: into its slice if a window that holds it is
         still kept, then fire at once the kept windows that already fired (newest first, as the
         general path's assigner lists them)."""
-        first_end, last_end = self._first_end(ts), self._last_end(ts)
-        kept_from = wm + 2 - self.lateness if self.event_time else wm + 2  # e - 1 + lateness > wm
-        if first_end > last_end or last_end < kept_from:
-            if self.event_time and ts + self.lateness <= wm and self.spec.late_tag_id is not None:
-                self._late_values.append(value)
-                self._late_stamps.append(ts)
+        kept_from = self._kept_from(value, ts, wm)
+        if kept_from is None:
             return
+        first_end, last_end = self._first_end(ts), self._last_end(ts)
         se = ts - (ts - self._offset % self._g) % self._g + self._g
         old = d.get(se, _MISSING)
         if old is _MISSING:
@@ -343,14 +312,7 @@ class SlicedWindowOperator(WindowOperator):
             self._register_group(self._cleanup_at(se), key_group)
 
     def _register_fire(self, t: int, key_group: int) -> None:
-        """A timer for the window ending at ``t + 1``. On the heap backend a key group keeps one
-        such timer, its earliest: when it fires, every window the watermark has passed fires
-        with it, and the group asks for the next window that holds a slice (:meth:`_fire_group`)."""
-        if isinstance(self._table, dict):
-            pending = self._pending.get(key_group)
-            if pending is not None and pending <= t:
-                return
-            self._pending[key_group] = t
+        """A timer for the window ending at ``t + 1``."""
         self._register_group(t, key_group)
 
     def _register_group(self, t: int, key_group: int) -> None:
@@ -372,26 +334,9 @@ class SlicedWindowOperator(WindowOperator):
         backend = self.backend
         kg = backend.current_key_group
         self._registered.discard((timestamp, kg))
-        pending = self._pending.get(kg)
-        if pending is not None and pending <= timestamp:
-            del self._pending[kg]  # fired now (even when the group has no slices left)
         table = backend.table(self.SLICES)
         group = table.get(kg)
         if not group:
-            return
-        if isinstance(table, dict):
-            if event_time and timestamp <= self._fired_to.get(kg, timestamp - 1):
-                return  # an earlier timer of the group fired this one's windows with its own
-            if kg in self._frozen:
-                group = self._thaw(kg)  # copy-on-write after a snapshot
-            # event time: every window of the group that the watermark has passed, in one pass
-            # per key (the timers after this one up to the watermark have nothing left to do)
-            limit = self.timers.current_watermark() if event_time else timestamp
-            self._fire_group(group, timestamp, max(limit, timestamp), kg)
-            if event_time:
-                self._fired_to[kg] = max(limit, timestamp)
-            else:
-                self._flush()
             return
         end = timestamp + 1
         size, slide, offset = self._size, self._slide, self._offset
@@ -424,100 +369,15 @@ class SlicedWindowOperator(WindowOperator):
         if not event_time:
             self._flush()  # event-time firings go out together in timers_fired()
 
-    def _fire_group(self, group: dict, timestamp: int, limit: int, kg: int) -> None:
-        """:meth:`_on_timer` on a heap backend, for every timer of the key group from
-        ``timestamp`` to ``limit``: each key's slices are read once, and each slice is folded
-        into the windows that hold it and end in ``(timestamp, limit + 1]``; a key's windows go
-        out in time order. The key group's dict is changed in place."""
-        size, slide = self._size, self._slide
-        phase = self._end_phase
-        lo = self._first_end(timestamp)  # the first window end after timestamp
-        hi = limit + 1 - (limit + 1 - phase) % slide  # the last window end at or before limit + 1
-        # slices whose last window is cleaned up by limit: the ends up to the first window start
-        # after (limit + 1 - lateness) - size
-        late = self.lateness if self.event_time else 0
-        low = limit + 2 - late - size
-        cut = low + (self._offset - low) % slide
-        nxt = self._first_end(limit + 1)  # the first window end the watermark has not passed
-        reduce = self.spec.aggregation == REDUCE
-        fold = self._reduce if reduce else None
-        plain = self.spec.window_function_kind is None
-        with_state = self.spec.window_function_kind == PROCESS
-        one_window = size == slide  # tumbling: a slice is its window
-        out_values, out_stamps = self._out_values, self._out_stamps
-        first_from, last_to = lo - size, hi  # slices in (first_from, last_to] are in a window that fires
-        after = nxt - size  # slices after this are in windows still to fire
-        pending = self._pending.get(kg)
-        if pending is not None and pending <= limit:
-            del self._pending[kg]  # fired now, with the others up to limit
-        earliest = None  # the first slice still to fire in a window
-        for k, d in list(group.items()):
-            if lo <= hi:
-                parts = sorted([(se, p) for se, p in d.items() if first_from < se <= last_to]) if len(d) > 1 else \
-                    [(se, p) for se, p in d.items() if first_from < se <= last_to]
-                if parts:
-                    if one_window and plain and reduce:
-                        for se, p in parts:
-                            out_values.append(p)
-                            out_stamps.append(se - 1)
-                    else:
-                        self._fire_key(k, kg, parts, lo, hi, fold, plain, with_state)
-            for se in d:
-                if se > after and (earliest is None or se < earliest):
-                    earliest = se
-            if d and min(d) <= cut:
-                for se in [se for se in d if se <= cut]:
-                    del d[se]
-                if not d:
-                    del group[k]
-                    self._homes.pop(k, None)
-        if earliest is not None:
-            self._register_fire(max(nxt, self._first_end(earliest - 1)) - 1, kg)
-
-    def _fire_key(self, k: Any, kg: int, parts: list, lo: int, hi: int, fold: Any, plain: bool, with_state: bool) -> None:
-        """Emit key ``k``'s windows ending in ``[lo, hi]`` from its slices ``parts`` (in time
-        order): each slice goes into the windows that hold it, so a window costs one fold per
-        slice it has, and none when it has none."""
-        size, slide = self._size, self._slide
-        missing, shared = _MISSING, _SHARED_AS_IS
-        accs: dict[int, Any] = {}
-        owned: set[int] = set()  # windows whose acc is a private object (a reduce may change it)
-        for se, p in parts:
-            e = se if se >= lo else lo
-            e += (self._end_phase - e) % slide  # the first window end >= max(se, lo)
-            stop = min(hi, se + size - 1)
-            while e <= stop:
-                acc = accs.get(e, missing)
-                if fold is None:
-                    accs[e] = self._merge_acc(self._create_acc() if acc is missing else acc, p)
-                elif acc is missing:
-                    accs[e] = p
-                else:
-                    if e not in owned:
-                        if type(acc) not in shared:
-                            acc = copy.copy(acc)
-                        owned.add(e)
-                    accs[e] = fold(acc, p)
-                e += slide
-        out_values, out_stamps = self._out_values, self._out_stamps
-        for e, acc in accs.items():  # inserted in increasing order: parts are in time order
-            if fold is None:
-                acc = self._result(acc)
-            if plain:
-                out_values.append(acc)
-                out_stamps.append(e - 1)
-            else:
-                self._key = k
-                if with_state:  # the function's global_state() and window_state() are k's
-                    self.backend.set_current_key_and_group(k, kg)
-                self._emit(TimeWindow(e - size, e), [acc])
-
     def end_input(self) -> None:
         self._flush()  # nothing should be pending here (timers_fired ran); never lose it
 
     def timers_fired(self) -> None:
         """The watermark fired every due timer: emit their windows as one batch, before the
         watermark is forwarded."""
+        if self._fired_kg:
+            wm = self.timers.current_watermark()
+            self._fired_kg = {kg: t for kg, t in self._fired_kg.items() if t > wm}
         self._flush()
 
     def _fire_window(self, d: dict, end: int) -> bool:
@@ -526,20 +386,24 @@ class SlicedWindowOperator(WindowOperator):
         parts = [d[se] for se in sorted(d) if start < se <= end] if len(d) > 1 else [v for se, v in d.items() if start < se <= end]
         if not parts:
             return False
-        if self.spec.aggregation == REDUCE:
-            acc = parts[0]
-            if len(parts) > 1:
-                acc = copy.copy(acc)  # a reduce that changes its first argument must not reach a slice
-                for p in parts[1:]:
-                    acc = self._reduce(acc, p)
-        else:
-            acc = self._create_acc()
-            for p in parts:
-                acc = self._merge_acc(acc, p)
-            acc = self._result(acc)
+        acc = self._combine(parts)
         if self.spec.window_function_kind is None:
             self._out_values.append(acc)
             self._out_stamps.append(end - 1)
         else:
             self._emit(TimeWindow(start, end), [acc])
         return True
+
+    def _combine(self, parts: list) -> Any:
+        """A window's result from the values of its slices, in time order."""
+        if self.spec.aggregation == REDUCE:
+            acc = parts[0]
+            if len(parts) > 1:
+                acc = copy.copy(acc)  # a reduce that changes its first argument must not reach a slice
+                for p in parts[1:]:
+                    acc = self._reduce(acc, p)
+            return acc
+        acc = self._create_acc()
+        for p in parts:
+            acc = self._merge_acc(acc, p)
+        return self._result(acc)
