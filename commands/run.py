@@ -285,8 +285,11 @@ def info(
 
     Runs JOB.py up to env.execute(), then prints the job graph that would be submitted: the
     chains of operators that share a task, their parallelism and how records are partitioned
-    between them (FORWARD, HASH, REBALANCE, ...), the state backend the job's keyed state would
-    live in (hashmap or rocksdb, and whether its checkpoints are incremental, from the job and
+    between them (FORWARD, HASH, REBALANCE, ...), the path each window operator takes (sliced:
+    tumbling and sliding windows with reduce/aggregate and the default trigger, each record
+    folded into one slice of gcd(size, slide); general: every window's contents, for evictors,
+    custom triggers, sessions and window functions alone; with the reason), the state backend
+    the job's keyed state would live in (hashmap or rocksdb, and whether its checkpoints are incremental, from the job and
     the cluster's configuration), then the delivery guarantee of each source
     and sink and of the job end to end (the weakest of them and the checkpointing mode; see
     flinkpy-connectors(7)). Nothing is submitted.
