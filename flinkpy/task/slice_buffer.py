@@ -141,9 +141,13 @@ class BufferedSlicedWindowOperator(SlicedWindowOperator):
         key_of, assign, marks = self.key, self._assign, self._fired_kg
         g = self._g
         phase = self._offset % g
+        event_time = self.event_time
         for value, ts in zip(values, stamps):
             k = key_of(value)
-            w = max(wm, marks.get(assign(k), MIN_WATERMARK))
+            mark = marks.get(assign(k), MIN_WATERMARK)
+            if not event_time and ts <= mark:
+                ts = mark + 1  # a clock behind the restored one: the group's next window
+            w = max(wm, mark)
             if ts <= w:
                 self._late(k, value, ts, w)
             else:
@@ -231,14 +235,19 @@ class BufferedSlicedWindowOperator(SlicedWindowOperator):
         drop the slices whose last window is cleaned up by ``t``."""
         buf, slide = self._buf, self._slide
         after = self._fired_to + 1
-        ends: set[int] = set()
-        for se in buf:
-            e = self._first_end(max(se - 1, after))
-            last = min(self._last_end(se - 1), t + 1)
-            while e <= last:
-                ends.add(e)
-                e += slide
-        for e in sorted(ends):
+        lo = self._first_end(after)
+        if (t + 1 - lo) // slide < len(buf):
+            ends: Any = range(lo, t + 2, slide)  # fewer windows than slices (a window without any is skipped)
+        else:  # a long way (the final watermark): the windows that hold a slice
+            ends = set()
+            for se in buf:
+                e = self._first_end(max(se - 1, after))
+                last = min(self._last_end(se - 1), t + 1)
+                while e <= last:
+                    ends.add(e)
+                    e += slide
+            ends = sorted(ends)
+        for e in ends:
             self._emit_window(e)
         self._passed(t)
         for se in [se for se in buf if self._cleanup_at(se) <= t]:
