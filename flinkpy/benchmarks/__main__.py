@@ -173,6 +173,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
         if wanted(args, "windows"):
             log("sliding (5 s / 1 s) and tumbling (5 s) windows vs a rolling reduce on the event-time W1 ...")
             results["windows"] = measure_windows(address, token, paths, n_words, args.runs)
+            log("the same with exactly-once checkpoints every 200 ms ...")
+            results["windows"]["checkpointed"] = measure_windows(address, token, paths, n_words, args.runs, checkpoint_ms=200)
             results["windows"]["bytewax"] = measure_bytewax(results["windows"], lines, tmp, args.runs)
         if wanted(args, "latency"):
             total = 200_000 // (10 if args.quick else 1)
@@ -194,15 +196,17 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
                 results["recovery"].append(dict(best[len(best) // 2]))
 
 
-def measure_windows(address: str, token: str, paths: list[str], n_words: int, runs: int) -> dict[str, Any]:
+def measure_windows(address: str, token: str, paths: list[str], n_words: int, runs: int, checkpoint_ms: int | None = None) -> dict[str, Any]:
     """The rolling reduce, sliding and tumbling windows on the event-time W1, taken in turns (a
-    change in the machine's load moves a run's three alike); a ratio is the median of the runs'."""
+    change in the machine's load moves a run's three alike); a ratio is the median of the runs'.
+    With ``checkpoint_ms``: exactly-once checkpoints at that interval."""
     kinds = {"rolling": False, "sliding": True, "tumbling": "tumbling"}
     secs: dict[str, list[float]] = {kind: [] for kind in kinds}
     for i in range(runs):
         log(f"windows: rolling, sliding, tumbling, run {i + 1} ...")
         for kind, windowed in kinds.items():
-            secs[kind].append(run_job(address, token, lambda env: job_w1_windowed(env, paths, windowed), 1, f"bench-w1-{kind}"))
+            secs[kind].append(run_job(address, token, lambda env: job_w1_windowed(env, paths, windowed), 1, f"bench-w1-{kind}",
+                                      checkpoint_ms=checkpoint_ms))
     result: dict[str, Any] = {f"{kind}_rate": n_words / statistics.median(s) for kind, s in secs.items()}
     for kind in ("sliding", "tumbling"):
         ratios = [r / w for r, w in zip(secs["rolling"], secs[kind])]
@@ -294,6 +298,12 @@ def report_parts(results: dict[str, Any]) -> None:
               f"({w['sliding_vs_rolling']:.2f} of it; runs {', '.join(f'{r:.2f}' for r in w['sliding_ratios'])})")
         print(f"tumbling windows 5 s on W1: {w['tumbling_rate'] / 1e3:.0f} k words/s ({w['tumbling_vs_rolling']:.2f} of the rolling reduce; "
               f"runs {', '.join(f'{r:.2f}' for r in w['tumbling_ratios'])})")
+        cp = w.get("checkpointed")
+        if cp:
+            print(f"with checkpoints every 200 ms: rolling {cp['rolling_rate'] / 1e3:.0f} k words/s, sliding {cp['sliding_rate'] / 1e3:.0f} k "
+                  f"({cp['sliding_vs_rolling']:.2f}), tumbling {cp['tumbling_rate'] / 1e3:.0f} k ({cp['tumbling_vs_rolling']:.2f}); "
+                  f"against checkpointing off: {cp['rolling_rate'] / w['rolling_rate']:.2f}, {cp['sliding_rate'] / w['sliding_rate']:.2f}, "
+                  f"{cp['tumbling_rate'] / w['tumbling_rate']:.2f}")
         for line in bytewax_windows.report(w.get("bytewax", {})):
             print(line)
     if "latency" in results:
