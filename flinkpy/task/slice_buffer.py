@@ -49,7 +49,10 @@ SLICES = SlicedWindowOperator.SLICES
 
 
 class BufferedSlicedWindowOperator(SlicedWindowOperator):
-    """A :class:`SlicedWindowOperator` whose slices live in the operator (module docstring)."""
+    """A :class:`SlicedWindowOperator` whose slices live in the operator (module docstring).
+    It is its backend's view of the states in :attr:`names` (``attach_view``)."""
+
+    names = (SLICES, FIRED)
 
     def _open_contents(self) -> None:
         check_restored_path(self, SLICED)
@@ -67,7 +70,7 @@ class BufferedSlicedWindowOperator(SlicedWindowOperator):
         #: the earliest time something is due: a window end - 1, or a slice's cleanup
         self._due: int | None = None
         self._restore()
-        backend.attach_view(_SliceView(self))
+        backend.attach_view(self)
 
     def _restore(self) -> None:
         backend = self.backend
@@ -342,15 +345,3 @@ def _combine_reduced(parts: list[dict], reduce: Any) -> dict:
                 owned.add(k)
             accs[k] = reduce(a, v)
     return accs
-
-
-class _SliceView:
-    """What the heap backend asks at a snapshot (``attach_view``)."""
-
-    names = (SLICES, FIRED)
-
-    def __init__(self, op: BufferedSlicedWindowOperator) -> None:
-        self.op = op
-
-    def freeze(self) -> dict[str, Mapping[int, dict]]:
-        return self.op.freeze()
