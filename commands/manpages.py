@@ -80,12 +80,12 @@ def split_help(help_text: str) -> tuple[str, list[str], list[str]]:
 def commands(cmd: click.Command, path: tuple[str, ...] = ("flinkpy",)) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     """Every command and group of the tree, depth first, with its full name."""
     yield path, cmd
-    if _is_group(cmd):
+    if is_group(cmd):
         for name in sorted(cmd.commands):  # type: ignore[attr-defined]
             yield from commands(cmd.commands[name], path + (name,))  # type: ignore[attr-defined]
 
 
-def _is_group(cmd: click.Command) -> bool:
+def is_group(cmd: click.Command) -> bool:
     # Duck-typed: typer's vendored click has no Group class, real click does.
     return isinstance(getattr(cmd, "commands", None), dict)
 
@@ -94,11 +94,15 @@ def page_name(path: tuple[str, ...]) -> str:
     return "-".join(path)
 
 
-def _synopsis(cmd: click.Command, path: tuple[str, ...]) -> str:
+def usage_pieces(cmd: click.Command, path: tuple[str, ...]) -> str:
+    """What follows the command's name in its synopsis: ``[OPTIONS] JOB_ID``."""
     ctx = click.Context(cmd, info_name=" ".join(path))
     # typer marks required arguments with braces; in a synopsis, roman type already says it.
-    pieces = re.sub(r"[{}]", "", " ".join(cmd.collect_usage_pieces(ctx)))
-    return f'.SY "{esc(" ".join(path))}"\n{esc(pieces)}\n.YS'
+    return re.sub(r"[{}]", "", " ".join(cmd.collect_usage_pieces(ctx)))
+
+
+def _synopsis(cmd: click.Command, path: tuple[str, ...]) -> str:
+    return f'.SY "{esc(" ".join(path))}"\n{esc(usage_pieces(cmd, path))}\n.YS'
 
 
 
@@ -133,7 +137,7 @@ def render(path: tuple[str, ...], cmd: click.Command, *, version: str) -> str:
     ]
     for paragraph in [summary, *paragraphs]:
         out += [".PP", esc(paragraph)]
-    if _is_group(cmd):
+    if is_group(cmd):
         out.append(".SH COMMANDS")
         for sub_name in sorted(cmd.commands):
             sub = cmd.commands[sub_name]
@@ -184,7 +188,7 @@ def _see_also(path: tuple[str, ...], cmd: click.Command) -> str:
     refs: list[str] = []
     if len(path) > 1:
         refs.append(page_name(path[:-1]))
-    if _is_group(cmd):
+    if is_group(cmd):
         refs += [page_name(path + (n,)) for n in sorted(cmd.commands)]
     if "flinkpy" not in refs and len(path) > 2:
         refs.insert(0, "flinkpy")
