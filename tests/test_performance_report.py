@@ -80,7 +80,7 @@ def test_every_part_turns_its_results_into_figures_of_a_known_table() -> None:
     """Each part's converter on a result of the shape the part returns (a converter that breaks
     would lose a long run's report at its very end)."""
     w = {"unit": "words/s", "loop_rate": 2e6, "p1_rate": 1e6, "p1_ratio": 0.5, "p1_ratios": [0.4, 0.5, 0.6], "p2_rate": 1e6,
-         "p2_ratio": 0.5, "p1_checkpointed_rate": 1e6, "checkpointed_vs_off": 1.0, "p2_checkpointed_rate": 1e6,
+         "p2_ratio": 0.5, "p1_checkpointed_rate": 1e6, "p1_checkpointed_ratio": 0.5, "checkpointed_vs_off": 1.0, "p2_checkpointed_rate": 1e6,
          "p2_checkpointed_vs_off": 1.0, "p2_checkpoints": 3, "p2_alignment_ms_max": 5, "p2_alignment_bytes_max": 100}
     inc = {"status": "COMPLETED", "uploaded_bytes": 10, "full_bytes": 100, "duration_ms": 5, "sync_ms_max": 1}
     side = {"rate": 1.0, "first_result_s": 1.0, "output": 5, "batches": 1, "phases_ms": {"addBatch": 10}, "runs": []}

@@ -29,7 +29,8 @@ def workloads(results: dict[str, Any]) -> list[Figure]:
             ("flinkpy p=2", "p2_rate", rate), ("p=2 / loop", "p2_ratio", Unit.RATIO),
         ], spreads={"p1_ratio": "p1_ratios"})
         out += cells("checkpoint-cost", row, e, [
-            ("flinkpy p=1", "p1_checkpointed_rate", rate), ("p=1: with / without", "checkpointed_vs_off", Unit.RATIO),
+            ("flinkpy p=1", "p1_checkpointed_rate", rate), ("p=1 / loop", "p1_checkpointed_ratio", Unit.RATIO),
+            ("p=1: with / without", "checkpointed_vs_off", Unit.RATIO),
             ("flinkpy p=2", "p2_checkpointed_rate", rate), ("p=2: with / without", "p2_checkpointed_vs_off", Unit.RATIO),
             ("checkpoints at p=2", "p2_checkpoints", Unit.COUNT), ("alignment at p=2, max", "p2_alignment_ms_max", Unit.MS),
             ("processed while aligning, max", "p2_alignment_bytes_max", Unit.BYTES),
