@@ -14,6 +14,7 @@ page.
 from __future__ import annotations
 
 import argparse
+import html
 import re
 import sys
 from pathlib import Path
@@ -40,8 +41,11 @@ def text(value: str) -> str:
 
 
 def code(value: str) -> str:
-    """An inline code span (its pipes escaped, since it may sit in a table)."""
-    return f"`{value}`".replace("|", "\\|")
+    """An inline code span; one with a pipe is written as HTML, since it may sit in a table
+    (where a pipe ends the cell, and a backslash before it would show in a code span)."""
+    if "|" in value:
+        return "<code>" + html.escape(value).replace("|", "&#124;") + "</code>"
+    return f"`{value}`"
 
 
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
