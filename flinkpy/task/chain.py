@@ -249,11 +249,13 @@ class _SourceHead(ops.Operator):
 
     def __init__(self, name: str, fn: Any, output: ops.Output, strategy: Any = None):
         super().__init__(name, fn, output)
-        from flinkpy.task.watermarks import Stamper
+        from flinkpy.task.watermarks import MIN_WATERMARK, Stamper
 
         self.strategy = strategy
         self.stamper = Stamper(strategy, output) if strategy is not None else None
         self.idle = False
+        #: the highest watermark the source emitted itself
+        self.source_watermark = MIN_WATERMARK
 
     def open(self, runtime_context: Any) -> None:
         pass
@@ -270,6 +272,17 @@ class _SourceHead(ops.Operator):
     def emit_periodic_watermark(self) -> None:
         if self.stamper is not None:
             self.stamper.emit_periodic()
+
+    def emit_source_watermark(self, watermark: int) -> None:
+        """A watermark the source itself emitted (a SourceFunction's ``ctx.emit_watermark``);
+        a WatermarkStrategy given to the source generates the watermarks instead, as in Flink."""
+        if self.stamper is not None or watermark <= self.source_watermark:
+            return
+        self.source_watermark = watermark
+        if self.idle:
+            self.idle = False
+            self.output.process_watermark_status(False)
+        self.output.process_watermark(watermark)
 
     def mark_idle(self) -> None:
         if not self.idle:

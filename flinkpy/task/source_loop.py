@@ -13,7 +13,7 @@ import select
 import time
 from typing import TYPE_CHECKING, Any
 
-from flinkpy.connectors.base import ReaderContext
+from flinkpy.connectors.base import ReaderContext, StampedBatch
 from flinkpy.task.watermarks import MAX_WATERMARK
 
 if TYPE_CHECKING:
@@ -81,7 +81,15 @@ class SourceLoop:
                 if batch is None:
                     break
                 now = monotonic()
-                if batch:
+                if type(batch) is StampedBatch:
+                    # a legacy SourceFunction's timestamps, and the watermark it emitted after them
+                    if batch:
+                        self.records_in += len(batch)
+                        head(list(batch), batch.timestamps)
+                    if batch.watermark is not None:
+                        source_head.emit_source_watermark(batch.watermark)
+                    last_data = now
+                elif batch:
                     self.records_in += len(batch)
                     head(batch, None)
                     last_data = now
