@@ -33,6 +33,7 @@ from typing import Any
 
 from flinkpy.common.async_functions import AsyncOptions, check_results
 from flinkpy.task.operators import Operator, Output
+from flinkpy.task.watermarks import MAX_WATERMARK
 
 #: the state key under which a snapshot keeps the queue's inputs
 STATE_KEY = "async"
@@ -115,6 +116,10 @@ class AsyncWaitOperator(Operator):
             self._enqueue(value, timestamps[i] if timestamps is not None else None)
 
     def process_watermark(self, watermark: int) -> None:
+        if watermark == MAX_WATERMARK and self.queue:
+            # event time ends (the end of input, or a drain before a final savepoint): every
+            # record's results go out first, so a savepoint after it holds no request
+            self.end_input()
         if not self.queue:
             self.output.process_watermark(watermark)
         elif self.options.ordered:
@@ -126,6 +131,18 @@ class AsyncWaitOperator(Operator):
     def end_input(self) -> None:
         while self.queue or self._ordered or self._marks:
             self._wait()
+
+    def abandon(self) -> None:
+        """Stopped with a savepoint without draining: the held records are in the savepoint,
+        and the job that resumes from it issues their requests; emitting them here too would
+        emit their results twice."""
+        for r in self.queue.values():
+            if r.task is not None and self._loop is not None:
+                self._loop.call_soon_threadsafe(r.task.cancel)
+        self.queue.clear()
+        self._ordered.clear()
+        self._marks.clear()
+        self._held.clear()
 
     def close(self) -> None:
         loop = self._loop
@@ -248,7 +265,8 @@ class AsyncWaitOperator(Operator):
 
     def _start(self, r: _Request) -> None:
         loop = self._loop
-        assert loop is not None
+        if loop is None or r.seq not in self.queue:
+            return  # abandoned before it started
         r.task = loop.create_task(self._request(r))
         if self.timeout_s is not None:
             r.timer = loop.call_later(self.timeout_s, self._on_timeout, r)
