@@ -342,3 +342,75 @@ def test_exactly_once_after_the_async_task_is_killed_with_requests_outstanding(s
     assert job["restarts"] == 1, [e["message"] for e in exception_entries(jid)]
     restored = checkpoints(jid)["latest"]["restored"]
     assert restored is not None and restored["id"] >= 2, restored
+
+
+# -- stop with a savepoint, then resume --------------------------------------------------------
+
+STOPPABLE = """
+import asyncio, json, os, sys
+from flinkpy.common import Time, WatermarkStrategy
+from flinkpy.datastream import AsyncDataStream, AsyncFunction, MapFunction, StreamExecutionEnvironment
+from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+count, out_dir, tag = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+
+class Slow(AsyncFunction):
+    async def async_invoke(self, n):
+        await asyncio.sleep((2 + n % 5) / 1000)
+        return [n]
+
+
+class Seen(MapFunction):
+    def open(self, ctx):
+        self.index, self.seen = ctx.get_index_of_this_subtask(), []
+
+    def map(self, n):
+        self.seen.append(n)
+        return n
+
+    def close(self):
+        with open(os.path.join(out_dir, f"{tag}-{self.index}.json"), "w") as f:
+            json.dump(self.seen, f)
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.enable_checkpointing(100)
+numbers = env.from_source(NumberSequenceSource(1, count), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
+looked_up = AsyncDataStream.unordered_wait(numbers, Slow(), Time.seconds(30), capacity=4).uid("lookup")
+looked_up.map(Seen()).uid("seen")
+env.execute("stoppable async")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_with_a_savepoint_and_a_resume_see_every_result_once(start, tmp_path: Path) -> None:
+    """Stopped (no drain) with requests outstanding, the job's savepoint holds them; the resumed
+    job issues them. Every result reaches the operator after the async one exactly once over
+    both runs: none lost, none emitted by the stopping job as well."""
+    import json
+
+    from conftest import run_cli
+    from test_savepoint_cli import job_state, one_json, running_with_checkpoint
+
+    start()
+    program, out = tmp_path / "stoppable.py", tmp_path / "out"
+    program.write_text(STOPPABLE)
+    out.mkdir()
+    count = 12_000
+    res = run_cli("run", "--json", "-d", str(program), str(count), str(out), "first", timeout=120)
+    assert res.returncode == 0, res.stderr
+    first = json.loads(res.stdout)["jobs"][0]["jid"]
+    running_with_checkpoint(first)
+    stop = run_cli("stop", "--json", "--savepoint-path", str(tmp_path / "sps"), first)
+    assert stop.returncode == 0, stop.stderr
+    location = one_json(stop)["location"]
+    assert job_state(first) == "FINISHED"
+    res = run_cli("run", "-s", location, str(program), str(count), str(out), "second", timeout=120)
+    assert res.returncode == 0, res.stderr
+    firsts = json.loads((out / "first-0.json").read_text())
+    seconds = json.loads((out / "second-0.json").read_text())
+    assert 0 < len(firsts) < count, "the stop came after the end of the input"
+    both = Counter(firsts + seconds)
+    assert sorted(both) == list(range(1, count + 1)), f"lost: {sorted(set(range(1, count + 1)) - set(both))[:10]}"
+    assert max(both.values()) == 1, f"seen twice: {[n for n, c in both.items() if c > 1][:10]}"
