@@ -180,15 +180,26 @@ class AsyncWaitOperator(Operator):
         except BlockingIOError:
             pass
         finished = self._finished
+        ordered = self.options.ordered
+        ready: list[_Request] = []  # unordered: what may go out now, as one batch
         while finished:
             r = finished.popleft()
             r.done = True
             if r.error is not None:
                 self._fail(r)
-            if not self.options.ordered:
-                self._finish_unordered(r)
-        if self.options.ordered:
+            if ordered:
+                continue
+            if r.segment == self._emitting_segment:
+                self._pending_in[r.segment] -= 1
+                ready.append(r)
+            else:
+                self._held.setdefault(r.segment, []).append(r)  # behind a watermark still held
+        if ordered:
             self._emit_ordered()
+            return
+        if ready:
+            self._emit(ready)
+        self._advance_segments()
 
     def _wait(self) -> None:
         select.select([self.wakeup_fd], [], [], 0.1)
@@ -233,14 +244,6 @@ class AsyncWaitOperator(Operator):
                 break
         if ready:
             self._emit(ready)
-
-    def _finish_unordered(self, r: _Request) -> None:
-        if r.segment == self._emitting_segment:
-            self._pending_in[r.segment] -= 1
-            self._emit([r])
-            self._advance_segments()
-        else:
-            self._held.setdefault(r.segment, []).append(r)
 
     def _advance_segments(self) -> None:
         """A segment whose records are all out lets its watermark go, then the next segment's
