@@ -7,8 +7,10 @@ the queue exactly as the barrier does. A finished request tells the task thread 
 wake-up pipe, which the task's loop waits on beside its channels.
 
 - **Capacity**: at most ``capacity`` records are in the queue (in flight, or done and waiting to
-  be emitted). A record that finds it full waits, in the task thread, for one to leave: the task
-  reads no more input meanwhile, and credit-based flow control holds the producers back.
+  be emitted). A record that finds it full waits, in the task thread, until a tenth of the
+  capacity is free: the task reads no more input meanwhile, and credit-based flow control holds
+  the producers back. Requests reach the loop in batches (one wake-up of its thread for all the
+  records a batch or a refill enqueued).
 - **Order**: ordered mode emits results in input order; unordered mode as requests finish, but
   never across a watermark: the results of records before a watermark go out before it, and
   those after it after it (Flink's segments).
@@ -90,6 +92,10 @@ class AsyncWaitOperator(Operator):
         self._wake_w = -1
         #: the most requests in flight at once (a figure for tests and metrics)
         self.max_in_flight = 0
+        #: a full queue takes records again once it holds this many (see process)
+        self._refill_at = options.capacity - max(1, options.capacity // 10)
+        #: requests enqueued since the last hand-over to the event loop
+        self._unstarted: list[_Request] = []
 
     # -- life --------------------------------------------------------------------------------
 
@@ -107,13 +113,20 @@ class AsyncWaitOperator(Operator):
         restored, self._restored = self._restored, []
         for value, ts in restored:  # in flight at the checkpoint: issued again, first
             self._enqueue(value, ts)
+        self._submit()
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         capacity = self.options.capacity
+        queue = self.queue
         for i, value in enumerate(values):
-            while len(self.queue) >= capacity:
-                self._wait()  # full: back-pressure; the task reads no input meanwhile
+            if len(queue) >= capacity:
+                # full: back-pressure (the task reads no input meanwhile) until a tenth of the
+                # capacity is free again, so that one wake-up refills several slots at once
+                self._submit()
+                while len(queue) > self._refill_at:
+                    self._wait()
             self._enqueue(value, timestamps[i] if timestamps is not None else None)
+        self._submit()
 
     def process_watermark(self, watermark: int) -> None:
         if watermark == MAX_WATERMARK and self.queue:
@@ -215,7 +228,13 @@ class AsyncWaitOperator(Operator):
             self._pending_in[r.segment] += 1
         if len(self.queue) > self.max_in_flight:
             self.max_in_flight = len(self.queue)
-        self._loop.call_soon_threadsafe(self._start, r)  # type: ignore[union-attr]
+        self._unstarted.append(r)
+
+    def _submit(self) -> None:
+        """Hand the enqueued requests to the event loop: one wake-up of its thread for all."""
+        if self._unstarted:
+            batch, self._unstarted = self._unstarted, []
+            self._loop.call_soon_threadsafe(self._start_all, batch)  # type: ignore[union-attr]
 
     def _emit(self, requests: list[_Request]) -> None:
         values: list = []
@@ -265,6 +284,10 @@ class AsyncWaitOperator(Operator):
         raise RuntimeError(f"async I/O operator {self.name!r}: the request for record {r.value!r} {what}: {type(e).__name__}: {e}") from e
 
     # -- the event loop's thread ---------------------------------------------------------------
+
+    def _start_all(self, batch: list[_Request]) -> None:
+        for r in batch:
+            self._start(r)
 
     def _start(self, r: _Request) -> None:
         loop = self._loop
