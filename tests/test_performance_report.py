@@ -104,6 +104,8 @@ def test_every_part_turns_its_results_into_figures_of_a_known_table() -> None:
                      "large_state": [{"keys": 100, "compaction": "LEVEL", "changed": 0.01, "load_s": 1.0, "first": inc, "incremental": [inc, inc],
                                       "full_snapshot": {"bytes": 1, "duration_ms": 1, "task_rss_peak": 1}, "restore_ms": 1,
                                       "savepoint_restore": {"duration_ms": 1, "task_rss_peak": 1}}]},
+        "async_io": {"requests": 10, "capacity": 2, "delay_ms": 5, "ceiling_rate": 400, "loop_rate": 300, "unordered_rate": 250,
+                     "unordered_ratio": 0.8, "unordered_ratios": [0.7, 0.9], "ordered_rate": 240, "ordered_ratio": 0.8, "ordered_ratios": [0.8]},
         "backpressure": {"source_rate": 1, "sink_rate": 1, "aligned": {"checkpoints": 1, "failed": 0, "duration_ms_median": 1, "sink_rate": 1},
                          "unaligned": {"checkpoints": 1, "failed": 0, "duration_ms_median": 1, "sink_rate": 1, "sink_rate_vs_aligned": 1}},
         "spark": {"master": "local[2]", "parallelism": 2, "session_start_s": 1, "warm_up_s": 1,
@@ -113,7 +115,7 @@ def test_every_part_turns_its_results_into_figures_of_a_known_table() -> None:
     found = figures.collect(results)
     tables = {f.table for f in found}
     assert tables <= {t.key for t in TABLES}
-    assert tables >= {"workloads", "checkpoint-cost", "first-output", "peers-form", "join", "metrics", "snapshots", "recovery", "savepoint",
+    assert tables >= {"workloads", "checkpoint-cost", "first-output", "peers-form", "async", "join", "metrics", "snapshots", "recovery", "savepoint",
                       "windows", "latency", "failover", "backends", "large-state", "backpressure", "spark", "spark-phases"}
     assert len({f.key for f in found}) == len(found), "two figures for one cell"
     # each part module's converter is the one collect uses

@@ -22,6 +22,10 @@ checkpoints every 1 s, aligned, aligned with buffer debloating, and unaligned, a
 checkpoints' durations (median, p99), alignment times, the sink's throughput and, for unaligned
 checkpoints, the bytes stored in flight (see flinkpy.benchmarks.backpressure).
 
+The ``async`` part runs async I/O (``AsyncDataStream``, capacity 100, a 5 ms "remote call")
+against a plain asyncio loop issuing the same requests with the same capacity (see
+flinkpy.benchmarks.async_io).
+
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
 
@@ -48,6 +52,6 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.backends`, :mod:`~flinkpy.benchmarks.spark`,
 :mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`,
 :mod:`~flinkpy.benchmarks.two_input`, :mod:`~flinkpy.benchmarks.peers_form`,
-:mod:`~flinkpy.benchmarks.backpressure`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.backpressure`, :mod:`~flinkpy.benchmarks.async_io`; ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import backends, backpressure, bytewax_windows, figures, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, metrics_cost, peers_form, two_input
 from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
-PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure"]
+PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure", "async"]
 
 #: a workload: (records, the loop's seconds, the job's builder, the rate's unit)
 Workload = tuple[int, Callable[[], float], Callable[[Any], None], str]
@@ -163,6 +163,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
         for name, workload in workloads.items():
             if wanted(args, name):
                 results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
+        if wanted(args, "async"):
+            results["async_io"] = async_io.measure(address, token, args.runs, run_job, log, quick=args.quick)
         if wanted(args, "peers-form"):
             results["peers_form"] = peers_form.measure(address, token, lines, n_words, w2_count, args.runs, run_job, log, tmp)
         if wanted(args, "join"):
@@ -327,6 +329,8 @@ def report_parts(results: dict[str, Any]) -> None:
         for line in backends.report(results["backends"]):
             print(line)
     for line in backpressure.report(results.get("backpressure", {})):
+        print(line)
+    for line in async_io.report(results.get("async_io", {})):
         print(line)
     if "first_output_s" in results:
         print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")

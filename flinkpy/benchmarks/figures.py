@@ -8,7 +8,7 @@ import os
 import platform
 from typing import Any
 
-from flinkpy.benchmarks import backends, backpressure, bytewax_windows, metrics_cost, peers_form
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, metrics_cost, peers_form
 from flinkpy.benchmarks.report import Figure, Machine, Run, Unit, cells, summary
 from flinkpy.benchmarks.windows import WINDOW_ROWS
 from flinkpy.benchmarks.workloads import WORKLOAD_ROWS
@@ -133,6 +133,7 @@ def collect(results: dict[str, Any]) -> list[Figure]:
         out += backends.figures(results["backends"])
     if results.get("backpressure"):
         out += backpressure.figures(results["backpressure"])
+    out += async_io.figures(results.get("async_io", {}))
     if "spark" in results:
         from flinkpy.benchmarks.spark import figures as spark_figures
 

@@ -119,6 +119,12 @@ TABLES: list[Table] = [
           "the data in flight takes about its target time to process. Unaligned, the barrier overtakes the queued "
           "buffers, which are stored with the checkpoint; what is left is part of one buffer, since a task processes "
           "a buffer in slices and sees a barrier between two of them.", "configuration"),
+    Table("async", "Async I/O",
+          "Requests that each wait a fixed delay (a remote call), at most the capacity of them in flight, against a "
+          "plain asyncio loop that keeps the same number in flight: the ceiling is the capacity over the delay. The "
+          "operator's event loop runs in a thread of the task; the task thread hands it records and emits results, "
+          "so what it adds per request is two hand-offs between threads and the checkpointed queue's bookkeeping.",
+          "mode"),
     Table("spark", "The Spark runner against hand-written PySpark",
           "W1 and W2 three ways in one run on one warm local[2] session: flinkpy's engine at p=2, the same job through "
           "the Spark runner, and the query a PySpark user writes (W1 with a Python UDF, W2 in Column expressions), "
