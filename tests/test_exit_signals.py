@@ -224,29 +224,37 @@ def test_a_stop_signal_cancels_the_job_and_stops_the_embedded_cluster(tmp_path, 
             proc.kill()
 
 
+def _jobs() -> list[dict]:
+    res = subprocess.run(_cli_argv("list", "-a", "--json"), capture_output=True, text=True, cwd=str(ROOT))
+    return json.loads(res.stdout or "{}").get("jobs", [])
+
+
 @pytest.mark.timeout(180)
-def test_ctrl_c_on_a_running_cluster_leaves_the_job_running(tmp_path, flinkpy_home):
+@pytest.mark.parametrize("shutdown_on_exit", [False, True])
+def test_ctrl_c_on_a_running_cluster(tmp_path, flinkpy_home, shutdown_on_exit):
     """As Flink's client on a session cluster: the client leaves, the job keeps running, and
-    the line says how to cancel it."""
+    the line says how to cancel it; with execution.shutdown-on-attached-exit it cancels it."""
     job = tmp_path / "forever.py"
     job.write_text(FOREVER_JOB)
+    flags = ["-D", "execution.shutdown-on-attached-exit=true"] if shutdown_on_exit else []
     with running_cluster(flinkpy_home, taskmanagers=1):
-        proc = subprocess.Popen(_cli_argv("run", str(job)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        proc = subprocess.Popen(_cli_argv("run", *flags, str(job)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=str(ROOT), start_new_session=True)
         try:
-            listed = wait_for(lambda: [j for j in json.loads(subprocess.run(_cli_argv("list", "--json"), capture_output=True, text=True,
-                                                                                  cwd=str(ROOT)).stdout or "{}").get("jobs", [])
-                                       if j.get("state") == "RUNNING"], timeout=60, message="the job to run")
+            listed = wait_for(lambda: [j for j in _jobs() if j.get("state") == "RUNNING"], timeout=60, message="the job to run")
             job_id = listed[0]["jid"]
             os.kill(proc.pid, signal.SIGINT)
             proc.wait(60)
             err = _drain(proc)
             assert proc.returncode == 130, err
             assert "Traceback" not in err, err
+            if shutdown_on_exit:
+                assert f"flinkpy: interrupted: job {job_id} cancelled\n" in err, err
+                assert any(j["jid"] == job_id and j["state"] == "CANCELED" for j in _jobs())
+                return
             assert f"flinkpy: interrupted: job {job_id} keeps running on the cluster at " in err, err
             assert f"(cancel it with 'flinkpy cancel {job_id}')" in err, err
-            res = subprocess.run(_cli_argv("list", "--json"), capture_output=True, text=True, cwd=str(ROOT))
-            assert any(j["jid"] == job_id and j["state"] == "RUNNING" for j in json.loads(res.stdout)["jobs"]), res.stdout
+            assert any(j["jid"] == job_id and j["state"] == "RUNNING" for j in _jobs())
             assert subprocess.run(_cli_argv("cancel", job_id), capture_output=True, cwd=str(ROOT)).returncode == 0
         finally:
             if proc.poll() is None:
