@@ -38,7 +38,8 @@ EXIT_DESCRIPTIONS: dict[str, str] = {
     "AUTHENTICATION": "The request lacked the cluster's token, or it was wrong.",
     "SAVEPOINT_FAILED": "A savepoint was accepted but did not complete (its cause is on stderr).",
     "VERIFY_FAILED": "flinkpy verify found records lost or duplicated in a job's output.",
-    "INTERRUPTED": "Interrupted (Ctrl-C).",
+    "INTERRUPTED": "Interrupted by Ctrl-C (SIGINT). An attached 'flinkpy run' on its embedded cluster first cancels the job and stops the cluster; on a running cluster the job keeps running (unless execution.shutdown-on-attached-exit) and the one line on stderr says how to cancel it.",
+    "TERMINATED": "Stopped by SIGTERM, after doing what Ctrl-C does (see 130).",
 }
 
 ENVIRONMENT: list[tuple[str, str]] = [

@@ -12,7 +12,7 @@ The layers, bottom to top (:data:`LAYERS`); a unit may import any unit of a lowe
 of its own layer or above:
 
 1. ``flinkpy`` (the version), ``errors`` (the one exception hierarchy), ``processes`` (process
-   identity), ``clock`` (the one ``now_ms``), ``units`` (the one duration and memory-size
+   identity), ``signals`` (stop signals noted by the handler, acted on by the process), ``clock`` (the one ``now_ms``), ``units`` (the one duration and memory-size
    parser), ``logfiles`` (a process's log files, rotated by size, read from the end): what
    everything may use.
 2. ``config`` (the YAML schema and its parsers) and ``protocol`` (the typed, versioned messages
@@ -66,7 +66,7 @@ PACKAGE = ROOT / "flinkpy"
 
 #: bottom to top; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
-    ("flinkpy", "errors", "processes", "clock", "units", "logfiles"),
+    ("flinkpy", "errors", "processes", "signals", "clock", "units", "logfiles"),
     ("config", "protocol"),
     ("common", "program", "metrics"),
     ("network", "faults", "graph", "state", "formats"),

@@ -85,7 +85,7 @@ def test_every_part_turns_its_results_into_figures_of_a_known_table() -> None:
     inc = {"status": "COMPLETED", "uploaded_bytes": 10, "full_bytes": 100, "duration_ms": 5, "sync_ms_max": 1}
     side = {"rate": 1.0, "first_result_s": 1.0, "output": 5, "batches": 1, "phases_ms": {"addBatch": 10}, "runs": []}
     results = {
-        "date": "2026-11-28", "workloads": {"w1": w}, "first_output_s": 1.1,
+        "date": "2026-11-28", "workloads": {"w1": w}, "startup": {"runs_s": [1.0, 1.2], "median_s": 1.1, "max_s": 1.2, "exit_median_s": 1.5, "exit_max_s": 1.6},
         "peers_form": {"w2": {"unit": "ints/s", "loop_rate": 1, "p1_rate": 1, "p1_ratio": 1, "p1_ratios": [1], "p1_net_rate": 1, "p1_net_ratio": 1}},
         "join": {"unit": "words/s", "loop_rate": 1, **{f"p{p}_{k}": 1 for p in (1, 2) for k in ("w1_rate", "one_input_rate", "vs_one_input", "rate", "vs_w1", "ratio")},
                  "p2_checkpointed_vs_off": 1, "p2_checkpoints": 2, "p2_alignment_ms_max": 3, "p2_alignment_bytes_max": 4},

@@ -34,8 +34,11 @@ TaskManager and task processes), and, in the same run, as a plain single-process
 that calls the same user functions (flat_map, map, key selector, reduce) with no engine in
 between. It prints records/s and the ratio flinkpy / loop: ratios, because absolute times on a
 shared machine are not stable. The engine's time is the job's net runtime as the JobManager
-measures it (RUNNING to FINISHED: task start-up included, cluster start-up not). It also
-measures the wall time from ``flinkpy run examples/word_count.py`` to the job's first output.
+measures it (RUNNING to FINISHED: task start-up included, cluster start-up not).
+
+``startup`` (``--only startup``, and in a full run) measures the wall time from starting
+``flinkpy run examples/word_count.py`` (embedded cluster start-up included) to the job's first
+line of output, over 20 runs (5 with ``--quick``), and reports the median and the maximum.
 This is a measurement tool, not a test: it asserts nothing.
 
 ``--report FILE.json`` also writes every figure the run measured, with its date, command,

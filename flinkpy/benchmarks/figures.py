@@ -114,9 +114,13 @@ def failover(f: dict[str, Any]) -> list[Figure]:
 def collect(results: dict[str, Any]) -> list[Figure]:
     """Every figure in the results of one run of ``python -m flinkpy.benchmarks``."""
     out = workloads(results.get("workloads", {}))
-    if "first_output_s" in results:
-        out.append(Figure("first-output", "flinkpy run examples/word_count.py", "to the first printed line",
-                          float(results["first_output_s"]), Unit.S))
+    if "startup" in results:
+        st = results["startup"]
+        row = f"flinkpy run examples/word_count.py, {len(st['runs_s'])} runs"
+        out += cells("first-output", row, st, [
+            ("to the first printed line, median", "median_s", Unit.S), ("to the first printed line, max", "max_s", Unit.S),
+            ("to its exit, median", "exit_median_s", Unit.S), ("to its exit, max", "exit_max_s", Unit.S),
+        ])
     out += peers_form.figures(results.get("peers_form", {}))
     if "join" in results:
         out += join(results["join"])
