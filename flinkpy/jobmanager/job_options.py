@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from flinkpy.checkpoint.options import CheckpointingOptions
+from flinkpy.common.restart_backoff import RestartBackoffTimeStrategy, strategy_from_config
 from flinkpy.config import SCHEMA, typed_value
 from flinkpy.errors import ConfigurationError
-from flinkpy.jobmanager.restart_strategies import RestartBackoffTimeStrategy, strategy_from_config
 
 #: where errors say a bad value came from
 SOURCE = "the job's configuration"
