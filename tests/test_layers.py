@@ -24,7 +24,8 @@ of its own layer or above:
    its Python files and running its file, which the Spark runner, the client and the API share;
    and ``metrics``: user metric groups, Flink's metric names, the JobManager's metric store.
 4. The engine's parts that know nothing of each other: ``network`` (framing, channels, credit,
-   and the REST transport every process that talks to a JobManager uses),
+   the REST transport every process that talks to a JobManager uses, and the REST endpoint
+   with no routes that the JobManager and a Spark driver serve),
    ``faults`` (pure fault planning), ``graph`` (StreamGraph -> JobGraph), ``state`` (key groups,
    keyed state backends).
 5. ``checkpoint`` (storage, ``_metadata`` and snapshot analysis, over state), ``connectors``
@@ -33,7 +34,8 @@ of its own layer or above:
 7. ``taskmanager`` and ``jobmanager``: the engine's two kinds of processes.
 8. ``cluster``: starting, finding and stopping the processes of a local (or HA) cluster.
 9. ``spark``: the Spark runner, a runner beside the engine; it reuses the engine's operators
-   (``task``), restart strategies and REST plumbing (``jobmanager``) and a cluster's home.
+   (``task``), the restart strategies (``common``), the REST endpoint (``network``) and a
+   cluster's home.
 10. ``client``: the one way to drive flinkpy, over both runners (submit, savepoints, analysis).
 11. ``datastream``: the user's API; ``execute()`` hands the job to the client.
 12. ``benchmarks``: measurements over everything.
