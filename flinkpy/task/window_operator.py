@@ -33,20 +33,12 @@ from flinkpy.common.window import (
 )
 from flinkpy.common.window_spec import AGGREGATE, PROCESS, REDUCE, WindowSpec
 from flinkpy.errors import FlinkpyError, InvalidProgramError
+from flinkpy.task.operators import user_method
 from flinkpy.task.side_outputs import collect
 from flinkpy.task.window_contexts import AssignerContext, TriggerContext, WindowContext
 from flinkpy.task.window_state import NamespacedStates
 
 _MISSING = object()
-
-
-def _user_method(fn: Any, name: str) -> Callable:
-    method = getattr(fn, name, None)
-    if callable(method) and not isinstance(fn, types.FunctionType):
-        return method
-    if callable(fn):
-        return fn
-    raise InvalidProgramError(f"{type(fn).__name__} has no {name}() method")
 
 
 def _lifecycle(fn: Any, name: str) -> Callable | None:
@@ -119,7 +111,7 @@ class WindowOperator:
         # Contents: keep elements when there is no pre-aggregation or an evictor must see them.
         self._keep_elements = spec.aggregation is None or self.evictor is not None
         if spec.aggregation == REDUCE:
-            self._reduce = _user_method(spec.aggregate_function, "reduce")
+            self._reduce = user_method(spec.aggregate_function, "reduce")
         elif spec.aggregation == AGGREGATE:
             agg = spec.aggregate_function
             self._create_acc, self._add, self._result, self._merge_acc = (
@@ -127,7 +119,7 @@ class WindowOperator:
             )
         kind = spec.window_function_kind
         if kind is not None:
-            self._window_fn = _user_method(spec.window_function, kind)
+            self._window_fn = user_method(spec.window_function, kind)
         self._clear_fn = _lifecycle(spec.window_function, "clear") if kind == PROCESS else None
         self._open_contents()
 
