@@ -26,7 +26,7 @@ from flinkpy.jobmanager.checkpoint_coordinator import (
     Finalize,
     NotifyComplete,
     PendingCheckpoint,
-    TriggerCheckpoint,
+    TriggerAtSources,
 )
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ class JobCheckpointing:
         dispatcher's lock and performs the actions it returns; ``fail_job(reason)`` fails the job."""
         g = self.graph
         for a in actions:
-            if isinstance(a, TriggerCheckpoint):
+            if isinstance(a, TriggerAtSources):
                 if self.ha is not None and not self.ha.reserve(a.checkpoint_id):
                     continue  # fenced: no longer the leader; the checkpoint times out unheard
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
