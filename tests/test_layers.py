@@ -13,8 +13,8 @@ of its own layer or above:
 
 1. ``flinkpy`` (the version), ``errors`` (the one exception hierarchy), ``processes`` (process
    identity), ``clock`` (the one ``now_ms``), ``units`` (the one duration and memory-size
-   parser), ``logfiles`` (a process's log files, rotated by size, read from the end): what
-   everything may use.
+   parser), ``logfiles`` (a process's log files, rotated by size, read from the end), ``files``
+   (writing a local file atomically): what everything may use.
 2. ``config`` (the YAML schema and its parsers) and ``protocol`` (the typed, versioned messages
    and deployment descriptors that JobManager, TaskManager and tasks exchange).
 3. ``common``: the definitions user code and the runtime share, as Flink keeps them in
@@ -68,7 +68,7 @@ PACKAGE = ROOT / "flinkpy"
 
 #: bottom to top; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
-    ("flinkpy", "errors", "processes", "clock", "units", "logfiles"),
+    ("flinkpy", "errors", "processes", "clock", "units", "logfiles", "files"),
     ("config", "protocol"),
     ("common", "program", "metrics"),
     ("network", "faults", "graph", "state", "formats"),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from flinkpy.files import write_json_atomically
 from flinkpy.network.auth import read_secret
 from flinkpy.processes import running
 
@@ -157,9 +158,7 @@ def record_lock(home: ClusterHome) -> Iterator[None]:
 
 
 def write_record(home: ClusterHome, c: ClusterInfo) -> None:
-    tmp = home.path / ".cluster.json.tmp"
-    tmp.write_text(json.dumps(cluster_record(c)))
-    os.replace(tmp, home.path / "cluster.json")
+    write_json_atomically(home.path / "cluster.json", cluster_record(c))
 
 
 def read_record(home: ClusterHome) -> ClusterInfo | None:

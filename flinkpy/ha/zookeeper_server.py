@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, NotFoundError, OperationTimeoutError
+from flinkpy.files import write_json_atomically
 from flinkpy.ha.zookeeper_probe import HOST, four_letter_word, server_mode  # noqa: F401  (importers read them here too)
 from flinkpy.processes import create_time, log_tail, port_free, running
 
@@ -233,10 +234,7 @@ def _record_path(home: Any) -> Path:
 
 
 def _write_record(info: ZooKeeperInfo) -> None:
-    path = _record_path(info.home)
-    tmp = path.with_name(".zookeeper.json.tmp")
-    tmp.write_text(json.dumps(info.record(), indent=2))
-    os.replace(tmp, path)
+    write_json_atomically(_record_path(info.home), info.record(), indent=2)
 
 
 def _read_record(home: Any) -> ZooKeeperInfo | None:
