@@ -18,6 +18,7 @@ a job changes.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import threading
 import time
@@ -292,9 +293,9 @@ class Dispatcher:
             outputs=[ResultPartitionDeployment(**o) for o in g.outputs_of(ex)],
             python_path=rec.python_path,
             runtime_mode=g.meta.get("runtime_mode", "STREAMING"),
-            config=TaskConfig(**rec.options.task.descriptor(), checkpoint_dir=rec.checkpointing.checkpoint_dir,
-                              checkpointing_mode=rec.checkpointing.options.mode,
-                              unaligned=rec.checkpointing.unaligned),
+            config=dataclasses.replace(rec.options.task, checkpoint_dir=rec.checkpointing.checkpoint_dir,
+                                       checkpointing_mode=rec.checkpointing.options.mode,
+                                       unaligned=rec.checkpointing.unaligned),
             job_parameters=dict(rec.options.job_parameters),
             restore=rec.checkpointing.restore_spec(ex),
             artifact=rec.artifact,
