@@ -12,6 +12,8 @@ the processes that own them and do without.
 >>> write_json_atomically(d / "cluster.json", {"port": 8081})
 >>> (d / "cluster.json").read_text()
 '{"port": 8081}'
+>>> read_json(d / "cluster.json"), read_json(d / "none.json")
+({'port': 8081}, None)
 >>> write_atomically(d / "offset", "42", durable=True)
 >>> sorted(p.name for p in d.iterdir())
 ['cluster.json', 'offset']
@@ -51,6 +53,15 @@ def write_atomically(path: PathLike, data: bytes | str, *, durable: bool = False
 def write_json_atomically(path: PathLike, doc: Any, *, indent: int | None = None, durable: bool = False) -> None:
     """Replace ``path`` with ``doc`` as JSON in one step (see :func:`write_atomically`)."""
     write_atomically(path, json.dumps(doc, indent=indent), durable=durable)
+
+
+def read_json(path: PathLike) -> Any | None:
+    """The JSON document at ``path``, or None when there is none (or it is not JSON)."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def fsync_directory(directory: PathLike) -> None:

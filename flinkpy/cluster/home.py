@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from flinkpy.files import write_json_atomically
+from flinkpy.files import read_json, write_json_atomically
 from flinkpy.network.auth import read_secret
 from flinkpy.processes import running
 
@@ -162,9 +161,8 @@ def write_record(home: ClusterHome, c: ClusterInfo) -> None:
 
 
 def read_record(home: ClusterHome) -> ClusterInfo | None:
-    try:
-        rec = json.loads((home.path / "cluster.json").read_text())
-    except (FileNotFoundError, ValueError):
+    rec = read_json(home.path / "cluster.json")
+    if rec is None:
         return None
     jm = ProcessInfo(**rec["jobmanager"])
     return ClusterInfo(
