@@ -41,7 +41,7 @@ from flinkpy.jobmanager.slot_pool import SlotPool
 from flinkpy.jobmanager.taskmanager_registry import TaskManagerRecord, TaskManagerRegistry
 from flinkpy.metrics.store import MetricStore
 from flinkpy.network.connection import Connection
-from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, JobArtifact, ResultPartitionDeployment, TaskConfig, TaskDeploymentDescriptor
+from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, JobArtifact, ResultPartitionDeployment, TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CancelTask, CheckpointAck, CheckpointDecline, ConnectTask, Refused, Registered, RegisterTaskManager
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import pickle
 import selectors
 import struct
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.clock import now_ms
 from flinkpy.network import channels as net
