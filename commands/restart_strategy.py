@@ -1,7 +1,7 @@
 """`flinkpy restart-strategy`: see and change a running job's restart strategy, or explain one offline.
 
 ``show`` and ``set`` talk to a cluster (REST); ``explain`` needs none: it replays a strategy
-(``flinkpy.jobmanager.restart_strategies``) against a sequence of failures and prints the
+(``flinkpy.common.restart_backoff``) against a sequence of failures and prints the
 schedule. The flags of ``set`` and ``explain`` are the same and map one to one to Flink's
 ``restart-strategy.*`` keys; flags left out take Flink's defaults.
 """
@@ -19,7 +19,7 @@ from commands.session import session
 from flinkpy.config import SCHEMA
 from flinkpy.units import format_duration_ms, parse_duration_ms
 from flinkpy.errors import UsageError
-from flinkpy.jobmanager.restart_strategies import (
+from flinkpy.common.restart_backoff import (
     ALLOWED_TYPES,
     DURATION_FIELDS,
     PREFIX,

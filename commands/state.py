@@ -125,12 +125,8 @@ def analyze(
         if not sep or not key.strip():
             raise UsageError(f"--spark-conf {item!r} is not KEY=VALUE", remedy="e.g. --spark-conf spark.executor.memory=4g")
         conf[key.strip()] = value
-    if engine == "spark":
-        from flinkpy.spark.analysis import analyze as analyze_with_spark
-
-        result = analyze_with_spark(path, top=top, master=spark_master, conf=conf, trusted=trusted)
-    else:
-        result = run_analysis(path, top=top, engine=engine, trusted=trusted)  # UsageError for an unknown engine
+    # the client chooses the engine (UsageError for an unknown one); the CLI only passes the flags on
+    result = run_analysis(path, top=top, engine=engine, master=spark_master, conf=conf, trusted=trusted)
     if session.json:
         emit_json(result)
         return

@@ -18,7 +18,7 @@ from flinkpy.jobmanager.checkpoint_coordinator import (
     FailJob,
     Finalize,
     NotifyComplete,
-    TriggerCheckpoint,
+    TriggerAtSources,
 )
 from flinkpy.jobmanager.checkpoint_stats import checkpoint_stats
 
@@ -44,7 +44,7 @@ def complete(cc: CheckpointCoordinator, cid: int, now_ms: int) -> list:
 
 
 def triggered(actions: list) -> list[int]:
-    return [a.checkpoint_id for a in actions if isinstance(a, TriggerCheckpoint)]
+    return [a.checkpoint_id for a in actions if isinstance(a, TriggerAtSources)]
 
 
 # -- periodic triggering -----------------------------------------------------------------------
@@ -53,7 +53,7 @@ def triggered(actions: list) -> list[int]:
 def test_periodic_trigger_follows_the_interval():
     cc = coordinator(interval_ms=100)
     actions = cc.tick(0)
-    assert actions == [TriggerCheckpoint(1, 0, "checkpoint", "EXACTLY_ONCE", [SOURCE])]
+    assert actions == [TriggerAtSources(1, 0, "checkpoint", "EXACTLY_ONCE", [SOURCE])]
     complete(cc, 1, 10)
     assert cc.tick(99) == []
     assert triggered(cc.tick(100)) == [2]
@@ -243,7 +243,7 @@ def test_manual_trigger_ignores_interval_but_respects_max_concurrent():
     cc.tick(0)
     complete(cc, 1, 5)
     cid, actions = cc.trigger(6, reason="cli")
-    assert cid == 2 and actions == [TriggerCheckpoint(2, 6, "checkpoint", "EXACTLY_ONCE", [SOURCE])]
+    assert cid == 2 and actions == [TriggerAtSources(2, 6, "checkpoint", "EXACTLY_ONCE", [SOURCE])]
     with pytest.raises(CheckpointTriggerRefused) as err:
         cc.trigger(7)
     assert "already in progress (2)" in err.value.reason and "max-concurrent" in str(err.value)

@@ -20,7 +20,7 @@ from flinkpy.client.client import Client
 from flinkpy.client.operations import Deadline
 from flinkpy.errors import ConflictError, NotFoundError, OperationTimeoutError, UsageError
 from flinkpy.faults.chaos import PlannedFault, kinds_for
-from flinkpy.jobmanager.restart_strategies import strategy_from_config
+from flinkpy.common.restart_backoff import strategy_from_config
 from test_recovery import ENDLESS_EVEN_ODD, ENDLESS_N
 
 pytestmark = pytest.mark.timeout(180)

@@ -234,7 +234,7 @@ def _with_strategy(strategy, failover: str = "region") -> ExecutionGraph:
 
 def test_a_restartable_failure_restarts_the_region_after_the_backoff() -> None:
     from flinkpy.jobmanager.execution_graph import Failover, Restart
-    from flinkpy.jobmanager.restart_strategies import FixedDelay
+    from flinkpy.common.restart_backoff import FixedDelay
 
     g = _with_strategy(FixedDelay(attempts=1, delay_ms=100))
     failed = exec_id(g, 1, 0)
@@ -260,7 +260,7 @@ def test_a_restartable_failure_restarts_the_region_after_the_backoff() -> None:
 def test_the_killed_producer_is_the_root_cause_even_when_its_consumer_reports_first() -> None:
     """A SIGKILLed source: its consumer's connection reset often reaches the JobManager before
     the TaskManager's report of the dead process; the root cause is the kill either way."""
-    from flinkpy.jobmanager.restart_strategies import FixedDelay
+    from flinkpy.common.restart_backoff import FixedDelay
 
     g = _with_strategy(FixedDelay(attempts=3, delay_ms=100))
     g.on_task_state(exec_id(g, 2, 0), "FAILED", {"exception": "ConnectionResetError", "message": "[Errno 104] Connection reset by peer"}, now_ms=2000)
@@ -276,7 +276,7 @@ def test_the_killed_producer_is_the_root_cause_even_when_its_consumer_reports_fi
 
 def test_a_global_failure_restarts_every_task_when_the_strategy_allows() -> None:
     from flinkpy.jobmanager.execution_graph import Failover
-    from flinkpy.jobmanager.restart_strategies import FixedDelay, NoRestart
+    from flinkpy.common.restart_backoff import FixedDelay, NoRestart
 
     g = _with_strategy(FixedDelay(attempts=3, delay_ms=0))
     actions = g.fail_global("flinkpy.CheckpointException", "too many failed checkpoints", now_ms=2000)
@@ -290,7 +290,7 @@ def test_a_restart_waiting_for_slots_past_slot_request_timeout_is_a_failed_attem
     """Flink's slot.request.timeout bounds a restart that waits for slots: the wait then counts
     as a failure for the restart strategy, which backs off and waits again, or fails the job."""
     from flinkpy.jobmanager.execution_graph import Restart
-    from flinkpy.jobmanager.restart_strategies import FixedDelay
+    from flinkpy.common.restart_backoff import FixedDelay
 
     g = _with_strategy(FixedDelay(attempts=2, delay_ms=100))
     g.on_task_state(exec_id(g, 1, 0), "FAILED", {"exception": "flinkpy.TaskManagerLost", "message": "gone"}, now_ms=2000)

@@ -6,13 +6,14 @@ import pytest
 
 from flinkpy.config import SCHEMA, typed_value
 from flinkpy.errors import ConfigurationError
-from flinkpy.jobmanager.job_options import JobOptions, TaskOptions
+from flinkpy.jobmanager.job_options import JobOptions
+from flinkpy.protocol.deployment import TaskConfig
 from flinkpy.units import format_memory_size, parse_memory_size
 
 
 def test_defaults_are_the_schemas() -> None:
     opts = JobOptions.parse({}, "file:///ck")
-    assert opts.task == TaskOptions(
+    assert opts.task == TaskConfig(
         buffer_timeout_ms=SCHEMA["execution.buffer-timeout.interval"].default,
         auto_watermark_ms=SCHEMA["pipeline.auto-watermark-interval"].default,
         segment_size=SCHEMA["taskmanager.memory.segment-size"].default,
@@ -20,6 +21,7 @@ def test_defaults_are_the_schemas() -> None:
         state_backend={},
         credit=SCHEMA["taskmanager.network.memory.buffers-per-channel"].default
         + SCHEMA["taskmanager.network.memory.floating-buffers-per-gate"].default // 4,
+        metrics_interval_ms=SCHEMA["metrics.fetcher.update-interval"].default,
     )
     assert opts.slot_request_timeout_ms == SCHEMA["slot.request.timeout"].default
     assert (opts.failover, opts.claim, opts.job_parameters) == ("region", False, {})

@@ -12,9 +12,10 @@ The layers, bottom to top (:data:`LAYERS`); a unit may import any unit of a lowe
 of its own layer or above:
 
 1. ``flinkpy`` (the version), ``errors`` (the one exception hierarchy), ``processes`` (process
-   identity), ``signals`` (stop signals noted by the handler, acted on by the process), ``clock`` (the one ``now_ms``), ``units`` (the one duration and memory-size
-   parser), ``logfiles`` (a process's log files, rotated by size, read from the end): what
-   everything may use.
+   identity), ``signals`` (stop signals noted by the handler, acted on by the process), ``clock``
+   (the one ``now_ms``), ``units`` (the one duration and memory-size parser), ``logfiles`` (a
+   process's log files, rotated by size, read from the end), ``files`` (writing a local file
+   atomically): what everything may use.
 2. ``config`` (the YAML schema and its parsers) and ``protocol`` (the typed, versioned messages
    and deployment descriptors that JobManager, TaskManager and tasks exchange).
 3. ``common``: the definitions user code and the runtime share, as Flink keeps them in
@@ -24,7 +25,8 @@ of its own layer or above:
    its Python files and running its file, which the Spark runner, the client and the API share;
    and ``metrics``: user metric groups, Flink's metric names, the JobManager's metric store.
 4. The engine's parts that know nothing of each other: ``network`` (framing, channels, credit,
-   and the REST transport every process that talks to a JobManager uses),
+   the REST transport every process that talks to a JobManager uses, and the REST endpoint
+   with no routes that the JobManager and a Spark driver serve),
    ``faults`` (pure fault planning), ``graph`` (StreamGraph -> JobGraph), ``state`` (key groups,
    keyed state backends).
 5. ``checkpoint`` (storage, ``_metadata`` and snapshot analysis, over state), ``connectors``
@@ -33,7 +35,8 @@ of its own layer or above:
 7. ``taskmanager`` and ``jobmanager``: the engine's two kinds of processes.
 8. ``cluster``: starting, finding and stopping the processes of a local (or HA) cluster.
 9. ``spark``: the Spark runner, a runner beside the engine; it reuses the engine's operators
-   (``task``), restart strategies and REST plumbing (``jobmanager``) and a cluster's home.
+   (``task``), the restart strategies (``common``), the REST endpoint (``network``) and a
+   cluster's home.
 10. ``client``: the one way to drive flinkpy, over both runners (submit, savepoints, analysis).
 11. ``datastream``: the user's API; ``execute()`` hands the job to the client.
 12. ``benchmarks``: measurements over everything.
@@ -66,7 +69,7 @@ PACKAGE = ROOT / "flinkpy"
 
 #: bottom to top; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
-    ("flinkpy", "errors", "processes", "signals", "clock", "units", "logfiles"),
+    ("flinkpy", "errors", "processes", "signals", "clock", "units", "logfiles", "files"),
     ("config", "protocol"),
     ("common", "program", "metrics"),
     ("network", "faults", "graph", "state", "formats"),

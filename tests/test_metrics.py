@@ -108,7 +108,7 @@ def test_prometheus_names_labels_and_values() -> None:
 def test_metrics_enabled_and_the_report_interval_reach_the_tasks() -> None:
     assert JobOptions.parse({}, "c").task.metrics_interval_ms == 1000
     assert JobOptions.parse({"metrics.fetcher.update-interval": "250 ms"}, "c").task.metrics_interval_ms == 250
-    assert JobOptions.parse({"metrics.enabled": "false"}, "c").task.descriptor()["metrics_interval_ms"] == 0
+    assert JobOptions.parse({"metrics.enabled": "false"}, "c").task.metrics_interval_ms == 0
 
 
 def test_process_figures_from_proc() -> None:

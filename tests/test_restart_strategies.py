@@ -9,7 +9,7 @@ import pytest
 
 from flinkpy.common.restart_strategy import RestartStrategies
 from flinkpy.errors import ConfigurationError
-from flinkpy.jobmanager.restart_strategies import (
+from flinkpy.common.restart_backoff import (
     ExponentialDelay,
     FailureRate,
     FixedDelay,

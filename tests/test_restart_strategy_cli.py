@@ -143,7 +143,7 @@ def stub_jobmanager():  # type: ignore[no-untyped-def]
         def do_PUT(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             puts.append(body)
-            from flinkpy.jobmanager.restart_strategies import strategy_from_config
+            from flinkpy.common.restart_backoff import strategy_from_config
 
             new = strategy_from_config(body["config"], checkpointing_enabled=False).describe()
             state["history"].append({"timestamp": 1_700_000_000_000, "from": state["restart-strategy"], "to": new})

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, poll, run_cli, wait_for
-from flinkpy.jobmanager.restart_strategies import ExponentialDelay, FailureRate, FixedDelay, NoRestart
+from flinkpy.common.restart_backoff import ExponentialDelay, FailureRate, FixedDelay, NoRestart
 from flinkpy.spark.control_registry import read_record
 from flinkpy.spark.supervisor import GiveUp, Restart, SparkJobSupervisor
 

@@ -46,7 +46,8 @@ from flinkpy.datastream.window_stream import AllWindowedStream, WindowedStream, 
 from flinkpy.errors import InvalidProgramError
 from flinkpy.state import canonical
 from backends import new_backend, use_backend
-from flinkpy.task.window_operator import WindowOperator, WindowSpec
+from flinkpy.common.window_spec import WindowSpec
+from flinkpy.task.window_operator import WindowOperator
 
 MIN_WM = -(2**63)
 MAX_WM = 2**63 - 1

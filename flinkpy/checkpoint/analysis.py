@@ -158,7 +158,7 @@ def analyze(
         raise not_restorable(report)
     doc = report.metadata
     assert doc is not None
-    reader = _Reader(storage, report.path, trusted=trusted)
+    reader = StateFileReader(storage, report.path, trusted=trusted)
     top_heap: list[tuple[int, int, dict[str, Any]]] = []
     order = itertools.count()
     facts = [_scan_operator(op, reader, top, top_heap, order) for op in doc["operators"]]
@@ -211,7 +211,7 @@ def to_dataframe(result: Mapping[str, Any]) -> Any:
 # --------------------------------------------------------------------------- reading (both engines)
 
 
-class _Reader:
+class StateFileReader:
     """Reads and decodes the state files of one checkpoint, one at a time (none is kept, so
     memory holds one subtask's state at most). Picklable: Spark tasks use it too."""
 
@@ -474,7 +474,7 @@ def _operator_report(op: Mapping[str, Any], facts: OperatorFacts) -> dict[str, A
 
 def _scan_operator(
     op: Mapping[str, Any],
-    reader: _Reader,
+    reader: StateFileReader,
     top: int,
     top_heap: list[tuple[int, int, dict[str, Any]]],
     order: Iterator[int],

@@ -50,6 +50,7 @@ from fsspec.utils import get_protocol
 
 from flinkpy.checkpoint.metadata import CHECKSUM_FIELD, METADATA_FILE, CorruptCheckpointError, check_seal, handles, seal, unsealed_warning, validate
 from flinkpy.errors import NotFoundError, UsageError
+from flinkpy.files import fsync_directory, write_atomically
 
 log = logging.getLogger("flinkpy.checkpoint")
 _CHK = re.compile(r"^chk-(\d+)$")
@@ -244,7 +245,7 @@ class CheckpointStorage:
             raise
         if local:
             os.replace(target, path)
-            _fsync_dir(posixpath.dirname(path))
+            fsync_directory(posixpath.dirname(path))
         return {"path": name, "size": out.size, "checksum": "sha256:" + out.digest.hexdigest()}, result
 
     def fetch_state(self, checkpoint_dir_url: str, handle: Mapping[str, Any], local_path: str) -> None:
@@ -352,29 +353,15 @@ class CheckpointStorage:
         except BaseException:
             _unlink(tmp)
             raise
-        _fsync_dir(directory)
+        fsync_directory(directory)
 
     def _put(self, url: str, data: bytes) -> None:
         self._check_outage(url)
         fs, path = self._fs(url)
         if isinstance(fs, LocalFileSystem):
             # Write aside, fsync, rename into place: readers see no file or the whole file.
-            directory = posixpath.dirname(path)
-            os.makedirs(directory, exist_ok=True)
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
-            _fsync_dir(directory)
+            os.makedirs(posixpath.dirname(path), exist_ok=True)
+            write_atomically(path, data, durable=True)
         else:
             # One PUT: object stores (and memory://) make an object visible whole or not at all.
             fs.pipe_file(path, data)
@@ -540,14 +527,6 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def _fsync_dir(directory: str) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a crash
-    finally:
-        os.close(dir_fd)
 
 
 class _HashingWriter:

@@ -34,6 +34,8 @@ def analyze(
     engine: str = "local",
     storage_options: Mapping[str, Any] | None = None,
     spark: Any = None,
+    master: str = "local[*]",
+    conf: Mapping[str, str] | None = None,
     trusted: bool = False,
 ) -> dict[str, Any]:
     """Analyze the checkpoint or savepoint at ``path`` (its directory or `_metadata`, any fsspec URL).
@@ -42,7 +44,8 @@ def analyze(
     keys ``top_keys`` lists. ``engine="local"`` reads the files one at a time in this process.
     ``engine="spark"`` reads them in Spark tasks (one per state file) and computes the same
     report with DataFrame aggregations: pass a ``SparkSession`` as ``spark``, or one is started
-    on ``local[*]``. Both engines give the same result, ``engine`` aside. State files are
+    on ``master`` (``local[*]`` by default) with the Spark properties ``conf``, and stopped at
+    the end. Both engines give the same result, ``engine`` aside. State files are
     decoded with a restricted unpickler (plain values and flinkpy's types; other classes are
     refused) unless ``trusted`` (see :mod:`flinkpy.state.safe_pickle`).
     """
@@ -54,5 +57,5 @@ def analyze(
         # imported only when asked for: pyspark is a heavy import, and optional
         from flinkpy.spark.analysis import analyze as analyze_with_spark
 
-        return analyze_with_spark(path, top=top, storage_options=storage_options, spark=spark, trusted=trusted)
+        return analyze_with_spark(path, top=top, storage_options=storage_options, spark=spark, master=master, conf=conf, trusted=trusted)
     return local.analyze(path, top=top, storage_options=storage_options, trusted=trusted)

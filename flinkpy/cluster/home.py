@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from flinkpy.files import read_json, write_json_atomically
 from flinkpy.network.auth import read_secret
 from flinkpy.processes import running
 
@@ -157,15 +157,12 @@ def record_lock(home: ClusterHome) -> Iterator[None]:
 
 
 def write_record(home: ClusterHome, c: ClusterInfo) -> None:
-    tmp = home.path / ".cluster.json.tmp"
-    tmp.write_text(json.dumps(cluster_record(c)))
-    os.replace(tmp, home.path / "cluster.json")
+    write_json_atomically(home.path / "cluster.json", cluster_record(c))
 
 
 def read_record(home: ClusterHome) -> ClusterInfo | None:
-    try:
-        rec = json.loads((home.path / "cluster.json").read_text())
-    except (FileNotFoundError, ValueError):
+    rec = read_json(home.path / "cluster.json")
+    if rec is None:
         return None
     jm = ProcessInfo(**rec["jobmanager"])
     return ClusterInfo(

@@ -13,7 +13,6 @@ and real.
 
 from __future__ import annotations
 
-import os
 import pickle
 import shutil
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
+from flinkpy.files import write_atomically
 
 
 class CollectSink(Sink):
@@ -44,9 +44,7 @@ AHEAD_BYTES = 32 << 20
 
 def mark_consumed(part: Path, offset: int) -> None:
     """The reader has read ``part`` up to ``offset`` (replaced atomically)."""
-    tmp = part.with_name(part.name + CONSUMED + ".tmp")
-    tmp.write_text(str(offset))
-    os.replace(tmp, part.with_name(part.name + CONSUMED))
+    write_atomically(part.with_name(part.name + CONSUMED), str(offset))
 
 
 def _consumed(part: Path) -> int:

@@ -83,8 +83,6 @@ from flinkpy.errors import ConfigurationError, FlinkpyError, InvalidProgramError
 if TYPE_CHECKING:
     import psycopg
 
-#: the name flinkpy.spark.sinks imports it by
-_Statement = Statement
 
 # ---- exactly-once: two-phase commit ---------------------------------------------------------
 

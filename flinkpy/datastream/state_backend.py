@@ -23,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# check_type and create_keyed_backend live with the backends they build, below the task
-from flinkpy.state.configured import TYPES, check_type, create_keyed_backend  # noqa: F401  (re-exported)
+# the task builds its keyed backend from the settings these objects record
+# (flinkpy.state.configured.create_keyed_backend): these objects only name and configure one
+from flinkpy.state.configured import check_type
 
 
 class StateBackend:
@@ -34,9 +35,6 @@ class StateBackend:
         """The configuration this backend stands for (what ``env.set_state_backend`` records)."""
         return {"state.backend.type": self.type_name}
 
-    def create_keyed_state_backend(self, max_parallelism: int, key_group_range: range) -> Any:
-        raise NotImplementedError
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -45,11 +43,6 @@ class HashMapStateBackend(StateBackend):
     """Keyed state on the heap of the task process."""
 
     type_name = "hashmap"
-
-    def create_keyed_state_backend(self, max_parallelism: int, key_group_range: range) -> Any:
-        from flinkpy.state.heap import HeapKeyedStateBackend
-
-        return HeapKeyedStateBackend(max_parallelism, key_group_range)
 
 
 class EmbeddedRocksDBStateBackend(StateBackend):
@@ -99,11 +92,6 @@ class EmbeddedRocksDBStateBackend(StateBackend):
         if self.enable_incremental_checkpointing is not None:
             out["execution.checkpointing.incremental"] = "true" if self.enable_incremental_checkpointing else "false"
         return out
-
-    def create_keyed_state_backend(self, max_parallelism: int, key_group_range: range) -> Any:
-        from flinkpy.state.rocksdb import RocksDBKeyedStateBackend
-
-        return RocksDBKeyedStateBackend(max_parallelism, key_group_range, options=self.options)
 
 
 def backend_of(type_name: str, settings: Mapping[str, Any] | None = None) -> StateBackend:

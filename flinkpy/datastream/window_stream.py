@@ -42,7 +42,7 @@ from flinkpy.errors import InvalidProgramError
 if TYPE_CHECKING:
     from flinkpy.datastream.data_stream import DataStream, KeyedStream
     from flinkpy.datastream.output_tag import OutputTag
-    from flinkpy.task.window_operator import WindowSpec
+    from flinkpy.common.window_spec import WindowSpec
 
 # The names the window operator uses for a spec's function kinds (see WindowSpec); spelled out
 # here because the API layer imports the task layer only when it builds a node.
@@ -225,7 +225,7 @@ class WindowedStream:
         return self._build(None, None, window_function, APPLY, output_type)
 
     def _spec(self, aggregation: str | None, aggregate_function: Any, window_function: Any, kind: str | None) -> WindowSpec:
-        from flinkpy.task.window_operator import WindowSpec
+        from flinkpy.common.window_spec import WindowSpec
 
         return WindowSpec(
             assigner=self._assigner,

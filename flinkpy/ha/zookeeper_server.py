@@ -30,7 +30,6 @@ Apache's binary tarball, gets every jar of its directory on the class path.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, NotFoundError, OperationTimeoutError
+from flinkpy.files import read_json, write_json_atomically
 from flinkpy.ha.zookeeper_probe import HOST, four_letter_word, server_mode  # noqa: F401  (importers read them here too)
 from flinkpy.processes import create_time, log_tail, port_free, running
 
@@ -233,16 +233,12 @@ def _record_path(home: Any) -> Path:
 
 
 def _write_record(info: ZooKeeperInfo) -> None:
-    path = _record_path(info.home)
-    tmp = path.with_name(".zookeeper.json.tmp")
-    tmp.write_text(json.dumps(info.record(), indent=2))
-    os.replace(tmp, path)
+    write_json_atomically(_record_path(info.home), info.record(), indent=2)
 
 
 def _read_record(home: Any) -> ZooKeeperInfo | None:
-    try:
-        rec = json.loads(_record_path(home).read_text())
-    except (FileNotFoundError, ValueError):
+    rec = read_json(_record_path(home))
+    if rec is None:
         return None
     return ZooKeeperInfo(
         home=_home_path(home),

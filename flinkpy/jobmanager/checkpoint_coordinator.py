@@ -20,7 +20,7 @@ job, and they are neither subsumed nor discarded by retention.
 >>> opts = CheckpointingOptions(interval_ms=1000)
 >>> cc = CheckpointCoordinator(opts, tasks=[(1, 0), (2, 0)], sources=[(1, 0)])
 >>> [type(a).__name__ for a in cc.tick(0)]
-['TriggerCheckpoint']
+['TriggerAtSources']
 >>> cc.acknowledge((1, 0), 1, {"offset": 5}, {"state_size": 10}, 40)
 []
 >>> [type(a).__name__ for a in cc.acknowledge((2, 0), 1, {}, {"state_size": 2}, 50)]
@@ -163,7 +163,7 @@ class RunningSummary:
 
 
 @dataclass(frozen=True)
-class TriggerCheckpoint:
+class TriggerAtSources:
     """Send 'start checkpoint N' to these source subtasks (they inject barrier N)."""
 
     checkpoint_id: int
@@ -219,7 +219,7 @@ class FailJob:
     reason: str
 
 
-Action = TriggerCheckpoint | Finalize | NotifyComplete | Abort | Discard | SweepShared | FailJob
+Action = TriggerAtSources | Finalize | NotifyComplete | Abort | Discard | SweepShared | FailJob
 
 
 class CheckpointTriggerRefused(ConflictError):
@@ -538,7 +538,7 @@ class CheckpointCoordinator:
         cp = PendingCheckpoint(cid, kind, now_ms, self.tasks)
         self.pending[cid] = cp
         self._remember(cp)
-        return [TriggerCheckpoint(cid, now_ms, kind, self.options.mode, list(self.sources))]
+        return [TriggerAtSources(cid, now_ms, kind, self.options.mode, list(self.sources))]
 
     def _fail(self, cp: PendingCheckpoint, reason: str, now_ms: int) -> list[Action]:
         counted = not cp.is_savepoint

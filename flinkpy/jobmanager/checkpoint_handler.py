@@ -18,6 +18,7 @@ from flinkpy.clock import now_ms
 from flinkpy.errors import ConfigurationError, ConflictError, NotFoundError, OperationTimeoutError
 from flinkpy.jobmanager.checkpoint_coordinator import Action as CheckpointAction
 from flinkpy.jobmanager.execution_graph import Execution
+from flinkpy.jobmanager.savepoint_request import SavepointStatus
 from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline, TaskControl, ToTask
 
 if TYPE_CHECKING:
@@ -40,8 +41,8 @@ class CheckpointHandler:
             for job_id, rec in d.jobs.items():
                 if not rec.graph.all_running():
                     for r in rec.checkpointing.savepoints.values():
-                        if r["status"] == "QUEUED" and rec.graph.is_terminal():
-                            r.update(status="FAILED", failure=f"job {job_id} is {rec.graph.state}")
+                        if r.status is SavepointStatus.QUEUED and rec.graph.is_terminal():
+                            r.fail(f"job {job_id} is {rec.graph.state}")
                     continue
                 cp = rec.checkpointing
                 if cp.savepoints:
@@ -71,12 +72,7 @@ class CheckpointHandler:
             r = rec.checkpointing.savepoints.get(trigger_id)
             if r is None:
                 raise NotFoundError(f"no savepoint trigger {trigger_id} for job {job_id}", remedy="use the id 'savepoint trigger --detached' printed")
-            if r["status"] == "COMPLETED":
-                return {"status": {"id": "COMPLETED"}, "operation": {"location": r["location"]}, "checkpoint_id": r["checkpoint_id"]}
-            if r["status"] == "FAILED":
-                reason = r.get("failure", "failed")
-                return {"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {"class": "flinkpy.SavepointException", "stack-trace": reason}}}
-            return {"status": {"id": "IN_PROGRESS"}, "checkpoint_id": r["checkpoint_id"]}
+            return r.to_json()
 
     def trigger_checkpoint(self, job_id: str, kind: str = "checkpoint", *, wait_s: float = 0.0) -> int:
         """Trigger a checkpoint now (``flinkpy checkpoint trigger``); returns its id.

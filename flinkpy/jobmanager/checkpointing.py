@@ -26,8 +26,9 @@ from flinkpy.jobmanager.checkpoint_coordinator import (
     Finalize,
     NotifyComplete,
     PendingCheckpoint,
-    TriggerCheckpoint,
+    TriggerAtSources,
 )
+from flinkpy.jobmanager.savepoint_request import SavepointRequest, SavepointStatus
 
 if TYPE_CHECKING:
     from flinkpy.checkpoint.storage import CheckpointStorage
@@ -53,8 +54,8 @@ class JobCheckpointing:
         self.metadata_docs: dict[int, tuple[str, dict[str, Any]]] = {}
         #: a savepoint or retained checkpoint the job was submitted to start from: (dir, metadata)
         self.initial_restore: tuple[str, dict[str, Any]] | None = None
-        #: savepoint requests by trigger id: status QUEUED, IN_PROGRESS, COMPLETED or FAILED
-        self.savepoints: dict[str, dict[str, Any]] = {}
+        #: savepoint requests by trigger id
+        self.savepoints: dict[str, SavepointRequest] = {}
         #: manual checkpoint requests waiting for a free slot: periodic ones wait behind them
         self.manual_waiting = 0
         #: where savepoints go when the request names no directory
@@ -71,22 +72,14 @@ class JobCheckpointing:
 
         from flinkpy.errors import ConflictError
 
-        busy = [t for t, r in self.savepoints.items() if r["status"] in ("QUEUED", "IN_PROGRESS")]
+        busy = [t for t, r in self.savepoints.items() if r.status.is_open]
         if busy:
             raise ConflictError(
                 f"a savepoint of job {self.graph.job_id} is already in progress (trigger {busy[0]})",
                 remedy="wait for it ('flinkpy savepoint status'), or pass --if-busy wait",
             )
         trigger_id = uuid.uuid4().hex
-        self.savepoints[trigger_id] = {
-            "status": "QUEUED",
-            "target": target_dir or self.savepoint_dir,
-            "stop": stop,
-            "drain": drain,
-            "format": fmt,
-            "requested_ms": now,
-            "checkpoint_id": None,
-        }
+        self.savepoints[trigger_id] = SavepointRequest(target_dir or self.savepoint_dir, stop, drain, fmt, now)
         return trigger_id
 
     def start_queued_savepoints(self, now: int) -> list[CheckpointAction]:
@@ -95,20 +88,21 @@ class JobCheckpointing:
 
         actions: list[CheckpointAction] = []
         for record in self.savepoints.values():
-            if record["status"] != "QUEUED":
+            if record.status is not SavepointStatus.QUEUED:
                 continue
             try:
                 cid, started = self.coordinator.trigger(now, kind="savepoint", reason="savepoint")
             except CheckpointTriggerRefused as e:
-                if not e.busy or now - record["requested_ms"] > 60_000:
-                    record.update(status="FAILED", failure=f"the savepoint could not start: {e.message}")
+                if not e.busy or now - record.requested_ms > 60_000:
+                    record.fail(f"the savepoint could not start: {e.message}")
                 continue
-            record.update(status="IN_PROGRESS", checkpoint_id=cid, dir=savepoint_dir(record["target"], self.graph.job_id))
+            record.status, record.checkpoint_id = SavepointStatus.IN_PROGRESS, cid
+            record.dir = savepoint_dir(record.target, self.graph.job_id)
             actions += started
         return actions
 
-    def savepoint_of(self, checkpoint_id: int) -> dict[str, Any] | None:
-        return next((r for r in self.savepoints.values() if r.get("checkpoint_id") == checkpoint_id), None)
+    def savepoint_of(self, checkpoint_id: int) -> SavepointRequest | None:
+        return next((r for r in self.savepoints.values() if r.checkpoint_id == checkpoint_id), None)
 
     @property
     def storage(self) -> CheckpointStorage:
@@ -189,7 +183,7 @@ class JobCheckpointing:
         dispatcher's lock and performs the actions it returns; ``fail_job(reason)`` fails the job."""
         g = self.graph
         for a in actions:
-            if isinstance(a, TriggerCheckpoint):
+            if isinstance(a, TriggerAtSources):
                 if self.ha is not None and not self.ha.reserve(a.checkpoint_id):
                     continue  # fenced: no longer the leader; the checkpoint times out unheard
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
@@ -201,7 +195,7 @@ class JobCheckpointing:
                     barrier = dataclasses.replace(barrier, base=self.coordinator.base_checkpoint_id)  # incremental snapshots build on it
                 record = self.savepoint_of(a.checkpoint_id)
                 if record is not None:
-                    barrier = dataclasses.replace(barrier, directory=record["dir"], stop=record["stop"], drain=record["drain"])
+                    barrier = dataclasses.replace(barrier, directory=record.dir, stop=record.stop, drain=record.drain)
                 for key in a.sources:
                     send(g.executions[key], msgs.TriggerCheckpoint(barrier))
             elif isinstance(a, Finalize):
@@ -214,8 +208,8 @@ class JobCheckpointing:
                 log.info("Checkpoint %d of job %s aborted: %s", a.checkpoint_id, g.job_id, a.reason)
                 self.outcomes[a.checkpoint_id] = {"status": "FAILED", "reason": a.reason}
                 record = self.savepoint_of(a.checkpoint_id)
-                if record is not None and record["status"] == "IN_PROGRESS":
-                    record.update(status="FAILED", failure=a.reason)
+                if record is not None and record.status is SavepointStatus.IN_PROGRESS:
+                    record.fail(a.reason)
                 for ex in g.executions.values():
                     if ex.state == "RUNNING":
                         send(ex, msgs.NotifyCheckpointAborted(a.checkpoint_id))
@@ -236,18 +230,18 @@ class JobCheckpointing:
             try:
                 doc = self.metadata(pending, completion)
                 if record is not None:
-                    doc["savepoint_format"] = record["format"]
-                    path = self.storage.write_metadata_in(record["dir"], doc)
+                    doc["savepoint_format"] = record.format
+                    path = self.storage.write_metadata_in(record.dir, doc)
                 else:
                     path = self.storage.write_metadata(self.graph.job_id, cid, doc)
                 if self.ha is not None:
-                    directory = record["dir"] if record is not None else self.storage.checkpoint_dir(self.graph.job_id, cid)
+                    directory = record.dir if record is not None else self.storage.checkpoint_dir(self.graph.job_id, cid)
                     self.ha.completed(cid, directory, self.options.retained)
             except Exception as e:  # noqa: BLE001 - storage errors fail the checkpoint, not the JobManager
                 reason = f"writing the metadata of checkpoint {cid} failed: {type(e).__name__}: {e}"
                 log.warning(reason)
                 if record is not None:
-                    record.update(status="FAILED", failure=reason)
+                    record.fail(reason)
                 events(lambda: self.coordinator.finalize_failed(cid, reason, now_ms()))
                 return
             size = sum(m.get("state_size", 0) for m in pending.metrics.values())
@@ -256,11 +250,11 @@ class JobCheckpointing:
                 cid, self.graph.job_id, size, completion - pending.trigger_ms, now_ms() - completion,
             )
             self.outcomes[cid] = {"status": "COMPLETED", "external_path": path}
-            directory = record["dir"] if record is not None else self.storage.checkpoint_dir(self.graph.job_id, cid)
+            directory = record.dir if record is not None else self.storage.checkpoint_dir(self.graph.job_id, cid)
             self.metadata_docs[cid] = (directory, doc)
             if record is not None:
-                record.update(status="COMPLETED", location=record["dir"])
-                log.info("Savepoint %d of job %s completed: %s", cid, self.graph.job_id, record["dir"])
+                record.status, record.location = SavepointStatus.COMPLETED, record.dir
+                log.info("Savepoint %d of job %s completed: %s", cid, self.graph.job_id, record.dir)
             events(lambda: self.coordinator.finalized(cid, path, now_ms()))
 
         _io.submit(write)

@@ -18,6 +18,7 @@ a job changes.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import threading
 import time
@@ -40,7 +41,7 @@ from flinkpy.jobmanager.slot_pool import SlotPool
 from flinkpy.jobmanager.taskmanager_registry import TaskManagerRecord, TaskManagerRegistry
 from flinkpy.metrics.store import MetricStore
 from flinkpy.network.connection import Connection
-from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, JobArtifact, ResultPartitionDeployment, TaskConfig, TaskDeploymentDescriptor
+from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, JobArtifact, ResultPartitionDeployment, TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CancelTask, CheckpointAck, CheckpointDecline, ConnectTask, Refused, Registered, RegisterTaskManager
 
 if TYPE_CHECKING:
@@ -292,9 +293,9 @@ class Dispatcher:
             outputs=[ResultPartitionDeployment(**o) for o in g.outputs_of(ex)],
             python_path=rec.python_path,
             runtime_mode=g.meta.get("runtime_mode", "STREAMING"),
-            config=TaskConfig(**rec.options.task.descriptor(), checkpoint_dir=rec.checkpointing.checkpoint_dir,
-                              checkpointing_mode=rec.checkpointing.options.mode,
-                              unaligned=rec.checkpointing.unaligned),
+            config=dataclasses.replace(rec.options.task, checkpoint_dir=rec.checkpointing.checkpoint_dir,
+                                       checkpointing_mode=rec.checkpointing.options.mode,
+                                       unaligned=rec.checkpointing.unaligned),
             job_parameters=dict(rec.options.job_parameters),
             restore=rec.checkpointing.restore_spec(ex),
             artifact=rec.artifact,

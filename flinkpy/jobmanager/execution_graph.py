@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from flinkpy.graph.job_graph import consumers_of, producers_of
 
 if TYPE_CHECKING:
-    from flinkpy.jobmanager.restart_strategies import RestartBackoffTimeStrategy
+    from flinkpy.common.restart_backoff import RestartBackoffTimeStrategy
 
 TERMINAL_TASK = {"FINISHED", "FAILED", "CANCELED"}
 GLOBALLY_TERMINAL = {"FINISHED", "FAILED", "CANCELED"}

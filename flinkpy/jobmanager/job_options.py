@@ -13,13 +13,14 @@ deployment of tasks read typed fields and never a string again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flinkpy.checkpoint.options import CheckpointingOptions
+from flinkpy.common.restart_backoff import RestartBackoffTimeStrategy, strategy_from_config
 from flinkpy.config import SCHEMA, typed_value
 from flinkpy.errors import ConfigurationError
-from flinkpy.jobmanager.restart_strategies import RestartBackoffTimeStrategy, strategy_from_config
+from flinkpy.protocol.deployment import TaskConfig
 
 #: where errors say a bad value came from
 SOURCE = "the job's configuration"
@@ -28,73 +29,37 @@ FAILOVER_KEY = "jobmanager.execution.failover-strategy"
 JOB_PARAMETER_PREFIX = "$job."
 
 
-@dataclass(frozen=True)
-class TaskOptions:
-    """The settings every task process of a job needs, parsed (its deployment's ``config``)."""
+def task_config(settings: Mapping[str, Any]) -> TaskConfig:
+    """The settings every task process of a job needs, parsed; the dispatcher adds the job's
+    checkpoint directory and mode when it deploys a task."""
 
-    buffer_timeout_ms: int = 100
-    auto_watermark_ms: int = 200
-    segment_size: int = 32 * 1024
-    incremental: bool = False
-    #: the ``state.backend.*`` keys as submitted: the task's state backend factory reads them
-    state_backend: dict[str, str] = field(default_factory=dict)
-    #: credit a receiver announces per channel: its exclusive buffers plus a share of the floating ones
-    credit: int = 4
-    #: time between two metric reports of each task; 0: metrics.enabled is false
-    metrics_interval_ms: int = 1000
-    #: buffer debloating's target time in flight (``...buffer-debloat.target``); 0: debloating off
-    debloat_target_ms: int = 0
-    debloat_period_ms: int = 200
-    debloat_samples: int = 20
-    debloat_threshold_pct: int = 25
-    min_segment_size: int = 256
+    def get(key: str) -> Any:
+        return typed_value(settings, key, source=SOURCE)
 
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> TaskOptions:
-        def get(key: str) -> Any:
-            return typed_value(settings, key, source=SOURCE)
-
-        debloat = "taskmanager.network.memory.buffer-debloat."
-        segment, min_segment = get("taskmanager.memory.segment-size"), get("taskmanager.memory.min-segment-size")
-        enabled, target = get(debloat + "enabled"), get(debloat + "target")
-        if enabled and not 1 <= min_segment <= segment:
-            raise ConfigurationError(
-                f"taskmanager.memory.min-segment-size ({min_segment} bytes) must be from 1 byte to "
-                f"taskmanager.memory.segment-size ({segment} bytes) when buffer debloating is enabled",
-                remedy="lower taskmanager.memory.min-segment-size or raise taskmanager.memory.segment-size",
-            )
-        return cls(
-            buffer_timeout_ms=get("execution.buffer-timeout.interval"),
-            auto_watermark_ms=get("pipeline.auto-watermark-interval"),
-            segment_size=get("taskmanager.memory.segment-size"),
-            incremental=get("execution.checkpointing.incremental"),
-            state_backend={k: v for k, v in settings.items() if k.startswith("state.backend.")},
-            credit=get("taskmanager.network.memory.buffers-per-channel")
-            + max(0, get("taskmanager.network.memory.floating-buffers-per-gate") // 4),
-            metrics_interval_ms=get("metrics.fetcher.update-interval") if get("metrics.enabled") else 0,
-            debloat_target_ms=target if enabled else 0,
-            debloat_period_ms=get(debloat + "period"),
-            debloat_samples=get(debloat + "samples"),
-            debloat_threshold_pct=get(debloat + "threshold-percentages"),
-            min_segment_size=min_segment,
+    debloat = "taskmanager.network.memory.buffer-debloat."
+    segment, min_segment = get("taskmanager.memory.segment-size"), get("taskmanager.memory.min-segment-size")
+    enabled, target = get(debloat + "enabled"), get(debloat + "target")
+    if enabled and not 1 <= min_segment <= segment:
+        raise ConfigurationError(
+            f"taskmanager.memory.min-segment-size ({min_segment} bytes) must be from 1 byte to "
+            f"taskmanager.memory.segment-size ({segment} bytes) when buffer debloating is enabled",
+            remedy="lower taskmanager.memory.min-segment-size or raise taskmanager.memory.segment-size",
         )
-
-    def descriptor(self) -> dict[str, Any]:
-        """The form a task deployment carries (plain values, picklable, read by flinkpy.task)."""
-        return {
-            "buffer_timeout_ms": self.buffer_timeout_ms,
-            "auto_watermark_ms": self.auto_watermark_ms,
-            "segment_size": self.segment_size,
-            "incremental": self.incremental,
-            "state_backend": dict(self.state_backend),
-            "credit": self.credit,
-            "metrics_interval_ms": self.metrics_interval_ms,
-            "debloat_target_ms": self.debloat_target_ms,
-            "debloat_period_ms": self.debloat_period_ms,
-            "debloat_samples": self.debloat_samples,
-            "debloat_threshold_pct": self.debloat_threshold_pct,
-            "min_segment_size": self.min_segment_size,
-        }
+    return TaskConfig(
+        buffer_timeout_ms=get("execution.buffer-timeout.interval"),
+        auto_watermark_ms=get("pipeline.auto-watermark-interval"),
+        segment_size=get("taskmanager.memory.segment-size"),
+        incremental=get("execution.checkpointing.incremental"),
+        state_backend={k: v for k, v in settings.items() if k.startswith("state.backend.")},
+        credit=get("taskmanager.network.memory.buffers-per-channel")
+        + max(0, get("taskmanager.network.memory.floating-buffers-per-gate") // 4),
+        metrics_interval_ms=get("metrics.fetcher.update-interval") if get("metrics.enabled") else 0,
+        debloat_target_ms=target if enabled else 0,
+        debloat_period_ms=get(debloat + "period"),
+        debloat_samples=get(debloat + "samples"),
+        debloat_threshold_pct=get(debloat + "threshold-percentages"),
+        min_segment_size=min_segment,
+    )
 
 
 @dataclass(frozen=True)
@@ -112,7 +77,7 @@ class JobOptions:
     #: CLAIM: a retained checkpoint the job starts from becomes the job's own (deleted when subsumed)
     claim: bool
     slot_request_timeout_ms: int
-    task: TaskOptions
+    task: TaskConfig
     job_parameters: dict[str, str]
 
     @classmethod
@@ -132,7 +97,7 @@ class JobOptions:
             savepoint_dir=settings.get("execution.checkpointing.savepoint-dir") or f"{checkpoint_dir.rstrip('/')}/savepoints",
             claim=str(settings.get("execution.state-recovery.claim-mode", "NO_CLAIM")).upper() == "CLAIM",
             slot_request_timeout_ms=typed_value(settings, "slot.request.timeout", source=SOURCE),
-            task=TaskOptions.from_settings(settings),
+            task=task_config(settings),
             job_parameters={k[len(JOB_PARAMETER_PREFIX):]: v for k, v in settings.items() if k.startswith(JOB_PARAMETER_PREFIX)},
         )
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from flinkpy.config import load_config
 from flinkpy.errors import FlinkpyError
+from flinkpy.files import write_json_atomically
 from flinkpy.jobmanager.artifacts import ArtifactStore
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.jobmanager.rest import RestServer
@@ -197,9 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         dispatcher.ha = Leadership(dispatcher, ha, args.id, info)
     else:
         published = home / "jobmanager.json"
-    tmp = home / f".jobmanager.json.{os.getpid()}"
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, published)
+    write_json_atomically(published, info)
     log.info("JobManager %s ready: REST %s, RPC %s:%d", args.id, info["rest_address"], info["rpc_host"], info["rpc_port"])
     print(f"JobManager ready. REST address: {info['rest_address']}", file=sys.stderr, flush=True)
     if dispatcher.ha is not None:

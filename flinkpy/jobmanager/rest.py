@@ -24,78 +24,32 @@ Flink's REST API where Flink has one.
 
 from __future__ import annotations
 
-import hmac
 import json
-import logging
-import re
-import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
-from urllib.parse import parse_qs, urlparse
 
 from flinkpy import __version__, logfiles
 from flinkpy.clock import now_ms
-from flinkpy.errors import (ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError,
-                            OperationTimeoutError, storage_credentials_error)
+from flinkpy.errors import InvalidProgramError, NotFoundError
 from flinkpy.jobmanager import metrics_view
 from flinkpy.jobmanager.dispatcher import Dispatcher
-from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer
+from flinkpy.network.http_limits import HttpLimits
+from flinkpy.network.rest_server import RestEndpoint, Route, StreamedAnswer
 from flinkpy.processes import running
 
-log = logging.getLogger("flinkpy.rest")
 
+class RestServer(RestEndpoint):
+    """The JobManager's endpoint: the routes below over its :class:`Dispatcher`."""
 
-class RestServer:
     def __init__(self, dispatcher: Dispatcher, token: str, host: str, port: int, jobmanager_log: str = "", limits: HttpLimits | None = None):
         self.dispatcher = dispatcher
-        self.token = token
         self.jobmanager_log = jobmanager_log
-        self.limits = limits or HttpLimits()
-        server = self
+        super().__init__(token, host, port, limits)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # per recv and send; the watchdog bounds a whole request's arrival
-            timeout = self.limits.read_timeout_s
+    def standby_message(self) -> str | None:
+        return self.dispatcher.standby_message()
 
-            def handle_one_request(self) -> None:
-                server.httpd.watchdog.arm(self.connection)
-                try:
-                    super().handle_one_request()
-                finally:
-                    server.httpd.watchdog.disarm(self.connection)
-
-            def log_message(self, fmt: str, *args: Any) -> None:
-                log.debug("%s %s", self.address_string(), fmt % args)
-
-            def do_GET(self) -> None:
-                server._handle(self, "GET")
-
-            def do_POST(self) -> None:
-                server._handle(self, "POST")
-
-            def do_PATCH(self) -> None:
-                server._handle(self, "PATCH")
-
-            def do_DELETE(self) -> None:
-                server._handle(self, "DELETE")
-
-            def do_PUT(self) -> None:
-                server._handle(self, "PUT")
-
-        self.httpd = LimitedHTTPServer((host, port), Handler, self.limits)
-        self.address = self.httpd.server_address
-
-    def serve_in_background(self) -> None:
-        threading.Thread(target=self.httpd.serve_forever, name="rest", daemon=True).start()
-
-    def shutdown(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    # -- routing -----------------------------------------------------------------------------
-
-    def _routes(self) -> list[tuple[str, str, Callable[..., Any]]]:
+    def routes(self) -> list[Route]:
         return [
             ("GET", r"/overview", self.overview),
             ("GET", r"/config", self.config),
@@ -126,109 +80,6 @@ class RestServer:
             *metrics_view.routes(self.dispatcher),
         ]
 
-    def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
-        url = urlparse(h.path)
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        try:
-            # who asks comes first: an unauthenticated peer's body is never read
-            auth = h.headers.get("Authorization", "")
-            if not hmac.compare_digest(auth.encode(), f"Bearer {self.token}".encode()):
-                h.close_connection = True
-                self._send(h, 401, {"errors": ["missing or wrong cluster token"], "kind": "Authentication",
-                                    "remedy": "use the token in the cluster's home (FLINKPY_HOME)"})
-                return
-            body = self._body(h)
-            if body is None:
-                return
-            h.server.watchdog.disarm(h.connection)  # type: ignore[attr-defined]  # a long poll may follow
-            path = url.path.rstrip("/") or "/"
-            standby = self.dispatcher.standby_message()
-            if standby is not None and path not in ("/config", "/jobmanager/log"):
-                # a standby JobManager (HA) knows no jobs: send the client to the leader
-                self._send(h, 503, {"errors": [standby], "kind": "Standby",
-                                    "remedy": "the CLI finds the leader through ZooKeeper; retry in a moment"})
-                return
-            for m, pattern, fn in self._routes():
-                match = re.fullmatch(pattern, path)
-                if match and m == method:
-                    result = fn(query=query, body=body, **match.groupdict())
-                    if isinstance(result, tuple):
-                        status, payload = result
-                    else:
-                        status, payload = 200, result
-                    self._send(h, status, payload)
-                    return
-            if any(re.fullmatch(p, path) for _, p, _ in self._routes()):
-                self._send(h, 405, {"errors": [f"{method} is not allowed on {path}"], "kind": "MethodNotAllowed"})
-            elif re.fullmatch(r"/jobs/[^/]+(/.*)?", path):
-                self._send(h, 404, {"errors": [f"job {path.split('/')[2]} not found"], "kind": "NotFound",
-                                    "remedy": "list jobs with 'flinkpy list -a'"})
-            else:
-                self._send(h, 404, {"errors": [f"no such endpoint: {path}"], "kind": "NotFound"})
-        except FlinkpyError as e:
-            status = (404 if isinstance(e, NotFoundError) else 409 if isinstance(e, ConflictError)
-                      else 422 if isinstance(e, ConfigurationError) else 503 if isinstance(e, ClusterUnreachableError)
-                      else 504 if isinstance(e, OperationTimeoutError) else 400)
-            self._send(h, status, {"errors": [e.message], "remedy": e.remedy, "kind": type(e).__name__})
-        except Exception as e:  # noqa: BLE001
-            missing_credentials = storage_credentials_error(e)
-            if missing_credentials is not None:
-                self._send(h, 422, {"errors": [missing_credentials.message], "remedy": missing_credentials.remedy, "kind": "ConfigurationError"})
-                return
-            log.exception("REST %s %s failed", method, h.path)
-            self._send(h, 500, {"errors": [f"internal error: {e}"], "kind": "Internal"})
-
-    def _body(self, h: BaseHTTPRequestHandler) -> bytes | None:
-        """The request's body; None when it was refused (answered and the connection closed)."""
-        limit = self.limits.max_content_length
-        if h.headers.get("Transfer-Encoding"):
-            h.close_connection = True
-            self._send(h, 411, {"errors": ["chunked request bodies are not accepted"], "kind": "LengthRequired",
-                                "remedy": "send the body with a Content-Length"})
-            return None
-        try:
-            length = int(h.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0:
-            h.close_connection = True
-            self._send(h, 400, {"errors": [f"invalid Content-Length {h.headers.get('Content-Length')!r}"], "kind": "BadRequest"})
-            return None
-        if length > limit:
-            h.close_connection = True
-            self._send(h, 413, {"errors": [f"the request body of {length} bytes is larger than the REST server accepts ({limit} bytes)"],
-                                "kind": "RequestEntityTooLarge",
-                                "remedy": "raise rest.server.max-content-length in the JobManager's flinkpy.yaml if the request is legitimate"})
-            return None
-        try:
-            body = h.rfile.read(length) if length else b""
-        except OSError:  # the read timeout, or the watchdog closed a request that came too slowly
-            body = b""
-        if len(body) < length:
-            h.close_connection = True
-            return None
-        return body
-
-    @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
-        if isinstance(payload, LogStream):
-            payload.send(h)
-            return
-        if isinstance(payload, str):
-            data, ctype = payload.encode(), "text/plain; charset=utf-8"
-        else:
-            data, ctype = json.dumps(payload).encode(), "application/json"
-        try:
-            h.send_response(status)
-            h.send_header("Content-Type", ctype)
-            h.send_header("Content-Length", str(len(data)))
-            if h.close_connection:
-                h.send_header("Connection", "close")
-            h.end_headers()
-            h.wfile.write(data)
-        except OSError:  # the client went away, or stopped reading past the timeout
-            h.close_connection = True
-
     # -- handlers ----------------------------------------------------------------------------
 
     def overview(self, **_: Any) -> dict[str, Any]:
@@ -245,10 +96,6 @@ class RestServer:
                 "jobs-cancelled": states.count("CANCELED"),
                 "jobs-failed": states.count("FAILED"),
             }
-
-    def config(self, **_: Any) -> dict[str, Any]:
-        # the body limit: a client checks a job's submission (with its Python files) against it
-        return {"flinkpy-version": __version__, "timezone-name": "UTC", "rest-server-max-content-length": self.limits.max_content_length}
 
     def taskmanagers(self, **_: Any) -> dict[str, Any]:
         import time
@@ -423,25 +270,15 @@ class RestServer:
         cid = self.dispatcher.checkpoints.trigger_checkpoint(jid, wait_s=wait_s)
         return 202, {"checkpoint_id": cid, "request-id": str(cid)}
 
-    @staticmethod
-    def _json(body: bytes) -> dict[str, Any]:
-        try:
-            doc = json.loads(body or b"{}")
-        except ValueError as e:
-            raise InvalidProgramError(f"the request body is not JSON: {e}") from e
-        if not isinstance(doc, dict):
-            raise InvalidProgramError("the request body must be a JSON object")
-        return doc
-
     def trigger_savepoint(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
-        doc = self._json(body)
+        doc = self.json_body(body)
         tid = self.dispatcher.checkpoints.trigger_savepoint(
             jid, doc.get("target-directory"), stop=bool(doc.get("cancel-job")), fmt=str(doc.get("formatType") or "canonical")
         )
         return 202, {"request-id": tid}
 
     def stop_job(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
-        doc = self._json(body)
+        doc = self.json_body(body)
         tid = self.dispatcher.checkpoints.trigger_savepoint(
             jid, doc.get("targetDirectory"), stop=True, drain=bool(doc.get("drain")), fmt=str(doc.get("formatType") or "canonical")
         )
@@ -462,7 +299,7 @@ class RestServer:
         return self.dispatcher.restarts.set_strategy(jid, config)
 
     def inject_fault(self, body: bytes, jid: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
-        doc = self._json(body)
+        doc = self.json_body(body)
         kind = str(doc.pop("kind", ""))
         return 202, self.dispatcher.faults.inject(jid, kind, doc)
 
@@ -477,7 +314,7 @@ class RestServer:
         return 202, {}
 
 
-class LogStream:
+class LogStream(StreamedAnswer):
     """A log route's answer: the file's last ``lines`` lines, then with ``follow=true`` what is
     appended, streamed in chunks (HTTP chunked encoding) straight from the file: the
     JobManager holds one chunk of it at a time, never the file."""

@@ -14,8 +14,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from flinkpy.clock import now_ms
+from flinkpy.common.restart_backoff import strategy_from_config
 from flinkpy.errors import ConflictError
-from flinkpy.jobmanager.restart_strategies import strategy_from_config
 
 if TYPE_CHECKING:
     from flinkpy.jobmanager.dispatcher import Dispatcher

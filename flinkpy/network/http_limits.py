@@ -16,7 +16,7 @@ Three limits close that, each a configuration key:
 - ``rest.server.numThreads``: requests served at once; a connection beyond it is answered 503
   at once instead of getting a thread.
 
-The check of the bearer token comes before the body is read (``RestServer._handle``): the
+The check of the bearer token comes before the body is read (``RestEndpoint.handle`` in :mod:`flinkpy.network.rest_server`): the
 limits here bound what an unauthenticated peer can cost to one bounded thread for one timeout.
 """
 

@@ -42,7 +42,7 @@ from flinkpy.checkpoint.storage import CheckpointStorage, Problem, VerifyReport
 from flinkpy.errors import ConfigurationError, FlinkpyError, UsageError
 from flinkpy.checkpoint.analysis import (
     OperatorFacts,
-    _Reader,
+    StateFileReader,
     build_report,
     cut_repr,
     keyed_entries,
@@ -120,7 +120,7 @@ def analyze(
 class _Snapshot:
     """One verified snapshot on one SparkSession: its handles and the DataFrame of its keys."""
 
-    def __init__(self, spark: Any, verified: VerifyReport, reader: _Reader):
+    def __init__(self, spark: Any, verified: VerifyReport, reader: StateFileReader):
         self.spark = spark
         self.verified = verified
         self.reader = reader
@@ -134,7 +134,7 @@ class _Snapshot:
             doc = storage.read_metadata(meta_url)  # NotFoundError (exit 4): nothing there
         except CorruptCheckpointError as exc:
             raise not_restorable(VerifyReport(dir_url, meta_url, None, 0, 0, [Problem(exc.path, exc.problem)])) from None
-        reader = _Reader(storage, dir_url, trusted=trusted)
+        reader = StateFileReader(storage, dir_url, trusted=trusted)
         verified = _verify(spark, reader, dir_url, meta_url, doc)
         if not verified.restorable:
             raise not_restorable(verified)
@@ -203,7 +203,7 @@ class _Snapshot:
         return self.spark.sparkContext.parallelize(tasks, len(tasks)).flatMap(partial(_operator_rows, self.reader)).collect()
 
 
-def _verify(spark: Any, reader: _Reader, dir_url: str, meta_url: str, doc: dict[str, Any]) -> VerifyReport:
+def _verify(spark: Any, reader: StateFileReader, dir_url: str, meta_url: str, doc: dict[str, Any]) -> VerifyReport:
     """What ``CheckpointStorage.verify`` reports, with the files read and checked in Spark tasks."""
     files: dict[str, dict[str, Any]] = {}
     for _op, _sub, _kind, handle in handles(doc):
@@ -254,7 +254,7 @@ def _encode(exc: FlinkpyError) -> RuntimeError:
 # --------------------------------------------------------------------------- the tasks' side
 
 
-def _check_file(reader: _Reader, item: tuple[int, Mapping[str, Any]]) -> tuple[int, str, int | None, str | None]:
+def _check_file(reader: StateFileReader, item: tuple[int, Mapping[str, Any]]) -> tuple[int, str, int | None, str | None]:
     """(index, url, size or None when missing, problem or None) of one state file."""
     index, handle = item
     try:
@@ -264,7 +264,7 @@ def _check_file(reader: _Reader, item: tuple[int, Mapping[str, Any]]) -> tuple[i
         return index, exc.path, None if missing else handle["size"], exc.problem
 
 
-def _keyed_rows(reader: _Reader, task: tuple[int, str, str | None, str, int, Mapping[str, Any]]) -> Iterator[tuple[Any, ...]]:
+def _keyed_rows(reader: StateFileReader, task: tuple[int, str, str | None, str, int, Mapping[str, Any]]) -> Iterator[tuple[Any, ...]]:
     op_index, operator_id, uid, name, subtask, handle = task
     ids: dict[Any, int] = {}
     try:
@@ -279,7 +279,7 @@ def _keyed_rows(reader: _Reader, task: tuple[int, str, str | None, str, int, Map
         raise _encode(exc) from None
 
 
-def _operator_rows(reader: _Reader, task: tuple[int, int, Mapping[str, Any]]) -> list[tuple[int, int, int, str, str, int, int]]:
+def _operator_rows(reader: StateFileReader, task: tuple[int, int, Mapping[str, Any]]) -> list[tuple[int, int, int, str, str, int, int]]:
     op_index, subtask, handle = task
     try:
         return [(op_index, subtask, i, *row) for i, row in enumerate(operator_states(reader.load(handle)))]

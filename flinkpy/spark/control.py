@@ -1,9 +1,10 @@
 """The Spark driver's control endpoint: the JobManager's REST paths for one job.
 
-It is flinkpy's REST server (same token check, routing, error documents and status codes)
-with the routes of one job's lifecycle pointed at the driver, so the CLI's commands (list,
-job show/exceptions, cancel, stop, savepoint trigger/status, checkpoint list, fault
-kill-task) work on a Spark job through the same ``RestClient`` calls. The driver object
+It is flinkpy's REST endpoint (:mod:`flinkpy.network.rest_server`: the same token check,
+routing, error documents and status codes) with the routes of one job's lifecycle pointed at
+the driver, so the CLI's commands (list, job show/exceptions, cancel, stop, savepoint
+trigger/status, checkpoint list, fault kill-task) work on a Spark job through the same
+``RestClient`` calls. The driver object
 implements the handlers' verbs; this module only maps requests onto them.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from flinkpy.errors import InvalidProgramError, NotFoundError
-from flinkpy.jobmanager.rest import RestServer
+from flinkpy.network.rest_server import RestEndpoint, Route
 
 _JID = r"(?P<jid>[0-9a-f]{32})"
 
@@ -37,14 +38,17 @@ class ControlledJob(Protocol):
     def fault_history(self) -> list[dict[str, Any]]: ...
 
 
-class ControlServer(RestServer):
-    """``RestServer`` serving one Spark job; bind it to loopback with port 0."""
+class ControlServer(RestEndpoint):
+    """The REST endpoint serving one Spark job; bind it to loopback with port 0."""
 
     def __init__(self, job: ControlledJob, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__(job, token, host, port)  # type: ignore[arg-type]
         self.job = job
+        super().__init__(token, host, port)
 
-    def _routes(self) -> list[tuple[str, str, Any]]:
+    def standby_message(self) -> str | None:
+        return self.job.standby_message()
+
+    def routes(self) -> list[Route]:
         return [
             ("GET", r"/overview", self._overview),
             ("GET", r"/config", self.config),
@@ -94,14 +98,14 @@ class ControlServer(RestServer):
         return 202, {}
 
     def _savepoint(self, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
-        doc = self._json(body)
+        doc = self.json_body(body)
         return 202, {"request-id": self.job.request_savepoint(doc.get("target-directory"), stop=bool(doc.get("cancel-job")))}
 
     def _stop(self, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
-        doc = self._json(body)
+        doc = self.json_body(body)
         return 202, {"request-id": self.job.request_savepoint(doc.get("targetDirectory"), stop=True)}
 
     def _fault(self, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
-        doc = self._json(body)
+        doc = self.json_body(body)
         kind = str(doc.pop("kind", ""))
         return 202, self.job.fault(kind, doc)

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from flinkpy.files import write_json_atomically
 from flinkpy.network.rest_client import RestClient
 from flinkpy.errors import ClusterUnreachableError, ConflictError, NotFoundError
 from flinkpy.processes import running
@@ -39,9 +40,7 @@ def record_path(home: Any, job_id: str) -> Path:
 def write_record(home: Any, record: Mapping[str, Any]) -> None:
     path = record_path(home, str(record["jid"]))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, path)
+    write_json_atomically(path, record)
 
 
 def read_record(home: Any, job_id: str) -> dict[str, Any] | None:

@@ -282,7 +282,7 @@ class SparkDriver:
     def prepare(self) -> None:
         """Capture and translate the job, check a restore: everything that can refuse the job
         before Spark starts. Raises FlinkpyError."""
-        from flinkpy.jobmanager.restart_strategies import strategy_from_config
+        from flinkpy.common.restart_backoff import strategy_from_config
 
         from flinkpy.spark.standalone import check_master
 

@@ -125,14 +125,14 @@ class _Reduce:
 
     def __init__(self, name: str, fn: Any, output: Any, backend: Any, batch_mode: bool) -> None:
         from flinkpy.common.state import ValueStateDescriptor
-        from flinkpy.task.operators import _method
+        from flinkpy.task.operators import user_method
 
         self.name = name
         self.fn = fn
         self.output = output
         self.batch_mode = batch_mode
         self.timers: Any = None
-        self._f = _method(fn, "reduce")
+        self._f = user_method(fn, "reduce")
         self._state = backend.get_partitioned_state(ValueStateDescriptor(self.STATE))
 
     def open(self, runtime_context: Any) -> None:
@@ -311,9 +311,9 @@ def group_state_reduce(spec: KeyedSpec) -> Callable[[tuple, Iterator[Any], Any],
     source is passed on as soon as it arrives: every record of that source came before it, and
     Spark runs no extra micro-batch for this step when its watermark advances.
     """
-    from flinkpy.task.operators import _method
+    from flinkpy.task.operators import user_method
 
-    f, key_of = _method(spec.fn, "reduce"), spec.key_selector
+    f, key_of = user_method(spec.fn, "reduce"), spec.key_selector
 
     def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd

@@ -243,10 +243,10 @@ class KeyGroupReduce(_Processor):
     STATE = "_flinkpy_reduce_by_key_group"
 
     def setup(self, handle: Any) -> None:
-        from flinkpy.task.operators import _method
+        from flinkpy.task.operators import user_method
 
         self.table = handle.getValueState(self.STATE, "v binary")
-        self.f = _method(self.spec.fn, "reduce")
+        self.f = user_method(self.spec.fn, "reduce")
 
     def records(self, key: bytes, pdf: Any, watermark: int) -> Iterator[Any]:
         row = self.table.get()

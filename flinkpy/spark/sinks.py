@@ -199,9 +199,9 @@ class PostgresWriter(BatchWriter):
     def write(self, records: list, batch_id: int) -> None:
         import psycopg
 
-        from flinkpy.connectors.postgres import _Statement
+        from flinkpy.connectors.postgres_connection import Statement
 
-        statement = _Statement(self.sink.sql, getattr(self.sink, "row_mapper", None), getattr(self.sink, "columns", None))
+        statement = Statement(self.sink.sql, getattr(self.sink, "row_mapper", None), getattr(self.sink, "columns", None))
         with psycopg.connect(self.sink.dsn) as conn:
             with conn.cursor() as cur:
                 cur.execute(f"CREATE TABLE IF NOT EXISTS {self.TABLE} (sink_id text, batch_id bigint, PRIMARY KEY (sink_id, batch_id))")

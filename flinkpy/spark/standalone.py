@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flinkpy.errors import ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, OperationTimeoutError, UsageError
+from flinkpy.files import read_json, write_json_atomically
 from flinkpy.processes import create_time, log_tail, port_free, running
 
 HOST = "127.0.0.1"
@@ -182,16 +183,12 @@ def _record_path(home: Any) -> Path:
 
 
 def _write_record(info: StandaloneCluster) -> None:
-    path = _record_path(info.home)
-    tmp = path.with_name(".standalone.json.tmp")
-    tmp.write_text(json.dumps(info.record(), indent=2))
-    os.replace(tmp, path)
+    write_json_atomically(_record_path(info.home), info.record(), indent=2)
 
 
 def _read_record(home: Any) -> StandaloneCluster | None:
-    try:
-        rec = json.loads(_record_path(home).read_text())
-    except (FileNotFoundError, ValueError):
+    rec = read_json(_record_path(home))
+    if rec is None:
         return None
     return StandaloneCluster(
         home=Path(getattr(home, "path", home)).expanduser(), master=SparkProcess(**rec["master"]),

@@ -9,7 +9,7 @@ no I/O, so the restart decisions are tested with plain numbers.
 States follow Flink's job states: INITIALIZING (translating, starting the session) -> RUNNING
 -> RESTARTING (waiting the strategy's backoff) -> RUNNING ... -> FINISHED | FAILED | CANCELED.
 
->>> from flinkpy.jobmanager.restart_strategies import FixedDelay
+>>> from flinkpy.common.restart_backoff import FixedDelay
 >>> s = SparkJobSupervisor("ab" * 16, "sums", FixedDelay(attempts=1, delay_ms=100), now_ms=0)
 >>> s.started(5)
 >>> s.failed(10, {"class": "PythonException", "message": "boom", "stack-trace": "..."})
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flinkpy.jobmanager.restart_strategies import RestartBackoffTimeStrategy
+from flinkpy.common.restart_backoff import RestartBackoffTimeStrategy
 
 TERMINAL = frozenset({"FINISHED", "FAILED", "CANCELED"})
 

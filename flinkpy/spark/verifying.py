@@ -18,11 +18,11 @@ the same name, and ``flinkpy verify`` reads the same format from either runner.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
+from flinkpy.files import write_atomically
 from flinkpy.spark.sinks import BatchWriter
 
 _PART = re.compile(r"^\.?part-spark-(\d+)\.jsonl(\.inprogress)?$")
@@ -47,12 +47,8 @@ class VerifyingBatchWriter(BatchWriter):
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         name = f"part-spark-{batch_id:012d}.jsonl"
-        tmp = self.dir / f".{name}.inprogress"
-        with open(tmp, "w") as f:
-            f.write("".join(json.dumps(list(r) if isinstance(r, tuple) else r) + "\n" for r in records))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.dir / name)
+        lines = "".join(json.dumps(list(r) if isinstance(r, tuple) else r) + "\n" for r in records)
+        write_atomically(self.dir / name, lines, durable=True)
 
     def describe(self) -> str:
         return f"VerifyingSink {self.dir} (a file per batch id, renamed into place: exactly-once)"

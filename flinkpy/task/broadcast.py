@@ -22,7 +22,7 @@ from flinkpy.state.broadcast import BroadcastMapState, ReadOnlyView
 from flinkpy.task.operators import (
     KeyedProcessOperator,
     ProcessOperator,
-    _method,
+    user_method,
     _OnTimerContext,
     _ProcessContext,
     process_batch,
@@ -150,7 +150,7 @@ class BroadcastProcessOperator(ProcessOperator):
         states = _BroadcastStates(self.broadcast_backend, self.descriptors, self.name)
         self._ctx = ReadOnlyContext(self, None, states)
         self._broadcast_ctx = Context(self, states)
-        self._f2 = _method(self.fn, "process_broadcast_element")
+        self._f2 = user_method(self.fn, "process_broadcast_element")
 
     def process2(self, values: list, timestamps: list[int] | None) -> None:
         process_batch(self._f2, self._broadcast_ctx, values, timestamps, self.output)
@@ -172,7 +172,7 @@ class KeyedBroadcastProcessOperator(KeyedProcessOperator):
         self._ctx = ReadOnlyContext(self, self.timers, states)
         self._timer_ctx = OnTimerContext(self, self.timers, states)
         self._broadcast_ctx = Context(self, states, self.backend)
-        self._f2 = _method(self.fn, "process_broadcast_element")
+        self._f2 = user_method(self.fn, "process_broadcast_element")
 
     def process2(self, values: list, timestamps: list[int] | None) -> None:
         # a broadcast record has no key: keyed state is out of reach but through apply_to_keyed_state

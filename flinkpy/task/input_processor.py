@@ -17,7 +17,7 @@ import pickle
 import selectors
 import struct
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.clock import now_ms
 from flinkpy.network import channels as net
@@ -73,32 +73,14 @@ class InputProcessor:
     def run(self) -> None:
         """Process every input channel to its end; control messages are handled in between."""
         sel = self._selector
-        for i, ch in enumerate(self.inputs):
-            sel.register(ch.sock, selectors.EVENT_READ, i)
-        sel.register(self.task.ctrl.sock, selectors.EVENT_READ, CONTROL)
-        self.register_async(sel)
-        control = self.task.control
-        config = self.task.descriptor.config
-        timeout_s = config.buffer_timeout_ms / 1000.0
-        wm_interval = config.auto_watermark_ms / 1000.0
+        control, timeout_s, wm_interval, writers, timers, emitters, debloat = self._start_loop()
         monotonic = time.monotonic
-        writers = list(self.task.writers.values())
-        timers = self.task.chain.timer_services
-        emitters = self.task.chain.watermark_emitters
-        debloat = self.task.debloat
         next_wm = monotonic() + wm_interval
         while self._open_channels:
             if control.ctrl.buffered:
                 control.handle_one()
                 continue
-            timeout = timeout_s if any(w.oldest is not None for w in writers) else None
-            next_timer = min((t for t in (ts.next_processing_time() for ts in timers) if t is not None), default=None)
-            if next_timer is not None:
-                until = max(0.0, next_timer / 1000.0 - time.time())
-                timeout = until if timeout is None else min(timeout, until)
-            if emitters:
-                until = max(0.0, next_wm - monotonic())
-                timeout = until if timeout is None else min(timeout, until)
+            timeout, next_timer = wait_timeout(timeout_s, writers, timers, emitters, next_wm)
             for ch in self.inputs:
                 if ch.owed:
                     ch.announce_credit()  # before waiting: the producers get all they are owed
@@ -133,6 +115,18 @@ class InputProcessor:
         key's data is the operator itself; channels and control have ints)."""
         for op in self.task.chain.async_operators:
             sel.register(op.wakeup_fd, selectors.EVENT_READ, op)
+
+    def _start_loop(self) -> tuple[Any, float, float, list[Any], list[Any], list[Any], Any]:
+        """What every input loop sets up: its selector watches the input channels, the control
+        connection and the chain's async wait operators; returns (control, buffer timeout in s, periodic watermark interval in s,
+        record writers, timer services, watermark emitters, buffer debloater or None)."""
+        for i, ch in enumerate(self.inputs):
+            self._selector.register(ch.sock, selectors.EVENT_READ, i)
+        self._selector.register(self.task.ctrl.sock, selectors.EVENT_READ, CONTROL)
+        self.register_async(self._selector)
+        config, chain = self.task.descriptor.config, self.task.chain
+        return (self.task.control, config.buffer_timeout_ms / 1000.0, config.auto_watermark_ms / 1000.0,
+                list(self.task.writers.values()), chain.timer_services, chain.watermark_emitters, self.task.debloat)
 
     def replay(self, inputs: dict[tuple[int, int], list[Frame]]) -> None:
         """Process the input buffers an unaligned checkpoint stored, before reading any socket
@@ -254,3 +248,18 @@ class InputProcessor:
                 while held and not self.aligner.is_blocked(i):
                     self._handle_frame(i, held.pop(0))
                     progress = True
+
+
+def wait_timeout(timeout_s: float, writers: list[Any], timers: list[Any], emitters: list[Any], next_wm: float) -> tuple[float | None, int | None]:
+    """How long an input loop may wait for input (None: until some arrives): until the oldest
+    unflushed buffer is due, the next processing-time timer fires, or the next periodic
+    watermark is due; and the time of that next timer (None: none is registered)."""
+    timeout = timeout_s if any(w.oldest is not None for w in writers) else None
+    next_timer = min((t for t in (ts.next_processing_time() for ts in timers) if t is not None), default=None)
+    if next_timer is not None:
+        until = max(0.0, next_timer / 1000.0 - time.time())
+        timeout = until if timeout is None else min(timeout, until)
+    if emitters:
+        until = max(0.0, next_wm - time.monotonic())
+        timeout = until if timeout is None else min(timeout, until)
+    return timeout, next_timer

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from flinkpy.common.state import MapStateDescriptor
 from flinkpy.errors import FlinkpyError
-from flinkpy.task.operators import KeyedOperator, _method
+from flinkpy.task.operators import KeyedOperator, user_method
 from flinkpy.task.side_outputs import collect
 
 LEFT, RIGHT = "left", "right"
@@ -101,7 +101,7 @@ class IntervalJoinOperator(KeyedOperator):
 
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f = _method(self.fn, "process_element")
+        self._f = user_method(self.fn, "process_element")
         self._ctx = JoinContext(self)
         self._left = self.backend.get_partitioned_state(MapStateDescriptor(self.LEFT_BUFFER))
         self._right = self.backend.get_partitioned_state(MapStateDescriptor(self.RIGHT_BUFFER))

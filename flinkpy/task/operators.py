@@ -73,7 +73,7 @@ def fan_out(outputs: list[Output]) -> Output:
     return Fanout(outputs)
 
 
-def _method(fn: Any, name: str) -> Callable:
+def user_method(fn: Any, name: str) -> Callable:
     m = getattr(fn, name, None)
     if callable(m) and not isinstance(fn, types.FunctionType):
         return m
@@ -130,7 +130,7 @@ class Operator(Output):
 class MapOperator(Operator):
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f = _method(self.fn, "map")
+        self._f = user_method(self.fn, "map")
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         f = self._f
@@ -140,7 +140,7 @@ class MapOperator(Operator):
 class FlatMapOperator(Operator):
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f = _method(self.fn, "flat_map")
+        self._f = user_method(self.fn, "flat_map")
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         flat_map_batch(self._f, values, timestamps, self.output)
@@ -170,7 +170,7 @@ def flat_map_batch(f: Callable, values: list, timestamps: list[int] | None, outp
 class FilterOperator(Operator):
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f = _method(self.fn, "filter")
+        self._f = user_method(self.fn, "filter")
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         f = self._f
@@ -306,7 +306,7 @@ class ProcessOperator(Operator):
 
     def _function(self) -> Callable:
         """The user's method for (the first) input's records."""
-        return _method(self.fn, "process_element")
+        return user_method(self.fn, "process_element")
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         self._run(self._f, values, timestamps)
@@ -409,7 +409,7 @@ class KeyedReduceOperator(KeyedOperator):
 
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f = _method(self.fn, "reduce")
+        self._f = user_method(self.fn, "reduce")
         self._table = self.backend.table(self.STATE)
         if isinstance(self._table, dict):
             # The heap backend: every key's value in one dict of the operator's, a record costs
@@ -501,7 +501,7 @@ class KeyedProcessOperator(KeyedOperator):
 
     def _function(self) -> Callable:
         """The user's method for (the first) input's records."""
-        return _method(self.fn, self.method)
+        return user_method(self.fn, self.method)
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         self._run(values, timestamps, self._f, self.key, self.method)

@@ -27,11 +27,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from flinkpy.common.window import TimeWindow
+from flinkpy.common.window_spec import AGGREGATE, PROCESS, REDUCE
 from flinkpy.state.heap import writable_copy
 from flinkpy.state.key_groups import KeyGroupAssigner
 from flinkpy.state.views import SlicesByKeyGroup
 from flinkpy.task.watermarks import MIN_WATERMARK
-from flinkpy.task.window_operator import AGGREGATE, PROCESS, REDUCE, WindowOperator
+from flinkpy.task.window_operator import WindowOperator
 from flinkpy.task.window_slicing import (
     _SHARED_AS_IS,
     FIRED,

@@ -20,7 +20,7 @@ from flinkpy.task.operators import (
     KeyedProcessOperator,
     Operator,
     ProcessOperator,
-    _method,
+    user_method,
     flat_map_batch,
 )
 
@@ -30,8 +30,8 @@ class CoMapOperator(Operator):
 
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f1 = _method(self.fn, "map1")
-        self._f2 = _method(self.fn, "map2")
+        self._f1 = user_method(self.fn, "map1")
+        self._f2 = user_method(self.fn, "map2")
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         f = self._f1
@@ -47,8 +47,8 @@ class CoFlatMapOperator(Operator):
 
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f1 = _method(self.fn, "flat_map1")
-        self._f2 = _method(self.fn, "flat_map2")
+        self._f1 = user_method(self.fn, "flat_map1")
+        self._f2 = user_method(self.fn, "flat_map2")
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
         flat_map_batch(self._f1, values, timestamps, self.output)
@@ -63,10 +63,10 @@ class CoProcessOperator(ProcessOperator):
 
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f2 = _method(self.fn, "process_element2")
+        self._f2 = user_method(self.fn, "process_element2")
 
     def _function(self) -> Callable:
-        return _method(self.fn, "process_element1")
+        return user_method(self.fn, "process_element1")
 
     def process2(self, values: list, timestamps: list[int] | None) -> None:
         self._run(self._f2, values, timestamps)
@@ -91,10 +91,10 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
 
     def open(self, runtime_context: Any) -> None:
         super().open(runtime_context)
-        self._f2 = _method(self.fn, CO_METHODS[self.method][1])
+        self._f2 = user_method(self.fn, CO_METHODS[self.method][1])
 
     def _function(self) -> Callable:
-        return _method(self.fn, CO_METHODS[self.method][0])
+        return user_method(self.fn, CO_METHODS[self.method][0])
 
     def process2(self, values: list, timestamps: list[int] | None) -> None:
         self._run(values, timestamps, self._f2, self.key2, self.method)

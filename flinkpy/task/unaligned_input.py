@@ -41,7 +41,7 @@ from flinkpy.protocol.messages import CheckpointBarrier
 from flinkpy.task.barriers import (
     BarrierAligner, Canceled, Decision, RecordingDone, Snapshot, StartUnaligned, SwitchToUnaligned, UnalignedBarrierHandler,
 )
-from flinkpy.task.input_processor import CONTROL, Frame, InputProcessor
+from flinkpy.task.input_processor import CONTROL, Frame, InputProcessor, wait_timeout
 
 if TYPE_CHECKING:
     from flinkpy.task.task import Task
@@ -81,21 +81,10 @@ class UnalignedInputProcessor(InputProcessor):
 
     def run(self) -> None:
         sel = self._selector
-        for i, ch in enumerate(self.inputs):
-            sel.register(ch.sock, selectors.EVENT_READ, i)
-        sel.register(self.task.ctrl.sock, selectors.EVENT_READ, CONTROL)
+        control, timeout_s, wm_interval, writers, timers, emitters, debloat = self._start_loop()
         for j, out in enumerate(self.outputs):
             sel.register(out.sock, selectors.EVENT_READ, _OUT - j)
-        self.register_async(sel)
-        control = self.task.control
-        config = self.task.descriptor.config
-        timeout_s = config.buffer_timeout_ms / 1000.0
-        wm_interval = config.auto_watermark_ms / 1000.0
         monotonic = time.monotonic
-        writers = list(self.task.writers.values())
-        timers = self.task.chain.timer_services
-        emitters = self.task.chain.watermark_emitters
-        debloat = self.task.debloat
         outputs = self.outputs
         next_wm = monotonic() + wm_interval
         while self._open_channels:
@@ -106,14 +95,7 @@ class UnalignedInputProcessor(InputProcessor):
             if not blocked and self._has_work():
                 timeout: float | None = 0.0
             else:
-                timeout = timeout_s if any(w.oldest is not None for w in writers) else None
-                next_timer = min((t for t in (ts.next_processing_time() for ts in timers) if t is not None), default=None)
-                if next_timer is not None:
-                    until = max(0.0, next_timer / 1000.0 - time.time())
-                    timeout = until if timeout is None else min(timeout, until)
-                if emitters:
-                    until = max(0.0, next_wm - monotonic())
-                    timeout = until if timeout is None else min(timeout, until)
+                timeout, _ = wait_timeout(timeout_s, writers, timers, emitters, next_wm)
                 if blocked:
                     timeout = 0.1 if timeout is None else min(timeout, 0.1)
                 deadline = self.handler.deadline_ms

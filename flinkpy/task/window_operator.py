@@ -1,8 +1,9 @@
 """The window operator: keyed windows with triggers, evictors, allowed lateness and sessions.
 
-The DataStream API describes a window with a :class:`WindowSpec` (one StreamGraph node of kind
-``"window"``); the task builds a :class:`WindowOperator` from it. All state lives in the keyed
-state backend, per key, as backend value states whose values are ``{namespace: ...}`` dicts:
+The DataStream API describes a window with a :class:`~flinkpy.common.window_spec.WindowSpec`
+(one StreamGraph node of kind ``"window"``); the task builds a :class:`WindowOperator` from it.
+All state lives in the keyed state backend, per key, as backend value states whose values are
+``{namespace: ...}`` dicts:
 
 * ``_window_contents``: ``{state window: contents}``; contents are the reduced value, the
   aggregate accumulator, or the list of elements (``(value, timestamp)`` pairs with an evictor);
@@ -21,77 +22,23 @@ from __future__ import annotations
 
 import functools
 import types
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from flinkpy.common.state import ValueStateDescriptor
 from flinkpy.common.window import (
     MAX_TIMESTAMP,
-    Evictor,
     MergingWindowAssigner,
     TimestampedValue,
-    Trigger,
     TriggerResult,
-    WindowAssigner,
 )
+from flinkpy.common.window_spec import AGGREGATE, PROCESS, REDUCE, WindowSpec
 from flinkpy.errors import FlinkpyError, InvalidProgramError
+from flinkpy.task.operators import user_method
 from flinkpy.task.side_outputs import collect
 from flinkpy.task.window_contexts import AssignerContext, TriggerContext, WindowContext
 from flinkpy.task.window_state import NamespacedStates
 
 _MISSING = object()
-
-#: what the contents of a window are
-REDUCE = "reduce"
-AGGREGATE = "aggregate"
-#: how the window function is called (keyed and non-keyed variants differ in the key argument)
-PROCESS = "process"
-APPLY = "apply"
-
-
-@dataclass
-class WindowSpec:
-    """Everything a window node needs; picklable (with cloudpickle for user lambdas).
-
-    ``aggregation`` is ``"reduce"`` (``aggregate_function`` is a ReduceFunction or a callable
-    of two values), ``"aggregate"`` (an AggregateFunction) or None (keep every element).
-    ``window_function_kind`` is ``"process"`` (``process(key, ctx, elements)``), ``"apply"``
-    (``apply(key, window, elements)``) or None (emit the reduced/aggregated result itself);
-    with ``keyed=False`` (window_all) the key argument is left out.
-    """
-
-    assigner: WindowAssigner
-    trigger: Trigger
-    evictor: Evictor | None = None
-    allowed_lateness_ms: int = 0
-    late_tag_id: str | None = None
-    aggregation: str | None = None
-    aggregate_function: Any = None
-    window_function: Any = None
-    window_function_kind: str | None = None
-    keyed: bool = True
-
-    def describe(self) -> str:
-        """``Window(<assigner>, <trigger>, <function>)``, the node's name."""
-        fn = self.window_function if self.window_function is not None else self.aggregate_function
-        fn_name = getattr(fn, "__name__", None) or type(fn).__name__
-        evictor = f", {self.evictor!r}" if self.evictor is not None else ""
-        return f"Window({self.assigner!r}, {self.trigger!r}{evictor}, {fn_name})"
-
-    def execution_path(self) -> tuple[str, str]:
-        """``("sliced" | "general", why)``: which operator runs this window (``flinkpy info``)."""
-        from flinkpy.task.window_slicing import execution_path
-
-        return execution_path(self)
-
-
-def _user_method(fn: Any, name: str) -> Callable:
-    method = getattr(fn, name, None)
-    if callable(method) and not isinstance(fn, types.FunctionType):
-        return method
-    if callable(fn):
-        return fn
-    raise InvalidProgramError(f"{type(fn).__name__} has no {name}() method")
 
 
 def _lifecycle(fn: Any, name: str) -> Callable | None:
@@ -164,7 +111,7 @@ class WindowOperator:
         # Contents: keep elements when there is no pre-aggregation or an evictor must see them.
         self._keep_elements = spec.aggregation is None or self.evictor is not None
         if spec.aggregation == REDUCE:
-            self._reduce = _user_method(spec.aggregate_function, "reduce")
+            self._reduce = user_method(spec.aggregate_function, "reduce")
         elif spec.aggregation == AGGREGATE:
             agg = spec.aggregate_function
             self._create_acc, self._add, self._result, self._merge_acc = (
@@ -172,7 +119,7 @@ class WindowOperator:
             )
         kind = spec.window_function_kind
         if kind is not None:
-            self._window_fn = _user_method(spec.window_function, kind)
+            self._window_fn = user_method(spec.window_function, kind)
         self._clear_fn = _lifecycle(spec.window_function, "clear") if kind == PROCESS else None
         self._open_contents()
 

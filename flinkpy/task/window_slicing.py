@@ -37,22 +37,13 @@ import math
 from typing import Any, Callable
 
 from flinkpy.common.state import ValueStateDescriptor
-from flinkpy.common.window import (
-    EventTimeTrigger,
-    ProcessAllWindowFunction,
-    ProcessingTimeTrigger,
-    ProcessWindowFunction,
-    TimeWindow,
-    _Sliding,
-    _Tumbling,
-)
+from flinkpy.common.window import TimeWindow
+from flinkpy.common.window_spec import AGGREGATE, GENERAL, REDUCE, SLICED, WindowSpec, execution_path
 from flinkpy.errors import FlinkpyError
 from flinkpy.state.heap import TIMER_EVENT_TABLE, TIMER_PROCESSING_TABLE, HeapKeyedStateBackend
 from flinkpy.task.watermarks import MIN_WATERMARK
-from flinkpy.task.window_operator import AGGREGATE, PROCESS, REDUCE, WindowOperator, WindowSpec
+from flinkpy.task.window_operator import WindowOperator
 
-SLICED = "sliced"
-GENERAL = "general"
 #: the namespace of every timer of a sliced window operator: a timer at t means "the window
 #: ending at t + 1 fires" and "slices whose last window is cleaned up at t go"
 SLICE_TIMER = "slices"
@@ -64,32 +55,6 @@ FIRED = "_window_fired"
 _MISSING = object()
 #: types whose values copy.copy returns as they are: a window's result may start as such a slice value itself
 _SHARED_AS_IS = frozenset({int, float, str, bytes, tuple, bool, type(None), frozenset, complex})
-
-
-def execution_path(spec: WindowSpec) -> tuple[str, str]:
-    """``("sliced" | "general", why)``: whether a window runs on slices, decided from its spec."""
-    assigner = spec.assigner
-    if not isinstance(assigner, (_Tumbling, _Sliding)):
-        return GENERAL, f"{type(assigner).__name__} windows are not cut into slices"
-    if spec.evictor is not None:
-        return GENERAL, "an evictor needs every element"
-    if spec.aggregation not in (REDUCE, AGGREGATE):
-        return GENERAL, "a window function alone needs every element"
-    default = EventTimeTrigger if assigner.is_event_time() else ProcessingTimeTrigger
-    if type(spec.trigger) is not default:
-        return GENERAL, f"trigger {spec.trigger!r} is not the assigner's default"
-    fn = spec.window_function
-    if spec.window_function_kind == PROCESS and getattr(type(fn), "clear", None) not in (
-        None,
-        ProcessWindowFunction.clear,
-        ProcessAllWindowFunction.clear,
-    ):
-        return GENERAL, "the window function's clear() runs per window"
-    size = assigner.size
-    slide = getattr(assigner, "slide", size)
-    if slide > size:
-        return GENERAL, "windows with gaps between them (slide > size)"
-    return SLICED, f"slices of {math.gcd(size, slide)} ms"
 
 
 def create_window_operator(name: str, spec: WindowSpec, output: Any, key_selector: Callable, backend: Any, batch_mode: bool) -> WindowOperator:
