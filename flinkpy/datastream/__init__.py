@@ -96,3 +96,8 @@ class CheckpointingMode:
 
     EXACTLY_ONCE = "EXACTLY_ONCE"
     AT_LEAST_ONCE = "AT_LEAST_ONCE"
+
+from flinkpy.unsupported import module_getattr as _module_getattr  # noqa: E402
+
+#: a PyFlink name this module lacks says so, and what to use instead (flinkpy.unsupported)
+__getattr__ = _module_getattr(__name__)

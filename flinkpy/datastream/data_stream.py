@@ -69,6 +69,12 @@ class DataStream:
         #: the node this stream is the direct output of (None for virtual streams: union, partitioning)
         self._node = node
 
+    def __getattr__(self, name: str) -> Any:
+        # only reached for a name the class lacks: a PyFlink method flinkpy does not have says so
+        from flinkpy.unsupported import attribute_error
+
+        raise attribute_error("flinkpy.datastream.DataStream", self, name)
+
     # -- properties of the operator that produced this stream ---------------------------------
 
     def _require_node(self, what: str) -> StreamNode:

@@ -38,7 +38,8 @@ class TaskOptions:
     incremental: bool = False
     #: the ``state.backend.*`` keys as submitted: the task's state backend factory reads them
     state_backend: dict[str, str] = field(default_factory=dict)
-    #: credit a receiver announces per channel: its exclusive buffers plus a share of the floating ones
+    #: credit a receiver announces per channel: its exclusive buffers plus a fixed quarter of the
+    #: gate's floating ones (no shared pool: every channel gets the same share, used or not)
     credit: int = 4
     #: time between two metric reports of each task; 0: metrics.enabled is false
     metrics_interval_ms: int = 1000
