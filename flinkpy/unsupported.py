@@ -71,7 +71,27 @@ GAPS: dict[str, Gap] = {g.name: g for g in (
         "use the JSON or CSV row format (flinkpy.datastream.formats.json, .csv)"),
     Gap("flinkpy.datastream.checkpoint_storage", "checkpoint storage classes",
         "set the directory with env.get_checkpoint_config().set_checkpoint_storage_dir(url) or "
-        "state.checkpoints.dir: any fsspec URL"),
+        "execution.checkpointing.dir: any fsspec URL"),
+    Gap("flinkpy.datastream.ExternalizedCheckpointRetention", "ExternalizedCheckpointRetention",
+        "use ExternalizedCheckpointCleanup (flinkpy.datastream) with "
+        "CheckpointConfig.set_externalized_checkpoint_cleanup, or the key "
+        "execution.checkpointing.externalized-checkpoint-retention"),
+    Gap("flinkpy.datastream.CustomStateBackend", "state backends written in Java",
+        "use HashMapStateBackend or EmbeddedRocksDBStateBackend"),
+    Gap("flinkpy.datastream.PredefinedOptions", "RocksDB's predefined option profiles",
+        "set the state.backend.rocksdb.* keys"),
+    Gap("flinkpy.datastream.CheckpointStorage", "checkpoint storage classes",
+        "set the directory with env.get_checkpoint_config().set_checkpoint_storage_dir(url) or "
+        "execution.checkpointing.dir: any fsspec URL"),
+    Gap("flinkpy.datastream.JobManagerCheckpointStorage", "checkpoints kept in the JobManager's memory",
+        "checkpoints always go to execution.checkpointing.dir (memory:// for a throwaway one)"),
+    Gap("flinkpy.datastream.FileSystemCheckpointStorage", "checkpoint storage classes",
+        "set the directory with env.get_checkpoint_config().set_checkpoint_storage_dir(url) or "
+        "execution.checkpointing.dir: any fsspec URL"),
+    Gap("flinkpy.datastream.CustomCheckpointStorage", "checkpoint storage written in Java",
+        "checkpoints go to any fsspec URL in execution.checkpointing.dir"),
+    Gap("flinkpy.datastream.MemorySize", "MemorySize (fine-grained resources)",
+        "give memory sizes as strings to the configuration keys ('64 mb')"),
     Gap("flinkpy.datastream.MemoryStateBackend", "MemoryStateBackend (deprecated in Flink)",
         "use HashMapStateBackend from flinkpy.datastream.state_backend"),
     Gap("flinkpy.datastream.FsStateBackend", "FsStateBackend (deprecated in Flink)",

@@ -103,3 +103,32 @@ def test_every_registered_name_is_really_missing(name: str) -> None:
     except ImportError:
         return
     pytest.fail(f"{name} can be imported: remove it from flinkpy.unsupported.GAPS")
+
+
+#: the names PyFlink's pyflink.datastream exports (its __all__)
+PYFLINK_DATASTREAM = """
+StreamExecutionEnvironment DataStream KeyedStream WindowedStream ConnectedStreams BroadcastStream
+BroadcastConnectedStream DataStreamSink MapFunction CoMapFunction FlatMapFunction CoFlatMapFunction
+ReduceFunction FilterFunction ProcessFunction KeyedProcessFunction CoProcessFunction
+KeyedCoProcessFunction WindowFunction ProcessWindowFunction AggregateFunction BroadcastProcessFunction
+KeyedBroadcastProcessFunction RuntimeContext TimerService CheckpointingMode CheckpointConfig
+ExternalizedCheckpointCleanup ExternalizedCheckpointRetention StateBackend HashMapStateBackend
+EmbeddedRocksDBStateBackend CustomStateBackend MemoryStateBackend RocksDBStateBackend FsStateBackend
+PredefinedOptions CheckpointStorage JobManagerCheckpointStorage FileSystemCheckpointStorage
+CustomCheckpointStorage RuntimeExecutionMode Window TimeWindow CountWindow GlobalWindow WindowAssigner
+MergingWindowAssigner TriggerResult Trigger TimeCharacteristic TimeDomain KeySelector Partitioner
+SourceFunction SinkFunction SlotSharingGroup MemorySize OutputTag
+""".split()
+
+
+@pytest.mark.parametrize("name", PYFLINK_DATASTREAM)
+def test_every_name_pyflink_datastream_exports_is_there_or_registered(name: str) -> None:
+    """``from flinkpy.datastream import X`` works for every X of PyFlink's, or ends with the
+    registry's line: never a bare ImportError, never 'flinkpy does not have' for what it has."""
+    import flinkpy.datastream
+
+    if f"flinkpy.datastream.{name}" in GAPS:
+        with pytest.raises(ImportError, match="flinkpy does not have"):
+            exec(f"from flinkpy.datastream import {name}", {})
+    else:
+        assert getattr(flinkpy.datastream, name) is not None
