@@ -102,6 +102,21 @@ def test_a_stream_without_type_information_prints_python_str(value) -> None:
     assert Encoder.simple_string_encoder().encode(value) == (str(value) + "\n").encode()
 
 
+def test_the_spark_runners_print_and_file_writers_print_the_same(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The Spark runner writes a batch through the same sinks (no Spark needed to check it)."""
+    from flinkpy.connectors.print_sink import PrintSink
+    from flinkpy.datastream.connectors.file_system import FileSink
+    from flinkpy.spark.sinks import writer_for
+
+    pair = T.TUPLE([T.STRING(), T.BOOLEAN()])
+    writer_for(PrintSink("s", type_info=pair), "sink", "print").write([("hi", True)], 0)
+    writer_for(PrintSink("u"), "sink", "print").write([("hi", True)], 1)
+    assert capsys.readouterr().out == "s> (hi,true)\nu> ('hi', True)\n"
+    sink = FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()).build().for_record_type(pair)
+    writer_for(sink, "sink", "files").write([("hi", False)], 3)
+    assert [p.read_text() for p in tmp_path.rglob("*") if p.is_file()] == ["(hi,false)\n"]
+
+
 JOB = '''
 import sys
 from flinkpy.common import Encoder, Types
