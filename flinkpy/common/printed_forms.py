@@ -211,8 +211,22 @@ _BASIC: dict[str, Printer] = {
 }
 
 
+def _plain(value: Any) -> str:
+    """Strings and integers: Python's str, ``null`` for None."""
+    return "null" if value is None else str(value)
+
+
 def _basic(type_info: BasicTypeInfo) -> Printer:
-    return _null_or(_BASIC.get(str(type_info), str))
+    text = _BASIC.get(str(type_info))
+    return _plain if text is None else _null_or(text)
+
+
+def _joined(fields: list[Printer], separator: str) -> Callable[[Any], str]:
+    """The fields of a value printed by ``fields`` and joined; one comprehension, without a call
+    per field, when every field is a string or an integer (most tuples: ``(word,3)``)."""
+    if all(f is _plain for f in fields):
+        return lambda value: separator.join(["null" if v is None else str(v) for v in value])
+    return lambda value: separator.join([f(v) for f, v in zip(fields, value)])
 
 
 # ---- composite types ---------------------------------------------------------------------------
@@ -220,21 +234,21 @@ def _basic(type_info: BasicTypeInfo) -> Printer:
 
 def _tuple(type_info: TupleTypeInfo) -> Printer:
     """Flink's Tuple: ``(a,b)``, fields joined by a bare comma."""
-    fields = [_printer(t) for t in type_info.get_field_types()]
+    join = _joined([_printer(t) for t in type_info.get_field_types()], ",")
 
     def print_tuple(value: Any) -> str:
-        return "(" + ",".join(p(v) for p, v in zip(fields, value)) + ")"
+        return "(" + join(value) + ")"
 
     return _null_or(print_tuple)
 
 
 def _row(type_info: RowTypeInfo) -> Printer:
     """Flink's Row: its kind, then the fields joined by ``", "`` in brackets: ``+I[a, 1]``."""
-    fields = [_printer(t) for t in type_info.get_field_types()]
+    join = _joined([_printer(t) for t in type_info.get_field_types()], ", ")
 
     def print_row(value: Any) -> str:
         kind = value.get_row_kind().short_string() if hasattr(value, "get_row_kind") else "+I"
-        return kind + "[" + ", ".join(p(v) for p, v in zip(fields, value)) + "]"
+        return kind + "[" + join(value) + "]"
 
     return _null_or(print_row)
 
