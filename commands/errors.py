@@ -13,7 +13,7 @@ from typing import Any
 from commands._click import Abort, ClickException, NoArgsIsHelpError, UsageError
 from commands.output import emit_json
 from commands.session import session
-from flinkpy.errors import ExitCode, FlinkpyError, storage_credentials_error
+from flinkpy.errors import ExitCode, FlinkpyError, Interrupted, storage_credentials_error
 
 PROG = "flinkpy"
 
@@ -35,6 +35,13 @@ def handle(exc: BaseException) -> int:
         # `flinkpy` or `flinkpy cluster` alone: show the help, exit like any usage error.
         sys.stderr.write(exc.format_message().rstrip() + "\n")
         return ExitCode.USAGE
+    if isinstance(exc, Interrupted):
+        # the stop the user asked for, carried out: what was done, not an error
+        sys.stderr.write(f"{PROG}: {exc.message}\n")
+        sys.stderr.flush()
+        if session.json:
+            emit_json({"error": {"message": exc.message, "remedy": None, "kind": "Interrupted", "exit_code": exc.exit_code}})
+        return exc.exit_code
     if isinstance(exc, (KeyboardInterrupt, Abort)):
         sys.stderr.write("\n" if sys.stderr.isatty() else "")
         return report("interrupted", None, kind="Interrupted", exit_code=ExitCode.INTERRUPTED)

@@ -118,7 +118,11 @@ def run(
     Meanwhile it says on stderr, as it happens, when the job fails and restarts (with the
     cause, and how often the same failure repeated), waits for slots, or a checkpoint fails.
     An embedded cluster ends with the command, even when the command is killed (SIGKILL
-    included). With -d it returns once the job is submitted and prints its id on stdout (one
+    included). Ctrl-C (SIGINT) or SIGTERM on an attached run cancels the job on the embedded
+    cluster, stops the cluster and exits 130 (SIGINT) or 143 (SIGTERM) with one line saying
+    so; on a running cluster the job keeps running, as with Flink's client, and the line says
+    how to cancel it (-D execution.shutdown-on-attached-exit=true cancels it there too). A
+    second signal while that is carried out exits at once. With -d it returns once the job is submitted and prints its id on stdout (one
     line per job: jid=$(flinkpy run -d job.py) works; Flink's "Job has been submitted with
     JobID" line is on stderr), and exits 5 when the job failed before running. With -d or
     --json, what JOB.py itself prints goes to stderr. Options must come before JOB.py:
@@ -147,8 +151,8 @@ def run(
     (spark.sql.shuffle.partitions): a rescale is refused with exit 7. On a cluster master
     (spark://HOST:PORT, see 'flinkpy spark start') the driver ships flinkpy, the job file's
     directory and env.add_python_file files to the executors and checks their Python first:
-    exit 3 when the master does not answer, 8 when the executors lack a module. See README
-    "Running on Spark".
+    exit 3 when the master does not answer, 8 when the executors lack a module. See
+    docs/spark/index.md.
 
     What the job's functions import travels with the job: the job file's directory (its modules
     and packages) and every python.files entry (env.add_python_file, --pyFiles, -D

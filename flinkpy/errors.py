@@ -29,7 +29,8 @@ class ExitCode:
     SAVEPOINT_FAILED = 12  # a savepoint was triggered but did not complete
     VERIFY_FAILED = 13  # `flinkpy verify` found records lost or duplicated
     UNSUPPORTED = 14  # the program uses a PyFlink module, class or method flinkpy does not have
-    INTERRUPTED = 130  # Ctrl-C
+    INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2, as a shell reports a process SIGINT ended
+    TERMINATED = 143  # SIGTERM: 128 + 15
 
 
 class FlinkpyError(Exception):
@@ -103,6 +104,29 @@ class SavepointFailedError(FlinkpyError):
     """A savepoint was accepted by the JobManager but failed; ``details`` holds its cause."""
 
     exit_code = ExitCode.SAVEPOINT_FAILED
+
+
+class Interrupted(BaseException):
+    """SIGINT (Ctrl-C) or SIGTERM stopped a client that waited for a job.
+
+    Raised in the client's main thread where the signal found it, and raised again once the
+    client has done what the stop calls for, with ``message`` saying what that was (``job ...
+    cancelled, embedded cluster stopped``). A BaseException, as KeyboardInterrupt is: a job
+    program's ``except Exception`` must not swallow the user's stop.
+    """
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        import signal
+
+        self.signum = signum
+        self.message = message or ("interrupted" if signum == signal.SIGINT else "terminated")
+        super().__init__(self.message)
+
+    @property
+    def exit_code(self) -> int:
+        import signal
+
+        return ExitCode.INTERRUPTED if self.signum == signal.SIGINT else ExitCode.TERMINATED
 
 
 #: what each object store's client raises when it finds no (or incomplete) credentials, by class

@@ -71,3 +71,20 @@ def log_tail(path: str | os.PathLike[str], lines: int, sep: str = "\n") -> str:
         return sep.join(Path(path).read_text(errors="replace").strip().splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def module_command(module: str, *args: str) -> list[str]:
+    """The command line that runs ``python -m module args`` as one of flinkpy's own processes.
+
+    ``-P`` keeps the working directory off the process's ``sys.path``: a cluster process is
+    started wherever the user happens to type, and a file there named like a module of the
+    standard library (``inspect.py``, ``random.py``) would otherwise replace that module in every
+    JobManager, TaskManager, launcher and task. The job's own directory and its python.files
+    reach the tasks' ``sys.path`` through the job's archive, not through the working directory.
+
+    >>> module_command("flinkpy.cluster.supervisor", "--home", "h")[1:]
+    ['-P', '-m', 'flinkpy.cluster.supervisor', '--home', 'h']
+    """
+    import sys
+
+    return [sys.executable, "-P", "-m", module, *args]

@@ -12,7 +12,7 @@ The layers, bottom to top (:data:`LAYERS`); a unit may import any unit of a lowe
 of its own layer or above:
 
 1. ``errors`` (the one exception hierarchy), ``processes`` (process
-   identity), ``clock`` (the one ``now_ms``), ``units`` (the one duration and memory-size
+   identity), ``signals`` (stop signals noted by the handler, acted on by the process), ``clock`` (the one ``now_ms``), ``units`` (the one duration and memory-size
    parser), ``logfiles`` (a process's log files, rotated by size, read from the end): what
    everything may use; then ``unsupported`` (the registry of PyFlink names flinkpy lacks, and
    its import hook) and ``flinkpy`` (the version; it installs that hook on first import).
@@ -67,7 +67,7 @@ PACKAGE = ROOT / "flinkpy"
 
 #: bottom to top; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "processes", "clock", "units", "logfiles"),
+    ("errors", "processes", "signals", "clock", "units", "logfiles"),
     ("unsupported",),
     ("flinkpy",),
     ("config", "protocol"),

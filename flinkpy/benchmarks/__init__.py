@@ -22,6 +22,10 @@ checkpoints every 1 s, aligned, aligned with buffer debloating, and unaligned, a
 checkpoints' durations (median, p99), alignment times, the sink's throughput and, for unaligned
 checkpoints, the bytes stored in flight (see flinkpy.benchmarks.backpressure).
 
+The ``async`` part runs async I/O (``AsyncDataStream``, capacity 100, a 5 ms "remote call")
+against a plain asyncio loop issuing the same requests with the same capacity (see
+flinkpy.benchmarks.async_io).
+
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
 
@@ -30,9 +34,19 @@ TaskManager and task processes), and, in the same run, as a plain single-process
 that calls the same user functions (flat_map, map, key selector, reduce) with no engine in
 between. It prints records/s and the ratio flinkpy / loop: ratios, because absolute times on a
 shared machine are not stable. The engine's time is the job's net runtime as the JobManager
-measures it (RUNNING to FINISHED: task start-up included, cluster start-up not). It also
-measures the wall time from ``flinkpy run examples/word_count.py`` to the job's first output.
+measures it (RUNNING to FINISHED: task start-up included, cluster start-up not).
+
+``startup`` (``--only startup``, and in a full run) measures the wall time from starting
+``flinkpy run examples/word_count.py`` (embedded cluster start-up included) to the job's first
+line of output, over 20 runs (5 with ``--quick``), and reports the median and the maximum.
 This is a measurement tool, not a test: it asserts nothing.
+
+``--report FILE.json`` also writes every figure the run measured, with its date, command,
+machine (cores, memory, load average at the start and the end) and versions (Python, flinkpy,
+and the peers' it measured): :mod:`~flinkpy.benchmarks.report` holds the records and the
+schema, :mod:`~flinkpy.benchmarks.figures` turns a run's results into them (each part module's
+``figures`` its own), and ``python -m flinkpy.benchmarks.render`` turns reports into the
+documentation's performance page (:mod:`~flinkpy.benchmarks.render`).
 
 One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.workloads` (data, user functions, the loop, the jobs),
@@ -41,6 +55,6 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.backends`, :mod:`~flinkpy.benchmarks.spark`,
 :mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`,
 :mod:`~flinkpy.benchmarks.two_input`, :mod:`~flinkpy.benchmarks.peers_form`,
-:mod:`~flinkpy.benchmarks.backpressure`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.backpressure`, :mod:`~flinkpy.benchmarks.async_io`; ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

@@ -15,13 +15,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import backends, backpressure, bytewax_windows, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
-PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure"]
+PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
+         "async", "startup"]
+
+#: runs of `flinkpy run examples/word_count.py` behind the startup part's median and maximum
+STARTUP_RUNS = 20
 
 #: a workload: (records, the loop's seconds, the job's builder, the rate's unit)
 Workload = tuple[int, Callable[[], float], Callable[[Any], None], str]
@@ -32,6 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    ap.add_argument("--report", metavar="FILE.json",
+                    help="also write every figure with the date, command, machine and versions to FILE.json "
+                         "(schema: flinkpy.benchmarks.report; python -m flinkpy.benchmarks.render turns reports into a page)")
     ap.add_argument("--only", choices=PARTS,
                     help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; only run when asked)")
     ap.add_argument("--keys", type=lambda v: [int(float(k)) for k in v.split(",")], metavar="N[,N...]",
@@ -159,6 +167,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
         for name, workload in workloads.items():
             if wanted(args, name):
                 results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
+        if wanted(args, "async"):
+            results["async_io"] = async_io.measure(address, token, args.runs, run_job, log, quick=args.quick)
         if wanted(args, "peers-form"):
             results["peers_form"] = peers_form.measure(address, token, lines, n_words, w2_count, args.runs, run_job, log, tmp)
         if wanted(args, "join"):
@@ -251,6 +261,19 @@ def measure_failover(results: dict[str, Any], runs: int) -> None:
     results["failover"] = measure(4000, runs)
 
 
+def measure_startup(runs: int) -> dict[str, Any]:
+    """Run-to-first-output of ``flinkpy run examples/word_count.py`` (an embedded cluster each
+    time): the median and the maximum, since a stall shows in the maximum only."""
+    times, exits = [], []
+    for i in range(runs):
+        log(f"startup: first output of `flinkpy run examples/word_count.py`, run {i + 1} of {runs} ...")
+        first, ended = first_output_latency()
+        times.append(first)
+        exits.append(ended)
+    return {"runs_s": [round(t, 3) for t in times], "median_s": statistics.median(times), "max_s": max(times),
+            "exit_median_s": statistics.median(exits), "exit_max_s": max(exits)}
+
+
 def report_workloads(results: dict[str, Any]) -> None:
     if not results["workloads"]:
         return
@@ -324,36 +347,68 @@ def report_parts(results: dict[str, Any]) -> None:
             print(line)
     for line in backpressure.report(results.get("backpressure", {})):
         print(line)
-    if "first_output_s" in results:
-        print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
+    for line in async_io.report(results.get("async_io", {})):
+        print(line)
+    if "startup" in results:
+        st = results["startup"]
+        print(f"flinkpy run examples/word_count.py -> first output, {len(st['runs_s'])} runs: median {st['median_s']:.2f} s, "
+              f"max {st['max_s']:.2f} s (runs {', '.join(f'{t:.2f}' for t in st['runs_s'])}); "
+              f"to its exit: median {st['exit_median_s']:.2f} s, max {st['exit_max_s']:.2f} s")
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as a reader would type it again, without ``--report``'s file."""
+    words, skip = [], False
+    for word in argv:
+        if skip or word.startswith("--report="):
+            skip = False
+            continue
+        if word == "--report":
+            skip = True
+            continue
+        words.append(word)
+    return " ".join(["python -m flinkpy.benchmarks", *words])
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        log(f"python -m flinkpy.benchmarks: error: --report {args.report}: no such directory (create it first)")
+        return 2
+    load_at_start = figures.load_average()
     scale = 10 if args.quick else 1
     n_lines, w2_count = 200_000 // scale, 5_000_000 // scale
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "runs": args.runs, "quick": args.quick, "workloads": {}}
     log(f"generating W1 data ({n_lines} lines, seed {SEED}) ...")
     lines = make_lines(n_lines)
     n_words = sum(len(line.split()) for line in lines)
-    measure_on_cluster(args, results, lines, n_words, w2_count)
+    if args.only != "startup":
+        measure_on_cluster(args, results, lines, n_words, w2_count)
     if wanted(args, "failover"):
         measure_failover(results, args.runs)
-    if args.only in (None, "w1", "w2"):
-        log("first output of `flinkpy run examples/word_count.py` ...")
-        results["first_output_s"] = statistics.median(first_output_latency() for _ in range(args.runs))
+    if wanted(args, "startup"):
+        results["startup"] = measure_startup(STARTUP_RUNS // (4 if args.quick else 1))
+    status = 0
+    if args.report:
+        try:
+            write_report(Report([figures.run_record(results, command_line(argv), load_at_start)]), args.report)
+            log(f"report written to {args.report}")
+        except Exception as exc:  # noqa: BLE001 - the figures below are still worth printing
+            log(f"python -m flinkpy.benchmarks: error: the report was not written: {exc!r}")
+            status = 1
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
+        return status
     print(f"flinkpy benchmark, {results['date']}, median of {args.runs} run(s){' (quick)' if args.quick else ''}")
     if "spark" in results:
         from flinkpy.benchmarks.spark import report
 
         print(report(results["spark"]))
-        return 0
+        return status
     report_workloads(results)
     report_parts(results)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ from typing import Any
 from flinkpy.benchmarks.workloads import ROOT
 
 
-def first_output_latency() -> float:
-    """Wall time from starting `flinkpy run examples/word_count.py` to its first printed line."""
+def first_output_latency() -> tuple[float, float]:
+    """Wall time from starting `flinkpy run examples/word_count.py` to its first printed line,
+    and to its exit (the embedded cluster stopped)."""
     root = ROOT
     env = dict(os.environ)
     env.pop("FLINKPY_JOBMANAGER", None)
@@ -33,7 +34,8 @@ def first_output_latency() -> float:
         latency = time.perf_counter() - started
         proc.stdout.read()
         proc.wait()
-    return latency
+        ended = time.perf_counter() - started
+    return latency, ended
 
 
 

@@ -291,6 +291,8 @@ def operator_states(state: Any) -> Iterator[tuple[str, str, int, int]]:
     if "sink" in state:
         sink = state["sink"]
         yield "sink", "sink", len(sink) if hasattr(sink, "__len__") else 1, _size(sink)
+    if "async" in state:  # an async wait operator's requests in flight
+        yield "async-requests", "list", len(state["async"]), _size(state["async"])
 
 
 def _size(obj: Any) -> int:

@@ -10,7 +10,8 @@ from flinkpy.program.archive import PythonArchive
 from flinkpy.program.context import PlanCaptured, SubmittedJob, current_context
 from flinkpy.client.shipping import check_submission_size, document_entry, job_archive
 from flinkpy.client.job_client import JobClient, JobExecutionResult
-from flinkpy.errors import InvalidProgramError, JobCanceledError, JobExecutionError, UsageError
+from flinkpy.client.interrupts import stop_requests
+from flinkpy.errors import FlinkpyError, Interrupted, InvalidProgramError, JobCanceledError, JobExecutionError, UsageError
 from flinkpy.graph.job_graph import JobGraph
 
 
@@ -177,16 +178,56 @@ def start_job_graph(job: JobGraph, *, need_cluster: bool = False) -> StartedJob:
 
 
 def execute_job_graph(job: JobGraph, *, detached: bool) -> Any:
+    """Submit ``job`` (see :func:`start_job_graph`); attached, wait for its end.
+
+    SIGINT or SIGTERM meanwhile (:mod:`flinkpy.client.interrupts`): on the embedded cluster the
+    job is cancelled and the cluster stopped; on a running cluster the job keeps running and
+    the client leaves, saying how to cancel it (as Flink's client does, unless
+    execution.shutdown-on-attached-exit). Either way :class:`~flinkpy.errors.Interrupted` says
+    which; ``python JOB.py`` then exits 130 or 143 with that line.
+    """
     ctx = current_context()
     detached = detached or ctx.detached
-    started = start_job_graph(job, need_cluster=detached)
-    if detached:
-        ctx.submitted.append(_detached_submission(started.rest, started.job_id, job.job_name))
-        return JobClient(started.rest, started.job_id, job.job_name)
     try:
-        return _wait(ctx, started.rest, started.job_id, job.job_name, embedded=started.embedded)
-    finally:
-        started.stop()
+        with stop_requests() as stop:
+            started = start_job_graph(job, need_cluster=detached)
+            if detached:
+                ctx.submitted.append(_detached_submission(started.rest, started.job_id, job.job_name))
+                return JobClient(started.rest, started.job_id, job.job_name)
+            try:
+                return _wait(ctx, started.rest, started.job_id, job.job_name, embedded=started.embedded)
+            except Interrupted as e:
+                stop.disarm()
+                raise _carry_out(started, e.signum, ctx) from None
+            finally:
+                stop.disarm()
+                started.stop()
+    except Interrupted as e:
+        if ctx.exit_on_interrupt:  # `python JOB.py`: the line and the code, no traceback
+            print(f"flinkpy: {e.message}", file=sys.stderr, flush=True)
+            raise SystemExit(e.exit_code) from None
+        raise
+
+
+def _carry_out(started: StartedJob, signum: int, ctx: Any) -> Interrupted:
+    """What a stop signal asks of an attached run: cancel the job on the embedded cluster
+    (which the caller then stops); leave it running on a cluster that outlives us, unless
+    execution.shutdown-on-attached-exit says to cancel it there too."""
+    word = Interrupted(signum).message
+    job_id = started.job_id
+    cancel = started.embedded or str((ctx.config or {}).get("execution.shutdown-on-attached-exit", "false")).lower() == "true"
+    if not cancel:
+        return Interrupted(signum, f"{word}: job {job_id} keeps running on the cluster at {started.rest.address} "
+                                   f"(cancel it with 'flinkpy cancel {job_id}')")
+    try:
+        started.rest.cancel_job(job_id)
+        started.rest.wait_for_job(job_id, 10)
+    except FlinkpyError as e:
+        where = "embedded cluster stopped" if started.embedded else f"check it with 'flinkpy list' ({e.message})"
+        return Interrupted(signum, f"{word}: cancelling job {job_id} failed; {where}")
+    if started.embedded:
+        return Interrupted(signum, f"{word}: job {job_id} cancelled, embedded cluster stopped")
+    return Interrupted(signum, f"{word}: job {job_id} cancelled")
 
 
 def _detached_submission(rest: Any, job_id: str, name: str) -> SubmittedJob:
@@ -210,11 +251,6 @@ def _wait(ctx: Any, rest: Any, job_id: str, name: str, *, embedded: bool) -> Job
         stop_watching = watch_job(rest, job_id, ctx.on_event)
     try:
         result = rest.wait_for_job(job_id, None)
-    except KeyboardInterrupt:
-        try:
-            rest.cancel_job(job_id)
-        finally:
-            raise
     finally:
         if stop_watching is not None:
             stop_watching()

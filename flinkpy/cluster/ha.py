@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from typing import Any, Callable
 
@@ -18,7 +17,7 @@ from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, r
 from flinkpy.cluster.spawning import spawn
 from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
-from flinkpy.processes import create_time, log_tail
+from flinkpy.processes import create_time, log_tail, module_command
 
 
 def current_leader(ha: dict[str, Any], timeout_s: float = 3.0) -> dict[str, Any] | None:
@@ -79,9 +78,9 @@ def leader_resolver(ha: dict[str, Any]) -> Callable[[], str | None]:
 
 def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: int, rest_address: str, heartbeat_timeout_ms: int) -> ProcessInfo:
     log_path = home.log_dir / f"jobmanager-{jm_id}.log"
-    argv = [sys.executable, "-m", "flinkpy.jobmanager.process", "--home", str(home.path), "--id", jm_id,
-            "--rest-port", str(rest_port), "--rest-address", rest_address,
-            "--heartbeat-timeout-ms", str(heartbeat_timeout_ms), "--ha", json.dumps(ha.to_dict())]
+    argv = module_command("flinkpy.jobmanager.process", "--home", str(home.path), "--id", jm_id,
+                          "--rest-port", str(rest_port), "--rest-address", rest_address,
+                          "--heartbeat-timeout-ms", str(heartbeat_timeout_ms), "--ha", json.dumps(ha.to_dict()))
     proc = spawn(argv, log_path, None, detach=True, extra_env={"PYTHONUNBUFFERED": "1"})
     return ProcessInfo(jm_id, proc.pid, create_time(proc.pid), str(log_path), argv=argv)
 
@@ -89,8 +88,8 @@ def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: 
 def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int, heartbeat_interval_ms: int) -> ProcessInfo:
     log_path = home.log_dir / f"taskmanager-{tm_id}.log"
     out_path = home.log_dir / f"taskmanager-{tm_id}.out"
-    argv = [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
-            "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict())]
+    argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
+                          "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict()))
     with open(out_path, "ab", buffering=0) as out:
         proc = spawn(argv, log_path, out, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"})
     return ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path), argv)

@@ -19,7 +19,7 @@ from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, a
 from flinkpy.cluster.spawning import spawn, wait_gone
 from flinkpy.cluster.supervision import RestartPolicy, policies_from_config
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
-from flinkpy.processes import create_time, log_tail, process_tree
+from flinkpy.processes import create_time, log_tail, module_command, process_tree
 
 
 def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> dict[str, Any]:
@@ -74,11 +74,10 @@ def _launch(
         (home.path / "jobmanager.json").unlink()
     except FileNotFoundError:
         pass
-    py = sys.executable
     jm_log = home.log_dir / "jobmanager.log"
     env = {"PYTHONUNBUFFERED": "1"}
-    jm_argv = [py, "-m", "flinkpy.jobmanager.process", "--home", str(home.path), "--rest-port", str(rest_port),
-               "--rest-address", rest_address, "--heartbeat-timeout-ms", str(heartbeat_timeout_ms)]
+    jm_argv = module_command("flinkpy.jobmanager.process", "--home", str(home.path), "--rest-port", str(rest_port),
+                             "--rest-address", rest_address, "--heartbeat-timeout-ms", str(heartbeat_timeout_ms))
     jm = spawn(jm_argv, jm_log, None, detach=detach, extra_env=env)
     procs = [jm]
     tm_infos: list[ProcessInfo] = []
@@ -94,8 +93,8 @@ def _launch(
             if tm_stdout is None:
                 opened = open(out_path, "ab", buffering=0)
                 out_file = opened
-            tm_argv = [py, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id, "--slots", str(slots),
-                       "--heartbeat-interval-ms", str(heartbeat_interval_ms)]
+            tm_argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id, "--slots", str(slots),
+                                     "--heartbeat-interval-ms", str(heartbeat_interval_ms))
             tm = spawn(
                 tm_argv,
                 log_path, out_file, detach=detach,
@@ -183,8 +182,8 @@ def start_supervisor(home: ClusterHome, policies: dict[str, RestartPolicy], *, h
     """Start the cluster's supervisor (:mod:`flinkpy.cluster.supervisor`). With ``client_pid``
     (an embedded cluster) it also stops the cluster and removes its home when that process is
     gone; ``stdout`` is where TaskManagers it starts again print (the embedded job's output)."""
-    argv = [sys.executable, "-m", "flinkpy.cluster.supervisor", "--home", str(home.path),
-            "--policies", json.dumps({kind: p.to_dict() for kind, p in policies.items()})]
+    argv = module_command("flinkpy.cluster.supervisor", "--home", str(home.path),
+                          "--policies", json.dumps({kind: p.to_dict() for kind, p in policies.items()}))
     if ha:
         argv.append("--ha")
     if client_pid is not None:
@@ -218,6 +217,33 @@ def _stop_supervisor(info: ClusterInfo, timeout_s: float = 5.0) -> None:
         pass
 
 
+def _drain_supervisor(home: ClusterHome, sup: ProcessInfo, timeout_s: float = 5.0) -> None:
+    """An embedded cluster's supervisor: tell it (SIGTERM) to restart nothing more, and wait
+    until it says so (``supervisor.draining``: the record is final). It stays to end the
+    cluster's processes should this client die before they are gone."""
+    from flinkpy.cluster.supervisor import DRAINING, READY
+
+    deadline = time.monotonic() + timeout_s
+    # right after its start it may not handle SIGTERM yet (and would die of it)
+    while not (home.path / READY).exists() and alive(sup) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not alive(sup):
+        return
+    try:
+        os.kill(sup.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    while not (home.path / DRAINING).exists() and alive(sup):
+        if time.monotonic() > deadline:
+            # a supervisor that does not answer must not start anything again meanwhile
+            try:
+                os.kill(sup.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        time.sleep(0.01)
+
+
 def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
     """Start one more TaskManager for the cluster running in ``home`` (to add capacity, or to
     replace a lost one a job is waiting for); returns once it has registered."""
@@ -239,8 +265,8 @@ def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config:
     interval = int(config.get("heartbeat.interval")) if config is not None else 10000
     rest = RestClient(info.rest_address, home.token(), timeout_s=5)
     before = rest.overview()["taskmanagers"]
-    argv = [sys.executable, "-m", "flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
-            "--slots", str(slots), "--heartbeat-interval-ms", str(interval)]
+    argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
+                          "--slots", str(slots), "--heartbeat-interval-ms", str(interval))
     with open(out_path, "ab", buffering=0) as out_file:
         proc = spawn(
             argv,
@@ -384,7 +410,9 @@ class EmbeddedCluster:
                 rest_address="127.0.0.1",
                 heartbeat_interval_ms=1000,
                 heartbeat_timeout_ms=30000,
-                detach=False,
+                # a session of its own: the terminal's Ctrl-C (or a SIGTERM to the client's process
+                # group) reaches only the client, which cancels the job and stops the cluster in order
+                detach=True,
                 tm_stdout=stdout,
                 timeout_s=self.timeout_s,
             )
@@ -405,16 +433,16 @@ class EmbeddedCluster:
     def __exit__(self, *exc: Any) -> None:
         import psutil
 
-        if self.info is not None:
-            _stop_supervisor(self.info)
+        supervisor = self.info.supervisor if self.info is not None else None
+        if supervisor is not None:
+            _drain_supervisor(self.home, supervisor)
         record = read_record(self.home)
-        # processes the supervisor started again are not our children: they are in the record
-        restarted = [p.pid for p in [*record.taskmanagers, record.jobmanager] if alive(p)] if record is not None else []
-        tree = process_tree([p.pid for p in self._procs] + [pid for pid in restarted if pid not in {p.pid for p in self._procs}])
-        for p in reversed(self._procs):  # TaskManagers first, then the JobManager
-            if p.poll() is None:
-                p.terminate()
-        for pid in restarted:
+        # the record holds what runs now: our own children, and those the supervisor started
+        # again. Each process is told once: a second SIGTERM is a second stop to carry out
+        current = [*record.taskmanagers, record.jobmanager] if record is not None else []
+        pids = list(dict.fromkeys([*(p.pid for p in current if alive(p)), *(p.pid for p in reversed(self._procs) if p.poll() is None)]))
+        tree = process_tree(pids)
+        for pid in pids:  # TaskManagers first, then the JobManager
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -430,6 +458,8 @@ class EmbeddedCluster:
                 p.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+        if supervisor is not None:
+            _stop_supervisor(self.info)  # it leaves once the processes are gone: reaped here
         if os.environ.get("FLINKPY_KEEP_EMBEDDED_HOME"):
             print(f"flinkpy: embedded cluster home kept at {self.home.path}", file=sys.stderr)
         else:

@@ -10,7 +10,10 @@ supervisor first (SIGTERM: it exits at once and restarts nothing more), then the
 With ``--client-pid`` (the embedded cluster of ``flinkpy run`` / ``python JOB.py``) it also
 watches the client: when the client is gone — even SIGKILLed, when nothing of it could clean up —
 it stops every process of the cluster (tasks and launchers included) and removes the temporary
-home with its secret.
+home with its secret. The client stops its cluster with SIGTERM to the supervisor too, but then
+the supervisor does not leave at once: it restarts nothing more, says so (``supervisor.draining``
+in the home), and watches until the cluster's processes have ended — ending them itself if the
+client dies meanwhile, so that a process the client was waiting for is never left behind.
 
 Decisions are in :mod:`~flinkpy.cluster.supervision`; this module only looks at processes,
 starts them and writes the record.
@@ -25,7 +28,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +36,15 @@ from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, r
 from flinkpy.cluster.spawning import spawn, wait_gone
 from flinkpy.cluster.supervision import Action, ClusterLost, GiveUp, RestartPolicy, Respawn, Supervision, Waiting
 from flinkpy.processes import create_time, process_tree, running
+from flinkpy.signals import StopSignals
 
 log = logging.getLogger("flinkpy.supervisor")
+
+#: the file the supervisor creates in the home once its SIGTERM handler is in place (a SIGTERM
+#: before would end it at once, and with it the watch over an embedded cluster's client)
+READY = "supervisor.ready"
+#: the file an embedded cluster's supervisor creates in the home once it restarts nothing more
+DRAINING = "supervisor.draining"
 
 #: how often processes are looked at: a restart's backoff is measured from the death noticed here
 POLL_S = 0.1
@@ -69,26 +78,65 @@ def pin_rest_port(argv: list[str], rest_address: str) -> list[str]:
 class Supervisor:
     """The I/O around :class:`Supervision`: polls the record's processes, carries out its actions."""
 
-    def __init__(self, home: ClusterHome, policies: dict[str, RestartPolicy], ha: bool, client: tuple[int, float] | None, remove_home: bool):
+    def __init__(self, home: ClusterHome, policies: dict[str, RestartPolicy], ha: bool, client: tuple[int, float] | None, remove_home: bool,
+                 stop: StopSignals | None = None):
         self.home = home
         # a background cluster's lone JobManager is started again (fresh); an embedded one's is not
         self.state = Supervision(policies, ha=ha, restart_lone_jobmanager=not ha and client is None)
         self.client = client
         self.remove_home = remove_home
-        self.stopping = threading.Event()
+        #: SIGTERM: restart nothing more (noted by the handler, acted on by the loop)
+        self.stop = stop
         #: pid and start time of each process as last seen, to tell a restart by someone else
         self.seen: dict[str, tuple[int, float]] = {}
 
+    @property
+    def stopping(self) -> bool:
+        return self.stop is not None and self.stop.requested
+
     def run(self) -> None:
-        while not self.stopping.is_set():
+        while not self.stopping:
             self._reap_children()
-            if self.client is not None and not running(*self.client):
-                log.warning("the client (pid %d) of this embedded cluster is gone: stopping the cluster", self.client[0])
+            if self._client_gone():
                 self.stop_cluster()
                 return
             if not self._step():
                 return
-            self.stopping.wait(POLL_S)
+            if self.stop is not None:
+                self.stop.wait(POLL_S)
+            else:
+                time.sleep(POLL_S)
+        if self.client is not None:
+            self.drain()
+
+    def _client_gone(self) -> bool:
+        if self.client is None or running(*self.client):
+            return False
+        log.warning("the client (pid %d) of this embedded cluster is gone: stopping the cluster", self.client[0])
+        return True
+
+    def drain(self) -> None:
+        """An embedded cluster's client stops its cluster: restart nothing more, and say so
+        (``supervisor.draining`` in the home: the record is final), then watch until every
+        process of the cluster has ended — and end them all if the client dies first (killed
+        while it waited for them), so that nothing outlives it whatever the path."""
+        with record_lock(self.home):
+            info = read_record(self.home)
+            try:
+                (self.home.path / DRAINING).touch()
+            except OSError:
+                pass
+        procs = [p for _, p in supervised_processes(info).values()] if info is not None else []
+        tree = process_tree(p.pid for p in procs if alive(p))
+        log.info("the client stops the cluster: restarting nothing more, watching %d process(es) until they end", len(tree))
+        while True:
+            self._reap_children()
+            if not wait_gone(tree, 0):
+                return
+            if self._client_gone():
+                self.stop_cluster(tree)
+                return
+            time.sleep(POLL_S)
 
     def _step(self) -> bool:
         """One look at the processes; False when there is nothing left to supervise."""
@@ -131,7 +179,7 @@ class Supervisor:
             log.error("%s is not started again: %s", action.proc_id, action.reason)
         elif isinstance(action, ClusterLost):
             log.warning("%s; TaskManagers are not restarted", action.reason)
-        elif isinstance(action, Respawn) and not self.stopping.is_set():
+        elif isinstance(action, Respawn) and not self.stopping:
             kind, proc = procs[action.proc_id]
             if kind == "jobmanager" and info.ha is None:
                 # the new JobManager answers where the old one did: the record's REST address
@@ -183,13 +231,14 @@ class Supervisor:
             if pid == 0:
                 return
 
-    def stop_cluster(self) -> None:
-        """The client of an embedded cluster is gone: stop every process, then remove the home."""
+    def stop_cluster(self, known: list[Any] | None = None) -> None:
+        """The client of an embedded cluster is gone: stop every process (with ``known``, the
+        processes taken before), then remove the home."""
         import psutil
 
         info = read_record(self.home)
         procs = [p for _, p in supervised_processes(info).values()] if info is not None else []
-        tree = process_tree(p.pid for p in procs if alive(p))
+        tree = process_tree(p.pid for p in procs if alive(p)) + list(known or [])
         for p in tree:
             try:
                 p.kill()  # nobody waits for a graceful end: the job's client is gone
@@ -213,10 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     policies = {kind: RestartPolicy(**p) for kind, p in json.loads(args.policies).items()}
     client = (args.client_pid, args.client_started) if args.client_pid else None
-    sup = Supervisor(ClusterHome(Path(args.home)), policies, args.ha, client, args.remove_home)
-    # SIGTERM is `cluster stop` (or the embedded cluster's own end): stop supervising, touch nothing
-    signal.signal(signal.SIGTERM, lambda *_: sup.stopping.set())
+    # SIGTERM is `cluster stop` (or the embedded cluster's own end): stop restarting, touch nothing
+    stop = StopSignals(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sup = Supervisor(ClusterHome(Path(args.home)), policies, args.ha, client, args.remove_home, stop)
+    try:
+        (sup.home.path / READY).touch()
+    except OSError:
+        pass
     log.info("supervising the cluster in %s (pid %d)", args.home, os.getpid())
     sup.run()
     log.info("supervisor stops")

@@ -49,6 +49,26 @@ class ReaderContext:
     side_output: Callable[[str, list], None] | None = None
 
 
+class StampedBatch(list):
+    """A batch a reader hands out with what a plain list cannot say: each record's event
+    timestamp (``timestamps``, parallel to the records, or None) and a watermark that follows
+    the batch's last record (``watermark``, or None). A legacy SourceFunction's
+    ``collect_with_timestamp`` and ``emit_watermark`` reach the chain this way; a watermark cuts
+    the batch, so it stands exactly where the source emitted it.
+
+    >>> b = StampedBatch(["a", "b"], timestamps=[1, 2], watermark=1)
+    >>> list(b), b.timestamps, b.watermark
+    (['a', 'b'], [1, 2], 1)
+    """
+
+    __slots__ = ("timestamps", "watermark")
+
+    def __init__(self, records: Any = (), *, timestamps: list[int] | None = None, watermark: int | None = None):
+        super().__init__(records)
+        self.timestamps = timestamps
+        self.watermark = watermark
+
+
 class SourceReader(ABC):
     """Reads one subtask's share of a source."""
 
@@ -56,7 +76,8 @@ class SourceReader(ABC):
     def poll(self, max_records: int) -> list | None:
         """Return up to ``max_records`` records; ``[]`` when none are available right now;
         ``None`` once the input has ended (bounded sources only). Must not block for long:
-        the task checks for control messages (cancel, barriers) between polls."""
+        the task checks for control messages (cancel, barriers) between polls. A
+        :class:`StampedBatch` carries the records' timestamps and a watermark after them."""
 
     def snapshot_state(self) -> Any:
         """The reading position (offsets): picklable, small. Taken between two polls."""

@@ -1,5 +1,8 @@
 """The DataStream API, shaped like ``pyflink.datastream``: rename the imports and run."""
 
+from flinkpy.common.async_functions import AsyncFunction, AsyncRetryPredicate, AsyncRetryStrategy
+from flinkpy.datastream import async_retry_predicates, async_retry_strategies
+from flinkpy.datastream.async_data_stream import AsyncDataStream
 from flinkpy.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
 from flinkpy.datastream.connected_streams import ConnectedStreams
 from flinkpy.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
@@ -42,6 +45,12 @@ from flinkpy.datastream.window_stream import AllWindowedStream, WindowedStream
 
 __all__ = [
     "AggregateFunction",
+    "AsyncDataStream",
+    "AsyncFunction",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
+    "async_retry_predicates",
+    "async_retry_strategies",
     "CoGroupFunction",
     "CoGroupedStreams",
     "FlatJoinFunction",

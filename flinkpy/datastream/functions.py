@@ -6,6 +6,7 @@ jobs to the client); see tests/test_layers.py. This module keeps a PyFlink progr
 working unchanged.
 """
 
+from flinkpy.common.async_functions import AsyncFunction, AsyncRetryPredicate, AsyncRetryStrategy
 from flinkpy.common.functions import (
     IN,
     OUT,
@@ -52,6 +53,9 @@ from flinkpy.common.window import (
 )
 
 __all__ = [
+    "AsyncFunction",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
     "TimeDomain",
     "RuntimeContext",
     "TimerService",

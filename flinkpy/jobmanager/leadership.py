@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from flinkpy.clock import now_ms
 from flinkpy.ha.services import FencedError, ZooKeeperHa
+from flinkpy.processes import module_command
 
 if TYPE_CHECKING:
     from flinkpy.jobmanager.checkpointing import JobCheckpointing
@@ -247,4 +248,5 @@ class Leadership:
 def revoke() -> None:
     """Stop leading now: replace this process by a fresh standby JobManager (same arguments)."""
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "flinkpy.jobmanager.process", *sys.argv[1:]])
+    command = module_command("flinkpy.jobmanager.process", *sys.argv[1:])
+    os.execv(command[0], command)

@@ -40,6 +40,7 @@ from flinkpy.protocol.messages import (
     TaskMetrics,
     TaskStateChanged,
 )
+from flinkpy.signals import StopSignals
 
 log = logging.getLogger("flinkpy.jobmanager")
 
@@ -204,14 +205,11 @@ def main(argv: list[str] | None = None) -> None:
     if dispatcher.ha is not None:
         dispatcher.ha.contend()
 
-    stop = threading.Event()
-
-    def on_term(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    stop.wait()
+    # the handlers only note the signal (one that set an Event could hang on the Event's lock,
+    # held by the very wait it interrupted); the main thread stops once woken
+    stop = StopSignals(signal.SIGTERM, signal.SIGINT)
+    while not stop.wait():
+        pass
     log.info("JobManager stopping")
     with dispatcher.lock:
         # with high availability the TaskManagers outlive a JobManager: they follow the next leader

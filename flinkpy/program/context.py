@@ -52,6 +52,9 @@ class ExecutionContext:
     #: when a list: execute() runs nothing and appends (environment, job name) — how the Spark
     #: runner gets a job's StreamGraph (flinkpy.spark.capture)
     capture: list | None = None
+    #: SIGINT/SIGTERM during an attached execute(): print the line and exit 130/143 (``python
+    #: JOB.py``); False: raise :class:`~flinkpy.errors.Interrupted` to the caller (the CLI)
+    exit_on_interrupt: bool = False
 
 
 _stack: list[ExecutionContext] = []
@@ -61,7 +64,7 @@ def current_context() -> ExecutionContext:
     if _stack:
         return _stack[-1]
     # `python JOB.py`: says on stderr when it starts an embedded cluster, as `flinkpy run` does
-    return ExecutionContext(address=os.environ.get("FLINKPY_JOBMANAGER") or None, announce=True)
+    return ExecutionContext(address=os.environ.get("FLINKPY_JOBMANAGER") or None, announce=True, exit_on_interrupt=True)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import uuid
 from typing import Any, Callable
 
 from flinkpy import errors
+from flinkpy.processes import module_command
 from flinkpy.program.context import SubmittedJob
 from flinkpy.spark import control_registry as registry
 
@@ -67,7 +68,7 @@ def run_on_spark(
     with open(log_path, "ab", buffering=0) as log, open(out_path, "ab", buffering=0) as out:
         stdout: Any = out if detached else (job_stdout if job_stdout is not None else None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flinkpy.spark.driver", str(spec_path)],
+            module_command("flinkpy.spark.driver", str(spec_path)),
             stdin=subprocess.DEVNULL, stdout=stdout, stderr=log, env=env, start_new_session=detached, close_fds=True,
         )
     record = _wait_accepted(home, job_id, proc, log_path)

@@ -38,6 +38,7 @@ from typing import Any
 from flinkpy.clock import now_ms
 from flinkpy.errors import ConflictError, ExitCode, FlinkpyError, NotFoundError
 from flinkpy.faults import journal_view
+from flinkpy.signals import StopSignals
 from flinkpy.spark import control_registry as registry
 from flinkpy.spark import supervisor_snapshots as snapshots
 from flinkpy.spark.supervisor import GiveUp, SparkJobSupervisor
@@ -508,11 +509,9 @@ def main(argv: list[str]) -> int:
     driver = SparkDriver(spec)
     driver.publish()
 
-    def on_term(signum: int, frame: Any) -> None:
-        driver.commands.put(("cancel",))
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)  # Ctrl-C on an attached run reaches the driver too
+    # Ctrl-C on an attached run reaches the driver too. The handlers only note the signal: a
+    # Queue.put inside one could wait for the queue's lock, held by the very get it interrupted
+    StopSignals(signal.SIGTERM, signal.SIGINT).on_stop(lambda _: driver.commands.put(("cancel",)), name="cancel-on-signal")
     try:
         driver.prepare()
     except BaseException as e:  # noqa: BLE001 - refused before the job started

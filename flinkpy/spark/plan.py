@@ -95,6 +95,13 @@ _BROADCAST_STATE = (
 )
 #: operator kinds that stay on the engine, with why and what to do
 _REFUSED: dict[str, tuple[str, str]] = {
+    "async_wait": (
+        "it is an async I/O operator (AsyncDataStream): its exactly-once guarantee rests on keeping the inputs of the "
+        "requests in flight in each checkpoint and issuing them again after a restore, with a bounded number in flight "
+        "per subtask on one event loop; Spark's micro-batches have no state for requests in flight, and a replayed "
+        "micro-batch would issue every request of the batch again",
+        _ON_THE_ENGINE + ", or call the service synchronously in a map() when Spark's throughput is enough",
+    ),
     "broadcast_process": _BROADCAST_STATE,
     "keyed_broadcast_process": _BROADCAST_STATE,
     "interval_join": (

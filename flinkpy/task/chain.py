@@ -80,6 +80,8 @@ class OperatorChain:
         self.timer_services: list[InternalTimerService] = []
         #: operators that emit periodic watermarks (assign_timestamps_and_watermarks)
         self.watermark_emitters = [op for op in self.operators if isinstance(op, ops.TimestampsAndWatermarksOperator)]
+        #: async wait operators: the task's loop wakes on their pipes and lets them emit
+        self.async_operators = [op for op in self.operators if hasattr(op, "snapshot_inputs")]
 
     def is_keyed(self, op: Any) -> bool:
         return self.backend is not None and getattr(op, "backend", None) is self.backend
@@ -110,6 +112,10 @@ class OperatorChain:
 
             self.backend = self.backend or backend_factory()
             op = create_window_operator(spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode)
+        elif spec.kind == "async_wait":
+            from flinkpy.task.async_wait import AsyncWaitOperator
+
+            op = AsyncWaitOperator(spec.name, spec.fn, out, spec.params["async_options"])
         elif spec.kind in SIMPLE:
             op = SIMPLE[spec.kind](spec.name, spec.fn, out)
         elif spec.kind == "sink":
@@ -194,6 +200,11 @@ class OperatorChain:
                     op.broadcast_backend = backend
                 if isinstance(op.fn, CheckpointedFunction):
                     op.fn.initialize_state(FunctionInitializationContext(backend, bool(operator_states)))
+            if op in self.async_operators:
+                # the inputs of requests in flight at the checkpoint, redistributed round-robin
+                # over the new subtasks (operator list state, as Flink's AsyncWaitOperator keeps)
+                mine = [s.get("async") for i, s in enumerate(operator_states) if s and i % d.parallelism == d.subtask and s.get("async")]
+                op.set_restored_state([item for part in mine for item in part])
             if isinstance(op, ops.SinkOperator):
                 old_p = len(operator_states)
                 mine = [s.get("sink") for i, s in enumerate(operator_states) if s and i % d.parallelism == d.subtask and s.get("sink") is not None]
@@ -249,11 +260,13 @@ class _SourceHead(ops.Operator):
 
     def __init__(self, name: str, fn: Any, output: ops.Output, strategy: Any = None):
         super().__init__(name, fn, output)
-        from flinkpy.task.watermarks import Stamper
+        from flinkpy.task.watermarks import MIN_WATERMARK, Stamper
 
         self.strategy = strategy
         self.stamper = Stamper(strategy, output) if strategy is not None else None
         self.idle = False
+        #: the highest watermark the source emitted itself
+        self.source_watermark = MIN_WATERMARK
 
     def open(self, runtime_context: Any) -> None:
         pass
@@ -270,6 +283,17 @@ class _SourceHead(ops.Operator):
     def emit_periodic_watermark(self) -> None:
         if self.stamper is not None:
             self.stamper.emit_periodic()
+
+    def emit_source_watermark(self, watermark: int) -> None:
+        """A watermark the source itself emitted (a SourceFunction's ``ctx.emit_watermark``);
+        a WatermarkStrategy given to the source generates the watermarks instead, as in Flink."""
+        if self.stamper is not None or watermark <= self.source_watermark:
+            return
+        self.source_watermark = watermark
+        if self.idle:
+            self.idle = False
+            self.output.process_watermark_status(False)
+        self.output.process_watermark(watermark)
 
     def mark_idle(self) -> None:
         if not self.idle:

@@ -124,6 +124,10 @@ class TaskCheckpointer:
             backend = self.chain.operator_backends.get(spec.node_id)
             if backend is not None and backend.states:
                 operator_state["functions"] = backend.snapshot()
+            if op in self.chain.async_operators:
+                inputs = op.snapshot_inputs()
+                if inputs:
+                    operator_state["async"] = inputs
             if isinstance(op, ops.SinkOperator):
                 if self.faults:
                     self.faults.reach("sink-before-prepare", checkpoint_id)

@@ -76,6 +76,7 @@ class InputProcessor:
         for i, ch in enumerate(self.inputs):
             sel.register(ch.sock, selectors.EVENT_READ, i)
         sel.register(self.task.ctrl.sock, selectors.EVENT_READ, CONTROL)
+        self.register_async(sel)
         control = self.task.control
         config = self.task.descriptor.config
         timeout_s = config.buffer_timeout_ms / 1000.0
@@ -113,7 +114,9 @@ class InputProcessor:
                     e.emit_periodic_watermark()
                 next_wm = monotonic() + wm_interval
             for key, _ in events:
-                if key.data == CONTROL:
+                if type(key.data) is not int:
+                    key.data.drain()  # an async wait operator's requests finished
+                elif key.data == CONTROL:
                     control.handle_one()
                 else:
                     self._read_channel(key.data)
@@ -124,6 +127,12 @@ class InputProcessor:
             if debloat is not None:
                 debloat.tick(monotonic(), self.idle_s)
         sel.close()
+
+    def register_async(self, sel: selectors.BaseSelector) -> None:
+        """Wake up when an async wait operator of the chain has finished requests (the selector
+        key's data is the operator itself; channels and control have ints)."""
+        for op in self.task.chain.async_operators:
+            sel.register(op.wakeup_fd, selectors.EVENT_READ, op)
 
     def replay(self, inputs: dict[tuple[int, int], list[Frame]]) -> None:
         """Process the input buffers an unaligned checkpoint stored, before reading any socket

@@ -13,7 +13,7 @@ import select
 import time
 from typing import TYPE_CHECKING, Any
 
-from flinkpy.connectors.base import ReaderContext
+from flinkpy.connectors.base import ReaderContext, StampedBatch
 from flinkpy.task.watermarks import MAX_WATERMARK
 
 if TYPE_CHECKING:
@@ -65,6 +65,10 @@ class SourceLoop:
         idle_after = (strategy.idle_timeout_ms / 1000.0) if strategy is not None and strategy.idle_timeout_ms else None
         last_data = monotonic()
         ctrl_sock = control.ctrl.sock
+        #: async wait operators chained to the source: their finished requests are emitted
+        #: between polls, and an idle source also waits on their wake-up pipes
+        asyncs = self.task.chain.async_operators
+        wake = [ctrl_sock, *(op.wakeup_fd for op in asyncs)]
         #: unaligned checkpoints: the output channels queue instead of blocking
         queuing = [ch for w in writers for ch in w.channels] if self.task.descriptor.config.unaligned else []
         try:
@@ -81,7 +85,15 @@ class SourceLoop:
                 if batch is None:
                     break
                 now = monotonic()
-                if batch:
+                if type(batch) is StampedBatch:
+                    # a legacy SourceFunction's timestamps, and the watermark it emitted after them
+                    if batch:
+                        self.records_in += len(batch)
+                        head(list(batch), batch.timestamps)
+                    if batch.watermark is not None:
+                        source_head.emit_source_watermark(batch.watermark)
+                    last_data = now
+                elif batch:
                     self.records_in += len(batch)
                     head(batch, None)
                     last_data = now
@@ -89,9 +101,12 @@ class SourceLoop:
                     if idle_after is not None and now - last_data >= idle_after:
                         source_head.mark_idle()
                     self.idle_since = now
-                    select.select([ctrl_sock], [], [], 0.001)  # idle unbounded source: wait for control
+                    select.select(wake, [], [], 0.001)  # idle unbounded source: wait for control
                     self.idle_since = 0.0
                     self.idle_s += monotonic() - now
+                for op in asyncs:
+                    if op.has_finished:
+                        op.drain()
                 if now >= next_wm and wm_interval > 0:
                     for e in emitters:
                         e.emit_periodic_watermark()

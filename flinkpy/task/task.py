@@ -220,6 +220,9 @@ class Task:
         """The end of input: end the operators, flush, send END_OF_PARTITION, report."""
         chain = self.chain
         stopped = self.loop is not None and self.loop.stopped_without_drain
+        if stopped:
+            for op in chain.async_operators:
+                op.abandon()  # their requests are in the savepoint
         chain.end_input()
         for w in self.writers.values():
             w.finish(stopped=stopped)

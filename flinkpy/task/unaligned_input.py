@@ -86,6 +86,7 @@ class UnalignedInputProcessor(InputProcessor):
         sel.register(self.task.ctrl.sock, selectors.EVENT_READ, CONTROL)
         for j, out in enumerate(self.outputs):
             sel.register(out.sock, selectors.EVENT_READ, _OUT - j)
+        self.register_async(sel)
         control = self.task.control
         config = self.task.descriptor.config
         timeout_s = config.buffer_timeout_ms / 1000.0
@@ -137,7 +138,9 @@ class UnalignedInputProcessor(InputProcessor):
                 self.idle_since = 0.0
                 self.idle_s += monotonic() - waited
             for key, _ in events:
-                if key.data == CONTROL:
+                if type(key.data) is not int:
+                    key.data.drain()  # an async wait operator's requests finished
+                elif key.data == CONTROL:
                     control.handle_one()
                 elif key.data <= _OUT:
                     outputs[_OUT - key.data].on_readable()

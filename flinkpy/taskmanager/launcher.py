@@ -11,9 +11,9 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 
+from flinkpy.processes import module_command
 from flinkpy.protocol import HandlerTable, ProtocolError, decode, encode
 from flinkpy.protocol.messages import LauncherReady, SpawnTask, TaskExited, TaskSpawned
 
@@ -73,7 +73,7 @@ class TaskLauncher:
     def _start(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "flinkpy.taskmanager.zygote", str(child.fileno()), str(os.getpid())],
+            module_command("flinkpy.taskmanager.zygote", str(child.fileno()), str(os.getpid())),
             pass_fds=(child.fileno(),),
             stdin=subprocess.DEVNULL,
             close_fds=True,

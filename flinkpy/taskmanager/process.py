@@ -63,6 +63,7 @@ from flinkpy.protocol.messages import (
     TaskStateChanged,
     ToTask,
 )
+from flinkpy.signals import StopSignals
 from flinkpy.taskmanager.artifacts import ArtifactUnavailableError, JobArtifacts, peer_address
 from flinkpy.taskmanager.launcher import ForkedProcess, LauncherFailed, TaskLauncher
 from flinkpy.taskmanager.resources import ResourceReporter
@@ -507,11 +508,15 @@ def main(argv: list[str] | None = None) -> None:
         tm.artifacts.close()
         os._exit(0)
 
-    def on_term(signum: int, frame: Any) -> None:
+    def stop(signum: int) -> None:
+        log.info("TaskManager %s stopping (signal %d)", tm.tm_id, signum)
         tm.shutdown()
         exit_when_tasks_are_gone()
 
-    signal.signal(signal.SIGTERM, on_term)
+    # the handler only notes SIGTERM; a thread of its own stops us, with every lock free (a
+    # handler that stopped us itself could land inside a lock the main thread holds, or inside
+    # its own first run when a second SIGTERM follows, and hang there)
+    StopSignals(signal.SIGTERM).on_stop(stop, name="stop-on-sigterm")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logs = (os.environ.get("FLINKPY_LOG_FILE", ""), os.environ.get("FLINKPY_STDOUT_FILE", ""))
     if args.ha:
