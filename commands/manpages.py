@@ -38,6 +38,7 @@ EXIT_DESCRIPTIONS: dict[str, str] = {
     "AUTHENTICATION": "The request lacked the cluster's token, or it was wrong.",
     "SAVEPOINT_FAILED": "A savepoint was accepted but did not complete (its cause is on stderr).",
     "VERIFY_FAILED": "flinkpy verify found records lost or duplicated in a job's output.",
+    "UNSUPPORTED": "The job program uses a PyFlink module, class or method that flinkpy does not have (the Table API, a connector such as Pulsar or Elasticsearch, DataStream.infer, ...); the message names it and what flinkpy offers instead. The same code ends 'python JOB.py'.",
     "INTERRUPTED": "Interrupted by Ctrl-C (SIGINT). An attached 'flinkpy run' on its embedded cluster first cancels the job and stops the cluster; on a running cluster the job keeps running (unless execution.shutdown-on-attached-exit) and the one line on stderr says how to cancel it.",
     "TERMINATED": "Stopped by SIGTERM, after doing what Ctrl-C does (see 130).",
 }
@@ -46,6 +47,7 @@ ENVIRONMENT: list[tuple[str, str]] = [
     ("FLINKPY_HOME", "The cluster home: where flinkpy.yaml is read and where a cluster started by 'flinkpy cluster start' keeps its pids, logs and token. Default: ~/.flinkpy."),
     ("FLINKPY_JOBMANAGER", "Address (HOST:PORT) of the JobManager that commands talk to when -m is not given; wins over the cluster recorded in FLINKPY_HOME."),
     ("FLINKPY_<KEY>", "Any configuration key, upper-cased with '.' and '-' written as '_', e.g. FLINKPY_PARALLELISM_DEFAULT=2. Wins over flinkpy.yaml, loses to -D."),
+    ("FLINKPY_DEBUG", "When set, a job program run with 'python JOB.py' that stops on a PyFlink name flinkpy lacks shows the traceback, not one line."),
     ("NO_COLOR", "When set, output has no colour (output that is not a terminal never has colour)."),
 ]
 

@@ -1,9 +1,10 @@
 """Two sources, partitioned by parity, a task keeping the highest number seen, a stateless sink.
 
 The book's barrier-alignment example: the keyed task reads from two sources at once (a union),
-so in a later release its checkpoints must align barriers from both inputs. Here it shows keyed
-state through PyFlink's KeyedProcessFunction and ValueState: it emits a record only when the
-maximum of its parity grows.
+so with exactly-once checkpoints it aligns the barriers of both inputs before it snapshots its
+state (enable checkpointing to see it: ``flinkpy run -D execution.checkpointing.interval=1s``).
+It shows keyed state through PyFlink's KeyedProcessFunction and ValueState: it emits a record
+only when the maximum of its parity grows.
 
     python examples/max_two_sources.py
 """

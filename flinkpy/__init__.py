@@ -5,3 +5,8 @@ The engine and its PyFlink-shaped API. Import what you need from ``flinkpy.datas
 """
 
 __version__ = "0.1.0"
+
+from flinkpy import unsupported as _unsupported  # noqa: E402
+
+# a PyFlink program that imports what flinkpy lacks ends with one line naming it, not a traceback
+_unsupported.install()

@@ -188,6 +188,8 @@ class Option:
     default: Any
     description: str
     optional: bool = False
+    #: set for a key flinkpy knows but cannot honour yet: why any value but the default is refused
+    unsupported: str | None = None
 
     @property
     def env_var(self) -> str:
@@ -198,6 +200,17 @@ def _option(key: str, type_: ValueType[Any], default: Any, description: str) -> 
     return Option(key, type_, default, description, optional=default is None)
 
 
+_ONE_HOST = "every flinkpy process runs on this host and talks over loopback (127.0.0.1)"
+
+
+def _loopback_only(key: str, description: str) -> Option:
+    """A Flink address key flinkpy has no use for until processes can run on several hosts:
+    its default is accepted (configurations handed to child processes carry it), anything else
+    refused rather than silently ignored."""
+    return Option(key, StringType(), "127.0.0.1", f"{description} Not supported yet: {_ONE_HOST}; "
+                  "only the default is accepted.", unsupported=_ONE_HOST)
+
+
 SCHEMA: dict[str, Option] = {
     o.key: o
     for o in (
@@ -205,16 +218,16 @@ SCHEMA: dict[str, Option] = {
         _option("pipeline.max-parallelism", IntType(1), 128, "Number of key groups; the upper bound for rescaling keyed state."),
         _option("pipeline.name", StringType(), None, "Name of the job, shown by 'flinkpy list'."),
         _option("taskmanager.numberOfTaskSlots", IntType(1), 1, "Slots each TaskManager offers."),
-        _option("taskmanager.host", StringType(), "127.0.0.1", "Host TaskManagers bind their data channels to."),
+        _loopback_only("taskmanager.host", "Host TaskManagers bind their data channels to."),
         _option("rest.port", IntType(0), 8081, "Port of the JobManager's REST API (0 = any free port)."),
-        _option("rest.address", StringType(), "127.0.0.1", "Address clients use to reach the REST API."),
+        _loopback_only("rest.address", "Address clients use to reach the REST API."),
         _option("rest.bind-address", StringType(), "127.0.0.1", "Address the REST server binds to."),
         _option("rest.server.max-content-length", MemorySizeType(), 100 << 20, "Largest request body the REST server accepts (a job submission is the largest legitimate one); larger ones are answered 413 without being read."),
         _option("rest.server.read-timeout", DurationType(), 30_000, "Time a client has to send a REST request's headers and body (and the longest a kept-alive connection may stay idle); a slower one is disconnected."),
         _option("log.file.max-size", MemorySizeType(), 100 << 20, "Size at which a cluster process's .log (and a TaskManager's .out) is rotated to .1, .2, ... (0 = never); read by each process from the cluster home's flinkpy.yaml or the environment."),
         _option("log.file.max-backups", IntType(0), 10, "Rotated .log/.out files kept per process (0 = none: the file starts afresh)."),
         _option("rest.server.numThreads", IntType(1), 32, "REST requests served at once; a connection beyond them is answered 503 at once."),
-        _option("jobmanager.rpc.address", StringType(), "127.0.0.1", "Address TaskManagers use to reach the JobManager."),
+        _loopback_only("jobmanager.rpc.address", "Address TaskManagers use to reach the JobManager."),
         _option("execution.buffer-timeout.interval", DurationType(), 100, "Longest time a record waits in an output buffer (0 = flush every record)."),
         _option("pipeline.auto-watermark-interval", DurationType(), 200, "How often sources and timestamp assigners emit watermarks (0 = never)."),
         _option("execution.runtime-mode", EnumType("STREAMING", "BATCH", "AUTOMATIC"), "STREAMING", "Runtime execution mode of DataStream programs."),
@@ -228,7 +241,7 @@ SCHEMA: dict[str, Option] = {
         _option("resourcemanager.taskmanager-restart.max-attempts", IntType(1), 10, "Restarts in a row (each process dying within the reset threshold) after which the supervisor gives up on it."),
         _option("high-availability.jobmanager-restart.enabled", BoolType(), True, "The supervisor starts a JobManager that died again, with the TaskManagers' backoff: with high availability it joins as a standby; without, a background cluster gets a fresh JobManager at the same REST address, without the old one's jobs."),
         _option("taskmanager.network.memory.buffers-per-channel", IntType(0), 2, "Exclusive network buffers (credit) per input channel."),
-        _option("taskmanager.network.memory.floating-buffers-per-gate", IntType(0), 8, "Floating network buffers shared by the channels of an input gate."),
+        _option("taskmanager.network.memory.floating-buffers-per-gate", IntType(0), 8, "Not a pool shared by a gate's channels, as in Flink: a quarter of this value (rounded down) is added to every input channel's credit, on top of buffers-per-channel, so an input gate of N channels holds up to N x (buffers-per-channel + this // 4) buffers."),
         _option("taskmanager.memory.segment-size", MemorySizeType(), 32 * 1024, "Size of one network buffer."),
         _option("taskmanager.memory.min-segment-size", MemorySizeType(), 256, "Smallest buffer size buffer debloating announces."),
         _option("taskmanager.network.memory.buffer-debloat.enabled", BoolType(), False, "Buffer debloating: each consumer measures its throughput and announces a buffer size to its producers, so that the data in flight on its input channels stays about buffer-debloat.target worth of processing (shorter aligned checkpoints under back-pressure)."),
@@ -380,6 +393,11 @@ def _apply(values: dict[str, Any], sources: dict[str, str], key: str, raw: objec
                 f"invalid value {raw!r} for configuration key '{key}' (from {source})",
                 remedy=f"use {option.type.allowed}",
             ) from None
+        if option.unsupported and values[option.key] != option.default:
+            raise ConfigurationError(
+                f"configuration key '{key}' (from {source}) is not supported yet: {option.unsupported}",
+                remedy=f"remove it (or set it to {option.type.format(option.default)})",
+            )
     sources[option.key] = source
 
 

@@ -28,6 +28,7 @@ class ExitCode:
     AUTHENTICATION = 11  # the request lacked the cluster's token, or it was wrong
     SAVEPOINT_FAILED = 12  # a savepoint was triggered but did not complete
     VERIFY_FAILED = 13  # `flinkpy verify` found records lost or duplicated
+    UNSUPPORTED = 14  # the program uses a PyFlink module, class or method flinkpy does not have
     INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2, as a shell reports a process SIGINT ended
     TERMINATED = 143  # SIGTERM: 128 + 15
 

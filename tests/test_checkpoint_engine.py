@@ -513,13 +513,20 @@ def test_file_sink_commits_exactly_what_a_completed_checkpoint_covers(cluster, f
         for sub in source["subtasks"]:
             ranges = sub["source_offsets"]["ranges"]
             first_unread.setdefault(sub["subtask"], {})[cid] = min(a for a, b in ranges if a < b)
-    # sink subtask i writes source subtask i's numbers (forward, chained): part-<uuid>-<i>-<n>
-    by_subtask: dict[int, list[int]] = {0: [], 1: []}
-    pattern = re.compile(r"^part-[0-9a-f-]+-(\d+)-(\d+)$")
+    # sink subtask i writes source subtask i's numbers (forward, chained) into files named as
+    # Flink names them, part-<writer uuid>-<n>: one writer per subtask here (nothing restarts)
+    by_writer: dict[str, list[int]] = {}
+    pattern = re.compile(r"^part-([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})-(\d+)$")
     for f in visible_files(out):
         match = pattern.match(f.name)
         assert match, f"unexpected visible file {f}"
-        by_subtask[int(match.group(1))] += [int(line) for line in f.read_text().splitlines()]
+        by_writer.setdefault(match.group(1), []).extend(int(line) for line in f.read_text().splitlines())
+    assert len(by_writer) <= 2, f"more writers than sink subtasks: {sorted(by_writer)}"
+    ranges = {i: split_ranges([(1, N + 1)], i, 2)[0] for i in (0, 1)}
+    by_subtask: dict[int, list[int]] = {0: [], 1: []}
+    for numbers in by_writer.values():
+        (i,) = [i for i, (start, stop) in ranges.items() if start <= min(numbers) < stop]
+        by_subtask[i] = numbers
     for i, numbers in by_subtask.items():
         ((start, stop),) = split_ranges([(1, N + 1)], i, 2)
         assert numbers, f"subtask {i} committed nothing"

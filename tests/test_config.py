@@ -148,3 +148,22 @@ def test_parse_override() -> None:
     assert parse_override("a.b=c=d") == ("a.b", "c=d")
     with pytest.raises(ConfigurationError):
         parse_override("novalue")
+
+
+@pytest.mark.parametrize("key", ["taskmanager.host", "jobmanager.rpc.address", "rest.address"])
+def test_address_keys_nothing_reads_yet_are_refused_not_ignored(tmp_path: Path, key: str) -> None:
+    """Every process runs on this host over loopback: a host set in these keys would be silently
+    ignored, so it is refused (file, environment and -D alike); the default, which
+    configurations handed to child processes carry, is accepted."""
+    write(tmp_path, f"{key}: 10.0.0.7\n")
+    with pytest.raises(ConfigurationError) as info:
+        load_config(tmp_path, env={})
+    assert f"'{key}'" in info.value.message and "not supported yet" in info.value.message
+    assert info.value.exit_code == ExitCode.CONFIGURATION
+    env_var = SCHEMA[key].env_var
+    with pytest.raises(ConfigurationError, match="not supported yet"):
+        load_config(tmp_path / "none", env={env_var: "example.org"})
+    with pytest.raises(ConfigurationError, match="not supported yet"):
+        load_config(tmp_path / "none", env={}, overrides=dict([parse_override(f"{key}=example.org")]))
+    config = load_config(tmp_path / "none", env={}, overrides=dict([parse_override(f"{key}=127.0.0.1")]))
+    assert load_config(tmp_path / "none", env={}, overrides=config.to_dict()).to_dict() == config.to_dict()

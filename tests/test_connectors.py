@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -313,7 +314,8 @@ def test_file_sink_two_phase_commit_visibility(base: str) -> None:
     visible, hidden = listing(base)
     assert list(visible.values()) == [b"a\nb\n"] and len(hidden) == 1
     (name,) = visible
-    assert name.startswith("pre-") and name.endswith("-0-0.ext")
+    # Flink's name: prefix, the writer's uuid, the part counter, suffix (no subtask index)
+    assert re.fullmatch(r"pre-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-0\.ext", name), name
     w.notify_checkpoint_complete(2)
     visible, hidden = listing(base)
     assert sorted(visible.values()) == [b"a\nb\n", b"c\n"] and hidden == []

@@ -40,6 +40,22 @@ def printed_records(stdout: str) -> list:
     return [ast.literal_eval(PREFIX.match(line).group(1)) for line in stdout.splitlines() if line.strip()]
 
 
+#: a (string, integer) record of a ``Types.TUPLE`` stream as PyFlink prints it: ``(word,3)``
+JAVA_PAIR = re.compile(r"^\((.*),(-?\d+)\)$")
+
+
+def java_pairs(lines: list[str]) -> list[tuple[str, int]]:
+    """The (string, integer) tuples printed in PyFlink's form, without ``N> `` prefixes; a line in
+    any other form (Python's ``('a', 1)``) fails the test."""
+    pairs = []
+    for line in lines:
+        if line.strip():
+            m = JAVA_PAIR.match(PREFIX.match(line).group(1))
+            assert m is not None, f"not PyFlink's form of a tuple: {line!r}"
+            pairs.append((m.group(1), int(m.group(2))))
+    return pairs
+
+
 def last_per_key(records: list[tuple]) -> dict:
     final: dict = {}
     for key, value in records:
@@ -78,7 +94,7 @@ def test_word_count_with_python_prints_running_counts(flinkpy_home):
     # plain `python JOB.py` says on stderr that it runs an embedded cluster, as `flinkpy run` does
     assert "starting an embedded local cluster" in res.stderr and "stopping the embedded local cluster" in res.stderr
     words = [w for line in example_text() for w in line.split()]
-    records = printed_records(res.stdout)
+    records = java_pairs(res.stdout.splitlines())  # a Types.TUPLE stream prints (word,3), as in PyFlink
     assert Counter(records) == expected_running_counts(words)
     assert last_per_key(records) == dict(Counter(words))
 
@@ -92,7 +108,7 @@ def test_word_count_with_flinkpy_run_announces_the_embedded_cluster(flinkpy_home
     assert re.search(r"Job with JobID [0-9a-f]{32} has finished", res.stderr)
     words = [w for line in example_text() for w in line.split()]
     # stdout carries the job's prints and nothing else
-    records = printed_records(res.stdout)
+    records = java_pairs(res.stdout.splitlines())
     assert Counter(records) == expected_running_counts(words)
 
 
@@ -109,8 +125,10 @@ def test_word_count_from_a_file_into_part_files(flinkpy_home, tmp_path: Path):
     res = run_example("word_count.py", "--input", str(source), "--output", str(out))
     assert res.returncode == 0, res.stderr
     files = [p for p in out.rglob("*") if p.is_file()]
-    assert files and all(p.name.startswith("prefix-") and p.name.endswith(".ext") for p in files), files
-    records = [ast.literal_eval(line) for p in files for line in p.read_text(encoding="utf-8").splitlines()]
+    # Flink's part file names: prefix-<uuid>-<counter>.ext
+    assert files and all(re.fullmatch(r"prefix-[0-9a-f-]{36}-\d+\.ext", p.name) for p in files), files
+    # SimpleStringEncoder writes a Types.TUPLE record as PyFlink does: (word,3)
+    records = java_pairs([line for p in files for line in p.read_text(encoding="utf-8").splitlines()])
     # BATCH mode: one final count per word, nothing else
     assert sorted(records) == sorted(Counter(w for line in lines for w in line.split()).items())
 
@@ -120,7 +138,7 @@ def test_even_odd_sum_final_sums_match_the_closed_formula(flinkpy_home):
     n = 2001
     res = run_example("even_odd_sum.py", "--count", str(n))
     assert res.returncode == 0, res.stderr
-    records = printed_records(res.stdout)
+    records = java_pairs(res.stdout.splitlines())
     evens, odds = n // 2, (n + 1) // 2
     assert last_per_key(records) == {"even": evens * (evens + 1), "odd": odds * odds}
     assert len(records) == n  # STREAMING: one running sum per input number

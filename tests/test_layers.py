@@ -11,11 +11,12 @@ imported, so the check takes well under a second of CPU.
 The layers, bottom to top (:data:`LAYERS`); a unit may import any unit of a lower layer and none
 of its own layer or above:
 
-1. ``flinkpy`` (the version), ``errors`` (the one exception hierarchy), ``processes`` (process
-   identity), ``signals`` (stop signals noted by the handler, acted on by the process), ``clock``
-   (the one ``now_ms``), ``units`` (the one duration and memory-size parser), ``logfiles`` (a
-   process's log files, rotated by size, read from the end), ``files`` (writing a local file
-   atomically): what everything may use.
+1. ``errors`` (the one exception hierarchy), ``processes`` (process identity), ``signals`` (stop
+   signals noted by the handler, acted on by the process), ``clock`` (the one ``now_ms``),
+   ``units`` (the one duration and memory-size parser), ``logfiles`` (a process's log files,
+   rotated by size, read from the end), ``files`` (writing a local file atomically): what
+   everything may use; then ``unsupported`` (the registry of PyFlink names flinkpy lacks, and
+   its import hook) and ``flinkpy`` (the version; it installs that hook on first import).
 2. ``config`` (the YAML schema and its parsers) and ``protocol`` (the typed, versioned messages
    and deployment descriptors that JobManager, TaskManager and tasks exchange).
 3. ``common``: the definitions user code and the runtime share, as Flink keeps them in
@@ -69,7 +70,9 @@ PACKAGE = ROOT / "flinkpy"
 
 #: bottom to top; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
-    ("flinkpy", "errors", "processes", "signals", "clock", "units", "logfiles", "files"),
+    ("errors", "processes", "signals", "clock", "units", "logfiles", "files"),
+    ("unsupported",),
+    ("flinkpy",),
     ("config", "protocol"),
     ("common", "program", "metrics"),
     ("network", "faults", "graph", "state", "formats"),

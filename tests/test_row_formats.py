@@ -4,7 +4,7 @@
   ``Types.ROW_NAMED(...)`` hand Rows to the next operator (``row.f0``, ``row.name``,
   ``as_dict``), on the embedded cluster and on Spark; a record that is not such a row fails the
   job naming the operator.
-- ``print()`` of a row-typed stream prints ``+I[1,a]`` as PyFlink does; other streams print
+- ``print()`` of a row-typed stream prints ``+I[1, a]`` as PyFlink does; other streams print
   ``str(record)``, for a Row its PyFlink repr.
 - JSON and CSV rows round-trip through a real FileSink and FileSource (bad lines skipped with
   ``ignore_parse_errors``, or failing the job naming the field) and through a real Redis server.
@@ -142,10 +142,10 @@ def test_print_shows_row_typed_streams_as_pyflink_does(flinkpy_home, tmp_path) -
     assert res.returncode == 0, res.stderr
     lines = sorted(line for line in res.stdout.splitlines() if line.strip())
     assert lines == sorted([
-        "+I[1,a b,None]", "+I[2,c,True]",  # ROW_NAMED stream: row kind, str of the values
+        "+I[1, a b, null]", "+I[2, c, true]",  # ROW_NAMED stream: row kind, the values as Java prints them
         "untyped> Row(id=1, s='a b', ok=None)", "untyped> Row(id=2, s='c', ok=True)",
         "positional> <Row(1, 'a b')>", "positional> <Row(2, 'c')>",
-        "filtered> +I[2,c,True]",  # filter keeps its input's type
+        "filtered> +I[2, c, true]",  # filter keeps its input's type
     ])
 
 
@@ -300,7 +300,7 @@ def test_row_output_types_give_the_same_rows_on_spark(flinkpy_home, tmp_path) ->
     pytest.importorskip("pyspark", reason="PySpark is not installed (pip install -e '.[spark]')")
     job = tmp_path / "rows_on_spark.py"
     job.write_text(SPARK_JOB)
-    expected = sorted(["+I[a,10]", "+I[a,10]", "+I[bb,20]",
+    expected = sorted(["+I[a, 10]", "+I[a, 10]", "+I[bb, 20]",
                        "a:10:Row(f0='a', f1=10)", "a:10:Row(f0='a', f1=10)", "bb:20:Row(f0='bb', f1=20)"])
     engine = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, timeout=80)
     assert engine.returncode == 0, engine.stderr

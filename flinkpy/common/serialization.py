@@ -11,19 +11,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from flinkpy.common.printed_forms import printer
 
 
 class Encoder:
     """Writes one record as bytes to a row-format file sink.
 
-    ``simple_string_encoder`` writes ``str(record)`` followed by a newline, in the given
-    charset, as Flink's ``SimpleStringEncoder`` does.
+    ``simple_string_encoder`` writes each record as PyFlink's ``SimpleStringEncoder`` writes
+    it, followed by a newline, in the given charset: a record of a stream with type information
+    in Java's form (``(hi,9)`` for a ``Types.TUPLE``, see :mod:`flinkpy.common.printed_forms`),
+    any other as ``str(record)``. ``sink_to`` binds the encoder to its stream's type
+    (:meth:`for_type`).
+
+    >>> from flinkpy.common.typeinfo import Types
+    >>> Encoder.simple_string_encoder().for_type(Types.TUPLE([Types.STRING(), Types.INT()])).encode(("hi", 9))
+    b'(hi,9)\\n'
     """
 
-    __slots__ = ("_charset",)
+    __slots__ = ("_charset", "_type_info", "_text")
 
-    def __init__(self, charset: str = "utf-8") -> None:
+    def __init__(self, charset: str = "utf-8", type_info: Any = None) -> None:
         self._charset = charset
+        self._type_info = type_info
+        self._text = printer(type_info)
+
+    def for_type(self, type_info: Any) -> Encoder:
+        """This encoder for the records of a stream of ``type_info`` (its printed form)."""
+        return Encoder(self._charset, type_info)
+
+    def __reduce__(self) -> tuple:
+        return (Encoder, (self._charset, self._type_info))
 
     @staticmethod
     def simple_string_encoder(charset_name: str = "UTF-8") -> Encoder:
@@ -49,13 +66,13 @@ class Encoder:
         return self._charset
 
     def encode(self, element: Any) -> bytes:
-        return (str(element) + "\n").encode(self._charset)
+        return (self._text(element) + "\n").encode(self._charset)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Encoder) and self._charset == other._charset
+        return isinstance(other, Encoder) and (self._charset, self._type_info) == (other._charset, other._type_info)
 
     def __hash__(self) -> int:
-        return hash(("Encoder", self._charset))
+        return hash(("Encoder", self._charset, self._type_info))
 
     def __repr__(self) -> str:
         return f"Encoder.simple_string_encoder({self._charset!r})"
@@ -71,6 +88,13 @@ class SchemaEncoder(Encoder):
         if not callable(getattr(schema, "serialize", None)):
             raise TypeError(f"Encoder.for_serialization_schema needs a SerializationSchema, got {type(schema).__name__}")
         self.schema = schema
+
+    def for_type(self, type_info: Any) -> SchemaEncoder:
+        """The schema decides the bytes, whatever the stream's type."""
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (SchemaEncoder, (self.schema,))
 
     def encode(self, element: Any) -> bytes:
         data = self.schema.serialize(element)

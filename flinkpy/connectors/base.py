@@ -145,3 +145,9 @@ class Sink(ABC):
     @abstractmethod
     def create_writer(self, ctx: ReaderContext) -> SinkWriter:
         """Create the writer of subtask ``ctx.subtask_index``."""
+
+    def for_record_type(self, type_info: Any) -> Sink:
+        """This sink for the records of a stream of ``type_info`` (``sink_to`` asks): a sink that
+        writes records as text returns a copy that writes them in their printed form
+        (:mod:`flinkpy.common.printed_forms`); the others, themselves."""
+        return self

@@ -8,9 +8,10 @@ Built the way PyFlink builds it::
         .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
         .build()
 
-Layout, as Flink's: ``<base>/<bucket>/<prefix>-<writer uuid>-<subtask>-<counter><suffix>``. A part
-file lives through three states. *In-progress*: being written, hidden as
-``.<final name>.inprogress.<sink id>``. *Pending*: closed (rolled, or at a snapshot), still
+Layout, as Flink's: ``<base>/<bucket>/<prefix>-<writer uuid>-<counter><suffix>``, the uuid one per
+subtask and attempt. A part file lives through three states. *In-progress*: being written, hidden
+as ``.<final name>.inprogress.<sink id>-<subtask>`` (the subtask, which the final name no longer
+carries, tells a restored subtask which leftovers are its own). *Pending*: closed (rolled, or at a snapshot), still
 hidden, recorded in the next checkpoint's state. *Finished*: renamed to its visible final name
 once the checkpoint that recorded it is complete, or at the end of a bounded input.
 
@@ -32,6 +33,7 @@ and nobody else's; a job resumed from a savepoint finds the old job's through it
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 import uuid
@@ -291,6 +293,15 @@ class FileSink(Sink):
     def create_writer(self, ctx: ReaderContext) -> FileSinkWriter:
         return FileSinkWriter(self, ctx)
 
+    def for_record_type(self, type_info: Any) -> FileSink:
+        """A copy whose encoder writes records of ``type_info`` as PyFlink's encoder writes them."""
+        for_type = getattr(self.encoder, "for_type", None)  # a user's own encoder: as it is
+        if for_type is None:
+            return self
+        typed = copy.copy(self)
+        typed.encoder = for_type(type_info)
+        return typed
+
     def __repr__(self) -> str:
         return f"FileSink({self.base_path!r})"
 
@@ -397,8 +408,8 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
     def _inprogress_pattern(self, prefix: str) -> re.Pattern[str]:
         config = self._sink.output_file_config
         return re.compile(
-            rf"^\.{re.escape(config.part_prefix)}-[0-9a-f-]{{36}}-(\d+)-\d+"
-            rf"{re.escape(config.part_suffix)}\.inprogress\.{re.escape(prefix)}$"
+            rf"^\.{re.escape(config.part_prefix)}-[0-9a-f-]{{36}}-\d+"
+            rf"{re.escape(config.part_suffix)}\.inprogress\.{re.escape(prefix)}-(\d+)$"
         )
 
     # -- the transaction --
@@ -443,15 +454,12 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
 
     def _open_part(self, txn: _Transaction, bucket: str, now: int) -> _Part:
         config = self._sink.output_file_config
-        final_name = (
-            f"{config.part_prefix}-{self._uid}-{self.ctx.subtask_index}-{self._counter}"
-            f"{config.part_suffix}"
-        )
+        final_name = f"{config.part_prefix}-{self._uid}-{self._counter}{config.part_suffix}"
         self._counter += 1
         if bucket not in self._known_buckets:
             self._fs.makedirs(self._abs(bucket) if bucket else self._root, exist_ok=True)
             self._known_buckets.add(bucket)
-        inprogress = _relative(bucket, f".{final_name}.inprogress.{self.prefix}")
+        inprogress = _relative(bucket, f".{final_name}.inprogress.{self.prefix}-{self.ctx.subtask_index}")
         part = _Part(
             bucket=bucket,
             inprogress=inprogress,

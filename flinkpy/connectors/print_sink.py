@@ -11,14 +11,14 @@ print per record would make printing the slowest operator of most example jobs.
 out:2> 1
 out:2> a
 
-A stream declared with ``Types.ROW`` / ``Types.ROW_NAMED`` prints its rows as PyFlink prints
-them: the row kind, then the values' ``str`` joined by commas, in brackets (:func:`row_text`);
-any other stream prints ``str(record)``, which for a Row is its repr, as in PyFlink:
+A stream with type information prints as PyFlink prints it (Java's form:
+:mod:`flinkpy.common.printed_forms`); a stream without prints ``str(record)``, as in PyFlink:
 
 >>> from flinkpy.common.types import Row
->>> w = PrintSink(rows=True).create_writer(ReaderContext(subtask_index=0, parallelism=1))
->>> w.write([Row(id=1, name="a b", ok=None)])
-+I[1,a b,None]
+>>> from flinkpy.common.typeinfo import Types
+>>> w = PrintSink(type_info=Types.ROW_NAMED(["id", "name", "ok"], [Types.INT(), Types.STRING(), Types.BOOLEAN()]))
+>>> w.create_writer(ReaderContext(subtask_index=0, parallelism=1)).write([Row(id=1, name="a b", ok=None)])
++I[1, a b, null]
 >>> PrintSink().create_writer(ReaderContext(subtask_index=0, parallelism=1)).write([Row(1, "a")])
 <Row(1, 'a')>
 """
@@ -28,17 +28,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
+from flinkpy.common.printed_forms import printer
+from flinkpy.common.typeinfo import TypeInformation
 from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
-
-
-def row_text(row: Any) -> str:
-    """A row as PyFlink's ``print()`` shows a stream of a row type: ``+I[1,a]``.
-
-    >>> from flinkpy.common.types import Row, RowKind
-    >>> row_text(Row.of_kind(RowKind.UPDATE_AFTER, "k", 2.5))
-    '+U[k,2.5]'
-    """
-    return f"{row.get_row_kind().short_string()}[{','.join(map(str, row))}]"
 
 
 def print_prefix(identifier: str | None, subtask_index: int, parallelism: int) -> str:
@@ -78,20 +70,22 @@ class PrintSinkWriter(SinkWriter):
 
 
 class PrintSink(Sink):
-    """Prints every record, as ``DataStream.print(sink_identifier)`` does; ``rows``: the stream
-    is of a row type, and its Rows print as :func:`row_text` shows them."""
+    """Prints every record, as ``DataStream.print(sink_identifier)`` does; ``type_info``: the
+    stream's type information, which says how its records print (see the module docstring)."""
 
     guarantee = "at-least-once"
     needs = "nothing; records replayed after a failure are printed again"
 
-    def __init__(self, sink_identifier: str | None = None, to_stderr: bool = False, rows: bool = False) -> None:
+    def __init__(
+        self, sink_identifier: str | None = None, to_stderr: bool = False, type_info: TypeInformation | None = None
+    ) -> None:
         self.sink_identifier = sink_identifier
         self.to_stderr = to_stderr
-        self.rows = rows
+        self.type_info = type_info
 
     def text(self) -> Callable[[Any], str]:
         """How one record is printed (the Spark runner's print writer uses it too)."""
-        return row_text if getattr(self, "rows", False) else str
+        return printer(self.type_info)
 
     def create_writer(self, ctx: ReaderContext) -> PrintSinkWriter:
         prefix = print_prefix(self.sink_identifier, ctx.subtask_index, ctx.parallelism)

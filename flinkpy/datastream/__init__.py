@@ -105,3 +105,29 @@ class CheckpointingMode:
 
     EXACTLY_ONCE = "EXACTLY_ONCE"
     AT_LEAST_ONCE = "AT_LEAST_ONCE"
+
+# what PyFlink's pyflink.datastream also exports from its submodules
+from flinkpy.datastream.checkpoint_config import CheckpointConfig, ExternalizedCheckpointCleanup  # noqa: E402
+from flinkpy.datastream.functions import TimeDomain  # noqa: E402
+from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend  # noqa: E402
+from flinkpy.datastream.window import (  # noqa: E402
+    CountWindow,
+    GlobalWindow,
+    MergingWindowAssigner,
+    TimeWindow,
+    Trigger,
+    TriggerResult,
+    Window,
+    WindowAssigner,
+)
+
+__all__ += [
+    "CheckpointConfig", "ExternalizedCheckpointCleanup", "TimeDomain", "StateBackend", "HashMapStateBackend",
+    "EmbeddedRocksDBStateBackend", "Window", "TimeWindow", "CountWindow", "GlobalWindow", "WindowAssigner",
+    "MergingWindowAssigner", "TriggerResult", "Trigger",
+]
+
+from flinkpy.unsupported import module_getattr as _module_getattr  # noqa: E402
+
+#: a PyFlink name this module lacks says so, and what to use instead (flinkpy.unsupported)
+__getattr__ = _module_getattr(__name__)

@@ -69,6 +69,12 @@ class DataStream:
         #: the node this stream is the direct output of (None for virtual streams: union, partitioning)
         self._node = node
 
+    def __getattr__(self, name: str) -> Any:
+        # only reached for a name the class lacks: a PyFlink method flinkpy does not have says so
+        from flinkpy.unsupported import attribute_error
+
+        raise attribute_error("flinkpy.datastream.DataStream", self, name)
+
     # -- properties of the operator that produced this stream ---------------------------------
 
     def _require_node(self, what: str) -> StreamNode:
@@ -417,15 +423,13 @@ class DataStream:
         (``flinkpy cluster logs tm-N --stdout``; the terminal for an embedded cluster), prefixed
         with the subtask number (``2> ...``) when the sink runs in parallel and with
         ``sink_identifier`` when given. Records replayed after a failure are printed again.
-        A stream of type ``Types.ROW(...)`` prints as PyFlink prints one (``+I[1,a]``), any
-        other ``str(record)`` (for a Row, ``Row(id=1, name='a')``).
+        A stream with type information prints as PyFlink prints it, in Java's form (a
+        ``Types.TUPLE`` record ``(hi,9)``, a ``Types.ROW`` record ``+I[hi, 9]``, a boolean
+        ``true``; see :mod:`flinkpy.common.printed_forms`); one without prints ``str(record)``.
         """
-        from flinkpy.common.typeinfo import RowTypeInfo
         from flinkpy.connectors.print_sink import PrintSink
 
-        # a stream of a row type prints its rows as PyFlink does ("+I[1,a]"), others str(record)
-        rows = isinstance(self.get_type(), RowTypeInfo)
-        stream = self._add("sink", "Print to Std. Out", PrintSink(sink_identifier, rows=rows))
+        stream = self._add("sink", "Print to Std. Out", PrintSink(sink_identifier, type_info=self.get_type()))
         return DataStreamSink(stream)
 
     def sink_to(self, sink: Any) -> "DataStreamSink":
@@ -440,7 +444,9 @@ class DataStream:
                 f"sink_to() needs a Sink (FileSink, ...), got {type(sink).__name__}",
                 remedy="use add_sink() for a SinkFunction, or map()/process() for custom output",
             )
-        return DataStreamSink(self._add("sink", getattr(sink, "name", None) or type(sink).__name__, sink))
+        name = getattr(sink, "name", None) or type(sink).__name__
+        # a sink that writes text writes this stream's records in their printed form
+        return DataStreamSink(self._add("sink", name, sink.for_record_type(self.get_type())))
 
     def add_sink(self, sink_func: Any) -> "DataStreamSink":
         """Hand every record to ``sink_func`` (a function, or a

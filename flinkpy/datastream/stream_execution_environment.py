@@ -43,6 +43,12 @@ class StreamExecutionEnvironment:
     (True, True)
     """
 
+    def __getattr__(self, name: str) -> Any:
+        # only reached for a name the class lacks: a PyFlink method flinkpy does not have says so
+        from flinkpy.unsupported import attribute_error
+
+        raise attribute_error("flinkpy.datastream.StreamExecutionEnvironment", self, name)
+
     def __init__(self, configuration: Any = None):
         from flinkpy.program.context import current_context
         from flinkpy.common.execution_config import ExecutionConfig

@@ -50,7 +50,9 @@ class TaskConfig:
     buffer_timeout_ms: int = 100
     auto_watermark_ms: int = 200
     segment_size: int = 32768
-    #: exclusive buffers announced per input channel at start (credit-based flow control)
+    #: credit a receiver announces per channel at start (credit-based flow control): its exclusive
+    #: buffers plus a fixed quarter of the gate's floating ones (no shared pool: every channel gets
+    #: the same share, used or not)
     credit: int = 4
     incremental: bool = False
     #: the ``state.backend.*`` keys of the job's configuration

@@ -65,3 +65,8 @@ __all__ = [
     "TwoPhaseCommitSink",
     "TwoPhaseCommitSinkWriter",
 ]
+
+from flinkpy.unsupported import module_getattr as _module_getattr  # noqa: E402
+
+#: a PyFlink name this module lacks says so, and what to use instead (flinkpy.unsupported)
+__getattr__ = _module_getattr(__name__)
