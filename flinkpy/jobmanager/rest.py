@@ -254,6 +254,7 @@ class RestServer:
         import time
 
         d = self.dispatcher
+        now = now_ms()
         with d.lock:
             return {
                 "taskmanagers": [
@@ -264,6 +265,7 @@ class RestServer:
                         "slotsNumber": tm.slots,
                         "freeSlots": d.slots.free(tm.tm_id),
                         "timeSinceLastHeartbeat": int((time.monotonic() - tm.last_heartbeat) * 1000),
+                        **metrics_view.taskmanager_health(d, tm, now),
                         "logPath": tm.log_path,
                         "stdoutPath": tm.stdout_path,
                         "metrics": d.metrics.taskmanager(tm.tm_id),
@@ -399,7 +401,7 @@ class RestServer:
             for record in [*coord.pending.values(), *coord.history]:
                 if record.checkpoint_id == int(cid):
                     return checkpoint_detail(record, now_ms())
-        raise NotFoundError(f"checkpoint {cid} of job {jid} is not known", remedy="see 'flinkpy checkpoint list JOB_ID'")
+        raise NotFoundError(f"checkpoint {cid} of job {jid} is not known", remedy=f"see 'flinkpy checkpoint list {jid}'")
 
     def checkpoint_config(self, jid: str, **_: Any) -> dict[str, Any]:
         with self.dispatcher.lock:
