@@ -36,7 +36,7 @@ EXIT_DESCRIPTIONS: dict[str, str] = {
     "CONFLICT": "The thing is in the wrong state: a cluster is already running, the job is not running.",
     "JOB_CANCELED": "The job was cancelled while the command waited for it.",
     "AUTHENTICATION": "The request lacked the cluster's token, or it was wrong.",
-    "SAVEPOINT_FAILED": "A savepoint was accepted but did not complete (its cause is on stderr).",
+    "SAVEPOINT_FAILED": "A savepoint or checkpoint was triggered and accepted but did not complete (its cause is on stderr).",
     "VERIFY_FAILED": "flinkpy verify found records lost or duplicated in a job's output.",
     "INTERRUPTED": "Interrupted (Ctrl-C).",
 }
