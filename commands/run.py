@@ -147,8 +147,8 @@ def run(
     (spark.sql.shuffle.partitions): a rescale is refused with exit 7. On a cluster master
     (spark://HOST:PORT, see 'flinkpy spark start') the driver ships flinkpy, the job file's
     directory and env.add_python_file files to the executors and checks their Python first:
-    exit 3 when the master does not answer, 8 when the executors lack a module. See README
-    "Running on Spark".
+    exit 3 when the master does not answer, 8 when the executors lack a module. See
+    docs/spark/index.md.
 
     What the job's functions import travels with the job: the job file's directory (its modules
     and packages) and every python.files entry (env.add_python_file, --pyFiles, -D

@@ -301,11 +301,12 @@ def test_every_catalogued_connector_declares_its_guarantee() -> None:
         assert c.needs, c.name
 
 
-def test_the_readme_table_is_generated_from_the_connectors() -> None:
-    from commands.manpages import README, readme_with_table
+def test_the_connectors_page_table_is_generated_from_the_connectors() -> None:
+    from commands.manpages import CONNECTORS_PAGE, TABLE_START, with_connectors_table
 
-    text = README.read_text()
-    assert readme_with_table(text) == text, "run: python -m commands.manpages"
+    text = CONNECTORS_PAGE.read_text()
+    assert TABLE_START in text, f"{CONNECTORS_PAGE} holds the generated connectors table"
+    assert with_connectors_table(text) == text, "run: python -m commands.manpages"
 
 
 # -- the data generator ------------------------------------------------------------------------

@@ -34,6 +34,13 @@ measures it (RUNNING to FINISHED: task start-up included, cluster start-up not).
 measures the wall time from ``flinkpy run examples/word_count.py`` to the job's first output.
 This is a measurement tool, not a test: it asserts nothing.
 
+``--report FILE.json`` also writes every figure the run measured, with its date, command,
+machine (cores, memory, load average at the start and the end) and versions (Python, flinkpy,
+and the peers' it measured): :mod:`~flinkpy.benchmarks.report` holds the records and the
+schema, :mod:`~flinkpy.benchmarks.figures` turns a run's results into them (each part module's
+``figures`` its own), and ``python -m flinkpy.benchmarks.render`` turns reports into the
+documentation's performance page (:mod:`~flinkpy.benchmarks.render`).
+
 One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.workloads` (data, user functions, the loop, the jobs),
 :mod:`~flinkpy.benchmarks.snapshots` (checkpoints, savepoints, recovery),

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import backends, backpressure, bytewax_windows, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks import backends, backpressure, bytewax_windows, figures, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
@@ -32,6 +33,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="a tenth of the data (a smoke run, not for the README)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    ap.add_argument("--report", metavar="FILE.json",
+                    help="also write every figure with the date, command, machine and versions to FILE.json "
+                         "(schema: flinkpy.benchmarks.report; python -m flinkpy.benchmarks.render turns reports into a page)")
     ap.add_argument("--only", choices=PARTS,
                     help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; only run when asked)")
     ap.add_argument("--keys", type=lambda v: [int(float(k)) for k in v.split(",")], metavar="N[,N...]",
@@ -328,8 +332,27 @@ def report_parts(results: dict[str, Any]) -> None:
         print(f"flinkpy run -> first output: {results['first_output_s']:.2f} s")
 
 
+def command_line(argv: list[str]) -> str:
+    """The command as a reader would type it again, without ``--report``'s file."""
+    words, skip = [], False
+    for word in argv:
+        if skip or word.startswith("--report="):
+            skip = False
+            continue
+        if word == "--report":
+            skip = True
+            continue
+        words.append(word)
+    return " ".join(["python -m flinkpy.benchmarks", *words])
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        log(f"python -m flinkpy.benchmarks: error: --report {args.report}: no such directory (create it first)")
+        return 2
+    load_at_start = figures.load_average()
     scale = 10 if args.quick else 1
     n_lines, w2_count = 200_000 // scale, 5_000_000 // scale
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "runs": args.runs, "quick": args.quick, "workloads": {}}
@@ -342,18 +365,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "w1", "w2"):
         log("first output of `flinkpy run examples/word_count.py` ...")
         results["first_output_s"] = statistics.median(first_output_latency() for _ in range(args.runs))
+    status = 0
+    if args.report:
+        try:
+            write_report(Report([figures.run_record(results, command_line(argv), load_at_start)]), args.report)
+            log(f"report written to {args.report}")
+        except Exception as exc:  # noqa: BLE001 - the figures below are still worth printing
+            log(f"python -m flinkpy.benchmarks: error: the report was not written: {exc!r}")
+            status = 1
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
+        return status
     print(f"flinkpy benchmark, {results['date']}, median of {args.runs} run(s){' (quick)' if args.quick else ''}")
     if "spark" in results:
         from flinkpy.benchmarks.spark import report
 
         print(report(results["spark"]))
-        return 0
+        return status
     report_workloads(results)
     report_parts(results)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

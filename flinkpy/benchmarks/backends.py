@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from flinkpy.benchmarks.workloads import ROOT
 from typing import Any, Callable
+
+from flinkpy.benchmarks.report import Figure, Unit, cells, summary
+from flinkpy.benchmarks.workloads import ROOT, WORKLOAD_ROWS
 
 SPREAD = 2**61  # the endless generator's second subtask starts here
 
@@ -335,3 +337,38 @@ def report(results: dict[str, Any]) -> list[str]:
                if "savepoint_restore" in s else "")
         )
     return lines
+
+
+def figures(results: dict[str, Any]) -> list[Figure]:
+    """The part's figures as records (tables ``backends`` and ``large-state``)."""
+    out: list[Figure] = []
+    for name, e in results.get("throughput", {}).items():
+        rate = Unit(e["unit"])
+        out += cells("backends", f"{WORKLOAD_ROWS[name]}, p=2", e, [
+            ("plain loop", "loop_rate", rate), ("hashmap", "hashmap_rate", rate), ("hashmap / loop", "hashmap_ratio", Unit.RATIO),
+            ("rocksdb", "rocksdb_rate", rate), ("rocksdb / loop", "rocksdb_ratio", Unit.RATIO),
+            ("rocksdb / hashmap", "rocksdb_vs_hashmap", Unit.RATIO),
+        ])
+    for s in results.get("large_state", []):
+        row = f"{s['keys']:,} keys, {s.get('compaction', 'LEVEL')}"
+        inc = [i for i in s["incremental"] if i["status"] == "COMPLETED"]
+        snap, restored = s["full_snapshot"], s.get("savepoint_restore") or {}
+        out += cells("large-state", row, {"load_s": s["load_s"], "first_bytes": s["first"]["uploaded_bytes"],
+                                         "first_ms": s["first"]["duration_ms"]},
+                     [("loaded in", "load_s", Unit.S), ("first checkpoint: uploaded", "first_bytes", Unit.BYTES),
+                      ("first checkpoint: duration", "first_ms", Unit.MS)])
+        out += summary("large-state", row, "full size", [i["full_bytes"] for i in inc if i["full_bytes"]], Unit.BYTES)
+        uploaded = [i["uploaded_bytes"] or 0 for i in inc]
+        out += summary("large-state", row, "incremental: uploaded, median", uploaded, Unit.BYTES)
+        if uploaded:
+            out.append(Figure("large-state", row, "incremental: uploaded, mean", statistics.mean(uploaded), Unit.BYTES))
+        out += summary("large-state", row, "incremental: duration", [i["duration_ms"] for i in inc if i["duration_ms"] is not None], Unit.MS)
+        out += summary("large-state", row, "incremental: sync pause", [i["sync_ms_max"] for i in inc if i["sync_ms_max"] is not None], Unit.MS)
+        out += cells("large-state", row, {"bytes": snap["bytes"], "ms": snap["duration_ms"], "rss": snap.get("task_rss_peak"),
+                                         "restore": s["restore_ms"], "sp_restore": restored.get("duration_ms"),
+                                         "sp_rss": restored.get("task_rss_peak")},
+                     [("savepoint: size", "bytes", Unit.BYTES), ("savepoint: duration", "ms", Unit.MS),
+                      ("savepoint: keyed tasks' RSS peak", "rss", Unit.BYTES), ("restore from incremental", "restore", Unit.MS),
+                      ("restore from savepoint", "sp_restore", Unit.MS), ("restore from savepoint: RSS peak", "sp_rss", Unit.BYTES)])
+    return out
+

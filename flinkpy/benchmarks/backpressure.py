@@ -23,6 +23,8 @@ import statistics
 import time
 from typing import Any, Callable
 
+from flinkpy.benchmarks.report import Figure, Unit, cells
+
 #: the sink's share of the source's rate
 SLOWDOWN = 10
 
@@ -236,3 +238,23 @@ def report(result: dict[str, Any]) -> list[str]:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
+
+
+#: the configurations' rows in the report
+LABELS = {"aligned": "aligned", "debloated": "aligned + buffer debloating", "unaligned": "unaligned"}
+
+
+def figures(result: dict[str, Any]) -> list[Figure]:
+    """:func:`measure`'s figures as records (table ``backpressure``)."""
+    out: list[Figure] = []
+    for name, label in LABELS.items():
+        if result.get(name):
+            out += cells("backpressure", label, result[name], [
+                ("checkpoints", "checkpoints", Unit.COUNT), ("duration, median", "duration_ms_median", Unit.MS),
+                ("duration, p99", "duration_ms_p99", Unit.MS), ("alignment, median", "alignment_ms_median", Unit.MS),
+                ("alignment, max", "alignment_ms_max", Unit.MS), ("sink", "sink_rate", Unit.RECORDS_PER_S),
+                ("sink / aligned", "sink_rate_vs_aligned", Unit.RATIO),
+                ("in flight per checkpoint, median", "persisted_data_median", Unit.BYTES),
+                ("failed checkpoints", "failed", Unit.COUNT),
+            ])
+    return out

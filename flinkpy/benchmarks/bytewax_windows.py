@@ -18,6 +18,9 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
+from flinkpy.benchmarks.report import Figure, Unit, cells
+from flinkpy.benchmarks.windows import WINDOW_ROWS
+
 INSTALL = "pip install bytewax==0.21.1"
 #: the instant event time 0 stands for (Bytewax's clocks take aware datetimes)
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -144,3 +147,15 @@ def report(result: dict[str, Any]) -> list[str]:
     for kind, what in (("sliding", "sliding 5 s / 1 s count per word"), ("tumbling", "tumbling 5 s count per word"), ("rolling", "rolling count per word")):
         lines.append(f"  {what}: {result[f'{kind}_rate'] / 1e3:.1f} k words/s ({result[f'{kind}_vs_flinkpy_rolling']:.3f} of flinkpy's rolling reduce in this run)")
     return lines
+
+
+def figures(result: dict[str, Any]) -> list[Figure]:
+    """:func:`measure`'s figures as records, beside flinkpy's in table ``windows``."""
+    out: list[Figure] = []
+    for kind in KINDS:
+        out += cells("windows", WINDOW_ROWS[kind], result, [
+            ("Bytewax, a tenth of the words", f"{kind}_rate", Unit.WORDS_PER_S),
+            ("Bytewax / flinkpy's rolling reduce", f"{kind}_vs_flinkpy_rolling", Unit.RATIO),
+        ])
+    return out
+

@@ -15,7 +15,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-from flinkpy.benchmarks.workloads import LAST_JOB_ID
+from flinkpy.benchmarks.report import Figure, Unit, cells
+from flinkpy.benchmarks.workloads import LAST_JOB_ID, WORKLOAD_ROWS
 
 #: a workload as the benchmark's __main__ defines it: (records, loop, job builder, unit)
 Workload = tuple[int, Callable[[], float], Callable[[Any], None], str]
@@ -71,3 +72,21 @@ def report(result: dict[str, Any]) -> list[str]:
         f"the metric reporters' own share of the tasks' CPU: {e['reporter_cpu_share'] * 100:.3f}%"
         for name, e in result.items() if name != "parallelism"
     ]
+
+
+def figures(result: dict[str, Any]) -> list[Figure]:
+    """:func:`measure`'s figures as records (table ``metrics``)."""
+    p = result["parallelism"]
+    out: list[Figure] = []
+    for name, e in result.items():
+        if name == "parallelism":
+            continue
+        rate = Unit(e["unit"])
+        out += cells("metrics", f"{WORKLOAD_ROWS[name]}, p={p}", e, [
+            ("metrics on", "on_rate", rate), ("metrics off", "off_rate", rate), ("on / off", "on_vs_off", Unit.RATIO),
+            ("on / off, back-to-back pairs", "on_vs_off_paired", Unit.RATIO),
+            ("task CPU per 10^6 records, on", "on_cpu_ms_per_million", Unit.MS),
+            ("task CPU per 10^6 records, off", "off_cpu_ms_per_million", Unit.MS),
+            ("task CPU on / off", "cpu_on_vs_off", Unit.RATIO), ("reporters' share of task CPU", "reporter_cpu_share", Unit.SHARE),
+        ])
+    return out

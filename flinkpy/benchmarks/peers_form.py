@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flinkpy.benchmarks.workloads import add, add_counts, parity, split, to_pair, word_key
+from flinkpy.benchmarks.report import Figure, Unit, cells
+from flinkpy.benchmarks.workloads import WORKLOAD_ROWS, add, add_counts, parity, split, to_pair, word_key
 from flinkpy.common.functions import SinkFunction
 
 #: how many files W1's lines are spread over, as in the peers' form
@@ -169,3 +170,15 @@ def report(result: dict[str, Any]) -> list[str]:
         f"start-up included: {e['p1_net_ratio']:.2f}"
         for name, e in result.items()
     ]
+
+
+def figures(result: dict[str, Any]) -> list[Figure]:
+    """:func:`measure`'s figures as records (table ``peers-form``)."""
+    out: list[Figure] = []
+    for name, e in result.items():
+        rate = Unit(e["unit"])
+        out += cells("peers-form", WORKLOAD_ROWS[name], e, [
+            ("plain loop", "loop_rate", rate), ("flinkpy p=1", "p1_rate", rate), ("flinkpy / loop", "p1_ratio", Unit.RATIO),
+            ("flinkpy p=1, start-up included", "p1_net_rate", rate), ("flinkpy / loop, start-up included", "p1_net_ratio", Unit.RATIO),
+        ], spreads={"p1_ratio": "p1_ratios"})
+    return out

@@ -65,6 +65,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from flinkpy.benchmarks.report import Figure, Unit, cells
 from flinkpy.benchmarks.workloads import job_w1, job_w2, run_job, split
 
 PARALLELISM = 2
@@ -337,3 +338,33 @@ def report(result: dict[str, Any]) -> str:
         if w["engine"]["net_rate"]:
             lines.append(f"{name} engine on its net runtime (as the other rows of the benchmark): {rate(w['engine']['net_rate'])} records/s")
     return "\n".join(lines)
+
+
+#: each workload's row name in the report, by its record count
+def spark_row(name: str, records: int) -> str:
+    return f"{name.upper()}, {records:,} {'words' if name == 'w1' else 'ints'}"
+
+
+def figures(result: dict[str, Any]) -> list[Figure]:
+    """:func:`compare`'s figures as records (tables ``spark`` and ``spark-phases``)."""
+    out: list[Figure] = []
+    for name, w in result["workloads"].items():
+        row, rate = spark_row(name, w["records"]), Unit.WORDS_PER_S if name == "w1" else Unit.INTS_PER_S
+        e, s, h = w["engine"], w["flinkpy_on_spark"], w["hand_written"]
+        flat = {"engine": e["rate"], "net": e["net_rate"], "spark": s["rate"], "hand": h["rate"], "ratio": w["rate_ratio"],
+                "vs_engine": w["rate_vs_engine"], "first_engine": e["first_result_s"], "first_spark": s["first_result_s"],
+                "first_hand": h["first_result_s"], "out_spark": s["output"], "out_hand": h["output"]}
+        out += cells("spark", row, flat, [
+            ("flinkpy engine p=2", "engine", rate), ("flinkpy on Spark", "spark", rate), ("hand-written PySpark", "hand", rate),
+            ("on Spark / by hand", "ratio", Unit.RATIO), ("on Spark / engine", "vs_engine", Unit.RATIO),
+            ("first result: engine", "first_engine", Unit.S), ("first result: on Spark", "first_spark", Unit.S),
+            ("first result: by hand", "first_hand", Unit.S), ("output records: on Spark", "out_spark", Unit.COUNT),
+            ("output records: by hand", "out_hand", Unit.COUNT), ("flinkpy engine p=2, net runtime", "net", rate),
+        ])
+        for label, side in (("on Spark", s), ("by hand", h)):
+            phases = {"batches": side["batches"], **side["phases_ms"]}
+            out += cells("spark-phases", f"{row}, {label}", phases,
+                         [("micro-batches", "batches", Unit.COUNT)] + [(k, k, Unit.MS) for k in sorted(side["phases_ms"])])
+    out += cells("spark-phases", "the session (not counted)", result, [("start", "session_start_s", Unit.S), ("warm-up", "warm_up_s", Unit.S)])
+    return out
+

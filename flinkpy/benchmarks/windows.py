@@ -52,3 +52,6 @@ def _split_stamped(event: tuple[int, str]) -> list[str]:
     return event[1].split()
 
 
+#: the windows part's rows in the report, by kind
+WINDOW_ROWS = {"sliding": "sliding 5 s / 1 s", "tumbling": "tumbling 5 s", "rolling": "rolling reduce"}
+

@@ -151,3 +151,6 @@ def run_job(address: str, token: str, build: Callable[[Any], None], parallelism:
 LAST_CHECKPOINT_STATS: dict[str, Any] = {}
 #: the job id of the last run of each benchmark job, by job name
 LAST_JOB_ID: dict[str, str] = {}
+
+#: the workloads' names in reports
+WORKLOAD_ROWS = {"w1": "W1 word count", "w2": "W2 even/odd sums"}

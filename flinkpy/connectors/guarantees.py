@@ -7,7 +7,7 @@ idempotent (rewriting a deterministic result changes nothing). Each connector cl
 part as ``guarantee`` and ``needs`` (see :class:`flinkpy.connectors.base.Source`); this module
 reads those declarations into
 
-- the connectors table (``CATALOG``), rendered for the README and the man page
+- the connectors table (``CATALOG``), rendered for docs/connectors.md and the man page
   flinkpy-connectors(7) (both generated from it, so they cannot drift), and
 - a job's guarantees (:func:`job_guarantees`): per source and sink, and the weakest link, as
   ``flinkpy info`` prints them and the client warns about at submission.
@@ -79,7 +79,7 @@ def catalog_rows() -> list[dict[str, str]]:
 
 
 def markdown_table() -> str:
-    """The table for the README (between its ``connectors-table`` markers)."""
+    """The table for docs/connectors.md (between its ``connectors-table`` markers)."""
     lines = ["| | connector | how | guarantee | what it needs |", "|---|---|---|---|---|"]
     for r in catalog_rows():
         lines.append(f"| {r['kind']} | {r['connector']} | `{r['api']}` | **{r['guarantee']}** | {r['needs']} |")

@@ -1,0 +1,343 @@
+"""The performance page from benchmark reports: ``python -m flinkpy.benchmarks.render``.
+
+    python -m flinkpy.benchmarks.render                       # docs/performance/*.json -> stdout
+    python -m flinkpy.benchmarks.render A.json B.json -o docs/performance.md
+    python -m flinkpy.benchmarks.render --check docs/performance.md
+
+Every figure of every report goes into one table per benchmark table; where several runs
+measured the same cell the latest run's figure is shown (runs are ordered by date, then by the
+order they were read in). Under each table: the date, command, machine and versions of the runs
+its figures come from (numbered, with each cell's source marked, when there are several). Above
+each: what bounds its figures, in prose that holds whatever the numbers are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from flinkpy.benchmarks.report import Figure, Report, Run, Unit, load
+from flinkpy.benchmarks.workloads import ROOT
+
+REPORTS_DIR = ROOT / "docs" / "performance"
+PAGE = ROOT / "docs" / "performance.md"
+COMMAND = "python -m flinkpy.benchmarks.render -o docs/performance.md"
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str
+    title: str
+    bounds: str  # what bounds the figures: one short paragraph, no numbers that a run measures
+    row_label: str = ""
+
+
+TABLES: list[Table] = [
+    Table("workloads", "W1 and W2 against the plain loop",
+          "The plain loop calls the same user functions in one process with nothing between them: the ceiling for "
+          "an engine that runs Python functions. At p=1 a keyed job is already two processes, the source chain and "
+          "the keyed chain, working as a pipeline, so it uses two cores; p=2 runs twice the processes on the same "
+          "cores and adds hash partitioning in the senders, so on a 2-core machine it cannot run ahead of p=1 (and "
+          "W1's Zipf keys put most words on one of the two reducers). Per record the engine adds an append to an "
+          "output buffer, one dict lookup for the key's state and its share of a pickled batch; the keyed task is "
+          "CPU-bound. Times are the jobs' net runtimes, RUNNING to FINISHED, task start-up included.", "workload"),
+    Table("peers-form", "W1 and W2 as peers' benchmarks write them",
+          "A FileSource over 20 files (W2: a number sequence), every running update delivered to a Python "
+          "SinkFunction, exactly-once checkpoints every second, p=1, and start-up subtracted by the sink itself (from "
+          "its first record to its close()). The loop calls the same functions, the sink's included, and runs in "
+          "turns with the job, so that a change of load moves both sides of a ratio alike. The keyed chain bounds "
+          "the job: its reduce, unpickling, the user's functions and the sink's call per record. Bytewax's figures "
+          "are its own dataflow of the same workload with recovery on, its start-up included.", "workload"),
+    Table("checkpoint-cost", "What checkpoints cost",
+          "Exactly-once checkpoints every second against none, in the same run. The pause a snapshot takes from "
+          "processing is a copy-on-write freeze of the keyed state; serializing and uploading run beside the "
+          "records, so the cost is within the machine's noise. Alignment holds the inputs whose barrier has arrived "
+          "until every input's has: at p=2 the keyed tasks align two channels, the two-input join both of its "
+          "inputs.", "job"),
+    Table("join", "Two inputs",
+          "W1's words as two streams, connected and keyed by word into a KeyedCoProcessFunction that counts each "
+          "side, taken in turns with W1 and with the same update in a one-input KeyedProcessFunction. Two inputs "
+          "cost about what a process function costs: the join's distance to W1 is that of a process function (a "
+          "call with a context, a state object) to W1's reduce.", "job"),
+    Table("metrics", "What live metrics cost",
+          "W1 and W2 with metrics.enabled on and off, alternating. On a shared machine wall time moves by more "
+          "than the cost being measured, in both directions, so the tasks' CPU per record and the reporter threads' "
+          "own share of it settle the question: the hot path takes no lock and reads no clock per record.", "workload"),
+    Table("snapshots", "Snapshots of keyed state",
+          "The synchronous part of a heap-backend snapshot is a copy-on-write freeze of the key groups: it does not "
+          "grow with the state. The asynchronous part serializes, writes and checksums the state while records keep "
+          "flowing, and grows with it.", "state"),
+    Table("recovery", "Recovery after a task is killed",
+          "From SIGKILL of the keyed task to every task running again, restored from the latest checkpoint, with a "
+          "restart delay of 0: noticing the dead process, starting new task processes and reading the state back, "
+          "which is the part that grows with the state.", "state"),
+    Table("savepoint", "Savepoints",
+          "A savepoint of keyed state (a canonical, self-contained snapshot), and the time from submitting a job "
+          "with -s from it to every task running, restored.", "state"),
+    Table("windows", "Event-time windows",
+          "The event-time W1 (line i of a file stamped i x 10 ms) through sliding 5 s / 1 s and tumbling 5 s "
+          "windows, against a rolling reduce of the same stream, taken in turns, p=1. Windows keep their state as "
+          "slices in the operator, one dict per slice end, so a record costs a lookup and a fold, as in the rolling "
+          "reduce; a window fires when the watermark passes its end by combining its slices key by key, with no "
+          "timer per key. A tumbling window can outrun the rolling reduce because it emits one result per key and "
+          "window, the rolling reduce every update. Bytewax's figures: its count_window with an EventClock, one "
+          "worker, over the first tenth of the same words stamped the same way.", "window"),
+    Table("latency", "Latency",
+          "map, key_by, reduce and a sink at p=1, paced at half of the peak rate; the sink takes each record's time "
+          "since it was emitted. A buffer leaves when it is full or when the buffer timeout expires; with a timeout "
+          "of 0 every record is a frame of its own, and at a high rate the cost per frame outweighs the waiting it "
+          "saves.", "run"),
+    Table("failover", "JobManager failover",
+          "SIGKILL of the leading JobManager to every task of the job running on the new leader, under ZooKeeper "
+          "high availability. The ZooKeeper session timeout bounds it, being how long ZooKeeper takes to declare "
+          "the old leader gone; election, the TaskManagers' registration, restore from the checkpoint and task "
+          "start add little.", "setting"),
+    Table("first-output", "Start-up",
+          "From starting the command to its first printed line: starting Python and importing, running the job file "
+          "up to execute(), starting the embedded cluster (JobManager, TaskManager, supervisor) and deploying the "
+          "job.", "command"),
+    Table("backends", "State backends",
+          "W1 and W2 at p=2 on the heap backend and on RocksDB, in the same run. On RocksDB a state access is a read "
+          "or a write of pickled bytes: W1, with 10,000 keys, pays it for every word; W2, with two keys, for each "
+          "key once per batch.", "workload"),
+    Table("large-state", "Large state on RocksDB",
+          "A keyed process function keeps a 128-byte incompressible value per key, p=2, incremental checkpoints "
+          "each after about 1% of the keys changed. An incremental checkpoint uploads the store files written "
+          "since the last one: about what changed, unless RocksDB compacted in between, since every key group's "
+          "keys are spread over the whole store and a compaction rewrites whole levels, which the next checkpoint "
+          "uploads again (universal compaction makes that rarer). The synchronous pause is a memtable flush and hard "
+          "links, flat in the state size. A savepoint is streamed frame by frame, so the tasks' memory stays flat "
+          "while it is written; restoring an incremental checkpoint makes its files the stores, restoring a "
+          "savepoint writes every key again.", "state"),
+    Table("backpressure", "Checkpoints under back-pressure",
+          "A paced source (p=2) whose sink (p=2, behind a rebalance) takes a tenth of its rate, exactly-once "
+          "checkpoints every second. Aligned, a barrier queues behind every full buffer the credit allows on each "
+          "channel, and the next checkpoint starts only when one ends. Buffer debloating shrinks the buffers until "
+          "the data in flight takes about its target time to process. Unaligned, the barrier overtakes the queued "
+          "buffers, which are stored with the checkpoint; what is left is part of one buffer, since a task processes "
+          "a buffer in slices and sees a barrier between two of them.", "configuration"),
+    Table("spark", "The Spark runner against hand-written PySpark",
+          "W1 and W2 three ways in one run on one warm local[2] session: flinkpy's engine at p=2, the same job through "
+          "the Spark runner, and the query a PySpark user writes (W1 with a Python UDF, W2 in Column expressions), "
+          "both Spark sides bringing every output row to the driver. Rates are records in per second of wall time "
+          "from the start to the query's end. Each side runs its own idiom of the job: flinkpy's keyed reduce emits "
+          "every running value, Spark's update-mode aggregation each changed key once per micro-batch. The "
+          "hand-written W2 never leaves the JVM, while the job calls its Python functions for every int.", "workload"),
+    Table("spark-phases", "Where a Spark query's time goes",
+          "Spark's progress reports per phase, summed over a query's micro-batches. The session's start and one "
+          "warm-up query each way are paid before the timed runs and not counted in their rates.", "query"),
+    Table("peers", "Peers on their own",
+          "Each engine runs W1 and W2 at p=1 its usual way. The loop calls the user functions per record in one "
+          "process; the fused loop updates a dict with no function calls; the bare two-process pipe (one process "
+          "reading, splitting and pickling batches over a loopback socket, the other unpickling and reducing) is "
+          "what any engine of processes can reach on the machine. Bytewax's core is Rust but calls the Python "
+          "functions per record; Spark starts a JVM before any work; PyFlink runs the Python functions beside a "
+          "JVM.", "engine"),
+    Table("scale-up", "Scaling with cores",
+          "Running sums keyed by n % 1024 on a 16-core machine. Each parallel pipeline is two processes, so p=8 "
+          "fills the cores and more parallelism adds little; the sandbox the machine runs in makes system calls "
+          "dearer than a plain kernel does.", "parallelism"),
+]
+
+_SUPERSCRIPTS = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _number(value: float, unit: Unit) -> str:
+    if unit in (Unit.WORDS_PER_S, Unit.INTS_PER_S, Unit.RECORDS_PER_S):
+        if value >= 1e6:
+            return f"{value / 1e6:.2f} M"
+        if value >= 1e4:
+            return f"{value / 1e3:.0f} k"
+        return f"{value:,.0f}"
+    if unit is Unit.RATIO:
+        return f"{value:.2f}" if value >= 0.1 else f"{value:.3f}"
+    if unit is Unit.MS:
+        if value >= 10_000:
+            return f"{value / 1000:.1f} s"
+        if value >= 1000:
+            return f"{value / 1000:.2f} s"
+        return f"{value:.0f} ms" if value >= 10 else f"{value:.2g} ms"
+    if unit is Unit.S:
+        return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+    if unit is Unit.BYTES:
+        for size, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if value >= size:
+                scaled = value / size
+                return f"{scaled:.2f} {name}" if scaled < 10 else f"{scaled:.1f} {name}" if scaled < 100 else f"{scaled:.0f} {name}"
+        return f"{value:.0f} B"
+    if unit is Unit.SHARE:
+        return f"{value * 100:.2f}%"
+    return f"{value:,.0f}"
+
+
+def _suffix(unit: Unit) -> str:
+    return f" {unit.value}" if unit in (Unit.WORDS_PER_S, Unit.INTS_PER_S, Unit.RECORDS_PER_S) else ""
+
+
+def cell(figure: Figure) -> str:
+    """A figure as its table shows it: ``1.44 M words/s``, ``0.65 (0.43–0.74)``, ``4.8 s–8.7 s``."""
+    if figure.value is None and figure.spread is None:
+        return "–"
+    if figure.value is None:
+        assert figure.spread is not None
+        text = f"{_number(figure.spread[0], figure.unit)}–{_number(figure.spread[1], figure.unit)}{_suffix(figure.unit)}"
+    else:
+        text = _number(figure.value, figure.unit) + _suffix(figure.unit)
+        if figure.spread is not None:
+            text += f" ({_number(figure.spread[0], figure.unit)}–{_number(figure.spread[1], figure.unit)})"
+    return text + (f" ({figure.note})" if figure.note else "")
+
+
+def source_line(run: Run) -> str:
+    """When, how, where and with what a run measured."""
+    m = run.machine
+    where = [f"{m.cores} cores"]
+    if m.memory_bytes:
+        where.append(f"{m.memory_bytes / 2**30:.0f} GiB")
+    if m.load_average and m.load_average_end:
+        where.append(f"load average {m.load_average[0]:.1f} at the start, {m.load_average_end[0]:.1f} at the end")
+    elif m.load_average:
+        where.append(f"load average {m.load_average[0]:.1f}")
+    if m.description:
+        where.append(m.description)
+    names = {"python": "Python", "flinkpy": "flinkpy", "bytewax": "Bytewax", "pyspark": "PySpark"}
+    order = sorted(run.versions, key=lambda k: (k != "flinkpy", k != "python", k))
+    versions = ", ".join(f"{names.get(k, k)} {run.versions[k]}" for k in order)
+    line = f"{run.date}, " + (f"`{run.command}`" if run.command else "command not recorded") + f"; {', '.join(where)}"
+    if versions:
+        line += f"; {versions}"
+    if run.transcribed_from:
+        line += f". Transcribed from {run.transcribed_from}"
+    return _escape(line) + "."
+
+
+def _escape(text: str) -> str:
+    """Pipes would end a table cell, and ``<`` starts HTML; the rest of Markdown is wanted."""
+    return text.replace("|", "\\|").replace("<", "&lt;")
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def ordered_runs(reports: list[Report]) -> list[Run]:
+    """Every run, oldest first; runs of one date in the order they were read."""
+    runs = [run for report in reports for run in report.runs]
+    return [run for _, run in sorted(enumerate(runs), key=lambda p: (p[1].date, p[0]))]
+
+
+def natural(text: str) -> tuple[tuple[int, float, str], ...]:
+    """A sort key that puts ``p=2`` before ``p=12`` and ``10,000 keys`` before ``100,000 keys``."""
+    parts = re.findall(r"\d[\d,]*(?:\.\d+)?|\D+", text)
+    return tuple((0, float(p.replace(",", "")), "") if p[0].isdigit() else (1, 0.0, p.casefold()) for p in parts)
+
+
+def column_order(table: str, runs: list[Run]) -> list[str]:
+    """The columns in the order the run with the most of them gave them (the latest of equals),
+    then the others as they first appear."""
+    per_run = [list(dict.fromkeys(f.column for f in run.figures if f.table == table)) for run in runs]
+    ranked = sorted(range(len(runs)), key=lambda i: (-len(per_run[i]), -i))
+    return list(dict.fromkeys(c for i in ranked for c in per_run[i]))
+
+
+def render_table(table: Table, figures: dict[tuple[str, str, str], tuple[Figure, int]], runs: list[Run]) -> list[str]:
+    rows = sorted({row for (_, row, _) in figures}, key=natural)
+    columns = column_order(table.key, runs)
+    sources = sorted({index for (_, _, _), (_, index) in figures.items()})
+    number = {index: n for n, index in enumerate(sources, 1)}
+    out = [f"## {table.title}", "", table.bounds, ""]
+    out.append("| " + " | ".join([table.row_label, *columns]) + " |")
+    out.append("|" + "|".join("---" for _ in range(len(columns) + 1)) + "|")
+    for row in rows:
+        cells = [_escape(row)]
+        for column in columns:
+            found = figures.get((table.key, row, column))
+            if found is None:
+                cells.append("")
+                continue
+            figure, index = found
+            mark = str(number[index]).translate(_SUPERSCRIPTS) if len(sources) > 1 else ""
+            cells.append(_escape(cell(figure)) + mark)
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    if len(sources) == 1:
+        out += ["Measured " + source_line(runs[sources[0]]), ""]
+    else:
+        out += ["Measured:", ""]
+        out += [f"{number[i]}. {source_line(runs[i])}" for i in sources]
+        out.append("")
+    return out
+
+
+INTRO = (
+    "Figures from `python -m flinkpy.benchmarks` and from measurements recorded beside it, each table with the "
+    "runs it comes from. W1 is a word count over "
+    "2,000,000 words (200,000 lines of ten words from a Zipf vocabulary of 10,000, seed 42); W2 running sums of "
+    "the even and the odd numbers of 1..5,000,000. The plain loop calls the same user functions in one process "
+    "with no engine. Read the ratios: they are measured in one run, loop and job in turns, while absolute rates move "
+    "with a shared machine's load. A figure in parentheses after another is the range over the runs behind it."
+)
+
+
+def render(reports: list[Report]) -> str:
+    """The performance page for ``reports`` (Markdown)."""
+    runs = ordered_runs(reports)
+    latest: dict[tuple[str, str, str], tuple[Figure, int]] = {}
+    for index, run in enumerate(runs):
+        for figure in run.figures:
+            latest[figure.key] = (figure, index)
+    known = {t.key for t in TABLES}
+    extra = sorted({key[0] for key in latest} - known)
+    tables = [t for t in TABLES if any(k[0] == t.key for k in latest)] + [Table(k, k, "") for k in extra]
+    out = [
+        "# Performance",
+        "",
+        "<!-- Generated by `python -m flinkpy.benchmarks.render` from docs/performance/*.json; do not edit. -->",
+        "",
+        INTRO,
+        "",
+        "To measure again: `python -m flinkpy.benchmarks --report FILE.json` (add `--only PART` for one part), "
+        "put the file in `docs/performance/`, and run `" + COMMAND + "`.",
+        "",
+    ]
+    for table in tables:
+        figures = {k: v for k, v in latest.items() if k[0] == table.key}
+        out += render_table(table, figures, runs)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def committed_reports() -> list[Path]:
+    return sorted(REPORTS_DIR.glob("*.json"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flinkpy.benchmarks.render", description="Render benchmark reports as the performance page.")
+    ap.add_argument("reports", nargs="*", type=Path, help="report files (default: docs/performance/*.json)")
+    ap.add_argument("-o", "--output", type=Path, help="write the page here (default: stdout)")
+    ap.add_argument("--check", type=Path, metavar="PAGE", help="only compare with PAGE; exit 1 if it differs")
+    args = ap.parse_args(argv)
+    paths = args.reports or committed_reports()
+    try:
+        page = render([load(p) for p in paths])
+    except (OSError, ValueError) as exc:
+        print(f"flinkpy.benchmarks.render: error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if not args.check.is_file() or args.check.read_text(encoding="utf-8") != page:
+            print(f"out of date: {args.check} (run {COMMAND})", file=sys.stderr)
+            return 1
+        return 0
+    if args.output:
+        args.output.write_text(page, encoding="utf-8")
+    else:
+        sys.stdout.write(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
