@@ -208,7 +208,9 @@ def stop(
 def cluster_status(wide: Wide = False, json_: JsonFlag = False) -> None:
     """Show the running cluster: its supervisor, JobManager, TaskManagers, slots and jobs.
 
-    Each TaskManager's row says how often the supervisor started it again after it died.
+    Each TaskManager's row says its state (RUNNING, or UNRESPONSIVE once it has sent no
+    report for two report intervals: paused, hung or cut off; after heartbeat.timeout it is
+    lost and its tasks fail over) and how often the supervisor started it again after it died.
 
     With high availability: which JobManager leads (and its epoch), the standbys, and the state
     of the ZooKeeper session.
@@ -277,10 +279,13 @@ def cluster_status(wide: Wide = False, json_: JsonFlag = False) -> None:
         markup=False,
     )
     restarts = {tm.id: tm.restarts for tm in info.taskmanagers}
-    columns = [Column("ID"), Column("PID"), Column("Host", drop=2), Column("Slots", justify="right"), Column("Free", justify="right"),
-               Column("Restarts", justify="right", drop=1), Column("Last heartbeat", justify="right", drop=3)]
-    rows = [[str(tm.get("id")), str(tm.get("pid")), str(tm.get("host", "")), str(tm.get("slotsNumber", "?")),
-             str(tm.get("freeSlots", "?")), str(restarts.get(str(tm.get("id")), 0)), f"{tm.get('timeSinceLastHeartbeat', '?')} ms ago"]
+    columns = [Column("ID"), Column("PID"), Column("State"), Column("Host", drop=2), Column("Slots", justify="right"),
+               Column("Free", justify="right"), Column("Restarts", justify="right", drop=1),
+               Column("Last heartbeat", justify="right", drop=3)]
+    # State: RUNNING, or UNRESPONSIVE while it sends no reports (paused, hung) before heartbeat.timeout
+    rows = [[str(tm.get("id")), str(tm.get("pid")), str(tm.get("state", "RUNNING")), str(tm.get("host", "")),
+             str(tm.get("slotsNumber", "?")), str(tm.get("freeSlots", "?")), str(restarts.get(str(tm.get("id")), 0)),
+             f"{tm.get('timeSinceLastHeartbeat', '?')} ms ago"]
             for tm in tms]
     render(console, columns, rows, title="TaskManagers", wide=wide)
 

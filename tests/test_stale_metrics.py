@@ -70,7 +70,7 @@ def test_a_paused_taskmanager_is_unresponsive_and_its_figures_stale(flinkpy_home
         assert on_tm1, doc["vertices"]
         assert 'tm_id="tm-1"' in prometheus(flinkpy_home)
 
-        cli_json("fault", "pause-taskmanager", "tm-1", "--for", "8s")
+        cli_json("fault", "pause-taskmanager", "tm-1", "--for", "15s")
 
         def unresponsive() -> Any:
             frame = cli_json("top", jid)
@@ -96,6 +96,9 @@ def test_a_paused_taskmanager_is_unresponsive_and_its_figures_stale(flinkpy_home
         row = next(line for line in table.stdout.splitlines() if "tm-1" in line)
         assert "UNRESPONSIVE" in row and "%" not in row, table.stdout
         assert "stopped reporting" in table.stdout and "left out of the rates" in table.stdout
+        status = run_cli("cluster", "status", env={"COLUMNS": "80"})
+        assert status.returncode == 0, status.stderr
+        assert "UNRESPONSIVE" in next(line for line in status.stdout.splitlines() if "tm-1" in line), status.stdout
 
         # the pause ends: live again
         wait_for(lambda: all(t["state"] == "RUNNING" and not t["stale"] for t in cli_json("top", jid)["taskmanagers"]),
