@@ -209,7 +209,7 @@ def cluster_status(wide: Wide = False, json_: JsonFlag = False) -> None:
     """Show the running cluster: its supervisor, JobManager, TaskManagers, slots and jobs.
 
     Each TaskManager's row says its state (RUNNING, or UNRESPONSIVE once it has sent no
-    report for two report intervals: paused, hung or cut off; after heartbeat.timeout it is
+    report for two report intervals and a second: paused, hung or cut off; after heartbeat.timeout it is
     lost and its tasks fail over) and how often the supervisor started it again after it died.
 
     With high availability: which JobManager leads (and its epoch), the standbys, and the state

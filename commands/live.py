@@ -102,6 +102,6 @@ def vertex_table(doc: JsonObject, *, title: str | None = None, with_status: bool
         table.add_row(name, *([str(r["status"])] if with_status else []), *cells)
     if stale:
         table.caption = (f"* {stale} subtask{'s' if stale > 1 else ''} stopped reporting (no figures for over two report "
-                         "intervals): left out of the rates")
+                         "intervals and a second): left out of the rates")
         table.caption_justify = "left"
     return table

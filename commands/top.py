@@ -176,7 +176,7 @@ def top(
     completed one (duration, size, alignment); the restarts; and each TaskManager's state, CPU
     and resident memory (its process tree). The figures are those the tasks report every
     metrics.fetcher.update-interval (TaskManagers every second); figures older than two report
-    intervals are stale: a TaskManager that stopped reporting (paused, hung, cut off) shows
+    intervals and a second are stale: a TaskManager that stopped reporting (paused, hung, cut off) shows
     UNRESPONSIVE with how long it has been silent and no CPU or memory, and its subtasks are
     left out of their vertex's rates (the vertex is marked *). In --json the last figures stay,
     with "state", "stale" and "metrics_age_ms" beside them. Refreshes every second until q (or Ctrl-C); when stdout

@@ -2,9 +2,10 @@
 
 Before, `flinkpy top`, `job show` and `GET /metrics` went on showing a SIGSTOPped TaskManager's
 last rates and CPU as if they were live, 34 s after its last report. Now figures older than two
-report intervals are stale: `top` shows the TaskManager UNRESPONSIVE with no CPU or memory,
-`job show` marks the subtasks and leaves them out of the rates, and Prometheus no longer gets
-their series; when the TaskManager resumes, all of it is live again.
+report intervals and a second are stale: `top` and `cluster status` show the TaskManager
+UNRESPONSIVE (`top` with no CPU or memory), `job show` marks the subtasks and leaves them out of
+the rates, and Prometheus no longer gets their series; when the TaskManager resumes, all of it
+is live again.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def test_a_paused_taskmanager_is_unresponsive_and_its_figures_stale(flinkpy_home
             tm = next(t for t in frame["taskmanagers"] if t["id"] == "tm-1")
             return frame if tm["state"] == "UNRESPONSIVE" and tm["stale"] else None
 
-        frame = wait_for(unresponsive, 6, interval=0.2, message="tm-1 UNRESPONSIVE in top")
+        frame = wait_for(unresponsive, 10, interval=0.2, message="tm-1 UNRESPONSIVE in top")
         tm2 = next(t for t in frame["taskmanagers"] if t["id"] == "tm-2")
         assert tm2["state"] == "RUNNING" and not tm2["stale"]
         assert frame["vertices"][0]["stale-subtasks"] == len(on_tm1)

@@ -10,7 +10,7 @@ As in Flink, the first four answer a list of ``{"id": name, "value": "..."}`` (w
 the names available, ``[{"id": name}]``); values are strings there, as Flink's are. Every
 function is called with the Dispatcher's lock free and takes it itself.
 
-Figures older than twice their report interval are stale (``flinkpy.metrics.store.stale``): a
+Figures older than two report intervals and a second are stale (``flinkpy.metrics.store.stale``): a
 paused or hung TaskManager sends nothing, and its last rates and CPU must not pass for current.
 Readers of ``GET /jobs/<id>`` get each subtask's ``metrics-age``/``metrics-stale`` and each
 vertex's ``stale-subtasks`` (its rates aggregate only the fresh subtasks); ``GET /taskmanagers``
@@ -89,7 +89,7 @@ def _live(d: Dispatcher, jid: str, g: Any, vid: int) -> list[tuple[Any, dict[str
 
 
 def _is_stale(e: Any, age: int | None, interval_ms: int) -> bool:
-    """A running subtask whose last report is older than two intervals (a finished one reports
+    """A running subtask whose last report is too old (``stale``; a finished one reports
     no more, and its last figures are its final ones)."""
     return age is not None and e.state == "RUNNING" and stale(0, age, interval_ms)
 

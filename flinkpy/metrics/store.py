@@ -5,7 +5,7 @@ from other threads; the store is a plain data structure behind one small lock �
 clock (timestamps come with the reports), so it is tested without a cluster.
 
 Every report also records when it *arrived* (the JobManager's clock, handed in by the caller):
-figures older than twice their report interval are stale (:func:`stale`) — the process that
+figures older than two report intervals and a second are stale (:func:`stale`) — the process that
 sent them stopped reporting (paused, hung, or cut off) — and readers must not show them as
 current.
 
@@ -45,13 +45,14 @@ TASKMANAGER_REPORT_INTERVAL_MS = 1000
 
 
 def stale(received_ms: int, now_ms: int, interval_ms: int) -> bool:
-    """Whether a report that arrived at ``received_ms`` is too old to show as current: more than
-    two report intervals old, so one late report (a busy machine) is not yet staleness.
+    """Whether a report that arrived at ``received_ms`` is too old to show as current: older than
+    two report intervals and a second, so one late report, or a second's delay on a busy
+    machine, is not yet staleness.
 
-    >>> stale(1000, 2900, 1000), stale(1000, 3001, 1000)
-    (False, True)
+    >>> stale(1000, 3900, 1000), stale(1000, 4001, 1000), stale(0, 1401, 200)
+    (False, True, True)
     """
-    return now_ms - received_ms > 2 * max(1, interval_ms)
+    return now_ms - received_ms > 2 * max(1, interval_ms) + 1000
 
 
 @dataclass
