@@ -18,7 +18,7 @@ from commands.errors import PROG
 from commands.options import JobManager, JsonFlag, Wide, timeout_seconds
 from commands.output import emit_json, fmt_size, fmt_time, out, progress
 from commands.session import session
-from commands.tables import Column, render
+from commands.tables import Column, fits, render
 from flinkpy.errors import ExitCode
 
 app = typer.Typer(
@@ -42,8 +42,21 @@ def _states(handle: dict[str, Any] | None) -> list[str]:
     return [f"{name} ({desc['kind']}, {desc.get('entries', 'not counted')})" for name, desc in handle["states"].items()]
 
 
-def _offsets(value: Any) -> str:
-    return "" if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+def _offsets(value: Any, prefix: str = "") -> list[str]:
+    """Source offsets as ``key: value`` lines, nested keys joined by dots (``splits.0.offset``):
+    in a narrow column a line wraps between entries, where raw JSON broke mid-token.
+
+    >>> _offsets({"split": "0", "offset": 1234, "pending": [], "reader": {"pos": 7}})
+    ['offset: 1234', 'pending: []', 'reader.pos: 7', 'split: 0']
+    """
+    if isinstance(value, dict) and value:
+        return [line for k in sorted(value, key=str) for line in _offsets(value[k], f"{prefix}{k}.")]
+    if isinstance(value, list) and value:
+        return [line for i, item in enumerate(value) for line in _offsets(item, f"{prefix}{i}.")]
+    if value is None and not prefix:
+        return []
+    shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return [f"{prefix.rstrip('.')}: {shown}" if prefix else str(shown)]
 
 
 # --------------------------------------------------------------------------- offline commands
@@ -142,37 +155,61 @@ def _print_metadata(dir_url: str, doc: dict[str, Any], summary: dict[str, Any]) 
         f"full size {fmt_size(summary['full_size'])}, {summary['shared_files']} shared file(s)",
     ) if summary["incremental"] else ()):
         console.print(line, markup=False)
-    table = Table(title="State", title_justify="left", show_footer=True)
-    table.add_column("Operator", footer="Total")
-    table.add_column("Subtask")
-    table.add_column("Key groups")
-    table.add_column("States (kind, entries)")
-    table.add_column("Size", justify="right", footer=fmt_size(summary["total_size"]))
-    table.add_column("Source offsets", overflow="fold")
     sizes = {(o["operator_id"], s["subtask"]): s["size"] for o in summary["operators"] for s in o["subtasks"]}
     in_flight = {(o["operator_id"], s["subtask"]): (s["in_flight_input_bytes"], s["in_flight_output_bytes"]) for o in summary["operators"] for s in o["subtasks"]}
+    rows: list[tuple[str, str, str, list[str], str, list[str]]] = []  # one per operator subtask
     for op in doc["operators"]:
         label = op["name"] + (f" [uid {op['uid']}]" if op.get("uid") else f" [id {op['operator_id']}]")
         subtasks = sorted(op["subtasks"], key=lambda s: s["subtask"])
         if not subtasks:
-            table.add_row(Text(label), "-", "", "(no state)", fmt_size(0), "")
-        for i, sub in enumerate(subtasks):
+            rows.append((label, "-", "", ["(no state)"], fmt_size(0), []))
+        for sub in subtasks:
             keyed = sub.get("keyed_state")
             groups = f"{keyed['key_groups'][0]}-{keyed['key_groups'][1]}" if keyed else ""
             states = _states(keyed) + _states(sub.get("operator_state"))
             if sub.get("channel_state"):
                 i_bytes, o_bytes = in_flight[(op["operator_id"], sub["subtask"])]
                 states.append(f"in flight: {fmt_size(i_bytes)} in, {fmt_size(o_bytes)} out")
-            # Text, not str: names, uids and offsets are data, never rich markup.
-            table.add_row(
-                Text(label if i == 0 else ""),
-                f"{sub['subtask']}/{op['parallelism']}",
-                groups,
-                Text("\n".join(states) or "(no state)"),
-                fmt_size(sizes[(op["operator_id"], sub["subtask"])]),
-                Text(_offsets(sub.get("source_offsets"))),
-            )
+            rows.append((label, f"{sub['subtask']}/{op['parallelism']}", groups, states or ["(no state)"],
+                         fmt_size(sizes[(op["operator_id"], sub["subtask"])]), _offsets(sub.get("source_offsets"))))
+    headers = ("Operator", "Subtask", "Key groups", "States (kind, entries)", "Size", "Source offsets")
+    cells = [[label, subtask, groups, "\n".join(states), size, "\n".join(offsets)] for label, subtask, groups, states, size, offsets in rows]
+    if not fits(headers, cells, console.width):
+        _print_state_records(rows, fmt_size(summary["total_size"]))
+        return
+    table = Table(title="State", title_justify="left", show_footer=True)
+    for header in headers:
+        table.add_column(header, justify="right" if header == "Size" else "left", no_wrap=True,
+                         footer={"Operator": "Total", "Size": fmt_size(summary["total_size"])}.get(header, ""))
+    previous = None
+    for row in cells:
+        # Text, not str: names, uids and offsets are data, never rich markup.
+        table.add_row(*(Text(row[0] if row[0] != previous else ""), *(Text(c) for c in row[1:])))
+        previous = row[0]
     console.print(table)
+
+
+def _print_state_records(rows: list[tuple[str, str, str, list[str], str, list[str]]], total: str) -> None:
+    """'inspect' in a terminal too narrow for the table: per operator, its subtasks as
+    ``key: value`` lines, every id, state name and offset whole."""
+    console = out()
+    console.print(Text("State"))
+    previous = None
+    for label, subtask, groups, states, size, offsets in rows:
+        if label != previous:
+            console.print(Text(label), soft_wrap=True)
+            previous = label
+        console.print(Text(f"  subtask {subtask}: {size}"), soft_wrap=True)
+        if groups:
+            console.print(Text(f"    key groups: {groups}"), soft_wrap=True)
+        console.print(Text("    states: " + states[0]), soft_wrap=True)
+        for state in states[1:]:
+            console.print(Text("            " + state), soft_wrap=True)
+        if offsets:
+            console.print(Text("    source offsets:"), soft_wrap=True)
+            for line in offsets:
+                console.print(Text("      " + line), soft_wrap=True)
+    console.print(Text(f"Total: {total}"))
 
 
 def _inspect_spark(path: str, spark_reader: bool | None) -> None:
@@ -379,8 +416,9 @@ def trigger(
     When as many checkpoints as allowed (execution.checkpointing.max-concurrent-checkpoints)
     are in progress, the request waits its turn, as in Flink: it starts as soon as one ends,
     before the next periodic checkpoint. --timeout bounds the whole wait.
-    Exit status: 0 completed, 9 failed or refused (the job is not running, or some of its
-    tasks have finished), 6 not started or not completed within --timeout.
+    Exit status: 0 completed; 12 failed (accepted, but it did not complete: the cause is on
+    stderr), as for a failed savepoint; 9 refused (the job is not running, or some of its tasks
+    have finished); 6 not started or not completed within --timeout.
 
     Examples:
 

@@ -208,7 +208,9 @@ def stop(
 def cluster_status(wide: Wide = False, json_: JsonFlag = False) -> None:
     """Show the running cluster: its supervisor, JobManager, TaskManagers, slots and jobs.
 
-    Each TaskManager's row says how often the supervisor started it again after it died.
+    Each TaskManager's row says its state (RUNNING, or UNRESPONSIVE once it has sent no
+    report for two report intervals and a second: paused, hung or cut off; after heartbeat.timeout it is
+    lost and its tasks fail over) and how often the supervisor started it again after it died.
 
     With high availability: which JobManager leads (and its epoch), the standbys, and the state
     of the ZooKeeper session.
@@ -277,10 +279,13 @@ def cluster_status(wide: Wide = False, json_: JsonFlag = False) -> None:
         markup=False,
     )
     restarts = {tm.id: tm.restarts for tm in info.taskmanagers}
-    columns = [Column("ID"), Column("PID"), Column("Host", drop=2), Column("Slots", justify="right"), Column("Free", justify="right"),
-               Column("Restarts", justify="right", drop=1), Column("Last heartbeat", justify="right", drop=3)]
-    rows = [[str(tm.get("id")), str(tm.get("pid")), str(tm.get("host", "")), str(tm.get("slotsNumber", "?")),
-             str(tm.get("freeSlots", "?")), str(restarts.get(str(tm.get("id")), 0)), f"{tm.get('timeSinceLastHeartbeat', '?')} ms ago"]
+    columns = [Column("ID"), Column("PID"), Column("State"), Column("Host", drop=2), Column("Slots", justify="right"),
+               Column("Free", justify="right"), Column("Restarts", justify="right", drop=1),
+               Column("Last heartbeat", justify="right", drop=3)]
+    # State: RUNNING, or UNRESPONSIVE while it sends no reports (paused, hung) before heartbeat.timeout
+    rows = [[str(tm.get("id")), str(tm.get("pid")), str(tm.get("state", "RUNNING")), str(tm.get("host", "")),
+             str(tm.get("slotsNumber", "?")), str(tm.get("freeSlots", "?")), str(restarts.get(str(tm.get("id")), 0)),
+             f"{tm.get('timeSinceLastHeartbeat', '?')} ms ago"]
             for tm in tms]
     render(console, columns, rows, title="TaskManagers", wide=wide)
 
@@ -306,8 +311,9 @@ def _no_leader(info: ClusterInfo) -> None:
 
 @app.command("logs")
 def logs(
-    component: Annotated[str, typer.Argument(metavar="[jobmanager|TM_ID]", help="Whose log: 'jobmanager' or a TaskManager ID (see 'flinkpy cluster status').")] = "jobmanager",
+    component: Annotated[Optional[str], typer.Argument(metavar="[jobmanager|TM_ID]", help="Whose log: 'jobmanager' (the default) or a TaskManager ID (see 'flinkpy cluster status'); with --list, default: every process.", show_default=False)] = None,
     stdout: Annotated[bool, typer.Option("--stdout", help="Show the process's stdout (what jobs print) instead of its log.")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List the process's files (.log, .out and the rotated ones) with their sizes instead of showing one.")] = False,
     lines: Annotated[int, typer.Option("-n", "--lines", min=1, metavar="LINES", help="Number of lines from the end.")] = 100,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what is appended, like tail -f, until Ctrl-C or the process ends.")] = False,
     jobmanager: JobManager = None,
@@ -320,7 +326,8 @@ def logs(
     (it never loads it whole); with --follow it goes on streaming what is appended, across
     rotations, until Ctrl-C (exit 0) or until the TaskManager ends. The files rotate by size
     (log.file.max-size, log.file.max-backups): the rotated ones are FILE.1, FILE.2, ... in
-    the cluster home's log directory. --follow cannot be combined with --json.
+    the cluster home's log directory. --list shows those files with their sizes (of every
+    process, or of the one named) and their total. --follow cannot be combined with --json.
 
     Examples:
 
@@ -328,7 +335,12 @@ def logs(
         flinkpy cluster logs
         flinkpy cluster logs tm-1 --stdout -n 20
         flinkpy cluster logs tm-1 --stdout --follow
+        flinkpy cluster logs --list
     """
+    if list_:
+        _list_log_files(component, jobmanager)
+        return
+    component = component or "jobmanager"
     if follow and session.json:
         raise UsageError("--follow streams text and cannot be combined with --json", remedy="drop one of them")
     if session.json:
@@ -348,3 +360,28 @@ def logs(
         if not follow:
             raise
         chunks.close()  # closes the connection: the JobManager stops streaming
+
+
+def _list_log_files(component: str | None, jobmanager: str | None) -> None:
+    """'logs --list': the files of one process, or of every process, with sizes and a total."""
+    from commands.output import fmt_size
+
+    c = client(jobmanager)
+    components = [component] if component else ["jobmanager", *sorted(str(tm["id"]) for tm in c.taskmanagers())]
+    files = [{"component": who, **f} for who in components for f in c.log_files(who)]
+    total = sum(int(f["size"]) for f in files)
+    if session.json:
+        emit_json({"files": files, "total_size": total})
+        return
+    import os
+
+    # the directory once above the table, not folded into every row (mtime is in --json)
+    directories = {os.path.dirname(str(f.get("path", ""))) for f in files}
+    common = directories.pop() if len(directories) == 1 else None
+    columns = [Column("Process"), Column("File"), Column("Size", justify="right")]
+    rows = [[f["component"], f["name"] if common is not None else f.get("path", f["name"]), fmt_size(int(f["size"]))] for f in files]
+    console = out()
+    if common:
+        console.print(f"In {common}:", markup=False, soft_wrap=True)
+    render(console, columns, rows, title="Log files")
+    console.print(f"Total: {fmt_size(total)} in {len(files)} file(s)", markup=False)

@@ -6,7 +6,9 @@ rely on a message that says what is wrong and what to do. Tracebacks are for --d
 
 from __future__ import annotations
 
+import shutil
 import sys
+import textwrap
 import traceback
 from typing import Any
 
@@ -21,12 +23,22 @@ PROG = "flinkpy"
 def report(message: str, remedy: str | None, *, kind: str, exit_code: int) -> int:
     """Print the error line on stderr (and the JSON error document with --json); return the code."""
     line = f"{PROG}: error: {message}" + (f" ({remedy})" if remedy else "")
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(_for_terminal(line) + "\n")
     sys.stderr.flush()
     if session.json:
         doc: dict[str, Any] = {"message": message, "remedy": remedy, "kind": kind, "exit_code": exit_code}
         emit_json({"error": doc})
     return exit_code
+
+
+def _for_terminal(line: str) -> str:
+    """On a terminal, the line wrapped at word boundaries to its width (a terminal would break
+    it mid-word), continuation lines indented; elsewhere (a script, a log) one line as it is."""
+    if not sys.stderr.isatty():
+        return line
+    width = shutil.get_terminal_size().columns
+    return "\n".join(textwrap.wrap(line, width=max(width, 20), subsequent_indent="  ",
+                                   break_long_words=False, break_on_hyphens=False)) or line
 
 
 def handle(exc: BaseException) -> int:

@@ -106,16 +106,21 @@ def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = F
     if not root and not entries:
         console.print(f"Job {job_id} has no exceptions.", markup=False)
         return
+    from flinkpy.client.tracebacks import user_first
+
+    def shown(trace: str) -> str:  # the job's frames; flinkpy's too with --debug
+        return (trace if session.debug else user_first(trace)).rstrip()
+
     if root:
         console.print(f"Root exception ({fmt_time(doc.get('timestamp'))}):", markup=False)
-        console.print(root.rstrip(), markup=False)
+        console.print(shown(root), markup=False)
     for entry in entries:
         where = " on ".join(x for x in (entry.get("taskName"), entry.get("location") or entry.get("taskManagerId")) if x)
         console.print("", markup=False)
         outcome = "restarted" if entry.get("restarted") else "not restarted"
         console.print(f"{fmt_time(entry.get('timestamp'))}  {entry.get('exceptionName', '?')}  {where}  ({outcome})", markup=False)
         if entry.get("stacktrace"):
-            console.print(entry["stacktrace"].rstrip(), markup=False)
+            console.print(shown(entry["stacktrace"]), markup=False)
 
 
 WAITABLE = ("RUNNING", "FINISHED", "CANCELED", "FAILED", "TERMINAL")

@@ -75,6 +75,8 @@ def vertex_row(vertex: JsonObject, now_ms: int) -> dict[str, Any]:
         "watermark-lag-ms": watermark_lag_ms(m, now_ms),
         "in-pool-usage": m.get("buffers.inPoolUsage", 0.0),
         "out-pool-usage": m.get("buffers.outPoolUsage", 0.0),
+        # subtasks that stopped reporting (a paused or hung TaskManager): left out of the rates
+        "stale-subtasks": m.get("stale-subtasks", 0),
     }
 
 
@@ -87,11 +89,19 @@ def vertex_table(doc: JsonObject, *, title: str | None = None, with_status: bool
         table.add_column("Status")
     for column in ("In", "Out", "In/s", "Out/s", "Busy", "Backpr.", "WM lag"):
         table.add_column(column, justify="right")
+    stale = 0
     for vertex in doc.get("vertices", []):
         r = vertex_row(vertex, now)
         name = f"{r['id']} {r['name']}"
+        if r["stale-subtasks"]:
+            stale += r["stale-subtasks"]
+            name += " *"
         cells = [fmt_count(r["records-in"]), fmt_count(r["records-out"]), fmt_count(r["records-in-per-second"]),
                  fmt_count(r["records-out-per-second"]), fmt_percent(r["busy-ms-per-second"]),
                  fmt_percent(r["backpressured-ms-per-second"]), fmt_lag(r["watermark-lag-ms"])]
         table.add_row(name, *([str(r["status"])] if with_status else []), *cells)
+    if stale:
+        table.caption = (f"* {stale} subtask{'s' if stale > 1 else ''} stopped reporting (no figures for over two report "
+                         "intervals and a second): left out of the rates")
+        table.caption_justify = "left"
     return table

@@ -36,7 +36,7 @@ EXIT_DESCRIPTIONS: dict[str, str] = {
     "CONFLICT": "The thing is in the wrong state: a cluster is already running, the job is not running.",
     "JOB_CANCELED": "The job was cancelled while the command waited for it.",
     "AUTHENTICATION": "The request lacked the cluster's token, or it was wrong.",
-    "SAVEPOINT_FAILED": "A savepoint was accepted but did not complete (its cause is on stderr).",
+    "SAVEPOINT_FAILED": "A savepoint or checkpoint was triggered and accepted but did not complete (its cause is on stderr).",
     "VERIFY_FAILED": "flinkpy verify found records lost or duplicated in a job's output.",
     "UNSUPPORTED": "The job program uses a PyFlink module, class or method that flinkpy does not have (the Table API, a connector such as Pulsar or Elasticsearch, DataStream.infer, ...); the message names it and what flinkpy offers instead. The same code ends 'python JOB.py'.",
     "INTERRUPTED": "Interrupted by Ctrl-C (SIGINT). An attached 'flinkpy run' on its embedded cluster first cancels the job and stops the cluster; on a running cluster the job keeps running (unless execution.shutdown-on-attached-exit) and the one line on stderr says how to cancel it.",

@@ -21,13 +21,13 @@ from flinkpy.units import format_duration_ms, parse_duration_ms
 from flinkpy.errors import UsageError
 from flinkpy.common.restart_backoff import (
     ALLOWED_TYPES,
-    DURATION_FIELDS,
     PREFIX,
     TYPE_ALIASES,
     TYPE_KEY,
     RestartBackoffTimeStrategy,
     explain as explain_schedule,
     format_description,
+    format_value,
     strategy_from_config,
 )
 
@@ -54,7 +54,7 @@ MaxBackoff = Annotated[Optional[str], typer.Option("--max-backoff", metavar="DUR
 Multiplier = Annotated[Optional[str], typer.Option("--multiplier", metavar="FACTOR", help="exponential-delay: growth of the delay per failure, >= 1 (default 1.5).")]
 ResetThreshold = Annotated[Optional[str], typer.Option("--reset-threshold", metavar="DURATION", help="exponential-delay: time without failures that resets delay and attempts (default 1 h).")]
 Jitter = Annotated[Optional[str], typer.Option("--jitter", metavar="FACTOR", help="exponential-delay: random spread of each delay, 0 to 1 (default 0.1).")]
-AttemptsBeforeReset = Annotated[Optional[str], typer.Option("--attempts-before-reset", metavar="N", help="exponential-delay: restarts without a reset before the job fails (default 2147483647).")]
+AttemptsBeforeReset = Annotated[Optional[str], typer.Option("--attempts-before-reset", metavar="N", help="exponential-delay: restarts without a reset before the job fails (default unlimited, 2147483647).")]
 
 #: flag -> {strategy type: the key suffix it sets}
 _FLAGS: dict[str, dict[str, str]] = {
@@ -98,12 +98,6 @@ def build_strategy(type_: str, flags: dict[str, str | None]) -> RestartBackoffTi
     return strategy_from_config(config, checkpointing_enabled=False)
 
 
-def _value(name: str, value: Any) -> str:
-    if name in DURATION_FIELDS and isinstance(value, int) and not isinstance(value, bool):
-        return format_duration_ms(value)
-    return str(value)
-
-
 def _side(value: Any) -> str:
     if isinstance(value, dict):
         return format_description(value)
@@ -122,7 +116,8 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
     towards giving up (when the JobManager reports them), and the history of changes made
     with 'flinkpy restart-strategy set'. The JSON document is the JobManager's answer:
     {"jid", "restart-strategy": {"type", ...}, "restarts", "history": [{"timestamp", "from",
-    "to"}]}; durations in it are milliseconds.
+    "to"}]}; durations in it are milliseconds, and a count of 2147483647 (Flink's no-limit)
+    is printed as "unlimited" but kept as the number in JSON.
 
     Exit status: 0 on success; 3 when no cluster answers; 4 when there is no such job.
 
@@ -144,7 +139,7 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
     console.print(f"  Restart strategy: {strategy.get('type', '?')}", markup=False)
     for name, value in strategy.items():
         if name != "type":
-            console.print(f"    {name}: {_value(name, value)}", markup=False)
+            console.print(f"    {name}: {format_value(name, value)}", markup=False)
     console.print(f"  Restarts: {doc.get('restarts', 0)}", markup=False)
     for field in ("counted-failures", "failures"):
         if field in doc:

@@ -195,6 +195,7 @@ def run(
             job_stdout=2 if session.json else None,  # keep stdout for the one JSON document
             on_submit=lambda job_id, name: status(f"Job has been submitted with JobID {job_id}"),
             on_event=status,  # attached: each failure, restart and wait of the job on stderr, as it happens
+            debug=session.debug,  # a failed task's whole traceback, not only the job's frames
             spark_conf=_spark_conf(spark_conf), **restore,
         )
     _report_submitted(submitted, detached)

@@ -5,7 +5,9 @@ of them one character wide ("Restar…", a job name reduced to nothing). Here ea
 how it may give way instead: a column marked ``fold`` wraps its long values (paths, lists)
 down to a readable minimum; when even that does not fit, whole columns are left out, the
 least important first (highest ``drop`` rank), and a caption names them and points at
-``--wide``, which shows every column at its natural width however long the lines get.
+``--wide``, which shows every column at its natural width however long the lines get. On a
+terminal too narrow for that, the terminal itself would wrap every line into a broken grid, so
+``--wide`` there prints each row as a record instead: one ``Header: value`` line per column.
 Scripts read ``--json``, never these tables.
 """
 
@@ -56,6 +58,13 @@ def _natural(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> list[i
     return widths
 
 
+def fits(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int) -> bool:
+    """Whether a table of ``rows`` fits ``width`` characters with every cell on its own lines
+    unwrapped (pure: no I/O)."""
+    natural = _natural([Column(h) for h in headers], rows)
+    return _TABLE_OVERHEAD + sum(w + _COLUMN_OVERHEAD for w in natural) <= width
+
+
 def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int) -> list[int]:
     """Indexes of the columns to show at ``width`` characters: all of them if they fit with
     the fold columns at their narrowest, else without the highest drop ranks (pure: no I/O)."""
@@ -101,6 +110,9 @@ def render(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[
     if wide:
         shown = list(range(len(columns)))
         needed = _TABLE_OVERHEAD + sum(w + _COLUMN_OVERHEAD for w in natural)
+        if needed > console.width and console.is_terminal:
+            _records(console, columns, rows, title)
+            return
         if needed > console.width:
             console = Console(file=console.file, width=needed, highlight=False, soft_wrap=False,
                               color_system=console.color_system and "auto", no_color=console.no_color)
@@ -110,7 +122,7 @@ def render(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[
         widths = allocate(columns, rows, shown, console.width)
     hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
     table = Table(title=title, title_justify="left", show_footer=any(c.footer for c in columns),
-                  caption=f"Not shown at this width: {', '.join(hidden)} (--wide shows them)" if hidden else None,
+                  caption=hidden_caption(hidden),
                   caption_justify="left")
     for i in shown:
         col = columns[i]
@@ -119,3 +131,30 @@ def render(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[
     for row in rows:
         table.add_row(*(row[i] if isinstance(row[i], Text) else Text(str(row[i])) for i in shown))
     console.print(table)
+
+
+def hidden_caption(hidden: Sequence[str]) -> str | None:
+    """The caption that names the columns left out, or None when none was.
+
+    >>> hidden_caption(["Host"]), hidden_caption(["Host", "Restarts"])
+    ('Not shown at this width: Host (--wide shows it)', 'Not shown at this width: Host, Restarts (--wide shows them)')
+    """
+    if not hidden:
+        return None
+    return f"Not shown at this width: {', '.join(hidden)} (--wide shows {'it' if len(hidden) == 1 else 'them'})"
+
+
+def _records(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[Any]], title: str | None) -> None:
+    """Every column of every row, one ``Header: value`` line each, a blank line between rows
+    (``--wide`` on a terminal narrower than the table); a multi-line value is indented under its header."""
+    if title:
+        console.print(Text(title))
+    label = max((cell_len(c.header) for c in columns), default=0)
+    for n, row in enumerate(rows):
+        if n:
+            console.print()
+        for col, cell in zip(columns, row):
+            lines = (cell.plain if isinstance(cell, Text) else str(cell)).splitlines() or [""]
+            console.print(Text(f"{col.header + ':':<{label + 1}} {lines[0]}"), soft_wrap=True)
+            for more in lines[1:]:
+                console.print(Text(f"{'':<{label + 1}} {more}"), soft_wrap=True)

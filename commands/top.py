@@ -81,6 +81,10 @@ def frame(c: Client, job_id: str) -> dict[str, Any]:
         "taskmanagers": [
             {
                 "id": tm.get("id"),
+                "state": tm.get("state", "RUNNING"),
+                # the figures below are the last ones reported: stale when it stopped reporting
+                "stale": bool(tm.get("metricsStale")),
+                "metrics_age_ms": tm.get("metricsAge"),
                 "cpu_percent": (tm.get("metrics") or {}).get("Status.ProcessTree.CPU.Usage"),
                 "rss_bytes": (tm.get("metrics") or {}).get("Status.ProcessTree.Memory.RSS"),
                 "tasks": (tm.get("metrics") or {}).get("numRunningTasks"),
@@ -104,12 +108,17 @@ def render(doc: dict[str, Any]) -> Group:
         cp_line += (f"; last #{last.get('id')}: {fmt_duration(last.get('end_to_end_duration'))}, "
                     f"{fmt_size(int(last.get('state_size') or 0))}, alignment {last.get('alignment_duration_max', 0)} ms")
     tms = Table(title="TaskManagers", title_justify="left")
-    for column in ("TaskManager", "CPU", "RSS", "Tasks", "Free slots"):
-        tms.add_column(column, justify="left" if column == "TaskManager" else "right")
+    for column in ("TaskManager", "State", "CPU", "RSS", "Tasks", "Free slots"):
+        tms.add_column(column, justify="left" if column in ("TaskManager", "State") else "right")
     for tm in doc["taskmanagers"]:
         cpu = tm.get("cpu_percent")
         rss = tm.get("rss_bytes")
-        tms.add_row(str(tm.get("id")), "-" if cpu is None else f"{cpu:.0f}%", "-" if rss is None else fmt_size(int(rss)),
+        state = str(tm.get("state", "RUNNING"))
+        if state != "RUNNING" and tm.get("metrics_age_ms") is not None:
+            state += f" {fmt_duration(tm['metrics_age_ms'])}"  # silent for that long
+        if tm.get("stale"):
+            cpu = rss = None  # its last figures, not its figures now
+        tms.add_row(str(tm.get("id")), state, "-" if cpu is None else f"{cpu:.0f}%", "-" if rss is None else fmt_size(int(rss)),
                     fmt_count(tm.get("tasks")) if tm.get("tasks") is not None else "-",
                     f"{tm.get('free_slots', '-')}/{tm.get('slots', '-')}")
     parts: list[Any] = [head, vertex_table(doc["_job"]), Text(cp_line), tms]
@@ -164,9 +173,13 @@ def top(
     backPressuredTimeMsPerSecond as percentages, of its busiest and of its most back-pressured
     subtask, as Flink's web UI shows them) and how far its output watermark lags behind the
     wall clock; the checkpoints in progress and the last
-    completed one (duration, size, alignment); the restarts; and each TaskManager's CPU and
-    resident memory (its process tree). The figures are those the tasks report every
-    metrics.fetcher.update-interval. Refreshes every second until q (or Ctrl-C); when stdout
+    completed one (duration, size, alignment); the restarts; and each TaskManager's state, CPU
+    and resident memory (its process tree). The figures are those the tasks report every
+    metrics.fetcher.update-interval (TaskManagers every second); figures older than two report
+    intervals and a second are stale: a TaskManager that stopped reporting (paused, hung, cut off) shows
+    UNRESPONSIVE with how long it has been silent and no CPU or memory, and its subtasks are
+    left out of their vertex's rates (the vertex is marked *). In --json the last figures stay,
+    with "state", "stale" and "metrics_age_ms" beside them. Refreshes every second until q (or Ctrl-C); when stdout
     is not a terminal, prints one frame after the other instead; --once prints one frame,
     --json one JSON document (and implies --once). Without JOB_ID, the one running job: exit 4
     when none runs, 2 (naming them) when several do.

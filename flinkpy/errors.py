@@ -26,7 +26,7 @@ class ExitCode:
     CONFLICT = 9  # the thing is in the wrong state (cluster already running, job not running)
     JOB_CANCELED = 10  # the job reached CANCELED while we waited for it
     AUTHENTICATION = 11  # the request lacked the cluster's token, or it was wrong
-    SAVEPOINT_FAILED = 12  # a savepoint was triggered but did not complete
+    SAVEPOINT_FAILED = 12  # a savepoint or checkpoint was triggered and accepted but did not complete
     VERIFY_FAILED = 13  # `flinkpy verify` found records lost or duplicated
     UNSUPPORTED = 14  # the program uses a PyFlink module, class or method flinkpy does not have
     INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2, as a shell reports a process SIGINT ended
@@ -102,6 +102,14 @@ class AuthenticationError(FlinkpyError):
 
 class SavepointFailedError(FlinkpyError):
     """A savepoint was accepted by the JobManager but failed; ``details`` holds its cause."""
+
+    exit_code = ExitCode.SAVEPOINT_FAILED
+
+
+class CheckpointFailedError(FlinkpyError):
+    """A triggered checkpoint was accepted but failed. The same exit code as a failed savepoint:
+    a script that triggers a snapshot asks one question, whether it was taken; 9 (conflict)
+    stays for a request refused because the job is in the wrong state."""
 
     exit_code = ExitCode.SAVEPOINT_FAILED
 

@@ -127,6 +127,41 @@ def rotate_process_output(*, max_bytes: int, backups: int) -> None:
         redirect((1,), out_file, max_bytes=max_bytes, backups=backups)
 
 
+def files_of(path: str) -> list[dict[str, object]]:
+    """``path`` and its rotated files (``path.1``, ``path.2``, ...) that exist, newest first,
+    each as Flink's ``{"name", "size", "mtime"}`` (mtime in ms) plus its ``path``.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> f = RotatingFile(os.path.join(d, "tm.out"), max_bytes=10, backups=2)
+    >>> for line in (b"one\\n", b"two\\n", b"three\\n"):
+    ...     f.write(line)
+    >>> f.close()
+    >>> [(x["name"], x["size"]) for x in files_of(os.path.join(d, "tm.out"))]
+    [('tm.out', 6), ('tm.out.1', 8)]
+    """
+    out: list[dict[str, object]] = []
+    candidates = [path] + [f"{path}.{i}" for i in range(1, _rotated_count(path) + 1)]
+    for candidate in candidates:
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        out.append({"name": os.path.basename(candidate), "size": st.st_size, "mtime": int(st.st_mtime * 1000), "path": candidate})
+    return out
+
+
+def _rotated_count(path: str) -> int:
+    """The highest N with ``path.N`` in the directory (the backup count may have changed since)."""
+    directory, base = os.path.split(path)
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return 0
+    numbers = [int(n[len(base) + 1:]) for n in names if n.startswith(base + ".") and n[len(base) + 1:].isdigit()]
+    return max(numbers, default=0)
+
+
 def tail(path: str, lines: int) -> bytes:
     """The last ``lines`` lines of ``path`` (at most :data:`TAIL_LIMIT` bytes), read backwards
     in blocks: the cost follows what is returned, not the size of the file. b"" when missing."""

@@ -57,7 +57,8 @@ def test_inspect_shows_header_operators_subtasks_and_totals(checkpoint: tuple[Pa
         "total (value, 17)",
         "seen (map, 40)",
         "splits (source, 1)",
-        '{"offset":1234,"split":"0"}',
+        "offset: 1234",
+        "split: 0",
         "Total",
     ):
         assert expected in text, f"{expected!r} missing from:\n{text}"

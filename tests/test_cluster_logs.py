@@ -6,6 +6,7 @@ its last lines, there was no way to follow a log, and `.out`/`.log` grew without
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -118,3 +119,17 @@ def test_the_taskmanager_rotates_what_jobs_print(small_logs_cluster, tmp_path: P
         assert (out.parent / name).stat().st_size <= MAX
     res = run_cli("cluster", "logs", "tm-1", "--stdout", "-n", "1")
     assert res.stdout.strip().endswith(last)
+    # --list: every file of every process with its size (the rotated ones too), and the total
+    listed = run_cli("cluster", "logs", "--list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    doc = json.loads(listed.stdout)
+    sizes = {f["name"]: f["size"] for f in doc["files"]}
+    # the .out is what the job wrote: it no longer changes
+    assert {n: sizes[n] for n in files} == {n: (out.parent / n).stat().st_size for n in files}
+    assert {f["component"] for f in doc["files"]} == {"jobmanager", "tm-1"}
+    assert "jobmanager.log" in sizes and doc["total_size"] == sum(sizes.values())
+    table = run_cli("cluster", "logs", "--list", "tm-1", env={"COLUMNS": "80"})
+    assert table.returncode == 0, table.stderr
+    assert f"In {out.parent}:" in table.stdout and all(len(line) <= 80 for line in table.stdout.splitlines()), table.stdout
+    row = next(line for line in table.stdout.splitlines() if f"{out.name}.1 " in line)
+    assert "KiB" in row and "tm-1" in row, table.stdout

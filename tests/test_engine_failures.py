@@ -149,12 +149,24 @@ def test_flinkpy_run_of_a_failing_job_exits_5_with_one_error_line(flinkpy_home, 
     assert "ValueError: record 77 is cursed" in res.stderr
     assert "commands/" not in res.stderr and "flinkpy/client/" not in res.stderr, res.stderr
     assert res.stdout == ""
+    # the user's file, line and source, first; not cloudpickle's "<dynamic-code>" after seven
+    # engine frames (issue 37, §3)
+    frames = [line for line in res.stderr.splitlines() if line.startswith('  File "')]
+    assert frames and frames[0] == f'  File "{job}", line 9, in explode_on_77', res.stderr
+    assert '    raise ValueError(f"record {n} is cursed")' in res.stderr.splitlines(), res.stderr
+    assert "<dynamic-code>" not in res.stderr and "flinkpy/task/" not in res.stderr, res.stderr
+    assert "flinkpy frames above the job's code not shown: --debug shows the whole traceback" in res.stderr
+    # the embedded cluster is gone when the run ends: the root cause is printed, and no
+    # command that would ask that cluster is suggested
+    assert "last cause: ValueError: record 77 is cursed" in res.stderr, res.stderr
+    assert "flinkpy job exceptions" not in res.stderr, res.stderr
 
     debug = cli("--debug", "run", str(job))
     assert debug.returncode == 5
     assert len(error_lines(debug.stderr)) == 1, debug.stderr
     assert "commands/run.py" in debug.stderr, "--debug shows where the client raised"
     assert "in explode_on_77" in debug.stderr
+    assert "flinkpy/task/" in debug.stderr and "not shown" not in debug.stderr, "--debug: the engine's frames too"
 
 
 # -- on a background cluster -------------------------------------------------------------------

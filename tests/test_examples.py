@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import math
 import os
 import random
 import re
@@ -142,6 +143,25 @@ def test_even_odd_sum_final_sums_match_the_closed_formula(flinkpy_home):
     evens, odds = n // 2, (n + 1) // 2
     assert last_per_key(records) == {"even": evens * (evens + 1), "odd": odds * odds}
     assert len(records) == n  # STREAMING: one running sum per input number
+
+
+@pytest.mark.timeout(90)
+def test_even_odd_sum_prints_in_proportion_to_a_long_run(flinkpy_home):
+    """The README ran it with --count 100000000, which printed every one of 10^8 running sums
+    into the TaskManagers' .out files (708 MB): now about 10,000 lines, the final sums always."""
+    n = 300_001
+    res = run_example("even_odd_sum.py", "--count", str(n), timeout=80)
+    assert res.returncode == 0, res.stderr
+    records = printed_records(res.stdout)
+    evens, odds = n // 2, (n + 1) // 2
+    finals = {"even": evens * (evens + 1), "odd": odds * odds}
+    assert {key: max(v for k, v in records if k == key) for key in finals} == finals
+    assert 9_000 <= len(records) <= 10_100, len(records)
+    every = n // 10_000  # the default: a key's sum after every 30th of its numbers
+    kept = [(k, v) for k, v in records if v != finals[k]]
+    assert all((k == "odd" and math.isqrt(v) % every == 0) or (k == "even" and ((math.isqrt(4 * v + 1) - 1) // 2) % every == 0)
+               for k, v in kept), kept[:5]
+    assert len(printed_records(run_example("even_odd_sum.py", "--count", "3000", "--print-every", "100").stdout)) == 30
 
 
 @pytest.mark.timeout(60)

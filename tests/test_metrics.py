@@ -99,7 +99,7 @@ def test_prometheus_names_labels_and_values() -> None:
     ])
     lines = text.splitlines()
     assert lines.count("# TYPE flinkpy_taskmanager_job_task_numRecordsIn gauge") == 1
-    assert 'flinkpy_taskmanager_job_task_numRecordsIn{job_id="a",subtask_index="1"} 7' in lines
+    assert 'flinkpy_taskmanager_job_task_numRecordsIn{job_id="a",subtask_index="1"} 7.0' in lines
     assert 'flinkpy_taskmanager_job_task_currentInputWatermark{task_name="say \\"hi\\"\\\\\\n"} -Inf' in lines
     assert "flinkpy_jobmanager_job_uptime 1.5" in lines
     assert text.endswith("\n") and exposition([]) == ""

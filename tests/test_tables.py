@@ -27,7 +27,7 @@ def test_every_line_fits_and_nothing_is_cut() -> None:
     assert "c8cb2c83f76d4eab8145bcdbc3f70fe0" in text  # ids never wrap
     # the long name wraps inside its cell instead of being squeezed away
     assert "a job with" in text and "name" in text
-    assert "Not shown at this width: Start time (--wide shows them)" in text
+    assert "Not shown at this width: Start time (--wide shows it)" in text  # one column: "it"
 
 
 def test_narrower_drops_more_least_important_first() -> None:
@@ -43,6 +43,20 @@ def test_wide_shows_every_column_on_one_line_each() -> None:
     assert "Start time" in text and "Restarts" in text and "Not shown" not in text
     assert "a job with a rather long descriptive name" in text  # not wrapped
     assert max(len(line) for line in text.splitlines()) > 80
+
+
+def test_wide_on_a_narrow_terminal_prints_records_not_a_wrapped_grid() -> None:
+    """Following the caption's --wide hint at an 80-column terminal gave a table whose every line
+    the terminal wrapped; on a terminal it now prints each row as Header: value lines."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=80, color_system=None, force_terminal=True)
+    render(console, JOBS, [ROW, ROW], title="Jobs", wide=True)
+    lines = buffer.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert not any(c in line for line in lines for c in "│┃┏"), "no grid"
+    assert "Start time: 25.11.2026 11:59:36" in lines
+    assert "Name:       a job with a rather long descriptive name" in lines
+    assert lines.count("Restarts:   0") == 2 and lines[0] == "Jobs"
 
 
 def test_fold_columns_share_the_width_so_the_table_never_overflows() -> None:

@@ -129,6 +129,10 @@ class Client:
     def log(self, component: str, *, stdout: bool = False, lines: int = 100) -> str:
         return self.cluster.log(component, stdout=stdout, lines=lines)
 
+    def log_files(self, component: str) -> list[JsonObject]:
+        """A process's log and stdout files, rotated ones included, with their sizes."""
+        return self.cluster.log_files(component)
+
     def stream_log(self, component: str, *, stdout: bool = False, lines: int = 100, follow: bool = False) -> Iterator[bytes]:
         """A log's tail (and with ``follow`` what is appended) in chunks, as the JobManager streams it."""
         return self.cluster.stream_log(component, stdout=stdout, lines=lines, follow=follow)

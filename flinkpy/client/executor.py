@@ -11,6 +11,8 @@ from flinkpy.program.context import PlanCaptured, SubmittedJob, current_context
 from flinkpy.client.shipping import check_submission_size, document_entry, job_archive
 from flinkpy.client.job_client import JobClient, JobExecutionResult
 from flinkpy.client.interrupts import stop_requests
+from flinkpy.client.restore_plan import missing_uid_warning
+from flinkpy.client.tracebacks import user_first
 from flinkpy.errors import FlinkpyError, Interrupted, InvalidProgramError, JobCanceledError, JobExecutionError, UsageError
 from flinkpy.graph.job_graph import JobGraph
 
@@ -75,11 +77,7 @@ def _restore_point(job: JobGraph, path: str, allow_non_restored: bool) -> list[A
                 remedy="keep pipeline.max-parallelism (or set_max_parallelism) as it was when the job first started",
             )
         if not vertex.uids[position] and (op.get("subtasks") and any(s.get("keyed_state") or s.get("operator_state") or s.get("source_offsets") for s in op["subtasks"])):
-            print(
-                f"flinkpy: warning: operator {op.get('name')!r} has no uid; its state was matched by a generated id, "
-                "which changes when the program around it changes (set .uid(...) on stateful operators)",
-                file=sys.stderr,
-            )
+            print(f"flinkpy: warning: {missing_uid_warning(str(op.get('name')), op['operator_id'])}", file=sys.stderr)
     conflict = channel_state_conflict(metadata, [(v.name, list(v.operator_ids), v.parallelism) for v in job.vertices.values()])
     if conflict:
         raise InvalidProgramError(
@@ -248,7 +246,7 @@ def _wait(ctx: Any, rest: Any, job_id: str, name: str, *, embedded: bool) -> Job
     if ctx.on_event is not None:
         from flinkpy.client.job_events import watch_job
 
-        stop_watching = watch_job(rest, job_id, ctx.on_event)
+        stop_watching = watch_job(rest, job_id, ctx.on_event, embedded=embedded)
     try:
         result = rest.wait_for_job(job_id, None)
     finally:
@@ -259,7 +257,9 @@ def _wait(ctx: Any, rest: Any, job_id: str, name: str, *, embedded: bool) -> Job
     if state == "FAILED" and embedded:
         cause = result.get("failure-cause") or {}
         if cause.get("stack-trace"):
-            print(f"Job {job_id} failed in {cause.get('task')}:\n{cause['stack-trace']}", file=sys.stderr, end="", flush=True)
+            # the cluster goes with this process: its exceptions cannot be asked for later
+            trace = cause["stack-trace"] if ctx.debug else user_first(cause["stack-trace"])
+            print(f"Job {job_id} failed in {cause.get('task')}:\n{trace}", file=sys.stderr, end="", flush=True)
     return result_or_raise(job_id, name, result)
 
 

@@ -24,8 +24,11 @@ from typing import Any, Callable
 class JobEventReporter:
     """Remembers what was already said about one job; :meth:`lines` returns what is new."""
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, *, embedded: bool = False) -> None:
         self.job_id = job_id
+        #: the job runs on an embedded cluster, gone when the run ends: suggest no command to
+        #: ask it later
+        self.embedded = embedded
         self.state: str | None = None
         self.seen_events = 0
         self.failed_checkpoints = 0
@@ -71,7 +74,9 @@ class JobEventReporter:
         if kind == "waiting-for-resources":
             return f"Job {jid} is waiting for slots: {event.get('message', '')}"
         if kind == "failed":
-            cause = self.last_cause or "see 'flinkpy job exceptions " + jid + "'"
+            cause = event.get("cause") or self.last_cause
+            if cause is None:
+                cause = "its traceback follows" if self.embedded else f"see 'flinkpy job exceptions {jid}'"
             return f"Job {jid} switched from {previous} to FAILING: {event.get('reason', 'failed')}; last cause: {cause}"
         if kind == "recovered-by-leader":
             return f"Job {jid} was recovered by a new leading JobManager"
@@ -101,10 +106,11 @@ def _shape(cause: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "#", cause)
 
 
-def watch_job(rest: Any, job_id: str, emit: Callable[[str], None], *, interval_s: float = 0.5) -> Callable[[], None]:
+def watch_job(rest: Any, job_id: str, emit: Callable[[str], None], *, interval_s: float = 0.5,
+              embedded: bool = False) -> Callable[[], None]:
     """Report the job's events through ``emit`` from a background thread until the returned
     function is called (it stops the thread and reports what is left)."""
-    reporter = JobEventReporter(job_id)
+    reporter = JobEventReporter(job_id, embedded=embedded)
     done = threading.Event()
 
     def look() -> None:

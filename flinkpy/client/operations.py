@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from flinkpy.network.rest_client import JsonObject, RestClient
 from flinkpy.errors import (
+    CheckpointFailedError,
     ConflictError,
     JobCanceledError,
     JobExecutionError,
@@ -75,7 +76,7 @@ def operation_result(doc: JsonObject, job_id: str, request_id: str) -> str | Non
     what = cause.get("class") or "unknown cause"
     raise SavepointFailedError(
         f"savepoint {request_id} of job {job_id} failed: {last or what}",
-        remedy="see the cause with --debug and the job's exceptions with 'flinkpy job exceptions JOB_ID'",
+        remedy=f"see the cause with --debug and the job's exceptions with 'flinkpy job exceptions {job_id}'",
         details=trace or None,
     )
 
@@ -158,7 +159,7 @@ def wait_until_finished(endpoint: RestClient, job_id: str, deadline: Deadline, l
         if deadline.passed():
             raise OperationTimeoutError(
                 f"job {job_id} is still {state} after its final savepoint {location}",
-                remedy="check it with 'flinkpy job show JOB_ID'",
+                remedy=f"check it with 'flinkpy job show {job_id}'",
             )
         backoff.sleep()
     if state == "FAILED":
@@ -170,7 +171,8 @@ def wait_until_finished(endpoint: RestClient, job_id: str, deadline: Deadline, l
 
 def wait_for_checkpoint(endpoint: RestClient, job_id: str, checkpoint_id: int, deadline: Deadline, timeout: str) -> JsonObject:
     """Poll a triggered checkpoint until it completes; its details document. A failed one is a
-    ``ConflictError``, one still running at the deadline an ``OperationTimeoutError``
+    ``CheckpointFailedError`` (exit 12, as a failed savepoint), one still running at the
+    deadline an ``OperationTimeoutError``
     (``timeout`` is how the caller spelled the time it gave)."""
     detail: JsonObject = {}
     poll = 0.05
@@ -182,9 +184,10 @@ def wait_for_checkpoint(endpoint: RestClient, job_id: str, checkpoint_id: int, d
         poll = min(poll * 2, 0.5)
     status = detail.get("status")
     if status == "FAILED":
-        raise ConflictError(f"checkpoint {checkpoint_id} of job {job_id} failed: {detail.get('failure_message')}", remedy="see 'flinkpy checkpoint list JOB_ID'")
+        raise CheckpointFailedError(f"checkpoint {checkpoint_id} of job {job_id} failed: {detail.get('failure_message')}",
+                                    remedy=f"see 'flinkpy checkpoint list {job_id}'")
     if status != "COMPLETED":
-        raise OperationTimeoutError(f"checkpoint {checkpoint_id} of job {job_id} did not complete within {timeout}", remedy="see 'flinkpy checkpoint list JOB_ID'")
+        raise OperationTimeoutError(f"checkpoint {checkpoint_id} of job {job_id} did not complete within {timeout}", remedy=f"see 'flinkpy checkpoint list {job_id}'")
     return detail
 
 

@@ -35,12 +35,14 @@ def run_program(
     allow_non_restored_state: bool = False,
     spark_conf: dict[str, str] | None = None,
     home: ClusterHome | str | Path | None = None,
+    debug: bool = False,
 ) -> list[SubmittedJob]:
     """Run JOB.py; returns the jobs it submitted (with their final state unless detached).
 
     With ``execution.runner: spark`` the job runs on Spark under a supervising driver process
     (``flinkpy.spark.control_launch``); ``spark_conf`` adds Spark settings. An attached run
-    calls ``on_event`` with a line for each failure, restart or wait of the job as it happens.
+    calls ``on_event`` with a line for each failure, restart or wait of the job as it happens;
+    a failed task's traceback shows the job's frames only, unless ``debug``.
 
     ``address`` None means: the cluster running in the cluster home (``home``, else
     ``$FLINKPY_HOME``), if any, else an embedded one.
@@ -79,6 +81,7 @@ def run_program(
         announce=True,
         on_submit=on_submit,
         on_event=on_event,
+        debug=debug,
         savepoint_path=savepoint_path,
         allow_non_restored_state=allow_non_restored_state,
         leader=leader,

@@ -42,6 +42,16 @@ class Snapshot:
         return self.metadata["kind"] if self.metadata else "?"
 
 
+
+def missing_uid_warning(name: str, operator_id: str) -> str:
+    """The one wording of "state matched without a uid", for `savepoint plan` and `run -s`.
+
+    >>> missing_uid_warning("running sums", "ab12")
+    "operator 'running sums' has no uid: its state was matched by generated id ab12, which changes when the program upstream of it changes (set .uid(...) on stateful operators)"
+    """
+    return (f"operator {name!r} has no uid: its state was matched by generated id {operator_id}, which changes "
+            "when the program upstream of it changes (set .uid(...) on stateful operators)")
+
 def _url(fs: Any, path: str, base_url: str) -> str:
     """The URL of ``path`` (a file system path found under ``base_url``) in the base's own spelling."""
     protocol = base_url.split("://", 1)[0] if "://" in base_url else None
@@ -178,10 +188,7 @@ def compare(metadata: dict[str, Any], plan: dict[str, Any], *, allow_non_restore
             key_groups=None,
         )
         if not new["uid"] and _has_state(old):
-            warnings.append(
-                f"operator {label} matched its state by generated id {new['operator_id']}: any change upstream "
-                "changes that id; set a uid with .uid(...) so the state stays matched"
-            )
+            warnings.append(missing_uid_warning(new["name"], new["operator_id"]))
         max_ok = old["max_parallelism"] == new["max_parallelism"]
         entry["max_parallelism_matches"] = max_ok
         if keyed and not max_ok:

@@ -54,6 +54,23 @@ ALLOWED_TYPES = "none, off, disable, fixed-delay, failure-rate, exponential-dela
 DURATION_FIELDS = frozenset(
     {"delay", "failure-rate-interval", "initial-backoff", "max-backoff", "reset-backoff-threshold"}
 )
+#: Flink's "no limit" for a count of attempts or failures (Java's Integer.MAX_VALUE); the JSON
+#: keeps the number, people read "unlimited"
+UNLIMITED = 2**31 - 1
+
+
+def format_value(name: str, value: Any) -> str:
+    """One parameter's value for people: durations as ``10 s``, Flink's no-limit as ``unlimited``.
+
+    >>> format_value("delay", 10000), format_value("attempts-before-reset-backoff", 2147483647)
+    ('10 s', 'unlimited')
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if name in DURATION_FIELDS:
+            return format_duration_ms(value)
+        if value == UNLIMITED:
+            return "unlimited"
+    return str(value)
 
 INT_MAX = 2_147_483_647
 
@@ -395,13 +412,7 @@ def format_description(doc: Mapping[str, Any]) -> str:
     ...     "failure-rate-interval": 300000, "delay": 10000})
     'failure-rate (max-failures-per-interval=2, failure-rate-interval=5 min, delay=10 s)'
     """
-    params = []
-    for name, value in doc.items():
-        if name == "type":
-            continue
-        if name in DURATION_FIELDS and isinstance(value, int) and not isinstance(value, bool):
-            value = format_duration_ms(value)
-        params.append(f"{name}={value}")
+    params = [f"{name}={format_value(name, value)}" for name, value in doc.items() if name != "type"]
     kind = str(doc.get("type", "?"))
     return f"{kind} ({', '.join(params)})" if params else kind
 

@@ -15,9 +15,8 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
-
 from flinkpy.errors import InvalidProgramError
+from flinkpy.graph.pickling import dumps
 from flinkpy.graph.stream_graph import CUSTOM, FORWARD, HASH, REBALANCE, RESCALE, StreamGraph, StreamNode
 
 PACT = {"source": "Data Source", "sink": "Data Sink"}
@@ -116,7 +115,7 @@ class JobGraph:
         return {
             "meta": self.meta(),
             "payloads": {
-                str(vid): base64.b64encode(cloudpickle.dumps(p)).decode("ascii") for vid, p in self.payloads.items()
+                str(vid): base64.b64encode(dumps(p)).decode("ascii") for vid, p in self.payloads.items()
             },
         }
 

@@ -291,7 +291,8 @@ class ExecutionGraph:
         if strategy is None or not strategy.can_restart():
             self.root_exception = entry
             self._transition("FAILING", now_ms)
-            self.events.append({"timestamp": now_ms, "type": "failed", "reason": "the restart strategy gave up" if strategy is not None else "no restart strategy"})
+            self.events.append({"timestamp": now_ms, "type": "failed", "reason": "the restart strategy gave up" if strategy is not None else "no restart strategy",
+                                "cause": f"{entry['exceptionName']}: {entry['message']}"})
             return self._cancel_others()
         if self.failover == "full":
             regions = list(range(len(self.regions)))

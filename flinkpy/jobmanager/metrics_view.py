@@ -9,6 +9,13 @@
 As in Flink, the first four answer a list of ``{"id": name, "value": "..."}`` (without ``get``:
 the names available, ``[{"id": name}]``); values are strings there, as Flink's are. Every
 function is called with the Dispatcher's lock free and takes it itself.
+
+Figures older than two report intervals and a second are stale (``flinkpy.metrics.store.stale``): a
+paused or hung TaskManager sends nothing, and its last rates and CPU must not pass for current.
+Readers of ``GET /jobs/<id>`` get each subtask's ``metrics-age``/``metrics-stale`` and each
+vertex's ``stale-subtasks`` (its rates aggregate only the fresh subtasks); ``GET /taskmanagers``
+gives each TaskManager's ``state`` (RUNNING, or UNRESPONSIVE while its reports are stale);
+``GET /metrics`` leaves stale series out, so that Prometheus marks them stale itself.
 """
 
 from __future__ import annotations
@@ -20,10 +27,15 @@ from flinkpy.clock import now_ms
 from flinkpy.errors import NotFoundError
 from flinkpy.metrics import names
 from flinkpy.metrics.prometheus import Sample, exposition
-from flinkpy.metrics.store import aggregate
+from flinkpy.metrics.store import TASKMANAGER_REPORT_INTERVAL_MS, aggregate, stale
 
 if TYPE_CHECKING:
     from flinkpy.jobmanager.dispatcher import Dispatcher, JobRecord
+    from flinkpy.jobmanager.taskmanager_registry import TaskManagerRecord
+
+#: a TaskManager's state while its reports arrive, and once they have stopped (it has not yet
+#: missed heartbeat.timeout, after which it is lost and no longer listed)
+RUNNING, UNRESPONSIVE = "RUNNING", "UNRESPONSIVE"
 
 
 def job_figures(rec: JobRecord, now: int) -> dict[str, float]:
@@ -53,16 +65,33 @@ def vertex_figures(d: Dispatcher, jid: str, vid: int) -> dict[str, float]:
     return aggregate(d.metrics.subtasks(jid, vid).values())
 
 
-def _live(d: Dispatcher, jid: str, g: Any, vid: int) -> list[tuple[Any, dict[str, float]]]:
-    """(execution, its current attempt's latest figures) for each subtask of a vertex."""
+def _interval_ms(d: Dispatcher, jid: str) -> int:
+    """How often the job's tasks report (metrics.fetcher.update-interval)."""
+    rec = d.jobs.get(jid)
+    return rec.options.task.metrics_interval_ms if rec is not None else 1000
+
+
+def _live(d: Dispatcher, jid: str, g: Any, vid: int) -> list[tuple[Any, dict[str, float], int | None]]:
+    """(execution, its current attempt's latest figures, their age in ms or None) for each
+    subtask of a vertex."""
     reports = {s: r for (v, s), r in d.metrics.subtask_reports(jid).items() if v == vid}
+    now = now_ms()
     rows = []
     for e in g.executions.values():
         if e.vertex_id != vid:
             continue
         report = reports.get(e.subtask)
-        rows.append((e, report.figures if report is not None and report.attempt == e.attempt else {}))
+        if report is not None and report.attempt == e.attempt:
+            rows.append((e, report.figures, max(0, now - report.received)))
+        else:
+            rows.append((e, {}, None))
     return rows
+
+
+def _is_stale(e: Any, age: int | None, interval_ms: int) -> bool:
+    """A running subtask whose last report is too old (``stale``; a finished one reports
+    no more, and its last figures are its final ones)."""
+    return age is not None and e.state == "RUNNING" and stale(0, age, interval_ms)
 
 
 def _records(e: Any, figures: dict[str, float]) -> tuple[int, int]:
@@ -75,9 +104,12 @@ def vertex_summary(d: Dispatcher, jid: str, g: Any, vid: int) -> dict[str, Any]:
     """The ``metrics`` of a vertex in ``GET /jobs/<id>`` (Flink's keys), plus its live figures
     by Flink's metric names (aggregated over the subtasks). Lock held."""
     rows = _live(d, jid, g, vid)
-    records = [_records(e, f) for e, f in rows]
-    done = all(e.state == "FINISHED" for e, _ in rows)
-    live = aggregate(f for _, f in rows if f)
+    interval = _interval_ms(d, jid)
+    records = [_records(e, f) for e, f, _ in rows]
+    done = all(e.state == "FINISHED" for e, _, _ in rows)
+    stale_rows = [e for e, _, age in rows if _is_stale(e, age, interval)]
+    # the rates of a subtask that stopped reporting are not its rates now: left out
+    live = aggregate(f for e, f, age in rows if f and not _is_stale(e, age, interval))
     return {
         "read-records": sum(r[0] for r in records),
         "read-records-complete": done,
@@ -86,6 +118,7 @@ def vertex_summary(d: Dispatcher, jid: str, g: Any, vid: int) -> dict[str, Any]:
         "accumulated-busy-time": live.get(names.ACCUMULATED_BUSY, 0),
         "accumulated-idle-time": live.get(names.ACCUMULATED_IDLE, 0),
         "accumulated-backpressured-time": live.get(names.ACCUMULATED_BACK_PRESSURED, 0),
+        "stale-subtasks": len(stale_rows),
         **live,
     }
 
@@ -93,12 +126,22 @@ def vertex_summary(d: Dispatcher, jid: str, g: Any, vid: int) -> dict[str, Any]:
 def subtask_rows(d: Dispatcher, jid: str, g: Any, vid: int) -> list[dict[str, Any]]:
     """The ``subtasks`` of a vertex in ``GET /jobs/<id>``, with live records. Lock held."""
     out = []
-    for e, figures in _live(d, jid, g, vid):
+    interval = _interval_ms(d, jid)
+    for e, figures, age in _live(d, jid, g, vid):
         records_in, records_out = _records(e, figures)
         out.append({"subtask": e.subtask, "status": e.state, "attempt": e.attempt, "taskmanager-id": e.tm_id, "pid": e.pid,
                     "timestamps": dict(e.timestamps), "read-records": records_in, "write-records": records_out,
-                    "metrics": {**e.metrics, **figures}})
+                    "metrics": {**e.metrics, **figures}, "metrics-age": age, "metrics-stale": _is_stale(e, age, interval)})
     return out
+
+
+def taskmanager_health(d: Dispatcher, tm: TaskManagerRecord, now: int) -> dict[str, Any]:
+    """A TaskManager's state and the age of its figures (since its registration before its
+    first report), for ``GET /taskmanagers``. Lock held."""
+    report = d.metrics.taskmanager_report(tm.tm_id)
+    age = max(0, now - (report.received if report is not None else tm.registered_ms))
+    silent = stale(0, age, TASKMANAGER_REPORT_INTERVAL_MS)
+    return {"state": UNRESPONSIVE if silent else RUNNING, "metricsAge": age, "metricsStale": silent and report is not None}
 
 
 def routes(d: Dispatcher) -> list[tuple[str, str, Callable[..., Any]]]:
@@ -181,6 +224,8 @@ def taskmanager_metrics(d: Dispatcher, tm: str, query: dict[str, str], **_: Any)
 
 
 def _samples(d: Dispatcher) -> Iterator[Sample]:
+    """Every current figure; stale ones (see the module's doc) are left out, so that the
+    series ends in Prometheus rather than repeating a paused process's last value."""
     now = now_ms()
     with d.lock:
         jobs = [(jid, rec) for jid, rec in d.jobs.items()]
@@ -189,11 +234,15 @@ def _samples(d: Dispatcher) -> Iterator[Sample]:
         for jid, rec in jobs:
             g = rec.graph
             executions = {(e.vertex_id, e.subtask): e for e in g.executions.values()}
-            job_rows.append((jid, g.name, g.state, job_figures(rec, now), dict(g.vertices), executions))
+            job_rows.append((jid, g.name, g.state, job_figures(rec, now), dict(g.vertices), executions,
+                             rec.options.task.metrics_interval_ms))
     for tm_id, host in tms:
-        for name, value in d.metrics.taskmanager(tm_id).items():
+        report = d.metrics.taskmanager_report(tm_id)
+        if report is None or stale(report.received, now, TASKMANAGER_REPORT_INTERVAL_MS):
+            continue
+        for name, value in report.figures.items():
             yield "taskmanager", name, {"tm_id": tm_id, "host": host}, value
-    for jid, job_name, state, figures, vertices, executions in job_rows:
+    for jid, job_name, state, figures, vertices, executions, interval in job_rows:
         job_labels = {"job_id": jid, "job_name": job_name}
         for name, value in figures.items():
             yield "jobmanager_job", name, job_labels, value
@@ -203,6 +252,8 @@ def _samples(d: Dispatcher) -> Iterator[Sample]:
             ex = executions.get((vid, subtask))
             if ex is not None and ex.attempt != report.attempt:
                 continue  # a failed attempt's last figures; the new attempt has not reported yet
+            if stale(report.received, now, interval):
+                continue
             labels = {**job_labels, "task_id": str(vid), "task_name": vertices.get(vid, {}).get("name", str(vid)),
                       "subtask_index": str(subtask), "task_attempt_num": str(report.attempt),
                       "tm_id": (ex.tm_id if ex is not None else None) or ""}

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flinkpy.clock import now_ms
 from flinkpy.config import load_config
 from flinkpy.errors import FlinkpyError
 from flinkpy.files import write_json_atomically
@@ -59,7 +60,7 @@ def _taskmanager_handlers(dispatcher: Dispatcher, conn: Connection, registered: 
         if isinstance(event, TaskListening):
             dispatcher.on_listening(m.job_id, m.exec_id, event.host, event.port, event.pid)
         elif isinstance(event, TaskMetrics):
-            dispatcher.metrics.on_task(m.job_id, m.exec_id, event.timestamp, event.figures, event.user)
+            dispatcher.metrics.on_task(m.job_id, m.exec_id, event.timestamp, event.figures, event.user, now_ms())
         else:
             dispatcher.on_task_event(m.job_id, m.exec_id, event)
 
@@ -69,7 +70,7 @@ def _taskmanager_handlers(dispatcher: Dispatcher, conn: Connection, registered: 
             RegisterTaskManager: register,
             Heartbeat: lambda m: dispatcher.heartbeat(m.tm_id),
             FromTask: from_task,
-            TaskManagerMetrics: lambda m: dispatcher.metrics.on_taskmanager(m.tm_id, m.timestamp, m.figures),
+            TaskManagerMetrics: lambda m: dispatcher.metrics.on_taskmanager(m.tm_id, m.timestamp, m.figures, now_ms()),
             TaskStateChanged: lambda m: dispatcher.on_task_state(m.job_id, m.exec_id, m.state, m.info, m.tm_id),
             # on a connection of the TaskManager's own, so the download holds up no control message
             FetchArtifact: lambda m: dispatcher.artifacts.serve(conn, m),

@@ -8,6 +8,8 @@ Flink's REST API where Flink has one.
     GET   /taskmanagers                   registered TaskManagers
     GET   /taskmanagers/<id>/log|stdout   a TaskManager's log or printed output (?lines=N&follow=true)
     GET   /jobmanager/log                 the JobManager's log (?lines=N&follow=true), streamed
+    GET   /taskmanagers/<id>/logs         a TaskManager's files (.log, .out, rotated ones) and sizes
+    GET   /jobmanager/logs                the JobManager's files and sizes
     GET   /jobs/overview                  all jobs
     POST  /jobs                           submit (JSON: meta + payloads) -> {"jobid"}
     GET   /jobs/<id>                      job details with vertices
@@ -56,6 +58,8 @@ class RestServer(RestEndpoint):
             ("GET", r"/taskmanagers", self.taskmanagers),
             ("GET", r"/taskmanagers/(?P<tm>[^/]+)/(?P<kind>log|stdout)", self.tm_log),
             ("GET", r"/jobmanager/log", self.jm_log),
+            ("GET", r"/taskmanagers/(?P<tm>[^/]+)/logs", self.tm_log_files),
+            ("GET", r"/jobmanager/logs", self.jm_log_files),
             ("GET", r"/jobs/overview", self.jobs_overview),
             ("GET", r"/jobs", self.jobs_overview),
             ("POST", r"/jobs", self.submit),
@@ -101,6 +105,7 @@ class RestServer(RestEndpoint):
         import time
 
         d = self.dispatcher
+        now = now_ms()
         with d.lock:
             return {
                 "taskmanagers": [
@@ -111,6 +116,7 @@ class RestServer(RestEndpoint):
                         "slotsNumber": tm.slots,
                         "freeSlots": d.slots.free(tm.tm_id),
                         "timeSinceLastHeartbeat": int((time.monotonic() - tm.last_heartbeat) * 1000),
+                        **metrics_view.taskmanager_health(d, tm, now),
                         "logPath": tm.log_path,
                         "stdoutPath": tm.stdout_path,
                         "metrics": d.metrics.taskmanager(tm.tm_id),
@@ -134,6 +140,18 @@ class RestServer(RestEndpoint):
 
     def jm_log(self, query: dict[str, str], **_: Any) -> LogStream:
         return LogStream(self.jobmanager_log, query, lambda: True)
+
+    def tm_log_files(self, tm: str, **_: Any) -> dict[str, Any]:
+        """Flink's ``{"logs": [{"name", "size", "mtime"}]}``: the TaskManager's .log and .out
+        with their rotated files (and each one's path)."""
+        with self.dispatcher.lock:
+            rec = self.dispatcher.taskmanagers.get(tm)
+        if rec is None:
+            raise NotFoundError(f"TaskManager {tm} is not registered", remedy="see 'flinkpy cluster status' for the ids")
+        return {"logs": [f for path in (rec.log_path, rec.stdout_path) if path for f in logfiles.files_of(path)]}
+
+    def jm_log_files(self, **_: Any) -> dict[str, Any]:
+        return {"logs": logfiles.files_of(self.jobmanager_log) if self.jobmanager_log else []}
 
     def jobs_overview(self, **_: Any) -> dict[str, Any]:
         d = self.dispatcher
@@ -246,7 +264,7 @@ class RestServer(RestEndpoint):
             for record in [*coord.pending.values(), *coord.history]:
                 if record.checkpoint_id == int(cid):
                     return checkpoint_detail(record, now_ms())
-        raise NotFoundError(f"checkpoint {cid} of job {jid} is not known", remedy="see 'flinkpy checkpoint list JOB_ID'")
+        raise NotFoundError(f"checkpoint {cid} of job {jid} is not known", remedy=f"see 'flinkpy checkpoint list {jid}'")
 
     def checkpoint_config(self, jid: str, **_: Any) -> dict[str, Any]:
         with self.dispatcher.lock:

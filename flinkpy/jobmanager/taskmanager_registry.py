@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from flinkpy.clock import now_ms
 from flinkpy.jobmanager.slot_pool import SlotPool
 from flinkpy.network.connection import Connection
 from flinkpy.protocol import Message
@@ -33,6 +34,8 @@ class TaskManagerRecord:
     stdout_path: str
     #: monotonic time of the last heartbeat (or of the registration)
     last_heartbeat: float = field(default_factory=time.monotonic)
+    #: when it registered (the JobManager's clock): the age of its figures before its first report
+    registered_ms: int = field(default_factory=now_ms)
 
 
 class TaskManagerRegistry:

@@ -4,6 +4,11 @@ Reports arrive from many TaskManager connections at once and readers (REST, Prom
 from other threads; the store is a plain data structure behind one small lock — no I/O, no
 clock (timestamps come with the reports), so it is tested without a cluster.
 
+Every report also records when it *arrived* (the JobManager's clock, handed in by the caller):
+figures older than two report intervals and a second are stale (:func:`stale`) — the process that
+sent them stopped reporting (paused, hung, or cut off) — and readers must not show them as
+current.
+
 A subtask's figures belong to one execution attempt: a report of an older attempt than the one
 stored (a slow message from before a restart) is dropped, a newer attempt replaces the figures.
 
@@ -35,6 +40,21 @@ _SUM = {
 _MIN = {names.INPUT_WATERMARK, names.OUTPUT_WATERMARK}
 
 
+#: milliseconds between two resource reports of a TaskManager (CPU, memory, tasks)
+TASKMANAGER_REPORT_INTERVAL_MS = 1000
+
+
+def stale(received_ms: int, now_ms: int, interval_ms: int) -> bool:
+    """Whether a report that arrived at ``received_ms`` is too old to show as current: older than
+    two report intervals and a second, so one late report, or a second's delay on a busy
+    machine, is not yet staleness.
+
+    >>> stale(1000, 3900, 1000), stale(1000, 4001, 1000), stale(0, 1401, 200)
+    (False, True, True)
+    """
+    return now_ms - received_ms > 2 * max(1, interval_ms) + 1000
+
+
 @dataclass
 class SubtaskFigures:
     """The latest report of one subtask."""
@@ -43,6 +63,18 @@ class SubtaskFigures:
     timestamp: int
     figures: dict[str, float]
     user: list[dict[str, Any]] = field(default_factory=list)
+    #: when the report arrived (the JobManager's clock)
+    received: int = 0
+
+
+@dataclass
+class TaskManagerFigures:
+    """The latest resource report of one TaskManager."""
+
+    timestamp: int
+    figures: dict[str, float]
+    #: when the report arrived (the JobManager's clock)
+    received: int = 0
 
 
 def aggregate(figures: Iterable[dict[str, float]]) -> dict[str, float]:
@@ -73,10 +105,10 @@ class MetricStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tasks: dict[str, dict[tuple[int, int], SubtaskFigures]] = {}
-        self._taskmanagers: dict[str, tuple[int, dict[str, float]]] = {}
+        self._taskmanagers: dict[str, TaskManagerFigures] = {}
 
     def on_task(self, job_id: str, exec_id: str, timestamp: int, figures: dict[str, float],
-                user: list[dict[str, Any]] | None = None) -> None:
+                user: list[dict[str, Any]] | None = None, received: int | None = None) -> None:
         try:
             vertex, subtask, attempt = parse_exec_id(exec_id)
         except ValueError:
@@ -86,13 +118,14 @@ class MetricStore:
             known = job.get((vertex, subtask))
             if known is not None and (attempt < known.attempt or (attempt == known.attempt and timestamp < known.timestamp)):
                 return
-            job[(vertex, subtask)] = SubtaskFigures(attempt, timestamp, dict(figures), list(user or []))
+            job[(vertex, subtask)] = SubtaskFigures(attempt, timestamp, dict(figures), list(user or []),
+                                                    timestamp if received is None else received)
 
-    def on_taskmanager(self, tm_id: str, timestamp: int, figures: dict[str, float]) -> None:
+    def on_taskmanager(self, tm_id: str, timestamp: int, figures: dict[str, float], received: int | None = None) -> None:
         with self._lock:
             known = self._taskmanagers.get(tm_id)
-            if known is None or timestamp >= known[0]:
-                self._taskmanagers[tm_id] = (timestamp, dict(figures))
+            if known is None or timestamp >= known.timestamp:
+                self._taskmanagers[tm_id] = TaskManagerFigures(timestamp, dict(figures), timestamp if received is None else received)
 
     def subtasks(self, job_id: str, vertex: int) -> dict[int, dict[str, float]]:
         """Subtask index -> its latest figures (a copy), for one vertex."""
@@ -104,12 +137,18 @@ class MetricStore:
         """Every subtask's latest report of one job (copies)."""
         with self._lock:
             job = self._tasks.get(job_id, {})
-            return {k: SubtaskFigures(f.attempt, f.timestamp, dict(f.figures), list(f.user)) for k, f in job.items()}
+            return {k: SubtaskFigures(f.attempt, f.timestamp, dict(f.figures), list(f.user), f.received) for k, f in job.items()}
 
     def taskmanager(self, tm_id: str) -> dict[str, float]:
         with self._lock:
             known = self._taskmanagers.get(tm_id)
-            return dict(known[1]) if known else {}
+            return dict(known.figures) if known else {}
+
+    def taskmanager_report(self, tm_id: str) -> TaskManagerFigures | None:
+        """A TaskManager's latest resource report (a copy), or None before its first."""
+        with self._lock:
+            known = self._taskmanagers.get(tm_id)
+            return TaskManagerFigures(known.timestamp, dict(known.figures), known.received) if known else None
 
     def forget_taskmanager(self, tm_id: str) -> None:
         with self._lock:

@@ -171,6 +171,12 @@ class RestClient:
         text = self.request("GET", _log_path(component, stdout), params={"lines": lines})
         return text if isinstance(text, str) else json.dumps(text)
 
+    def log_files(self, component: str) -> list[JsonObject]:
+        """The files of the JobManager (``component="jobmanager"``) or a TaskManager: its log
+        and stdout with their rotated files, ``{"name", "size", "mtime", "path"}`` each."""
+        where = "/jobmanager/logs" if component == "jobmanager" else f"/taskmanagers/{urllib.parse.quote(component, safe='')}/logs"
+        return self.request("GET", where).get("logs", [])
+
     def stream_log(self, component: str, *, stdout: bool = False, lines: int = 100, follow: bool = False) -> Iterator[bytes]:
         """The tail of a log as the server streams it, chunk by chunk; with ``follow``, then what
         is appended, until the process ends or the caller stops iterating (the connection closes)."""

@@ -44,6 +44,8 @@ class ExecutionContext:
     on_submit: Any = None
     #: an attached run: called with one line per failure, restart or wait of the job, as it happens
     on_event: Any = None
+    #: --debug: a failed task's whole traceback, flinkpy's own frames included
+    debug: bool = False
     #: start from this savepoint or retained checkpoint (path or URL of it or of its _metadata)
     savepoint_path: str | None = None
     allow_non_restored_state: bool = False

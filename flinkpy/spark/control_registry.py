@@ -137,7 +137,7 @@ class DriverClient(RestClient):
             return result
         if tail is not None and tail.lstrip("/") in documents:
             return documents[tail.lstrip("/")]
-        raise NotFoundError(f"{path} of Spark job {jid} is not available after the job ended", remedy="see 'flinkpy job show JOB_ID'")
+        raise NotFoundError(f"{path} of Spark job {jid} is not available after the job ended", remedy=f"see 'flinkpy job show {jid}'")
 
 
 def driver_client(home: Any, job_id: str, token: str | None) -> DriverClient | None:

@@ -16,12 +16,13 @@ from typing import Callable, Iterable
 from flinkpy.clock import now_ms
 from flinkpy.metrics import names
 from flinkpy.metrics.process_stats import CpuSampler, tree_figures
+from flinkpy.metrics.store import TASKMANAGER_REPORT_INTERVAL_MS
 from flinkpy.protocol.messages import TaskManagerMetrics
 
 log = logging.getLogger("flinkpy.taskmanager")
 
 #: seconds between two reports of a TaskManager's resources
-REPORT_INTERVAL_S = 1.0
+REPORT_INTERVAL_S = TASKMANAGER_REPORT_INTERVAL_MS / 1000
 
 
 class ResourceReporter:
