@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from flinkpy.client import operations
 from flinkpy.client.operations import Deadline
+from flinkpy.checkpoint.targets import resolve_target
 from flinkpy.network.rest_client import JsonObject, JsonScalar, RestClient
 from flinkpy.errors import ClusterUnreachableError, ConflictError, NotFoundError
 
@@ -196,7 +197,9 @@ class Client:
         on_busy: Callable[[], None] | None = None,
     ) -> str:
         """Ask for a savepoint; its request id. ``if_busy="wait"``: while another savepoint
-        of the job is in progress, ask again until the deadline (``on_busy`` once)."""
+        of the job is in progress, ask again until the deadline (``on_busy`` once). A relative
+        ``target_dir`` is resolved here, against this process's working directory."""
+        target_dir = resolve_target(target_dir) if target_dir else None
         end = self.endpoint(job_id)
         return operations.request_operation(
             end, job_id, lambda: end.trigger_savepoint(job_id, target_dir, format_type=format_type),
@@ -205,6 +208,7 @@ class Client:
 
     def stop_with_savepoint(self, job_id: str, target_dir: str | None = None, *, drain: bool = False, deadline: Deadline) -> str:
         """Ask for a final savepoint after which the job finishes; the request id."""
+        target_dir = resolve_target(target_dir) if target_dir else None
         end = self.endpoint(job_id)
         return operations.request_operation(end, job_id, lambda: end.stop_with_savepoint(job_id, target_dir, drain=drain),
                                             if_busy="fail", deadline=deadline)

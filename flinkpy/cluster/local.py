@@ -19,7 +19,7 @@ from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, a
 from flinkpy.cluster.spawning import spawn, wait_gone
 from flinkpy.cluster.supervision import RestartPolicy, policies_from_config
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
-from flinkpy.processes import create_time, log_tail, process_tree
+from flinkpy.processes import CANNOT_BIND_EXIT, create_time, log_tail, process_tree
 
 
 def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> dict[str, Any]:
@@ -33,6 +33,9 @@ def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Pa
         except (FileNotFoundError, ValueError):
             pass
         if proc.poll() is not None:
+            if proc.returncode == CANNOT_BIND_EXIT:
+                raise ConflictError(f"the JobManager could not start: {log_tail(log_path, 1)}",
+                                    remedy="stop what listens on that port, or choose another with --rest-port or rest.port")
             raise FlinkpyError(
                 f"the JobManager exited during start-up (code {proc.returncode}): {log_tail(log_path, 3)}",
                 remedy=f"see {log_path}",

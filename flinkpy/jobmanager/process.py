@@ -24,6 +24,7 @@ from flinkpy.jobmanager.artifacts import ArtifactStore
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.jobmanager.rest import RestServer
 from flinkpy.logfiles import rotate_process_output
+from flinkpy.processes import CANNOT_BIND_EXIT
 from flinkpy.network import auth
 from flinkpy.network.auth import read_secret
 from flinkpy.network.http_limits import HttpLimits
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         rest = RestServer(dispatcher, secret_text, args.rest_address, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""), limits)
     except OSError as e:
         print(f"flinkpy-jobmanager: cannot bind the REST endpoint {args.rest_address}:{args.rest_port}: {e.strerror}", file=sys.stderr)
-        sys.exit(3)
+        sys.exit(CANNOT_BIND_EXIT)
     rpc = listen(args.rpc_address, 0)
     threading.Thread(target=_accept_loop, args=(rpc, secret_text.encode(), dispatcher), name="rpc-accept", daemon=True).start()
     threading.Thread(target=_heartbeat_monitor, args=(dispatcher, min(5.0, args.heartbeat_timeout_ms / 4000.0)), name="heartbeat-monitor", daemon=True).start()

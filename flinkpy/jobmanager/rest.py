@@ -39,7 +39,8 @@ from flinkpy.errors import (ClusterUnreachableError, ConfigurationError, Conflic
                             OperationTimeoutError, storage_credentials_error)
 from flinkpy.jobmanager import metrics_view
 from flinkpy.jobmanager.dispatcher import Dispatcher
-from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer
+from flinkpy.jobmanager.rest_params import load_json, query_number
+from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer, LimitedRequestHandler
 from flinkpy.processes import running
 
 log = logging.getLogger("flinkpy.rest")
@@ -53,8 +54,7 @@ class RestServer:
         self.limits = limits or HttpLimits()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class Handler(LimitedRequestHandler):
             # per recv and send; the watchdog bounds a whole request's arrival
             timeout = self.limits.read_timeout_s
 
@@ -129,11 +129,11 @@ class RestServer:
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         url = urlparse(h.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        h.close_connection = True  # one request per connection: see flinkpy.network.http_limits
         try:
             # who asks comes first: an unauthenticated peer's body is never read
             auth = h.headers.get("Authorization", "")
             if not hmac.compare_digest(auth.encode(), f"Bearer {self.token}".encode()):
-                h.close_connection = True
                 self._send(h, 401, {"errors": ["missing or wrong cluster token"], "kind": "Authentication",
                                     "remedy": "use the token in the cluster's home (FLINKPY_HOME)"})
                 return
@@ -182,7 +182,6 @@ class RestServer:
         """The request's body; None when it was refused (answered and the connection closed)."""
         limit = self.limits.max_content_length
         if h.headers.get("Transfer-Encoding"):
-            h.close_connection = True
             self._send(h, 411, {"errors": ["chunked request bodies are not accepted"], "kind": "LengthRequired",
                                 "remedy": "send the body with a Content-Length"})
             return None
@@ -191,11 +190,9 @@ class RestServer:
         except ValueError:
             length = -1
         if length < 0:
-            h.close_connection = True
             self._send(h, 400, {"errors": [f"invalid Content-Length {h.headers.get('Content-Length')!r}"], "kind": "BadRequest"})
             return None
         if length > limit:
-            h.close_connection = True
             self._send(h, 413, {"errors": [f"the request body of {length} bytes is larger than the REST server accepts ({limit} bytes)"],
                                 "kind": "RequestEntityTooLarge",
                                 "remedy": "raise rest.server.max-content-length in the JobManager's flinkpy.yaml if the request is legitimate"})
@@ -205,7 +202,6 @@ class RestServer:
         except OSError:  # the read timeout, or the watchdog closed a request that came too slowly
             body = b""
         if len(body) < length:
-            h.close_connection = True
             return None
         return body
 
@@ -310,10 +306,7 @@ class RestServer:
         }
 
     def submit(self, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
-        try:
-            document = json.loads(body)
-        except ValueError as e:
-            raise InvalidProgramError(f"the submitted job graph is not valid JSON: {e}") from e
+        document = load_json(body, "the submitted job graph")
         jid = self.dispatcher.submit(document)
         return 202, {"jobid": jid}
 
@@ -363,7 +356,7 @@ class RestServer:
             }
 
     def execution_result(self, jid: str, query: dict[str, str], **_: Any) -> dict[str, Any]:
-        timeout = min(float(query.get("timeout", 0) or 0), 60.0)
+        timeout = query_number(query, "timeout", 0.0, high=60.0)
         g = self.dispatcher.wait_for_terminal(jid, timeout)
         with self.dispatcher.lock:
             if not g.is_terminal():
@@ -389,7 +382,7 @@ class RestServer:
 
         with self.dispatcher.lock:
             cp = _checkpointing(self, jid)
-            return checkpoint_stats(cp.coordinator, now_ms(), history_size=int(query.get("history", 10)))
+            return checkpoint_stats(cp.coordinator, now_ms(), history_size=query_number(query, "history", 10, integer=True))
 
     def checkpoint_details(self, jid: str, cid: str, **_: Any) -> dict[str, Any]:
         from flinkpy.jobmanager.checkpoint_stats import checkpoint_detail
@@ -419,16 +412,13 @@ class RestServer:
 
     def trigger_checkpoint(self, jid: str, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
         # ?timeout=S: a long poll that waits for a free checkpoint slot (a manual trigger queues)
-        wait_s = min(max(float(query.get("timeout", 0) or 0), 0.0), 3600.0)
+        wait_s = query_number(query, "timeout", 0.0, high=3600.0)
         cid = self.dispatcher.checkpoints.trigger_checkpoint(jid, wait_s=wait_s)
         return 202, {"checkpoint_id": cid, "request-id": str(cid)}
 
     @staticmethod
     def _json(body: bytes) -> dict[str, Any]:
-        try:
-            doc = json.loads(body or b"{}")
-        except ValueError as e:
-            raise InvalidProgramError(f"the request body is not JSON: {e}") from e
+        doc = load_json(body or b"{}", "the request body")
         if not isinstance(doc, dict):
             raise InvalidProgramError("the request body must be a JSON object")
         return doc
@@ -454,10 +444,10 @@ class RestServer:
         return self.dispatcher.restarts.strategy(jid)
 
     def put_restart_strategy(self, jid: str, body: bytes, **_: Any) -> dict[str, Any]:
+        doc = load_json(body or b"{}", "the request body")
         try:
-            doc = json.loads(body or b"{}")
             config = {str(k): str(v) for k, v in doc["config"].items()}
-        except (ValueError, KeyError, AttributeError) as e:
+        except (TypeError, KeyError, AttributeError) as e:
             raise InvalidProgramError(f"the body must be JSON {{\"config\": {{key: value}}}}: {e}") from e
         return self.dispatcher.restarts.set_strategy(jid, config)
 
@@ -483,10 +473,7 @@ class LogStream:
     JobManager holds one chunk of it at a time, never the file."""
 
     def __init__(self, path: str, query: dict[str, str], alive: Callable[[], bool]) -> None:
-        try:
-            self.lines = int(query.get("lines", 100))
-        except ValueError:
-            raise InvalidProgramError(f"lines must be a number, got {query.get('lines')!r}") from None
+        self.lines = query_number(query, "lines", 100, integer=True)
         self.path, self.alive = path, alive
         self.follow = query.get("follow", "false").lower() in ("1", "true", "yes")
 

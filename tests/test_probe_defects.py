@@ -1,0 +1,231 @@
+"""The defects a hostile probe found (issue 38), each on real processes, as the probe met them.
+
+Most requests go to one cluster shared by the module (``shared``); the cases that need a cluster
+of their own shape (a TaskManager in another working directory, a busy port) start one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, module_cluster, run_cli, wait_for
+from flinkpy.errors import ExitCode
+
+pytestmark = pytest.mark.timeout(120)
+
+LONG_JOB = """
+from flinkpy.common import WatermarkStrategy
+from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.datastream.connectors import NumberSequenceSource
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.enable_checkpointing(200)
+ds = env.from_source(NumberSequenceSource(1, 10**12), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
+ds.map(lambda n: (n % 10, n)).uid("pairs").key_by(lambda t: t[0]).sum(1).uid("sums").add_sink(lambda x: None)
+env.execute("long")
+"""
+
+FAILING_JOB = """
+from flinkpy.datastream import StreamExecutionEnvironment
+
+def boom(n):
+    raise ValueError("probe: record %d is bad" % n)
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.from_collection([1, 2, 3]).map(boom).print()
+env.execute("failing")
+"""
+
+
+def cli_in(cwd: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The CLI run from another working directory (``run_cli`` runs it from the repository)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "commands.main", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=str(cwd), stdin=subprocess.DEVNULL)
+
+
+def one_document(res: subprocess.CompletedProcess) -> Any:
+    """The one JSON document on stdout (json.loads refuses a second one after it)."""
+    return json.loads(res.stdout)
+
+
+def submit_long(tmp_path: Path, *args: str, cwd: Path | None = None) -> str:
+    job = tmp_path / "long.py"
+    job.write_text(LONG_JOB)
+    res = cli_in(cwd or ROOT, "run", "-d", "--json", *args, str(job))
+    assert res.returncode == 0, res.stderr
+    jid = one_document(res)["jobs"][0]["jid"]
+    wait_for(lambda: one_document(run_cli("job", "show", jid, "--json"))["state"] == "RUNNING", timeout=30, message=f"job {jid} RUNNING")
+    return jid
+
+
+class Rest:
+    """Requests with the cluster's token, answers as (status, document)."""
+
+    def __init__(self, home: Path) -> None:
+        self.address = json.loads((home / "cluster.json").read_text())["rest_address"]
+        self.token = (home / "secret").read_text().strip()
+
+    def __call__(self, method: str, path: str, body: bytes | None = None, timeout: float = 10) -> tuple[int, Any]:
+        req = urllib.request.Request(self.address + path, data=body, method=method, headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory):
+    with module_cluster(tmp_path_factory, "probe") as home:
+        yield home
+
+
+@pytest.fixture(scope="module")
+def long_job(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    jid = submit_long(tmp_path_factory.mktemp("long"))
+    yield jid
+    run_cli("cancel", jid)
+
+
+# ------------------------------------------------------------------ 1 (High): relative savepoint paths
+
+
+@pytest.mark.timeout(180)
+def test_a_relative_savepoint_path_is_resolved_by_the_client_and_the_savepoint_restores(flinkpy_home: Path, tmp_path: Path) -> None:
+    """A cluster started in one directory, a TaskManager added from another, a job at -p 2, and
+    `flinkpy stop JOB --savepoint-path relsp` from a third: every state file in one place."""
+    jm_dir, tm_dir, client_dir = (tmp_path / d for d in ("jm", "tm", "client"))
+    for d in (jm_dir, tm_dir, client_dir):
+        d.mkdir()
+    res = cli_in(jm_dir, "cluster", "start", "--taskmanagers", "1", "--slots", "1", "--rest-port", "0")
+    assert res.returncode == 0, res.stderr
+    try:
+        res = cli_in(tm_dir, "cluster", "add-taskmanager", "--slots", "1")
+        assert res.returncode == 0, res.stderr
+        jid = submit_long(tmp_path, "-p", "2", cwd=client_dir)
+        res = cli_in(client_dir, "stop", jid, "--savepoint-path", "relsp", "--json", timeout=90)
+        assert res.returncode == 0, res.stderr
+        location = one_document(res)["location"]
+        assert location.startswith(str(client_dir / "relsp") + "/"), location
+        verify = cli_in(tm_dir, "checkpoint", "verify", location)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert not (jm_dir / "relsp").exists() and not (tm_dir / "relsp").exists()
+    finally:
+        run_cli("cluster", "stop")
+
+
+def test_a_savepoint_whose_state_file_is_elsewhere_is_found_incomplete(tmp_path: Path) -> None:
+    """What the JobManager checks before it writes a savepoint's _metadata (and reports it
+    complete): every file the document lists, at the size its handle says."""
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.checkpoint.targets import missing_state_files
+
+    storage = CheckpointStorage(str(tmp_path / "ck"))
+    directory = str(tmp_path / "sp" / "savepoint-abc")
+    handles = [storage.write_state_in(directory, f"op-{i}.keyed", b"x" * (i + 1)) for i in range(2)]
+    doc = {"operators": [{"subtasks": [{"keyed_state": h} for h in handles]}]}
+    assert missing_state_files(storage, directory, doc) == []
+    os.unlink(os.path.join(directory, handles[1]["path"]))
+    (Path(directory) / handles[0]["path"]).write_bytes(b"longer than it was")
+    problems = missing_state_files(storage, directory, doc)
+    assert len(problems) == 2 and "state file is missing" in problems[1] and "its handle says 1" in problems[0], problems
+
+
+# ------------------------------------------------------------------ 2: idle connections
+
+
+def test_idle_connections_without_a_token_do_not_lock_the_cli_out(shared: Path) -> None:
+    """32 idle sockets held the REST server's 32 threads for its 30 s read timeout, and 11 of 12
+    'flinkpy list' failed "serving its maximum of requests". Here 48 send nothing or half a
+    header, and stay connected while the CLI is used."""
+    host, port = Rest(shared).address.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(48)]
+    try:
+        for s in idle[::2]:
+            s.sendall(b"GET /overview HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(3):
+            res = run_cli("list", "--json")
+            assert res.returncode == 0, res.stderr
+    finally:
+        for s in idle:
+            s.close()
+
+
+# ------------------------------------------------------------------ 3: run --json prints one document
+
+
+def test_run_json_of_a_failing_job_prints_exactly_one_document(shared: Path, tmp_path: Path) -> None:
+    job = tmp_path / "failing.py"
+    job.write_text(FAILING_JOB)
+    res = run_cli("run", "--json", str(job))
+    assert res.returncode == ExitCode.JOB_FAILED, res.stderr
+    doc = one_document(res)
+    assert doc["error"]["exit_code"] == ExitCode.JOB_FAILED and "probe: record" in doc["error"]["message"]
+    assert doc["jobs"][0]["state"] == "FAILED"
+    # a savepoint that is not there: one document too
+    res = run_cli("run", "--json", "-s", str(tmp_path / "no-such-savepoint"), str(job))
+    assert res.returncode == ExitCode.NOT_FOUND, res.stderr
+    assert set(one_document(res)) == {"error"}
+
+
+# ------------------------------------------------------------------ 4: a busy REST port
+
+
+def test_a_busy_rest_port_is_reported_as_such(flinkpy_home: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = run_cli("cluster", "start", "--rest-port", str(port), "--taskmanagers", "1")
+    assert res.returncode == ExitCode.CONFLICT, res.stderr
+    assert "cannot bind the REST endpoint" in res.stderr and f":{port}" in res.stderr and "--rest-port" in res.stderr
+    assert "Traceback" not in res.stderr and "AttributeError" not in res.stderr
+    assert run_cli("cluster", "status").returncode != 0
+
+
+# ------------------------------------------------------------------ 7 and 13: bad REST parameters
+
+
+@pytest.mark.parametrize("route, parameter", [
+    ("execution-result?timeout=nan", "timeout"),
+    ("execution-result?timeout=-1", "timeout"),
+    ("execution-result?timeout=abc", "timeout"),
+    ("execution-result?timeout=inf", "timeout"),
+    ("checkpoints?history=abc", "history"),
+])
+def test_bad_query_parameters_are_answered_400_naming_them(shared: Path, long_job: str, route: str, parameter: str) -> None:
+    """timeout=nan spun a JobManager thread at 100% CPU for the life of the job; abc gave 500."""
+    status, doc = Rest(shared)("GET", f"/jobs/{long_job}/{route}", timeout=5)
+    assert status == 400, doc
+    assert doc["errors"][0].startswith(f"query parameter {parameter}="), doc
+
+
+def test_deeply_nested_json_is_answered_400(shared: Path, long_job: str) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for path in (f"/jobs/{long_job}/savepoints", "/jobs"):
+        status, doc = Rest(shared)("POST", path, deep)
+        assert status == 400 and "nests too deeply" in doc["errors"][0], doc
+
+
+# ------------------------------------------------------------------ 8: savepoints nobody can read back
+
+
+def test_a_savepoint_into_memory_or_a_relative_path_is_refused(shared: Path, long_job: str) -> None:
+    res = run_cli("savepoint", "trigger", long_job, "memory://x")
+    assert res.returncode == ExitCode.USAGE, res.stderr
+    assert "memory" in res.stderr and "could never be restored" in res.stderr and "Traceback" not in res.stderr
+    rest = Rest(shared)
+    for target in ("memory://x", "relsp"):
+        status, doc = rest("POST", f"/jobs/{long_job}/savepoints", json.dumps({"target-directory": target}).encode())
+        assert status == 400 and target in doc["errors"][0], doc
