@@ -47,6 +47,24 @@ env.execute("failing")
 """
 
 
+SLOW_CHAINED_JOB = """
+import time
+from flinkpy.common import WatermarkStrategy
+from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.datastream.connectors import NumberSequenceSource
+
+def slow(n):
+    time.sleep(0.05)
+    return n
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(1)
+env.enable_checkpointing(300)
+env.from_source(NumberSequenceSource(1, 10**9), WatermarkStrategy.no_watermarks(), "numbers").map(slow).add_sink(lambda x: None)
+env.execute("slow-chained")
+"""
+
+
 def cli_in(cwd: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """The CLI run from another working directory (``run_cli`` runs it from the repository)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -192,6 +210,111 @@ def test_a_busy_rest_port_is_reported_as_such(flinkpy_home: Path) -> None:
     assert "cannot bind the REST endpoint" in res.stderr and f":{port}" in res.stderr and "--rest-port" in res.stderr
     assert "Traceback" not in res.stderr and "AttributeError" not in res.stderr
     assert run_cli("cluster", "status").returncode != 0
+
+
+# ------------------------------------------------------------------ 5: a deleted cluster home
+
+
+def _cluster_pids(home: Path) -> tuple[list[int], int]:
+    """(JobManager and TaskManager pids, supervisor pid) from the home's record."""
+    rec = json.loads((home / "cluster.json").read_text())
+    return [rec["jobmanager"]["pid"], *(tm["pid"] for tm in rec["taskmanagers"])], rec["supervisor"]["pid"]
+
+
+def _gone(pids: list[int]) -> bool:
+    import psutil
+
+    return all(not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE for p in pids)
+
+
+def _kill_all(pids: list[int]) -> None:
+    import psutil
+
+    from conftest import tree_of
+
+    for p in tree_of(pids):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def test_a_cluster_whose_home_is_deleted_stops(flinkpy_home: Path) -> None:
+    res = run_cli("cluster", "start", "--taskmanagers", "1", "--rest-port", "0")
+    assert res.returncode == 0, res.stderr
+    pids, supervisor = _cluster_pids(flinkpy_home)
+    try:
+        import shutil
+
+        shutil.rmtree(flinkpy_home)
+        wait_for(lambda: _gone([*pids, supervisor]), timeout=20, message="every process of the cluster gone with its home")
+    finally:
+        _kill_all([*pids, supervisor])
+
+
+def test_cluster_stop_finds_the_processes_of_a_deleted_home(flinkpy_home: Path) -> None:
+    """The supervisor (which would notice) is gone too: 'cluster stop' finds the rest by their
+    command lines and stops them."""
+    import shutil
+    import signal
+
+    res = run_cli("cluster", "start", "--taskmanagers", "1", "--rest-port", "0")
+    assert res.returncode == 0, res.stderr
+    pids, supervisor = _cluster_pids(flinkpy_home)
+    try:
+        os.kill(supervisor, signal.SIGKILL)
+        wait_for(lambda: _gone([supervisor]), timeout=10, message="the supervisor killed")
+        shutil.rmtree(flinkpy_home)
+        res = run_cli("cluster", "stop", "--json")
+        assert res.returncode == 0, res.stderr
+        stopped = one_document(res)["stopped"]
+        assert sorted(p["pid"] for p in stopped) == sorted(pids), stopped
+        wait_for(lambda: _gone(pids), timeout=15, message="the JobManager and TaskManager stopped")
+    finally:
+        _kill_all(pids)
+
+
+# ------------------------------------------------------------------ 6: a slow operator chained to a source
+
+
+def test_a_slow_operator_chained_to_a_source_does_not_hold_checkpoints(shared: Path, tmp_path: Path) -> None:
+    """50 ms a record behind the source: the source polled 1,024 records and ran them all
+    through the chain (51 s) before it took a trigger; checkpoints now complete within seconds."""
+    job = tmp_path / "slow.py"
+    job.write_text(SLOW_CHAINED_JOB)
+    res = run_cli("run", "-d", "--json", str(job))
+    assert res.returncode == 0, res.stderr
+    jid = one_document(res)["jobs"][0]["jid"]
+    rest = Rest(shared)
+    try:
+        wait_for(lambda: rest("GET", f"/jobs/{jid}/checkpoints")[1]["counts"]["completed"] >= 2, timeout=25,
+                 message="two checkpoints of the slow chained job complete",
+                 describe=lambda: rest("GET", f"/jobs/{jid}/checkpoints")[1]["counts"])
+    finally:
+        run_cli("cancel", jid)
+
+
+# ------------------------------------------------------------------ 9: private files
+
+
+def test_a_clusters_files_are_private(shared: Path, long_job: str, tmp_path: Path) -> None:
+    """Logs, job output, shipped code and checkpoint files were 0644 in 0755 directories."""
+    from flinkpy.cluster import ClusterHome
+
+    rest = Rest(shared)
+    wait_for(lambda: rest("GET", f"/jobs/{long_job}/checkpoints")[1]["counts"]["completed"] >= 1, timeout=20, message="a checkpoint")
+    files, dirs = [], []
+    for root, dirnames, filenames in os.walk(shared):
+        dirs += [Path(root) / d for d in dirnames]
+        files += [Path(root) / f for f in filenames]
+    assert any(f.suffix == ".log" for f in files) and any(f.suffix == ".out" for f in files)
+    assert any("chk-" in str(f) for f in files), "no checkpoint file to look at"
+    loose = [f"{p} {oct(p.stat().st_mode & 0o777)}" for p in files if p.exists() and p.stat().st_mode & 0o077]
+    loose += [f"{p} {oct(p.stat().st_mode & 0o777)}" for p in dirs if p.exists() and p.stat().st_mode & 0o077]
+    assert not loose, loose
+    home = ClusterHome(tmp_path / "new" / "home")
+    home.ensure()
+    assert (home.path.stat().st_mode & 0o777, home.log_dir.stat().st_mode & 0o777) == (0o700, 0o700)
 
 
 # ------------------------------------------------------------------ 7 and 13: bad REST parameters

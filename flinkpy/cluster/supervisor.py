@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, record_lock, write_record
-from flinkpy.cluster.spawning import spawn, wait_gone
+from flinkpy.cluster.spawning import open_private, spawn, wait_gone
 from flinkpy.cluster.supervision import Action, ClusterLost, GiveUp, RestartPolicy, Respawn, Supervision, Waiting
 from flinkpy.processes import create_time, process_tree, running
 
@@ -78,12 +78,19 @@ class Supervisor:
         self.stopping = threading.Event()
         #: pid and start time of each process as last seen, to tell a restart by someone else
         self.seen: dict[str, tuple[int, float]] = {}
+        #: the record's processes as last read (to stop them when the record is gone with the home)
+        self.known: list[ProcessInfo] = []
 
     def run(self) -> None:
         while not self.stopping.is_set():
             self._reap_children()
             if self.client is not None and not running(*self.client):
                 log.warning("the client (pid %d) of this embedded cluster is gone: stopping the cluster", self.client[0])
+                self.stop_cluster()
+                return
+            if not self.home.path.is_dir():
+                # deleted under a running cluster: no command could find (or stop) it any more
+                log.warning("the cluster home %s is gone: stopping the cluster", self.home.path)
                 self.stop_cluster()
                 return
             if not self._step():
@@ -98,6 +105,7 @@ class Supervisor:
                 # no record: the cluster was stopped (or not written yet, right after start)
                 return self.client is not None or not self.seen
             procs = supervised_processes(info)
+            self.known = [p for _, p in procs.values()]
             now = _now_ms()
             for gone in set(self.seen) - set(procs):
                 self.state.forget(gone)
@@ -150,7 +158,7 @@ class Supervisor:
         opened = None
         if kind == "taskmanager":
             # what jobs print: the TaskManager's .out file, or (embedded) our own stdout
-            opened = open(proc.stdout_path, "ab", buffering=0) if proc.stdout_path else None
+            opened = open_private(proc.stdout_path) if proc.stdout_path else None
             out = opened if opened is not None else sys.stdout.fileno()
         env = {"PYTHONUNBUFFERED": "1"}
         if kind == "taskmanager":
@@ -184,11 +192,12 @@ class Supervisor:
                 return
 
     def stop_cluster(self) -> None:
-        """The client of an embedded cluster is gone: stop every process, then remove the home."""
+        """The client of an embedded cluster is gone, or the home is: stop every process, then
+        remove the home."""
         import psutil
 
-        info = read_record(self.home)
-        procs = [p for _, p in supervised_processes(info).values()] if info is not None else []
+        info = read_record(self.home) if self.home.path.is_dir() else None
+        procs = [p for _, p in supervised_processes(info).values()] if info is not None else self.known
         tree = process_tree(p.pid for p in procs if alive(p))
         for p in tree:
             try:
