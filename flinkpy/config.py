@@ -231,6 +231,7 @@ SCHEMA: dict[str, Option] = {
         _option("taskmanager.network.memory.floating-buffers-per-gate", IntType(0), 8, "Floating network buffers shared by the channels of an input gate."),
         _option("taskmanager.memory.segment-size", MemorySizeType(), 32 * 1024, "Size of one network buffer."),
         _option("taskmanager.memory.min-segment-size", MemorySizeType(), 256, "Smallest buffer size buffer debloating announces."),
+        _option("taskmanager.network.max-frame-size", MemorySizeType(), 256 << 20, "Largest frame one data channel carries between two tasks: a buffer of records, so about the largest record a job can send from one task to another (up to 4 gb minus one byte). A larger one fails the job with its size and this key; the receiver refuses one too, so that a corrupt length never allocates gigabytes."),
         _option("taskmanager.network.memory.buffer-debloat.enabled", BoolType(), False, "Buffer debloating: each consumer measures its throughput and announces a buffer size to its producers, so that the data in flight on its input channels stays about buffer-debloat.target worth of processing (shorter aligned checkpoints under back-pressure)."),
         _option("taskmanager.network.memory.buffer-debloat.target", DurationType(1), 1000, "Buffer debloating: the time the data in flight on a task's input channels should take to process."),
         _option("taskmanager.network.memory.buffer-debloat.period", DurationType(1), 200, "Buffer debloating: time between two throughput samples (and buffer size decisions)."),

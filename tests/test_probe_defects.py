@@ -65,6 +65,16 @@ env.execute("slow-chained")
 """
 
 
+BIG_RECORD_JOB = """
+from flinkpy.datastream import StreamExecutionEnvironment
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(1)
+env.from_collection([1]).map(lambda n: "x" * 200_000).key_by(lambda s: len(s)).map(len).print()
+env.execute("big-record")
+"""
+
+
 def cli_in(cwd: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """The CLI run from another working directory (``run_cli`` runs it from the repository)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -315,6 +325,22 @@ def test_a_clusters_files_are_private(shared: Path, long_job: str, tmp_path: Pat
     home = ClusterHome(tmp_path / "new" / "home")
     home.ensure()
     assert (home.path.stat().st_mode & 0o777, home.log_dir.stat().st_mode & 0o777) == (0o700, 0o700)
+
+
+# ------------------------------------------------------------------ 11: a record over the frame limit
+
+
+def test_a_record_over_the_frame_limit_names_its_size_the_limit_and_the_key(shared: Path, tmp_path: Path) -> None:
+    """A 300 MB record failed against an undocumented 256 MiB limit with "the producer failed";
+    the same with a 200 kB record and the limit lowered to 64 kb."""
+    job = tmp_path / "big.py"
+    job.write_text(BIG_RECORD_JOB)
+    res = run_cli("run", "--json", "-D", "taskmanager.network.max-frame-size=64 kb", "-D", "restart-strategy.type=none", str(job))
+    assert res.returncode == ExitCode.JOB_FAILED, res.stderr
+    message = one_document(res)["error"]["message"]
+    assert "a record of 200" in message and "taskmanager.network.max-frame-size (65536 bytes)" in message, message
+    res = run_cli("run", "-D", "taskmanager.network.max-frame-size=1 b", str(job))
+    assert res.returncode == ExitCode.CONFIGURATION and "taskmanager.network.max-frame-size" in res.stderr, res.stderr
 
 
 # ------------------------------------------------------------------ 7 and 13: bad REST parameters

@@ -48,6 +48,7 @@ class TaskOptions:
     debloat_samples: int = 20
     debloat_threshold_pct: int = 25
     min_segment_size: int = 256
+    max_frame_size: int = 256 << 20
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> TaskOptions:
@@ -63,6 +64,12 @@ class TaskOptions:
                 f"taskmanager.memory.segment-size ({segment} bytes) when buffer debloating is enabled",
                 remedy="lower taskmanager.memory.min-segment-size or raise taskmanager.memory.segment-size",
             )
+        max_frame = get("taskmanager.network.max-frame-size")
+        if not 1024 <= max_frame < 1 << 32:
+            raise ConfigurationError(
+                f"taskmanager.network.max-frame-size ({max_frame} bytes) must be from 1 kb to 4 gb minus one byte",
+                remedy="a frame's length is a 32-bit number: choose a size in that range",
+            )
         return cls(
             buffer_timeout_ms=get("execution.buffer-timeout.interval"),
             auto_watermark_ms=get("pipeline.auto-watermark-interval"),
@@ -77,6 +84,7 @@ class TaskOptions:
             debloat_samples=get(debloat + "samples"),
             debloat_threshold_pct=get(debloat + "threshold-percentages"),
             min_segment_size=min_segment,
+            max_frame_size=max_frame,
         )
 
     def descriptor(self) -> dict[str, Any]:
@@ -94,6 +102,7 @@ class TaskOptions:
             "debloat_samples": self.debloat_samples,
             "debloat_threshold_pct": self.debloat_threshold_pct,
             "min_segment_size": self.min_segment_size,
+            "max_frame_size": self.max_frame_size,
         }
 
 
