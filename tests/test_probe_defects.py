@@ -327,6 +327,43 @@ def test_a_clusters_files_are_private(shared: Path, long_job: str, tmp_path: Pat
     assert (home.path.stat().st_mode & 0o777, home.log_dir.stat().st_mode & 0o777) == (0o700, 0o700)
 
 
+# ------------------------------------------------------------------ 10: jobs of a killed JobManager
+
+
+@pytest.mark.timeout(150)
+def test_the_jobs_of_a_killed_jobmanager_are_listed_lost_with_their_latest_checkpoint(flinkpy_home: Path, tmp_path: Path) -> None:
+    import signal
+
+    res = run_cli("cluster", "start", "--taskmanagers", "1", "--slots", "2", "--rest-port", "0")
+    assert res.returncode == 0, res.stderr
+    pids, supervisor = _cluster_pids(flinkpy_home)
+    try:
+        jid = submit_long(tmp_path)
+        rest = Rest(flinkpy_home)
+        wait_for(lambda: rest("GET", f"/jobs/{jid}/checkpoints")[1]["counts"]["completed"] >= 1, timeout=30, message="a checkpoint")
+        os.kill(pids[0], signal.SIGKILL)
+
+        def lost() -> Any:
+            res = run_cli("list", "-a", "--json")
+            jobs = one_document(res)["jobs"] if res.returncode == 0 else []
+            return next((j for j in jobs if j["jid"] == jid and j["state"] == "LOST"), None)
+
+        job = wait_for(lost, timeout=60, message="the job listed LOST by the new JobManager")
+        assert job["latest-checkpoint"] and Path(job["latest-checkpoint"], "_metadata").is_file(), job
+        shown = one_document(run_cli("job", "show", jid, "--json"))
+        assert shown["state"] == "LOST" and job["latest-checkpoint"] in shown["remedy"]
+        assert "LOST" in run_cli("cluster", "status").stdout
+        assert jid not in run_cli("list").stdout  # not running
+        # the TaskManager started again meanwhile waited for the new JobManager instead of dying
+        wait_for(lambda: rest("GET", "/overview")[1]["taskmanagers"] == 1, timeout=60, message="the TaskManager registered again")
+        logs = "".join(p.read_text(errors="replace") for p in (flinkpy_home / "log").glob("taskmanager-*"))
+        assert "Traceback" not in logs, logs[-3000:]
+    finally:
+        run_cli("cluster", "stop")
+        pids2, sup2 = _cluster_pids(flinkpy_home) if (flinkpy_home / "cluster.json").exists() else ([], 0)
+        _kill_all([*pids, supervisor, *pids2])
+
+
 # ------------------------------------------------------------------ 11: a record over the frame limit
 
 

@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flinkpy.clock import now_ms
 from flinkpy.config import load_config
 from flinkpy.errors import FlinkpyError
 from flinkpy.jobmanager.artifacts import ArtifactStore
 from flinkpy.jobmanager.dispatcher import Dispatcher
+from flinkpy.jobmanager.job_journal import JobJournal
 from flinkpy.jobmanager.rest import RestServer
 from flinkpy.logfiles import rotate_process_output
 from flinkpy.processes import CANNOT_BIND_EXIT
@@ -197,6 +199,9 @@ def main(argv: list[str] | None = None) -> None:
         dispatcher.ha = Leadership(dispatcher, ha, args.id, info)
     else:
         published = home / "jobmanager.json"
+        dispatcher.journal = JobJournal(home / "jobs")
+        with dispatcher.lock:
+            dispatcher.lost = {job.job_id: job for job in dispatcher.journal.lost(now_ms())}
     tmp = home / f".jobmanager.json.{os.getpid()}"
     tmp.write_text(json.dumps(info))
     os.replace(tmp, published)
@@ -227,6 +232,8 @@ def main(argv: list[str] | None = None) -> None:
         pass
     if dispatcher.ha is not None:
         dispatcher.ha.stop()  # a clean stop hands leadership over at once
+    if dispatcher.journal is not None:
+        dispatcher.journal.clear()  # the jobs end with their cluster: none is lost
     os._exit(0)
 
 

@@ -240,6 +240,7 @@ class RestServer:
                 "jobs-finished": states.count("FINISHED"),
                 "jobs-cancelled": states.count("CANCELED"),
                 "jobs-failed": states.count("FAILED"),
+                "jobs-lost": len(d.lost),
             }
 
     def config(self, **_: Any) -> dict[str, Any]:
@@ -287,7 +288,7 @@ class RestServer:
     def jobs_overview(self, **_: Any) -> dict[str, Any]:
         d = self.dispatcher
         with d.lock:
-            return {"jobs": [self._job_summary(jid, rec.graph) for jid, rec in d.jobs.items()]}
+            return {"jobs": [*(job.summary() for job in d.lost.values()), *(self._job_summary(jid, rec.graph) for jid, rec in d.jobs.items())]}
 
     @staticmethod
     def _job_summary(jid: str, g: Any) -> dict[str, Any]:
@@ -313,6 +314,8 @@ class RestServer:
     def job(self, jid: str, **_: Any) -> dict[str, Any]:
         d = self.dispatcher
         with d.lock:
+            if jid in d.lost:
+                return {**d.lost[jid].summary(), "vertices": [], "events": []}
             g = d.job(jid).graph
             summary = self._job_summary(jid, g)
             summary.update(
