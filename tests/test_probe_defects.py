@@ -201,6 +201,11 @@ def test_run_json_of_a_failing_job_prints_exactly_one_document(shared: Path, tmp
     doc = one_document(res)
     assert doc["error"]["exit_code"] == ExitCode.JOB_FAILED and "probe: record" in doc["error"]["message"]
     assert doc["jobs"][0]["state"] == "FAILED"
+    # more parallelism than the cluster has slots: the job fails at once, one document
+    res = run_cli("run", "--json", "-d", "-p", "64", str(job))
+    assert res.returncode == ExitCode.JOB_FAILED, res.stderr
+    doc = one_document(res)
+    assert set(doc) == {"jobs", "error"} and "64 slot(s)" in doc["error"]["message"]
     # a savepoint that is not there: one document too
     res = run_cli("run", "--json", "-s", str(tmp_path / "no-such-savepoint"), str(job))
     assert res.returncode == ExitCode.NOT_FOUND, res.stderr
