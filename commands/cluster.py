@@ -275,7 +275,8 @@ def cluster_status(wide: Wide = False, json_: JsonFlag = False) -> None:
     console.print(
         f"Slots: {overview.get('slots-available', '?')} of {overview.get('slots-total', '?')} available; "
         f"jobs: {overview.get('jobs-running', 0)} running, {overview.get('jobs-finished', 0)} finished, "
-        f"{overview.get('jobs-cancelled', 0)} cancelled, {overview.get('jobs-failed', 0)} failed",
+        f"{overview.get('jobs-cancelled', 0)} cancelled, {overview.get('jobs-failed', 0)} failed"
+        + (f", {overview['jobs-lost']} LOST when the JobManager died (see 'flinkpy list -a')" if overview.get("jobs-lost") else ""),
         markup=False,
     )
     restarts = {tm.id: tm.restarts for tm in info.taskmanagers}

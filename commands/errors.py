@@ -25,9 +25,9 @@ def report(message: str, remedy: str | None, *, kind: str, exit_code: int) -> in
     line = f"{PROG}: error: {message}" + (f" ({remedy})" if remedy else "")
     sys.stderr.write(_for_terminal(line) + "\n")
     sys.stderr.flush()
-    if session.json:
+    if session.json and not session.emitted:
         doc: dict[str, Any] = {"message": message, "remedy": remedy, "kind": kind, "exit_code": exit_code}
-        emit_json({"error": doc})
+        emit_json({**session.error_context, "error": doc})
     return exit_code
 
 

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 app = typer.Typer()
 
 SCHEDULED_STATES = frozenset({"CREATED", "INITIALIZING"})
-TERMINAL_STATES = frozenset({"FINISHED", "CANCELED", "FAILED"})
+#: LOST: running when a JobManager without high availability died (its successor lists it)
+TERMINAL_STATES = frozenset({"FINISHED", "CANCELED", "FAILED", "LOST"})
 
 
 def select_jobs(jobs: list[JsonObject], *, all_: bool, running: bool, scheduled: bool) -> list[JsonObject]:

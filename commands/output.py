@@ -29,6 +29,7 @@ def err() -> Console:
 
 def emit_json(doc: Any) -> None:
     """Write the one JSON document of a --json invocation."""
+    session.emitted = True
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     sys.stdout.flush()
 

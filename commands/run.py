@@ -253,18 +253,21 @@ def _report_submitted(submitted: list[SubmittedJob], detached: bool) -> None:
             status(f"Job with JobID {sub.job_id} has finished.")
             if sub.net_runtime_ms is not None:
                 status(f"Job Runtime: {sub.net_runtime_ms} ms")
+    from flinkpy.client.program import outcome_error
+
+    # waited for: how it ended; detached: whether it failed before running (too few slots)
+    errors = [e for e in (outcome_error(s) if not detached or s.state == "FAILED" else None for s in submitted) if e is not None]
+    jobs = {"jobs": [{"jid": s.job_id, "name": s.name, "state": s.state, "net-runtime": s.net_runtime_ms} for s in submitted]}
     if session.json:
-        emit_json({"jobs": [{"jid": s.job_id, "name": s.name, "state": s.state, "net-runtime": s.net_runtime_ms} for s in submitted]})
+        if errors:
+            session.error_context.update(jobs)  # one document: the jobs beside the error
+        else:
+            emit_json(jobs)
     elif detached:
         for sub in submitted:  # jid=$(flinkpy run -d job.py)
             print(sub.job_id, flush=True)
-    from flinkpy.client.program import outcome_error
-
-    for sub in submitted:
-        # waited for: how it ended; detached: whether it failed before running (too few slots)
-        error = outcome_error(sub) if not detached or sub.state == "FAILED" else None
-        if error is not None:
-            raise error
+    if errors:
+        raise errors[0]
 
 
 def _spark_conf(items: list[str] | None) -> dict[str, str] | None:

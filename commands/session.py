@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -16,6 +16,10 @@ from typing import Any
 class Session:
     json: bool = False
     debug: bool = False
+    #: --json: whether the one document has been written (a later error must not add a second)
+    emitted: bool = False
+    #: --json: fields an error document carries besides "error" (the jobs a failing run submitted)
+    error_context: dict[str, Any] = field(default_factory=dict)
 
 
 session = Session()

@@ -29,12 +29,13 @@ from typing import Any
 PathLike = str | os.PathLike[str]
 
 
-def write_atomically(path: PathLike, data: bytes | str, *, durable: bool = False) -> None:
-    """Replace ``path`` with ``data`` (str is written as UTF-8) in one step."""
+def write_atomically(path: PathLike, data: bytes | str, *, durable: bool = False, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` (str is written as UTF-8) in one step; the file is private
+    to its owner unless ``mode`` says otherwise (clusters keep their records and logs private)."""
     path = os.fspath(path)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             if durable:
                 f.flush()

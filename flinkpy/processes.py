@@ -10,6 +10,10 @@ import os
 from typing import Any, Iterable
 
 
+#: a JobManager's exit status when its REST endpoint cannot be bound (the port is taken)
+CANNOT_BIND_EXIT = 3
+
+
 def create_time(pid: int) -> float:
     """When process ``pid`` started (0.0 if there is none)."""
     import psutil

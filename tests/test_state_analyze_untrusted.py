@@ -103,3 +103,21 @@ def test_the_jobs_own_class_needs_trusted_and_its_module(tmp_path: Path, user_mo
     res = run_cli("state", "analyze", "--trusted", "--json", str(path), env={"PYTHONPATH": f"{lib}:{Path.cwd()}"})
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["totals"]["keys"] == 2
+
+
+def test_a_small_file_that_asks_for_a_gigabyte_is_refused_before_allocating(tmp_path: Path) -> None:
+    """Issue 38: a 248-byte file holding bytes(1 << 30) (plain values, no code) made
+    'state analyze' allocate 1 GiB; what constructors build is now bounded by the file's size."""
+    from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask
+
+    crafted = b"\x80\x02cbuiltins\nbytes\nJ\x00\x00\x00@\x85R."  # bytes(1 << 30)
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"))
+    handle = storage.write_state("job", 1, "op-0.keyed", crafted)
+    op = new_operator(operator_id="op", uid="op", name="crafted", vertex_id=1, parallelism=1, max_parallelism=128,
+                      subtasks=[new_subtask(0, keyed_state=keyed_state(handle, (0, 127), {}))])
+    storage.write_metadata("job", 1, new_metadata(job_id="job", job_name="demo", checkpoint_id=1, trigger_timestamp=1,
+                                                   completion_timestamp=2, operators=[op]))
+    res = run_cli("state", "analyze", str(tmp_path / "checkpoints" / "job" / "chk-1"))
+    assert res.returncode == ExitCode.CONFLICT, res.stderr
+    assert f"a {len(crafted)}-byte state file asks for 1073741824 bytes through builtins.bytes" in res.stderr
+    assert "Traceback" not in res.stderr

@@ -200,7 +200,9 @@ class Client:
         on_busy: Callable[[], None] | None = None,
     ) -> str:
         """Ask for a savepoint; its request id. ``if_busy="wait"``: while another savepoint
-        of the job is in progress, ask again until the deadline (``on_busy`` once)."""
+        of the job is in progress, ask again until the deadline (``on_busy`` once). A relative
+        ``target_dir`` is resolved here, against this process's working directory."""
+        target_dir = _resolved(target_dir)
         end = self.endpoint(job_id)
         return operations.request_operation(
             end, job_id, lambda: end.trigger_savepoint(job_id, target_dir, format_type=format_type),
@@ -209,6 +211,7 @@ class Client:
 
     def stop_with_savepoint(self, job_id: str, target_dir: str | None = None, *, drain: bool = False, deadline: Deadline) -> str:
         """Ask for a final savepoint after which the job finishes; the request id."""
+        target_dir = _resolved(target_dir)
         end = self.endpoint(job_id)
         return operations.request_operation(end, job_id, lambda: end.stop_with_savepoint(job_id, target_dir, drain=drain),
                                             if_busy="fail", deadline=deadline)
@@ -297,3 +300,12 @@ class Client:
             )
         os.kill(cluster.jobmanager_pid, signal.SIGKILL)
         return {"what": "JobManager", "pid": cluster.jobmanager_pid}
+
+
+def _resolved(target_dir: str | None) -> str | None:
+    """A savepoint directory as the cluster must get it (see flinkpy.checkpoint.targets)."""
+    if not target_dir:
+        return None
+    from flinkpy.checkpoint.targets import resolve_target  # not at import: the CLI starts faster without fsspec
+
+    return resolve_target(target_dir)

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, record_lock, write_record
-from flinkpy.cluster.spawning import spawn
+from flinkpy.cluster.spawning import open_private, spawn
 from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
 from flinkpy.processes import create_time, log_tail, module_command
@@ -90,7 +90,7 @@ def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int
     out_path = home.log_dir / f"taskmanager-{tm_id}.out"
     argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
                           "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict()))
-    with open(out_path, "ab", buffering=0) as out:
+    with open_private(out_path) as out:
         proc = spawn(argv, log_path, out, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"})
     return ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path), argv)
 

@@ -96,8 +96,9 @@ class ClusterHome:
         return self.path / "flinkpy.yaml"
 
     def ensure(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(exist_ok=True)
+        # private: the logs, job output and job code in it are what the token protects
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.log_dir.mkdir(mode=0o700, exist_ok=True)
         secret = self.path / "secret"
         if not secret.exists():
             fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -147,8 +148,8 @@ def cluster_record(c: ClusterInfo) -> dict[str, Any]:
 def record_lock(home: ClusterHome) -> Iterator[None]:
     """Held around every read-modify-write of ``cluster.json``: the supervisor, ``add-taskmanager``
     and ``add-jobmanager`` all change it, and none may lose another's change."""
-    home.path.mkdir(parents=True, exist_ok=True)
-    with open(home.path / ".cluster.lock", "a") as f:
+    home.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(os.open(home.path / ".cluster.lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, as_home, read_record, record_lock, write_record
-from flinkpy.cluster.spawning import spawn, wait_gone
+from flinkpy.cluster.spawning import open_private, spawn, wait_gone
 from flinkpy.cluster.supervision import RestartPolicy, policies_from_config
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
-from flinkpy.processes import create_time, log_tail, module_command, process_tree
+from flinkpy.processes import CANNOT_BIND_EXIT, create_time, log_tail, module_command, process_tree
 
 
 def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> dict[str, Any]:
@@ -33,6 +33,9 @@ def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Pa
         except (FileNotFoundError, ValueError):
             pass
         if proc.poll() is not None:
+            if proc.returncode == CANNOT_BIND_EXIT:
+                raise ConflictError(f"the JobManager could not start: {log_tail(log_path, 1)}",
+                                    remedy="stop what listens on that port, or choose another with --rest-port or rest.port")
             raise FlinkpyError(
                 f"the JobManager exited during start-up (code {proc.returncode}): {log_tail(log_path, 3)}",
                 remedy=f"see {log_path}",
@@ -91,7 +94,7 @@ def _launch(
             out_file: Any = tm_stdout
             opened = None
             if tm_stdout is None:
-                opened = open(out_path, "ab", buffering=0)
+                opened = open_private(out_path)
                 out_file = opened
             tm_argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id, "--slots", str(slots),
                                      "--heartbeat-interval-ms", str(heartbeat_interval_ms))
@@ -267,7 +270,7 @@ def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config:
     before = rest.overview()["taskmanagers"]
     argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
                           "--slots", str(slots), "--heartbeat-interval-ms", str(interval))
-    with open(out_path, "ab", buffering=0) as out_file:
+    with open_private(out_path) as out_file:
         proc = spawn(
             argv,
             log_path, out_file, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"},
@@ -330,7 +333,7 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
     home = as_home(home)
     info = read_record(home)
     if info is None:
-        return []
+        return _stop_orphans(home, timeout_s)
     _stop_supervisor(info)
     info = read_record(home) or info  # what the supervisor started last is in the record
     procs = [p for p in [*info.taskmanagers, *(info.jobmanagers or [info.jobmanager])] if alive(p)]
@@ -355,6 +358,41 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
     if info.ha is not None:
         shutil.rmtree(home.path / "jobmanagers", ignore_errors=True)
     return procs
+
+
+#: the modules a cluster's processes run (each with ``--home DIR``), by the kind of process
+_CLUSTER_MODULES = {"flinkpy.jobmanager.process": "jobmanager", "flinkpy.taskmanager.process": "taskmanager",
+                    "flinkpy.cluster.supervisor": "supervisor"}
+
+
+def _stop_orphans(home: ClusterHome, timeout_s: float) -> list[ProcessInfo]:
+    """The processes of a cluster whose record is gone with its home (deleted under a running
+    cluster) found by their command lines, stopped like a recorded cluster's."""
+    import psutil
+
+    if home.path.is_dir():
+        return []  # a home without a record: no cluster was started in it, or it was stopped
+    wanted = str(home.path)
+    found: list[tuple[ProcessInfo, Any]] = []
+    for p in psutil.process_iter(["cmdline"]):
+        argv = p.info["cmdline"] or []
+        module = next((m for m in _CLUSTER_MODULES if m in argv), None)
+        if module is None or "--home" not in argv or argv.index("--home") + 1 >= len(argv) or argv[argv.index("--home") + 1] != wanted:
+            continue
+        name = argv[argv.index("--id") + 1] if "--id" in argv[:-1] else _CLUSTER_MODULES[module]
+        found.append((ProcessInfo(id=name, pid=p.pid), p))
+    tree = process_tree(pi.pid for pi, _ in found)
+    for _, p in found:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    for p in wait_gone(tree, timeout_s):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return [pi for pi, _ in found]
 
 
 def _stdout_fd() -> int | None:

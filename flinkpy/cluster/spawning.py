@@ -1,4 +1,10 @@
-"""Starting, watching and reaping a cluster's processes (shared by the standalone and HA launchers)."""
+"""Starting, watching and reaping a cluster's processes (shared by the standalone and HA launchers).
+
+A cluster's files are its operators' alone: its processes run with umask 077 (so what they write
+— logs, job output, shipped job code, checkpoint files, and what their task processes write — is
+0600 in 0700 directories), and the log and output files opened here for them are 0600 too: the
+REST token protects the same data, and a world-readable log would hand it to any local user.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,20 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+#: the file mode creation mask of every process of a cluster
+PRIVATE_UMASK = 0o077
+
+
+def open_private(path: "Path | str") -> IO[bytes]:
+    """``path`` opened for appending, unbuffered, created with mode 0600 when new."""
+    return open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
+
 
 def spawn(cmd: list[str], log_path: Path, stdout: "IO[Any] | int | None", *, detach: bool, extra_env: dict[str, str]) -> subprocess.Popen:
     env = dict(os.environ)
     env.update(extra_env)
     env["FLINKPY_LOG_FILE"] = str(log_path)
-    log = open(log_path, "ab", buffering=0)
+    log = open_private(log_path)
     try:
         return subprocess.Popen(
             cmd,
@@ -23,6 +37,7 @@ def spawn(cmd: list[str], log_path: Path, stdout: "IO[Any] | int | None", *, det
             env=env,
             start_new_session=detach,
             close_fds=True,
+            umask=PRIVATE_UMASK,
         )
     finally:
         log.close()

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, record_lock, write_record
-from flinkpy.cluster.spawning import spawn, wait_gone
+from flinkpy.cluster.spawning import open_private, spawn, wait_gone
 from flinkpy.cluster.supervision import Action, ClusterLost, GiveUp, RestartPolicy, Respawn, Supervision, Waiting
 from flinkpy.processes import create_time, process_tree, running
 from flinkpy.signals import StopSignals
@@ -89,6 +89,8 @@ class Supervisor:
         self.stop = stop
         #: pid and start time of each process as last seen, to tell a restart by someone else
         self.seen: dict[str, tuple[int, float]] = {}
+        #: the record's processes as last read (to stop them when the record is gone with the home)
+        self.known: list[ProcessInfo] = []
 
     @property
     def stopping(self) -> bool:
@@ -98,6 +100,11 @@ class Supervisor:
         while not self.stopping:
             self._reap_children()
             if self._client_gone():
+                self.stop_cluster()
+                return
+            if not self.home.path.is_dir():
+                # deleted under a running cluster: no command could find (or stop) it any more
+                log.warning("the cluster home %s is gone: stopping the cluster", self.home.path)
                 self.stop_cluster()
                 return
             if not self._step():
@@ -146,6 +153,7 @@ class Supervisor:
                 # no record: the cluster was stopped (or not written yet, right after start)
                 return self.client is not None or not self.seen
             procs = supervised_processes(info)
+            self.known = [p for _, p in procs.values()]
             now = _now_ms()
             for gone in set(self.seen) - set(procs):
                 self.state.forget(gone)
@@ -198,7 +206,7 @@ class Supervisor:
         opened = None
         if kind == "taskmanager":
             # what jobs print: the TaskManager's .out file, or (embedded) our own stdout
-            opened = open(proc.stdout_path, "ab", buffering=0) if proc.stdout_path else None
+            opened = open_private(proc.stdout_path) if proc.stdout_path else None
             out = opened if opened is not None else sys.stdout.fileno()
         env = {"PYTHONUNBUFFERED": "1"}
         if kind == "taskmanager":
@@ -232,12 +240,12 @@ class Supervisor:
                 return
 
     def stop_cluster(self, known: list[Any] | None = None) -> None:
-        """The client of an embedded cluster is gone: stop every process (with ``known``, the
-        processes taken before), then remove the home."""
+        """The client of an embedded cluster is gone, or the home is: stop every process (with
+        ``known``, the processes taken before), then remove the home."""
         import psutil
 
-        info = read_record(self.home)
-        procs = [p for _, p in supervised_processes(info).values()] if info is not None else []
+        info = read_record(self.home) if self.home.path.is_dir() else None
+        procs = [p for _, p in supervised_processes(info).values()] if info is not None else self.known
         tree = process_tree(p.pid for p in procs if alive(p)) + list(known or [])
         for p in tree:
             try:

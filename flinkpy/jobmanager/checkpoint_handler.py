@@ -14,6 +14,7 @@ import logging
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Callable
 
+from flinkpy.checkpoint.targets import check_target
 from flinkpy.clock import now_ms
 from flinkpy.errors import ConfigurationError, ConflictError, NotFoundError, OperationTimeoutError
 from flinkpy.jobmanager.checkpoint_coordinator import Action as CheckpointAction
@@ -57,6 +58,8 @@ class CheckpointHandler:
             rec = d.job(job_id)
             if rec.graph.state != "RUNNING":
                 raise ConflictError(f"job {job_id} is {rec.graph.state}: savepoints are taken of running jobs", remedy="see 'flinkpy list -a'")
+            if target_dir:
+                check_target(target_dir)  # the CLI resolved it; another REST client may not have
             fmt = fmt.lower()
             if fmt not in SAVEPOINT_FORMATS:
                 raise ConfigurationError(f"savepoint format {fmt!r} is not known", remedy="use canonical or native")

@@ -13,6 +13,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
+from flinkpy.checkpoint.targets import missing_state_files
 from flinkpy.clock import now_ms
 from flinkpy.protocol import messages as msgs
 from flinkpy.jobmanager.checkpoint_coordinator import (
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
     from flinkpy.jobmanager.leadership import JobHa
 
 log = logging.getLogger("flinkpy.checkpoints")
+
+
+class SavepointIncompleteError(Exception):
+    """A savepoint's state files are not all where its ``_metadata`` would point."""
+
 _io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="checkpoint-io")
 
 
@@ -231,12 +237,21 @@ class JobCheckpointing:
                 doc = self.metadata(pending, completion)
                 if record is not None:
                     doc["savepoint_format"] = record.format
+                    missing = missing_state_files(self.storage, record.dir, doc)
+                    if missing:
+                        raise SavepointIncompleteError(f"{len(missing)} of its state files are not where its _metadata would say: {'; '.join(missing[:3])}")
                     path = self.storage.write_metadata_in(record.dir, doc)
                 else:
                     path = self.storage.write_metadata(self.graph.job_id, cid, doc)
                 if self.ha is not None:
                     directory = record.dir if record is not None else self.storage.checkpoint_dir(self.graph.job_id, cid)
                     self.ha.completed(cid, directory, self.options.retained)
+            except SavepointIncompleteError as e:
+                reason = f"savepoint {cid} of job {self.graph.job_id} is incomplete, so its _metadata was not written: {e}"
+                log.warning(reason)
+                record.fail(reason)
+                events(lambda: self.coordinator.finalize_failed(cid, reason, now_ms()))
+                return
             except Exception as e:  # noqa: BLE001 - storage errors fail the checkpoint, not the JobManager
                 reason = f"writing the metadata of checkpoint {cid} failed: {type(e).__name__}: {e}"
                 log.warning(reason)

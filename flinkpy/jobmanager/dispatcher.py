@@ -34,6 +34,7 @@ from flinkpy.jobmanager.checkpoint_handler import CheckpointHandler
 from flinkpy.jobmanager.checkpointing import JobCheckpointing
 from flinkpy.jobmanager.execution_graph import Action, Cancel, Deploy, ExecutionGraph, Failover, JobTerminated, Restart, SendConnect
 from flinkpy.jobmanager.fault_injector import FaultInjector
+from flinkpy.jobmanager.job_journal import JobJournal, LostJob
 from flinkpy.jobmanager.job_options import JobOptions
 from flinkpy.jobmanager.restarts import Restarts
 from flinkpy.jobmanager.scheduler import Scheduler
@@ -89,6 +90,10 @@ class Dispatcher:
         self.ha: Leadership | None = None
         #: the fencing token of this JobManager's leadership term (HA), None while a standby
         self.leader_epoch: int | None = None
+        #: without high availability: the record of the running jobs, and those a JobManager
+        #: that died left behind (see flinkpy.jobmanager.job_journal)
+        self.journal: JobJournal | None = None
+        self.lost: dict[str, LostJob] = {}
 
     @property
     def taskmanagers(self) -> dict[str, TaskManagerRecord]:
@@ -179,6 +184,8 @@ class Dispatcher:
         with self.lock:
             self.jobs[job_id] = JobRecord(graph, payloads, python_path, options, checkpointing, artifact=artifact)
             log.info("job %s (%s) submitted: %d vertices", job_id, graph.name, len(graph.vertices))
+            if self.journal is not None:
+                self.journal.record(job_id, graph.name, graph.timestamps.get("CREATED", now_ms()), options.checkpoint_dir)
             self.scheduler.schedule(job_id, (restore[0], restore[1]) if restore else None)
         return job_id
 
@@ -240,6 +247,9 @@ class Dispatcher:
     def tick(self) -> None:
         """Periodic work: due restarts, jobs waiting for slots, checkpoint triggers and timeouts."""
         with self.lock:
+            if self.journal is not None:
+                for job_id in [j for j in self.journal.recorded if j in self.jobs and self.jobs[j].graph.is_terminal()]:
+                    self.journal.forget(job_id)
             self.restarts.due()
             if self.scheduler.waiting:
                 self.scheduler.schedule_waiting()

@@ -45,6 +45,12 @@ def task_config(settings: Mapping[str, Any]) -> TaskConfig:
             f"taskmanager.memory.segment-size ({segment} bytes) when buffer debloating is enabled",
             remedy="lower taskmanager.memory.min-segment-size or raise taskmanager.memory.segment-size",
         )
+    max_frame = get("taskmanager.network.max-frame-size")
+    if not 1024 <= max_frame < 1 << 32:
+        raise ConfigurationError(
+            f"taskmanager.network.max-frame-size ({max_frame} bytes) must be from 1 kb to 4 gb minus one byte",
+            remedy="a frame's length is a 32-bit number: choose a size in that range",
+        )
     return TaskConfig(
         buffer_timeout_ms=get("execution.buffer-timeout.interval"),
         auto_watermark_ms=get("pipeline.auto-watermark-interval"),
@@ -59,6 +65,7 @@ def task_config(settings: Mapping[str, Any]) -> TaskConfig:
         debloat_samples=get(debloat + "samples"),
         debloat_threshold_pct=get(debloat + "threshold-percentages"),
         min_segment_size=min_segment,
+        max_frame_size=max_frame,
     )
 
 

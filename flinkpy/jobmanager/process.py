@@ -24,8 +24,10 @@ from flinkpy.errors import FlinkpyError
 from flinkpy.files import write_json_atomically
 from flinkpy.jobmanager.artifacts import ArtifactStore
 from flinkpy.jobmanager.dispatcher import Dispatcher
+from flinkpy.jobmanager.job_journal import JobJournal
 from flinkpy.jobmanager.rest import RestServer
 from flinkpy.logfiles import rotate_process_output
+from flinkpy.processes import CANNOT_BIND_EXIT
 from flinkpy.network import auth
 from flinkpy.network.auth import read_secret
 from flinkpy.network.http_limits import HttpLimits
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         rest = RestServer(dispatcher, secret_text, args.rest_address, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""), limits)
     except OSError as e:
         print(f"flinkpy-jobmanager: cannot bind the REST endpoint {args.rest_address}:{args.rest_port}: {e.strerror}", file=sys.stderr)
-        sys.exit(3)
+        sys.exit(CANNOT_BIND_EXIT)
     rpc = listen(args.rpc_address, 0)
     threading.Thread(target=_accept_loop, args=(rpc, secret_text.encode(), dispatcher), name="rpc-accept", daemon=True).start()
     threading.Thread(target=_heartbeat_monitor, args=(dispatcher, min(5.0, args.heartbeat_timeout_ms / 4000.0)), name="heartbeat-monitor", daemon=True).start()
@@ -199,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
         dispatcher.ha = Leadership(dispatcher, ha, args.id, info)
     else:
         published = home / "jobmanager.json"
+        dispatcher.journal = JobJournal(home / "jobs")
+        with dispatcher.lock:
+            dispatcher.lost = {job.job_id: job for job in dispatcher.journal.lost(now_ms())}
     write_json_atomically(published, info)
     log.info("JobManager %s ready: REST %s, RPC %s:%d", args.id, info["rest_address"], info["rpc_host"], info["rpc_port"])
     print(f"JobManager ready. REST address: {info['rest_address']}", file=sys.stderr, flush=True)
@@ -224,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
         pass
     if dispatcher.ha is not None:
         dispatcher.ha.stop()  # a clean stop hands leadership over at once
+    if dispatcher.journal is not None:
+        dispatcher.journal.clear()  # the jobs end with their cluster: none is lost
     os._exit(0)
 
 

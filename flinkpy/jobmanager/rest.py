@@ -37,6 +37,7 @@ from flinkpy.jobmanager import metrics_view
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.network.http_limits import HttpLimits
 from flinkpy.network.rest_server import RestEndpoint, Route, StreamedAnswer
+from flinkpy.network.rest_params import load_json, query_number
 from flinkpy.processes import running
 
 
@@ -99,6 +100,7 @@ class RestServer(RestEndpoint):
                 "jobs-finished": states.count("FINISHED"),
                 "jobs-cancelled": states.count("CANCELED"),
                 "jobs-failed": states.count("FAILED"),
+                "jobs-lost": len(d.lost),
             }
 
     def taskmanagers(self, **_: Any) -> dict[str, Any]:
@@ -156,7 +158,7 @@ class RestServer(RestEndpoint):
     def jobs_overview(self, **_: Any) -> dict[str, Any]:
         d = self.dispatcher
         with d.lock:
-            return {"jobs": [self._job_summary(jid, rec.graph) for jid, rec in d.jobs.items()]}
+            return {"jobs": [*(job.summary() for job in d.lost.values()), *(self._job_summary(jid, rec.graph) for jid, rec in d.jobs.items())]}
 
     @staticmethod
     def _job_summary(jid: str, g: Any) -> dict[str, Any]:
@@ -175,16 +177,15 @@ class RestServer(RestEndpoint):
         }
 
     def submit(self, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
-        try:
-            document = json.loads(body)
-        except ValueError as e:
-            raise InvalidProgramError(f"the submitted job graph is not valid JSON: {e}") from e
+        document = load_json(body, "the submitted job graph")
         jid = self.dispatcher.submit(document)
         return 202, {"jobid": jid}
 
     def job(self, jid: str, **_: Any) -> dict[str, Any]:
         d = self.dispatcher
         with d.lock:
+            if jid in d.lost:
+                return {**d.lost[jid].summary(), "vertices": [], "events": []}
             g = d.job(jid).graph
             summary = self._job_summary(jid, g)
             summary.update(
@@ -228,7 +229,7 @@ class RestServer(RestEndpoint):
             }
 
     def execution_result(self, jid: str, query: dict[str, str], **_: Any) -> dict[str, Any]:
-        timeout = min(float(query.get("timeout", 0) or 0), 60.0)
+        timeout = query_number(query, "timeout", 0.0, high=60.0)
         g = self.dispatcher.wait_for_terminal(jid, timeout)
         with self.dispatcher.lock:
             if not g.is_terminal():
@@ -254,7 +255,7 @@ class RestServer(RestEndpoint):
 
         with self.dispatcher.lock:
             cp = _checkpointing(self, jid)
-            return checkpoint_stats(cp.coordinator, now_ms(), history_size=int(query.get("history", 10)))
+            return checkpoint_stats(cp.coordinator, now_ms(), history_size=query_number(query, "history", 10, integer=True))
 
     def checkpoint_details(self, jid: str, cid: str, **_: Any) -> dict[str, Any]:
         from flinkpy.jobmanager.checkpoint_stats import checkpoint_detail
@@ -284,7 +285,7 @@ class RestServer(RestEndpoint):
 
     def trigger_checkpoint(self, jid: str, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
         # ?timeout=S: a long poll that waits for a free checkpoint slot (a manual trigger queues)
-        wait_s = min(max(float(query.get("timeout", 0) or 0), 0.0), 3600.0)
+        wait_s = query_number(query, "timeout", 0.0, high=3600.0)
         cid = self.dispatcher.checkpoints.trigger_checkpoint(jid, wait_s=wait_s)
         return 202, {"checkpoint_id": cid, "request-id": str(cid)}
 
@@ -309,10 +310,10 @@ class RestServer(RestEndpoint):
         return self.dispatcher.restarts.strategy(jid)
 
     def put_restart_strategy(self, jid: str, body: bytes, **_: Any) -> dict[str, Any]:
+        doc = load_json(body or b"{}", "the request body")
         try:
-            doc = json.loads(body or b"{}")
             config = {str(k): str(v) for k, v in doc["config"].items()}
-        except (ValueError, KeyError, AttributeError) as e:
+        except (TypeError, KeyError, AttributeError) as e:
             raise InvalidProgramError(f"the body must be JSON {{\"config\": {{key: value}}}}: {e}") from e
         return self.dispatcher.restarts.set_strategy(jid, config)
 
@@ -338,10 +339,7 @@ class LogStream(StreamedAnswer):
     JobManager holds one chunk of it at a time, never the file."""
 
     def __init__(self, path: str, query: dict[str, str], alive: Callable[[], bool]) -> None:
-        try:
-            self.lines = int(query.get("lines", 100))
-        except ValueError:
-            raise InvalidProgramError(f"lines must be a number, got {query.get('lines')!r}") from None
+        self.lines = query_number(query, "lines", 100, integer=True)
         self.path, self.alive = path, alive
         self.follow = query.get("follow", "false").lower() in ("1", "true", "yes")
 

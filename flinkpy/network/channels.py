@@ -22,10 +22,11 @@ import struct
 import threading
 from typing import Any
 
+from flinkpy.errors import FlinkpyError
 from flinkpy.network import auth
 from flinkpy.network.credit import ReceiverCredit, SenderCredit
 from flinkpy.network.debloat import BufferDebloater
-from flinkpy.network.framing import FrameReader, encode, send_frame
+from flinkpy.network.framing import MAX_FRAME, FrameReader, encode, send_frame
 
 HELLO = 1
 DATA = 2
@@ -49,6 +50,18 @@ class ChannelBroken(ConnectionError):
     """The other side of a data channel went away before the end of the partition."""
 
 
+class RecordTooLargeError(FlinkpyError):
+    """A buffer of records is larger than a data channel's frame limit."""
+
+    def __init__(self, size: int, records: int, limit: int, describe: str) -> None:
+        what = f"a record of {size} bytes" if records == 1 else f"a buffer of {size} bytes ({records} records)"
+        super().__init__(
+            f"{what} for {describe} is larger than taskmanager.network.max-frame-size ({limit} bytes), the most one "
+            "data channel carries between two tasks",
+            remedy="raise taskmanager.network.max-frame-size (up to 4 gb), or pass large values by reference (a path in shared storage)",
+        )
+
+
 class OutputChannel:
     """The producer's end of one channel."""
 
@@ -58,6 +71,8 @@ class OutputChannel:
         self.consumer = consumer
         self.describe = describe
         self.credit = SenderCredit()
+        #: the largest frame the consumer accepts (``taskmanager.network.max-frame-size``)
+        self.max_frame = MAX_FRAME
         self.reader = FrameReader(sock, chunk=4096)
         self.bytes_sent = 0
         self.buffers_sent = 0
@@ -82,6 +97,11 @@ class OutputChannel:
                 self.buffer_size = _U32.unpack(payload)[0]
             else:
                 raise ChannelBroken(f"unexpected frame kind {kind} from the consumer of {self.describe}")
+
+    def check_size(self, payload: bytes, records: int) -> None:
+        """``RecordTooLargeError`` for a buffer the consumer would refuse, before it is sent."""
+        if len(payload) > self.max_frame:
+            raise RecordTooLargeError(len(payload), records, self.max_frame, self.describe)
 
     def send_data(self, payload: bytes, kind: int = DATA) -> None:
         """Send one buffer; blocks (backpressure) until the consumer has credit for it."""
@@ -196,12 +216,12 @@ class QueuingOutputChannel(OutputChannel):
 class InputChannel:
     """The consumer's end of one channel."""
 
-    def __init__(self, sock: socket.socket, edge_id: int, producer: int, initial_credit: int, describe: str):
+    def __init__(self, sock: socket.socket, edge_id: int, producer: int, initial_credit: int, describe: str, max_frame: int = MAX_FRAME):
         self.sock = sock
         self.edge_id = edge_id
         self.producer = producer
         self.describe = describe
-        self.reader = FrameReader(sock)
+        self.reader = FrameReader(sock, max_frame=max_frame)
         self.credit = ReceiverCredit(initial_credit)
         self.finished = False
         self.bytes_received = 0
@@ -300,6 +320,7 @@ def open_input_channel(
     initial_credit: int,
     describe: str,
     timeout: float = 10.0,
+    max_frame: int = MAX_FRAME,
 ) -> InputChannel:
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -309,7 +330,7 @@ def open_input_channel(
     send_frame(sock, HELLO, hello)
     send_frame(sock, CREDIT, _U32.pack(initial_credit))
     sock.settimeout(None)
-    return InputChannel(sock, edge_id, producer, initial_credit, describe)
+    return InputChannel(sock, edge_id, producer, initial_credit, describe, max_frame)
 
 
 class ChannelAcceptor:
@@ -383,8 +404,10 @@ class ChannelAcceptor:
             pass
 
 
-def make_output_channel(sock: socket.socket, reader: FrameReader, edge_id: int, consumer: int, describe: str, *, queuing: bool = False) -> OutputChannel:
+def make_output_channel(sock: socket.socket, reader: FrameReader, edge_id: int, consumer: int, describe: str, *, queuing: bool = False,
+                        max_frame: int = MAX_FRAME) -> OutputChannel:
     ch = (QueuingOutputChannel if queuing else OutputChannel)(sock, edge_id, consumer, describe)
+    ch.max_frame = max_frame
     ch.reader = reader  # keeps bytes (the initial credit) read after HELLO
     ch._absorb(reader.drain_buffered())
     return ch

@@ -15,6 +15,7 @@ from typing import Iterator
 HEADER = struct.Struct(">IB")
 HEADER_SIZE = HEADER.size
 #: a frame larger than this is refused: a corrupt or hostile length must not allocate gigabytes
+#: (data channels take theirs from ``taskmanager.network.max-frame-size``)
 MAX_FRAME = 256 * 1024 * 1024
 
 
@@ -42,9 +43,10 @@ class FrameReader:
     ``None`` once the peer has closed the connection cleanly between frames.
     """
 
-    def __init__(self, sock: socket.socket, chunk: int = 1 << 18):
+    def __init__(self, sock: socket.socket, chunk: int = 1 << 18, max_frame: int = MAX_FRAME):
         self.sock = sock
         self.chunk = chunk
+        self.max_frame = max_frame
         self._buf = bytearray()
 
     def feed(self) -> list[tuple[int, bytes]] | None:
@@ -64,8 +66,8 @@ class FrameReader:
         n = len(buf)
         while n - pos >= HEADER_SIZE:
             length, kind = HEADER.unpack_from(buf, pos)
-            if length > MAX_FRAME:
-                raise FrameError(f"frame of {length} bytes exceeds the limit of {MAX_FRAME}")
+            if length > self.max_frame:
+                raise FrameError(f"frame of {length} bytes exceeds the limit of {self.max_frame}")
             end = pos + HEADER_SIZE + length
             if end > n:
                 break
@@ -88,8 +90,8 @@ class FrameReader:
         while True:
             if len(self._buf) >= HEADER_SIZE:
                 length, kind = HEADER.unpack_from(self._buf, 0)
-                if length > MAX_FRAME:
-                    raise FrameError(f"frame of {length} bytes exceeds the limit of {MAX_FRAME}")
+                if length > self.max_frame:
+                    raise FrameError(f"frame of {length} bytes exceeds the limit of {self.max_frame}")
                 if len(self._buf) >= HEADER_SIZE + length:
                     payload = bytes(self._buf[HEADER_SIZE : HEADER_SIZE + length])
                     del self._buf[: HEADER_SIZE + length]

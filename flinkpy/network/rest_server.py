@@ -27,7 +27,8 @@ from urllib.parse import parse_qs, urlparse
 from flinkpy import __version__
 from flinkpy.errors import (ClusterUnreachableError, ConfigurationError, ConflictError, FlinkpyError, InvalidProgramError, NotFoundError,
                             OperationTimeoutError, storage_credentials_error)
-from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer
+from flinkpy.network.http_limits import HttpLimits, LimitedHTTPServer, LimitedRequestHandler
+from flinkpy.network.rest_params import load_json
 
 log = logging.getLogger("flinkpy.rest")
 
@@ -50,8 +51,7 @@ class RestEndpoint:
         self.limits = limits or HttpLimits()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class Handler(LimitedRequestHandler):
             # per recv and send; the watchdog bounds a whole request's arrival
             timeout = self.limits.read_timeout_s
 
@@ -109,10 +109,7 @@ class RestEndpoint:
     @staticmethod
     def json_body(body: bytes) -> dict[str, Any]:
         """A request body that must be a JSON object (an empty body is ``{}``)."""
-        try:
-            doc = json.loads(body or b"{}")
-        except ValueError as e:
-            raise InvalidProgramError(f"the request body is not JSON: {e}") from e
+        doc = load_json(body or b"{}", "the request body")
         if not isinstance(doc, dict):
             raise InvalidProgramError("the request body must be a JSON object")
         return doc
@@ -122,6 +119,7 @@ class RestEndpoint:
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         url = urlparse(h.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        h.close_connection = True  # one request per connection: see flinkpy.network.http_limits
         try:
             # who asks comes first: an unauthenticated peer's body is never read
             auth = h.headers.get("Authorization", "")

@@ -71,6 +71,8 @@ class TaskConfig:
     debloat_threshold_pct: int = 25
     #: the smallest buffer size debloating announces (``taskmanager.memory.min-segment-size``)
     min_segment_size: int = 256
+    #: the largest frame a data channel carries (``taskmanager.network.max-frame-size``)
+    max_frame_size: int = 256 << 20
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from flinkpy.errors import InvalidProgramError, NotFoundError
 from flinkpy.network.rest_server import RestEndpoint, Route
+from flinkpy.network.rest_params import query_number
 
 _JID = r"(?P<jid>[0-9a-f]{32})"
 
@@ -58,7 +59,7 @@ class ControlServer(RestEndpoint):
             ("GET", rf"/jobs/{_JID}/exceptions", self._mine(lambda **_: self.job.exceptions_document())),
             ("GET", rf"/jobs/{_JID}/execution-result", self._mine(self._result)),
             ("PATCH", rf"/jobs/{_JID}", self._mine(self._patch)),
-            ("GET", rf"/jobs/{_JID}/checkpoints", self._mine(lambda query, **_: self.job.checkpoints(int(query.get("history", 10))))),
+            ("GET", rf"/jobs/{_JID}/checkpoints", self._mine(lambda query, **_: self.job.checkpoints(query_number(query, "history", 10, integer=True)))),
             ("GET", rf"/jobs/{_JID}/checkpoints/config", self._mine(lambda **_: self.job.checkpoint_config())),
             ("POST", rf"/jobs/{_JID}/savepoints", self._mine(self._savepoint)),
             ("GET", rf"/jobs/{_JID}/savepoints/(?P<tid>[0-9a-f]{{32}})", self._mine(lambda tid, **_: self.job.savepoint_status(tid))),
@@ -88,7 +89,7 @@ class ControlServer(RestEndpoint):
         return {"jobs": [self.job.summary()]}
 
     def _result(self, query: dict[str, str], **_: Any) -> dict[str, Any]:
-        return self.job.wait_result(min(float(query.get("timeout", 0) or 0), 60.0))
+        return self.job.wait_result(query_number(query, "timeout", 0.0, high=60.0))
 
     def _patch(self, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
         mode = query.get("mode", "cancel")

@@ -240,9 +240,11 @@ class RecordWriter:
     def _send(self, i: int, batch: list, timestamps: list | None = None) -> None:
         if timestamps is not None and any(t is not None for t in timestamps):
             payload = dumps_batch([batch, timestamps])
+            self.channels[i].check_size(payload, len(batch))
             self.channels[i].send_data(payload, net.DATA_TS)
         else:
             payload = dumps_batch(batch)
+            self.channels[i].check_size(payload, len(batch))
             self.channels[i].send_data(payload)
         if not self.flush_every_record:
             size = len(payload)

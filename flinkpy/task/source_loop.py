@@ -19,8 +19,25 @@ from flinkpy.task.watermarks import MAX_WATERMARK
 if TYPE_CHECKING:
     from flinkpy.task.task import Task
 
-#: records asked of the reader per poll
+#: the most records asked of the reader per poll
 SOURCE_BATCH = 1024
+#: the time one poll's records should take through the chain: a checkpoint trigger is taken only
+#: between polls, so a slow operator chained to the source (50 ms a record) would otherwise hold
+#: a trigger for 1,024 of its records (51 s); the poll size follows the chain's measured speed
+BATCH_TIME_S = 0.05
+
+
+def next_batch_size(records: int, seconds: float, *, limit: int = SOURCE_BATCH, target_s: float = BATCH_TIME_S) -> int:
+    """How many records to poll next, after ``records`` took ``seconds`` through the chain:
+    what fits in ``target_s`` at that speed, at least 1, at most ``limit`` and twice ``records``
+    (growing back by doubling, so one fast batch does not undo a slow operator's measure).
+
+    >>> next_batch_size(1024, 0.002), next_batch_size(1024, 51.2), next_batch_size(2, 0.1), next_batch_size(8, 0.0)
+    (1024, 1, 1, 16)
+    """
+    if seconds <= 0:
+        return min(limit, 2 * records)
+    return max(1, min(limit, 2 * records, int(records * target_s / seconds)))
 
 
 class SourceLoop:
@@ -71,6 +88,7 @@ class SourceLoop:
         wake = [ctrl_sock, *(op.wakeup_fd for op in asyncs)]
         #: unaligned checkpoints: the output channels queue instead of blocking
         queuing = [ch for w in writers for ch in w.channels] if self.task.descriptor.config.unaligned else []
+        batch_size = 1  # doubles to SOURCE_BATCH within a few polls when the chain is fast
         try:
             while True:
                 if control.pending():
@@ -81,7 +99,7 @@ class SourceLoop:
                 if queuing and any(ch.queue for ch in queuing):
                     self._wait_for_credit(queuing, ctrl_sock)
                     continue
-                batch = reader.poll(SOURCE_BATCH)
+                batch = reader.poll(batch_size)
                 if batch is None:
                     break
                 now = monotonic()
@@ -97,6 +115,7 @@ class SourceLoop:
                     self.records_in += len(batch)
                     head(batch, None)
                     last_data = now
+                    batch_size = next_batch_size(len(batch), monotonic() - now)
                 else:
                     if idle_after is not None and now - last_data >= idle_after:
                         source_head.mark_idle()

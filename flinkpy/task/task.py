@@ -113,6 +113,7 @@ class Task:
                     consumer=d.subtask,
                     initial_credit=d.config.credit,
                     describe=f"edge {inp.edge_id} from subtask {producer} of vertex {inp.source_vertex}",
+                    max_frame=d.config.max_frame_size,
                 )
                 self.inputs.append(ch)
                 self.input_types.append(inp.type_number)
@@ -143,7 +144,7 @@ class Task:
             for c in out.consumers:
                 sock, reader = accepted[(out.edge_id, c)]
                 chans.append(net.make_output_channel(sock, reader, out.edge_id, c, f"edge {out.edge_id} to subtask {c} of vertex {out.target_vertex}",
-                                                     queuing=d.config.unaligned))
+                                                     queuing=d.config.unaligned, max_frame=d.config.max_frame_size))
             self.writers[out.edge_id] = RecordWriter(
                 chans,
                 out.partitioner,

@@ -66,6 +66,7 @@ from flinkpy.protocol.messages import (
 from flinkpy.signals import StopSignals
 from flinkpy.taskmanager.artifacts import ArtifactUnavailableError, JobArtifacts, peer_address
 from flinkpy.taskmanager.launcher import ForkedProcess, LauncherFailed, TaskLauncher
+from flinkpy.taskmanager.rejoin import wait_for_jobmanager, when_the_jobmanager_answers
 from flinkpy.taskmanager.resources import ResourceReporter
 
 log = logging.getLogger("flinkpy.taskmanager")
@@ -490,12 +491,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.ha:
         tm = TaskManager(args.id, args.slots, home, "", 0, secret, args.host, args.heartbeat_interval_ms / 1000.0)
     else:
-        if args.jobmanager:
-            jm_host, jm_port = args.jobmanager.rsplit(":", 1)
-        else:
-            info = _wait_for_jobmanager(home)
-            jm_host, jm_port = info["rpc_host"], info["rpc_port"]
-        tm = TaskManager(args.id, args.slots, home, jm_host, int(jm_port), secret, args.host, args.heartbeat_interval_ms / 1000.0)
+        fixed = args.jobmanager.rsplit(":", 1) if args.jobmanager else None
+        tm = when_the_jobmanager_answers(lambda: (fixed[0], int(fixed[1])) if fixed else wait_for_jobmanager(home),
+                                         lambda host, port: TaskManager(args.id, args.slots, home, host, port, secret, args.host,
+                                                                        args.heartbeat_interval_ms / 1000.0), args.id)
 
     def exit_when_tasks_are_gone() -> None:
         """Give canceled tasks a moment to end (their supervisors report them), then exit."""
@@ -585,18 +584,6 @@ def _follow_leaders(tm: TaskManager, ha_config: dict[str, Any], logs: tuple[str,
         # sooner when a new leader is published
         follower.wait_for(lambda info, e=leader.get("epoch"): info is None or info.get("epoch") != e, timeout_s=0.2)
     ha.stop()
-
-
-def _wait_for_jobmanager(home: Path, timeout_s: float = 30.0) -> dict[str, Any]:
-    """The JobManager publishes its endpoints in the home once it is listening."""
-    path = home / "jobmanager.json"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            time.sleep(0.01)
-    raise SystemExit(f"no JobManager published its address in {path} within {timeout_s:.0f}s")
 
 
 if __name__ == "__main__":
