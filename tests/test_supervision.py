@@ -198,7 +198,9 @@ def test_a_killed_jobmanager_without_ha_comes_back_at_the_same_address(flinkpy_h
 
         doc = wait_for(healed, timeout=60, message="a new JobManager at the same address, with both TaskManagers")
         assert doc["cluster"]["jobmanager"]["restarts"] == 1
-        assert cli_json("list", "-a")["jobs"] == []  # without HA the old job went with its JobManager
+        # without HA the old job is not restarted: the new JobManager lists it LOST, with how to resume it
+        old_jobs = cli_json("list", "-a")["jobs"]
+        assert [j["state"] for j in old_jobs] == ["LOST"], old_jobs
         res = cli("run", "-d", "--json", str(job))
         assert res.returncode == 0, res.stderr
         jid = json.loads(res.stdout)["jobs"][0]["jid"]

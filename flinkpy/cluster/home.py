@@ -177,3 +177,25 @@ def read_record(home: ClusterHome) -> ClusterInfo | None:
         ha=rec.get("ha"),
         supervisor=ProcessInfo(**rec["supervisor"]) if rec.get("supervisor") else None,
     )
+
+
+#: the modules a cluster's processes run (each with ``--home DIR``), by the kind of process
+CLUSTER_MODULES = {"flinkpy.jobmanager.process": "jobmanager", "flinkpy.taskmanager.process": "taskmanager",
+                   "flinkpy.cluster.supervisor": "supervisor"}
+
+
+def processes_started_in(home: ClusterHome) -> list[tuple[ProcessInfo, Any]]:
+    """The cluster processes started with ``--home`` ``home`` (found by their command lines, for a
+    cluster whose record is gone with its home), each with its ``psutil.Process``."""
+    import psutil
+
+    wanted = str(home.path)
+    found: list[tuple[ProcessInfo, Any]] = []
+    for p in psutil.process_iter(["cmdline"]):
+        argv = p.info["cmdline"] or []
+        module = next((m for m in CLUSTER_MODULES if m in argv), None)
+        if module is None or "--home" not in argv or argv.index("--home") + 1 >= len(argv) or argv[argv.index("--home") + 1] != wanted:
+            continue
+        name = argv[argv.index("--id") + 1] if "--id" in argv[:-1] else CLUSTER_MODULES[module]
+        found.append((ProcessInfo(id=name, pid=p.pid), p))
+    return found

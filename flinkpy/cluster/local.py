@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, as_home, read_record, record_lock, write_record
+from flinkpy.cluster.home import (ClusterHome, ClusterInfo, ProcessInfo, alive, as_home, processes_started_in, read_record, record_lock,
+                                  write_record)
 from flinkpy.cluster.spawning import open_private, spawn, wait_gone
 from flinkpy.cluster.supervision import RestartPolicy, policies_from_config
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
@@ -360,11 +361,6 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
     return procs
 
 
-#: the modules a cluster's processes run (each with ``--home DIR``), by the kind of process
-_CLUSTER_MODULES = {"flinkpy.jobmanager.process": "jobmanager", "flinkpy.taskmanager.process": "taskmanager",
-                    "flinkpy.cluster.supervisor": "supervisor"}
-
-
 def _stop_orphans(home: ClusterHome, timeout_s: float) -> list[ProcessInfo]:
     """The processes of a cluster whose record is gone with its home (deleted under a running
     cluster) found by their command lines, stopped like a recorded cluster's."""
@@ -372,15 +368,7 @@ def _stop_orphans(home: ClusterHome, timeout_s: float) -> list[ProcessInfo]:
 
     if home.path.is_dir():
         return []  # a home without a record: no cluster was started in it, or it was stopped
-    wanted = str(home.path)
-    found: list[tuple[ProcessInfo, Any]] = []
-    for p in psutil.process_iter(["cmdline"]):
-        argv = p.info["cmdline"] or []
-        module = next((m for m in _CLUSTER_MODULES if m in argv), None)
-        if module is None or "--home" not in argv or argv.index("--home") + 1 >= len(argv) or argv[argv.index("--home") + 1] != wanted:
-            continue
-        name = argv[argv.index("--id") + 1] if "--id" in argv[:-1] else _CLUSTER_MODULES[module]
-        found.append((ProcessInfo(id=name, pid=p.pid), p))
+    found = processes_started_in(home)
     tree = process_tree(pi.pid for pi, _ in found)
     for _, p in found:
         try:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, record_lock, write_record
+from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, processes_started_in, read_record, record_lock, write_record
 from flinkpy.cluster.spawning import open_private, spawn, wait_gone
 from flinkpy.cluster.supervision import Action, ClusterLost, GiveUp, RestartPolicy, Respawn, Supervision, Waiting
 from flinkpy.processes import create_time, process_tree, running
@@ -245,7 +245,12 @@ class Supervisor:
         import psutil
 
         info = read_record(self.home) if self.home.path.is_dir() else None
-        procs = [p for _, p in supervised_processes(info).values()] if info is not None else self.known
+        if info is not None:
+            procs = [p for _, p in supervised_processes(info).values()]
+        else:
+            # the home is gone with the record: what was last seen, and whatever else was started
+            # in that home (it may have gone before this supervisor read the record even once)
+            procs = self.known + [p for p, _ in processes_started_in(self.home) if p.pid != os.getpid()]
         tree = process_tree(p.pid for p in procs if alive(p)) + list(known or [])
         for p in tree:
             try:
