@@ -189,6 +189,9 @@ class SizedChannel:
         self.sizes: list[int] = []
         self.records: list[int] = []
 
+    def check_size(self, payload: bytes, records: int) -> None:
+        pass  # no frame limit here
+
     def send_data(self, payload: bytes, kind: int = net.DATA) -> None:
         self.sizes.append(len(payload))
         self.records += pickle.loads(payload)
