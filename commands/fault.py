@@ -22,6 +22,8 @@ from commands.output import emit_json, info, out, status
 from commands.session import session
 from commands.tables import Column, render
 from flinkpy.errors import UsageError
+from flinkpy.faults import SIGNALS
+from flinkpy.faults.chaos import CHAOS_KINDS, DEFAULT_KINDS, SPARK_KINDS
 
 if TYPE_CHECKING:
     from flinkpy.network.rest_client import JsonObject, JsonScalar
@@ -36,6 +38,9 @@ Vertex = Annotated[Optional[str], typer.Option("--vertex", metavar="NAME|UID|ID"
 Subtask = Annotated[Optional[int], typer.Option("--subtask", metavar="I", help="Subtask index (0-based); default: a running one chosen at random.")]
 Seed = Annotated[Optional[int], typer.Option("--seed", metavar="S", help="Seed of the random choices; default: a new one, printed on stderr.")]
 TmId = Annotated[Optional[str], typer.Argument(metavar="[TM_ID]", help="TaskManager id (see 'flinkpy cluster status'); default: one at random.", show_default=False)]
+#: chaos's kinds, from the registry (flinkpy.faults.kinds)
+_CHAOS_HELP = (f"Kinds to choose from: {', '.join(CHAOS_KINDS)} (Spark jobs: {' and '.join(SPARK_KINDS)} only); "
+               f"default: {', '.join(DEFAULT_KINDS)} (Spark jobs: {', '.join(SPARK_KINDS)}).")
 For = Annotated[str, typer.Option("--for", metavar="DURATION", help="How long, e.g. 30s, 500ms, 1m.")]
 
 
@@ -95,7 +100,7 @@ def kill_task(job_id: JobId, vertex: Vertex = None, subtask: Subtask = None,
         flinkpy fault kill-task JOB_ID --vertex sums --subtask 1 --signal TERM
     """
     sig = signal_.upper().removeprefix("SIG")
-    if sig not in ("KILL", "TERM"):
+    if sig not in SIGNALS:
         raise UsageError(f"unsupported signal {signal_!r}", remedy="use KILL or TERM")
     entry, used = _job_fault(jobmanager, job_id, "kill-task", vertex, subtask, seed, signal=sig)
     _report(entry, f"sent SIG{sig} to", {"seed": used})
@@ -351,7 +356,7 @@ def history(job_id: JobId, jobmanager: JobManager = None, wide: Wide = False, js
 def chaos(job_id: JobId,
           duration: Annotated[str, typer.Option("--duration", metavar="DURATION", help="How long to inject faults.")] = "1m",
           every: Annotated[str, typer.Option("--every", metavar="DURATION", help="One fault per interval, at a random moment in it.")] = "5s",
-          faults: Annotated[Optional[str], typer.Option("--faults", metavar="KIND,...", help="Kinds to choose from: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task, pause-taskmanager, network-delay, network-drop, kill-executor (Spark jobs: kill-task and kill-executor only); default: kill-task, kill-taskmanager, raise, fail-checkpoint, pause-task (Spark jobs: kill-task, kill-executor).")] = None,
+          faults: Annotated[Optional[str], typer.Option("--faults", metavar="KIND,...", help=_CHAOS_HELP)] = None,
           seed: Seed = None, jobmanager: JobManager = None, json_: JsonFlag = False) -> None:
     """Inject random faults at random moments into a job, reproducibly from --seed.
 

@@ -3,8 +3,9 @@
 The JobManager validates a fault's target, journals it in the job's record and hands it to the
 TaskManager that hosts the target; the TaskManager (or the task process, for faults inside user
 code and checkpoints) carries it out. This package holds only what needs no I/O: the fault
-kinds, the exception an injected ``raise`` throws, the journal entry, target choice, and the
-seeded chaos schedule (:mod:`flinkpy.faults.chaos`).
+kinds (:mod:`flinkpy.faults.kinds`, one registry), the exception an injected ``raise`` throws,
+the journal's records (:mod:`flinkpy.faults.journal`), target choice, and the seeded chaos
+schedule (:mod:`flinkpy.faults.chaos`).
 
 >>> choose(["b", "a", "c"], 0.5)
 'b'
@@ -14,14 +15,21 @@ from __future__ import annotations
 
 from typing import Any, Sequence, TypeVar
 
+from flinkpy.faults.journal import FaultRecord, journal_view, record
+from flinkpy.faults.kinds import KINDS, FaultTarget, kinds_of
+
 T = TypeVar("T")
 
-#: faults aimed at one job's tasks (POST /jobs/<jid>/faults)
-#: "network" slows (params delay_ms, seconds) or breaks (drop) one task's output channels
-JOB_FAULTS = ("kill-task", "pause-task", "raise", "fail-checkpoint", "network")
+#: faults aimed at one job's tasks on flinkpy's engine (POST /jobs/<jid>/faults)
+JOB_FAULTS = kinds_of(FaultTarget.TASK)
 #: faults aimed at the cluster (POST /cluster/faults)
-CLUSTER_FAULTS = ("kill-taskmanager", "pause-taskmanager", "storage-outage")
+CLUSTER_FAULTS = kinds_of(FaultTarget.TASKMANAGER, FaultTarget.STORAGE)
+#: the parameters a job fault's journal entry keeps: its kinds' parameters, in registry order
+JOURNALED = tuple(dict.fromkeys(p for name in JOB_FAULTS for p in KINDS[name].params))
 SIGNALS = ("KILL", "TERM")
+
+__all__ = ["CLUSTER_FAULTS", "JOB_FAULTS", "JOURNALED", "SIGNALS", "FaultRecord", "InjectedFault", "choose",
+           "describe_target", "journal_view", "record"]
 
 
 class InjectedFault(RuntimeError):
@@ -38,52 +46,6 @@ def choose(candidates: Sequence[T], r: float) -> T:
     if not ordered:
         raise ValueError("no candidates to choose from")
     return ordered[min(int(r * len(ordered)), len(ordered) - 1)]
-
-
-def journal_entry(time_ms: int, kind: str, target: dict[str, Any], state_before: str, restarts_before: int, **params: Any) -> dict[str, Any]:
-    """One line of a job's fault journal. Its ``state-after`` and ``restarts-after`` are what
-    the job went through until the next fault (see :func:`record`), or until now for the
-    latest one (see :func:`journal_view`)."""
-    return {
-        "time": time_ms,
-        "kind": kind,
-        "target": target,
-        "params": {k: v for k, v in params.items() if v is not None},
-        "state-before": state_before,
-        "restarts-before": restarts_before,
-        "state-after": None,
-        "restarts-after": None,
-    }
-
-
-def record(entries: list[dict[str, Any]], entry: dict[str, Any]) -> dict[str, Any]:
-    """Append ``entry`` to a journal, closing the fault before it: that fault's after is the
-    job as the new one found it (so each fault shows its own effect, not the last one's).
-
-    >>> journal = []
-    >>> _ = record(journal, journal_entry(1, "kill-task", {}, "RUNNING", 0))
-    >>> _ = record(journal, journal_entry(2, "raise", {}, "RUNNING", 1))
-    >>> [(e["restarts-before"], e["restarts-after"]) for e in journal_view(journal, "RUNNING", 3)]
-    [(0, 1), (1, 3)]
-    """
-    for e in entries:
-        if e["state-after"] is None:
-            e["state-after"] = entry["state-before"]
-            e["restarts-after"] = entry["restarts-before"]
-    entries.append(entry)
-    return entry
-
-
-def journal_view(entries: list[dict[str, Any]], state: str, restarts: int) -> list[dict[str, Any]]:
-    """Copies of a journal's entries to show; the open one (the latest fault) shows the job's
-    state and restarts now, without keeping them (a later read shows later figures)."""
-    view = []
-    for e in entries:
-        e = dict(e)
-        if e["state-after"] is None:
-            e["state-after"], e["restarts-after"] = state, restarts
-        view.append(e)
-    return view
 
 
 def describe_target(target: dict[str, Any]) -> str:

@@ -18,21 +18,14 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from flinkpy.faults.kinds import CHAOS_BY_NAME, KINDS, Runner, chaos_kinds
+
 #: what chaos injects when --faults is not given
-DEFAULT_KINDS = ("kill-task", "kill-taskmanager", "raise", "fail-checkpoint", "pause-task")
-CHAOS_KINDS = (
-    "kill-task",
-    "kill-taskmanager",
-    "raise",
-    "fail-checkpoint",
-    "pause-task",
-    "pause-taskmanager",
-    "network-delay",
-    "network-drop",
-    "kill-executor",
-)
+DEFAULT_KINDS = chaos_kinds(Runner.FLINKPY, default=True)
+#: every name --faults takes (network-delay and network-drop are presets of the kind network)
+CHAOS_KINDS = chaos_kinds()
 #: the kinds that reach a Spark job (a Python worker, an executor JVM), and its default
-SPARK_KINDS = ("kill-task", "kill-executor")
+SPARK_KINDS = chaos_kinds(Runner.SPARK)
 
 
 @dataclass(frozen=True)
@@ -82,12 +75,15 @@ def kinds_for(job_id: str, on_spark: bool, requested: Sequence[str] | None) -> l
     only :data:`SPARK_KINDS`, and kill-executor needs a Spark job."""
     from flinkpy.errors import UsageError
 
-    kinds = list(requested) if requested else list(SPARK_KINDS if on_spark else DEFAULT_KINDS)
-    if on_spark and (other := [k for k in kinds if k not in SPARK_KINDS]):
+    runner = Runner.SPARK if on_spark else Runner.FLINKPY
+    kinds = list(requested) if requested else list(chaos_kinds(runner, default=True))
+    taken = chaos_kinds(runner)
+    other = [k for k in kinds if k not in taken and (on_spark or k in CHAOS_BY_NAME)]
+    if on_spark and other:
         raise UsageError(f"job {job_id} runs on Spark, where {', '.join(other)} cannot be injected",
                          remedy=f"choose from {', '.join(SPARK_KINDS)}")
-    if not on_spark and "kill-executor" in kinds:
-        raise UsageError(f"kill-executor applies to Spark jobs; job {job_id} is not one registered in this cluster home",
+    if other:
+        raise UsageError(f"{', '.join(other)} applies to Spark jobs; job {job_id} is not one registered in this cluster home",
                          remedy="use kill-taskmanager to lose a machine's worth of tasks on flinkpy's engine")
     return kinds
 
@@ -98,21 +94,10 @@ def fault_request(planned: PlannedFault) -> tuple[str, dict[str, Any]]:
     >>> fault_request(PlannedFault(1.0, "network-drop", 0.5, 3, 0.2))
     ('job', {'kind': 'network', 'pick': 0.5, 'drop': True})
     """
-    kind = planned.kind
-    if kind in ("kill-taskmanager", "pause-taskmanager"):
-        body: dict[str, Any] = {"kind": kind, "pick": planned.pick}
-        if kind == "pause-taskmanager":
-            body["seconds"] = planned.pause_s
-        return "cluster", body
-    body = {"kind": kind, "pick": planned.pick}
-    if kind == "raise":
-        body["after"] = planned.count
-    elif kind == "fail-checkpoint":
-        body = {"kind": kind, "count": planned.count}
-    elif kind == "pause-task":
-        body["seconds"] = planned.pause_s
-    elif kind == "network-delay":
-        body = {"kind": "network", "pick": planned.pick, "delay_ms": 200, "seconds": planned.pause_s}
-    elif kind == "network-drop":
-        body = {"kind": "network", "pick": planned.pick, "drop": True}
-    return "job", body
+    chaos = CHAOS_BY_NAME[planned.kind]
+    body: dict[str, Any] = {"kind": chaos.kind}
+    if chaos.pick:
+        body["pick"] = planned.pick
+    body.update(chaos.preset)
+    body.update((param, getattr(planned, source)) for param, source in chaos.drawn)
+    return ("cluster" if KINDS[chaos.kind].endpoint == "cluster" else "job"), body

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from flinkpy.checkpoint.writability import KEY as WRITABLE_KEY, check_writable
 from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConflictError, InvalidProgramError, NotFoundError
+from flinkpy.faults import FaultRecord
 from flinkpy.jobmanager.artifacts import ArtifactStore
 from flinkpy.jobmanager.checkpoint_handler import CheckpointHandler
 from flinkpy.jobmanager.checkpointing import JobCheckpointing
@@ -65,7 +66,7 @@ class JobRecord:
     options: JobOptions
     checkpointing: JobCheckpointing
     #: the fault journal: what `flinkpy fault ...` injected into this job (flinkpy.faults)
-    faults: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[FaultRecord] = field(default_factory=list)
     #: the job's Python files, kept in ``Dispatcher.artifacts`` (None: none were shipped)
     artifact: JobArtifact | None = None
 

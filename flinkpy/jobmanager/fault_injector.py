@@ -4,35 +4,32 @@ It checks that a fault's target exists and is running (a clear 404 or 409 otherw
 anything happens), journals the fault in the records of the jobs it hits, and hands it to the
 TaskManager that hosts the target, which carries it out. The kinds, the journal entries and the
 seeded choice of a target live in :mod:`flinkpy.faults`; this module only adds the cluster's
-state and the sending.
+state and the sending: one handler per kind (:data:`_JOB_HANDLERS`, :data:`_CLUSTER_HANDLERS`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy import faults as f
 from flinkpy.clock import now_ms
 from flinkpy.errors import ConfigurationError, ConflictError, NotFoundError
 from flinkpy.jobmanager.execution_graph import Execution, ExecutionGraph
-from flinkpy.protocol import messages as msgs
+from flinkpy.protocol import Message, messages as msgs
 
 if TYPE_CHECKING:
     from flinkpy.jobmanager.dispatcher import Dispatcher
 
 log = logging.getLogger("flinkpy.jobmanager")
 
-#: the parameters of a job fault that its journal entry keeps
-_JOURNALED = ("signal", "seconds", "after", "count", "delay_ms", "drop")
-
 
 class FaultInjector:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
         #: faults aimed at the cluster (TaskManagers, storage), also journaled in the jobs they hit
-        self.cluster_faults: list[dict[str, Any]] = []
+        self.cluster_faults: list[f.FaultRecord] = []
 
     def inject(self, job_id: str | None, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         """Validate a fault's target, journal it, and have the TaskManager hosting it carry it out.
@@ -53,7 +50,7 @@ class FaultInjector:
         d = self.dispatcher
         with d.lock:
             if job_id is None:
-                return [dict(e) for e in self.cluster_faults]
+                return [e.to_json() for e in self.cluster_faults]
             rec = d.job(job_id)
             return f.journal_view(rec.faults, rec.graph.state, rec.graph.restarts)
 
@@ -62,37 +59,45 @@ class FaultInjector:
         if kind not in f.CLUSTER_FAULTS:
             raise ConfigurationError(f"{kind!r} is not a cluster fault", remedy=f"use one of {', '.join(f.CLUSTER_FAULTS)}")
         seconds = params.get("seconds")
-        taskmanagers = d.registry.taskmanagers
-        if kind == "storage-outage":
-            until = time.time() + float(seconds or 0)
-            from flinkpy.checkpoint.storage import set_outage
-
-            set_outage(until)  # the JobManager's own writes (_metadata)
-            for tm_id in list(taskmanagers):
-                d.registry.send(tm_id, msgs.StorageOutage(until=until))
-            target: dict[str, Any] = {"what": "checkpoint storage"}
-            hit = [j for j, r in d.jobs.items() if not r.graph.is_terminal()]
-        else:
-            tm_id = str(params.get("taskmanager") or "")
-            if not tm_id and params.get("pick") is not None and taskmanagers:
-                tm_id = f.choose(self._hosts(params.get("job")) or list(taskmanagers), float(params["pick"]))
-            tm = taskmanagers.get(tm_id)
-            if tm is None:
-                raise NotFoundError(f"TaskManager {tm_id or '(none)'} is not registered", remedy="see 'flinkpy cluster status' for the ids")
-            target = {"taskmanager-id": tm_id, "pid": tm.pid}
-            if kind == "kill-taskmanager":
-                d.registry.send(tm_id, msgs.KillTaskManager(signal="KILL"))
-            else:
-                d.registry.send(tm_id, msgs.PauseTaskManager(seconds=float(seconds or 0)))
-            hit = [j for j, r in d.jobs.items() if not r.graph.is_terminal() and any(e.tm_id == tm_id for e in r.graph.executions.values())]
-        entry = f.journal_entry(now_ms(), kind, target, "-", 0, seconds=seconds)
-        entry["jobs"] = hit
+        target, hit = _CLUSTER_HANDLERS[kind](self, params)
+        entry = f.FaultRecord.injected(now_ms(), kind, target, "-", 0, seconds=seconds)
+        entry.jobs = hit
         self.cluster_faults.append(entry)
         for j in hit:
             g = d.jobs[j].graph
-            f.record(d.jobs[j].faults, f.journal_entry(entry["time"], kind, target, g.state, g.restarts, seconds=seconds))
+            f.record(d.jobs[j].faults, f.FaultRecord.injected(entry.time_ms, kind, target, g.state, g.restarts, seconds=seconds))
         log.warning("fault %s injected into %s (jobs hit: %s)", kind, f.describe_target(target), hit or "none")
-        return entry
+        return entry.to_json()
+
+    def _storage_outage(self, params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        d = self.dispatcher
+        until = time.time() + float(params.get("seconds") or 0)
+        from flinkpy.checkpoint.storage import set_outage
+
+        set_outage(until)  # the JobManager's own writes (_metadata)
+        for tm_id in list(d.registry.taskmanagers):
+            d.registry.send(tm_id, msgs.StorageOutage(until=until))
+        return {"what": "checkpoint storage"}, [j for j, r in d.jobs.items() if not r.graph.is_terminal()]
+
+    def _kill_taskmanager(self, params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        return self._to_taskmanager(params, msgs.KillTaskManager(signal="KILL"))
+
+    def _pause_taskmanager(self, params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        return self._to_taskmanager(params, msgs.PauseTaskManager(seconds=float(params.get("seconds") or 0)))
+
+    def _to_taskmanager(self, params: dict[str, Any], message: Message) -> tuple[dict[str, Any], list[str]]:
+        """Send ``message`` to the TaskManager named (or picked); its target and the jobs it hits."""
+        d = self.dispatcher
+        taskmanagers = d.registry.taskmanagers
+        tm_id = str(params.get("taskmanager") or "")
+        if not tm_id and params.get("pick") is not None and taskmanagers:
+            tm_id = f.choose(self._hosts(params.get("job")) or list(taskmanagers), float(params["pick"]))
+        tm = taskmanagers.get(tm_id)
+        if tm is None:
+            raise NotFoundError(f"TaskManager {tm_id or '(none)'} is not registered", remedy="see 'flinkpy cluster status' for the ids")
+        d.registry.send(tm_id, message)
+        hit = [j for j, r in d.jobs.items() if not r.graph.is_terminal() and any(e.tm_id == tm_id for e in r.graph.executions.values())]
+        return {"taskmanager-id": tm_id, "pid": tm.pid}, hit
 
     def _hosts(self, job_id: Any) -> list[str]:
         """The TaskManagers running tasks of ``job_id`` now (all registered ones without a job).
@@ -125,36 +130,65 @@ class FaultInjector:
         target = {"vertex": vid, "vertex-name": g.vertices[vid]["name"], "subtask": sub, "attempt": ex.attempt,
                   "taskmanager-id": ex.tm_id, "pid": ex.pid, "operator": operator}
         self._send_job_fault(g, job_id, kind, params, ex, operator)
-        entry = f.journal_entry(now_ms(), kind, target, g.state, g.restarts, **{k: params.get(k) for k in _JOURNALED})
+        entry = f.FaultRecord.injected(now_ms(), kind, target, g.state, g.restarts, **{k: params.get(k) for k in f.JOURNALED})
         f.record(rec.faults, entry)
         log.warning("job %s: fault %s injected into %s", job_id, kind, f.describe_target(target))
-        return entry
+        return entry.to_json()
 
     def _send_job_fault(self, g: ExecutionGraph, job_id: str, kind: str, params: dict[str, Any], ex: Execution, operator: str | None) -> None:
         """Hand a validated job fault to the TaskManager running its target (or to the task itself)."""
-        send = self.dispatcher.registry.send
-        tm_id, vid = ex.tm_id, ex.vertex_id
-        exec_id = ex.exec_id
+        _JOB_HANDLERS[kind](_Aim(self.dispatcher, g, job_id, ex, operator), params)
 
-        def to_task(message: msgs.TaskControl) -> None:
-            send(tm_id, msgs.ToTask(job_id=job_id, exec_id=exec_id, message=message))
 
-        if kind == "kill-task":
-            sig = str(params.get("signal") or "KILL").upper().removeprefix("SIG")
-            if sig not in f.SIGNALS:
-                raise ConfigurationError(f"signal {sig} is not supported", remedy="use KILL or TERM")
-            send(tm_id, msgs.KillTask(job_id=job_id, exec_id=exec_id, signal=sig))
-        elif kind == "pause-task":
-            send(tm_id, msgs.PauseTask(job_id=job_id, exec_id=exec_id, seconds=float(params.get("seconds") or 0)))
-        elif kind == "raise":
-            to_task(msgs.InjectRaise(operator=operator, after=int(params.get("after") or 0)))
-        elif kind == "network":
-            if not g.outputs_of(ex):
-                raise ConflictError(f"vertex {vid} ({g.vertices[vid]['name']}) of job {job_id} has no output channels to slow or break",
-                                    remedy="aim the network fault at a vertex that sends to another one (a source, a keyed operator)")
-            to_task(msgs.InjectNetworkFault(drop=bool(params.get("drop")), delay_ms=float(params.get("delay_ms") or 0), seconds=float(params.get("seconds") or 0)))
-        else:
-            to_task(msgs.InjectDecline(count=int(params.get("count") or 1)))
+class _Aim:
+    """A job fault's validated target, and the ways to reach it: its TaskManager or the task."""
+
+    def __init__(self, dispatcher: Dispatcher, g: ExecutionGraph, job_id: str, ex: Execution, operator: str | None) -> None:
+        self.dispatcher, self.graph, self.job_id, self.execution, self.operator = dispatcher, g, job_id, ex, operator
+
+    def to_taskmanager(self, message: Message) -> None:
+        self.dispatcher.registry.send(self.execution.tm_id, message)
+
+    def to_task(self, message: msgs.TaskControl) -> None:
+        self.to_taskmanager(msgs.ToTask(job_id=self.job_id, exec_id=self.execution.exec_id, message=message))
+
+
+def _kill_task(aim: _Aim, params: dict[str, Any]) -> None:
+    sig = str(params.get("signal") or "KILL").upper().removeprefix("SIG")
+    if sig not in f.SIGNALS:
+        raise ConfigurationError(f"signal {sig} is not supported", remedy="use KILL or TERM")
+    aim.to_taskmanager(msgs.KillTask(job_id=aim.job_id, exec_id=aim.execution.exec_id, signal=sig))
+
+
+def _pause_task(aim: _Aim, params: dict[str, Any]) -> None:
+    aim.to_taskmanager(msgs.PauseTask(job_id=aim.job_id, exec_id=aim.execution.exec_id, seconds=float(params.get("seconds") or 0)))
+
+
+def _raise(aim: _Aim, params: dict[str, Any]) -> None:
+    aim.to_task(msgs.InjectRaise(operator=aim.operator, after=int(params.get("after") or 0)))
+
+
+def _fail_checkpoint(aim: _Aim, params: dict[str, Any]) -> None:
+    aim.to_task(msgs.InjectDecline(count=int(params.get("count") or 1)))
+
+
+def _network(aim: _Aim, params: dict[str, Any]) -> None:
+    g, vid = aim.graph, aim.execution.vertex_id
+    if not g.outputs_of(aim.execution):
+        raise ConflictError(f"vertex {vid} ({g.vertices[vid]['name']}) of job {aim.job_id} has no output channels to slow or break",
+                            remedy="aim the network fault at a vertex that sends to another one (a source, a keyed operator)")
+    aim.to_task(msgs.InjectNetworkFault(drop=bool(params.get("drop")), delay_ms=float(params.get("delay_ms") or 0), seconds=float(params.get("seconds") or 0)))
+
+
+#: how the JobManager carries out each job fault of the registry (flinkpy.faults.kinds)
+_JOB_HANDLERS: dict[str, Callable[[_Aim, dict[str, Any]], None]] = {
+    "kill-task": _kill_task, "pause-task": _pause_task, "raise": _raise, "fail-checkpoint": _fail_checkpoint, "network": _network,
+}
+#: and each cluster fault: (target, ids of the jobs it hits)
+_CLUSTER_HANDLERS: dict[str, Callable[[FaultInjector, dict[str, Any]], tuple[dict[str, Any], list[str]]]] = {
+    "kill-taskmanager": FaultInjector._kill_taskmanager, "pause-taskmanager": FaultInjector._pause_taskmanager,
+    "storage-outage": FaultInjector._storage_outage,
+}
 
 
 def _target(g: ExecutionGraph, job_id: str, kind: str, params: dict[str, Any]) -> tuple[int, int, str | None]:

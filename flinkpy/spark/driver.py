@@ -37,7 +37,7 @@ from typing import Any
 
 from flinkpy.clock import now_ms
 from flinkpy.errors import ConflictError, ExitCode, FlinkpyError, NotFoundError
-from flinkpy.faults import journal_view
+from flinkpy.faults import FaultRecord, journal_view
 from flinkpy.signals import StopSignals
 from flinkpy.spark import control_registry as registry
 from flinkpy.spark import supervisor_snapshots as snapshots
@@ -113,7 +113,7 @@ class SparkDriver:
         self.commands: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.supervisor = SparkJobSupervisor(self.job_id, self.name, None, now_ms=now_ms())
         self.savepoints: dict[str, dict[str, Any]] = {}
-        self.faults: list[dict[str, Any]] = []
+        self.faults: list[FaultRecord] = []
         self.restored: dict[str, Any] | None = None
         self.busy_savepoint: str | None = None
         self.control_address: str | None = None
@@ -256,26 +256,25 @@ class SparkDriver:
         from flinkpy.errors import ConfigurationError
         from flinkpy.spark import faults
 
-        if kind not in ("kill-task", "kill-executor"):
+        handler = faults.HANDLERS.get(kind)
+        if handler is None:
             raise ConfigurationError(f"{kind!r} is not a fault a Spark job supports",
                                      remedy="use kill-task (a Spark Python worker) or kill-executor (an executor JVM)")
         with self.lock:
             if self.supervisor.state != "RUNNING":
                 raise ConflictError(f"job {self.job_id} is {self.supervisor.state}, not RUNNING", remedy="wait for it to run")
-        if kind == "kill-executor":
-            return faults.kill_executor(self, params)
-        return faults.kill_task(self, params)
+        return handler(self, params)
 
     def journal(self, kind: str, target: dict[str, Any], **note: Any) -> dict[str, Any]:
         """Record a fault about to be carried out: in the job's fault journal and its history."""
         from flinkpy import faults as f
 
         with self.lock:
-            entry = f.journal_entry(now_ms(), kind, target, self.supervisor.state, self.supervisor.restarts,
-                                    signal=note.pop("signal", "KILL"))
+            entry = f.FaultRecord.injected(now_ms(), kind, target, self.supervisor.state, self.supervisor.restarts,
+                                           signal=note.pop("signal", "KILL"))
             f.record(self.faults, entry)
             self.supervisor.note(now_ms(), "fault", fault=kind, **note)
-        return entry
+        return entry.to_json()
 
     # ------------------------------------------------------------------ the job's life
 

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.errors import ConflictError, NotFoundError
 
@@ -75,6 +75,10 @@ def kill_executor(driver: SparkDriver, params: dict[str, Any]) -> dict[str, Any]
     log.warning("fault kill-executor: SIGKILL to executor %s (pid %d) of job %s, application %s",
                 chosen, proc.pid, driver.job_id, driver.application_id)
     return entry
+
+
+#: the Spark runner's faults, by kind: those of the registry (flinkpy.faults.kinds) a Spark job takes
+HANDLERS: dict[str, Callable[[SparkDriver, dict[str, Any]], dict[str, Any]]] = {"kill-task": kill_task, "kill-executor": kill_executor}
 
 
 def python_workers(driver_pid: int, application_id: str | None = None) -> list[int]:
