@@ -152,7 +152,7 @@ def test_even_odd_sum_prints_in_proportion_to_a_long_run(flinkpy_home):
     n = 300_001
     res = run_example("even_odd_sum.py", "--count", str(n), timeout=80)
     assert res.returncode == 0, res.stderr
-    records = printed_records(res.stdout)
+    records = java_pairs(res.stdout.splitlines())  # a Types.TUPLE stream prints (even,42)
     evens, odds = n // 2, (n + 1) // 2
     finals = {"even": evens * (evens + 1), "odd": odds * odds}
     assert {key: max(v for k, v in records if k == key) for key in finals} == finals
@@ -161,7 +161,7 @@ def test_even_odd_sum_prints_in_proportion_to_a_long_run(flinkpy_home):
     kept = [(k, v) for k, v in records if v != finals[k]]
     assert all((k == "odd" and math.isqrt(v) % every == 0) or (k == "even" and ((math.isqrt(4 * v + 1) - 1) // 2) % every == 0)
                for k, v in kept), kept[:5]
-    assert len(printed_records(run_example("even_odd_sum.py", "--count", "3000", "--print-every", "100").stdout)) == 30
+    assert len(java_pairs(run_example("even_odd_sum.py", "--count", "3000", "--print-every", "100").stdout.splitlines())) == 30
 
 
 @pytest.mark.timeout(60)
