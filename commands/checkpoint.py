@@ -241,7 +241,7 @@ def _inspect_spark(path: str, spark_reader: bool | None) -> None:
         table.add_column("Offset", overflow="fold")
         table.add_column("Files read", justify="right")
         for src in doc["sources"]:
-            table.add_row(str(src["index"]), Text(_offsets(src["offset"]) or "-"), "" if src["files_read"] is None else str(src["files_read"]))
+            table.add_row(str(src["index"]), Text("\n".join(_offsets(src["offset"])) or "-"), "" if src["files_read"] is None else str(src["files_read"]))
         console.print(table)
     if not doc["operators"]:
         console.print("No stateful operators.", markup=False)

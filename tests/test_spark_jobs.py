@@ -387,8 +387,8 @@ def test_an_example_job_prints_its_records_on_an_attached_run(flinkpy_home: Path
     assert res.returncode == 0, res.stderr[-3000:]
     last: dict[str, int] = {}
     for line in res.stdout.splitlines():
-        key, _, value = line.strip("()").partition(", ")
-        last[key.strip("'")] = int(value)
+        key, _, value = line.strip("()").partition(",")  # PyFlink's form of a typed tuple: (even,42)
+        last[key] = int(value)
     assert last == {"even": sum(range(2, 1001, 2)), "odd": sum(range(1, 1001, 2))}
     jobs = _cli_json("list", "-a")["jobs"]
     assert [(j["name"], j["state"], j["runner"]) for j in jobs] == [("even_odd_sum", "FINISHED", "spark")]
