@@ -7,7 +7,9 @@ that later (checkpoints) a restored reader resumes exactly where the snapshot wa
 
 A :class:`Sink` likewise creates one :class:`SinkWriter` per subtask. Writers receive batches and
 take part in checkpoints through ``snapshot_state`` / ``notify_checkpoint_complete``: the hooks a
-two-phase-commit sink needs.
+two-phase-commit sink needs. Readers hear of completed and aborted checkpoints too
+(``notify_checkpoint_complete`` / ``notify_checkpoint_aborted``): a queue acknowledges what a
+completed checkpoint covers, a consumer group commits its offsets.
 
 Example, a reader over a Python list split round-robin across subtasks::
 
@@ -82,6 +84,17 @@ class SourceReader(ABC):
     def snapshot_state(self) -> Any:
         """The reading position (offsets): picklable, small. Taken between two polls."""
         return None
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed: every record this reader handed out before
+        that checkpoint's ``snapshot_state`` is now covered by it and will never be asked for
+        again. Acknowledge, trim or commit it here (a queue's acks, a consumer group's
+        offsets). Called between two polls, on the thread that polls. A completion may stand
+        for several checkpoints: one whose notification was lost is covered by the next."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete: what its snapshot covered stays
+        unacknowledged until a later checkpoint completes. Called between two polls."""
 
     def close(self) -> None:
         """Release files, connections."""

@@ -126,6 +126,18 @@ class _FunctionReader(SourceReader):
             except queue.Empty:
                 return self._batch(out, timestamps)
 
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        # a SourceFunction that is a CheckpointListener hears it on the task's thread, while its
+        # run() goes on in its own (as in Flink, where it holds the checkpoint lock)
+        notify = getattr(self.fn, "notify_checkpoint_complete", None)
+        if callable(notify):
+            notify(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        notify = getattr(self.fn, "notify_checkpoint_aborted", None)
+        if callable(notify):
+            notify(checkpoint_id)
+
     @staticmethod
     def _batch(out: list, timestamps: list[int] | None) -> list:
         return out if timestamps is None else StampedBatch(out, timestamps=timestamps)

@@ -50,6 +50,8 @@ class OperatorChain:
         self.descriptor = descriptor
         self.by_id: dict[int, Any] = {}
         self.source: Any = None
+        #: the source's reader while the source loop runs (it hears of completed checkpoints)
+        self.source_reader: Any = None
         self.backend: KeyedStateBackendBase | None = None
         self._contexts: dict[int, TaskRuntimeContext] = {}
         #: the metrics user functions register (``get_metrics_group()``), reported with the task's

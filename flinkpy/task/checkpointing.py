@@ -251,6 +251,9 @@ class TaskCheckpointer:
         self.send(CheckpointDecline(checkpoint_id=checkpoint_id, reason=reason, details=details))
 
     def notify_complete(self, checkpoint_id: int) -> None:
+        reader = self.chain.source_reader
+        if reader is not None:
+            reader.notify_checkpoint_complete(checkpoint_id)
         for op in self.chain.operators:
             if isinstance(op, ops.SinkOperator):
                 if self.faults:
@@ -260,6 +263,9 @@ class TaskCheckpointer:
                 op.fn.notify_checkpoint_complete(checkpoint_id)
 
     def notify_aborted(self, checkpoint_id: int) -> None:
+        reader = self.chain.source_reader
+        if reader is not None:
+            reader.notify_checkpoint_aborted(checkpoint_id)
         for op in self.chain.operators:
             if isinstance(op.fn, CheckpointListener):
                 op.fn.notify_checkpoint_aborted(checkpoint_id)

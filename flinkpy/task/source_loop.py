@@ -69,7 +69,7 @@ class SourceLoop:
         )
 
     def run(self) -> None:
-        reader = self._create_reader()
+        reader = self.task.chain.source_reader = self._create_reader()
         control = self.task.control
         source_head = self.task.chain.head
         head = source_head.process
