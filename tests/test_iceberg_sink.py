@@ -276,3 +276,21 @@ def test_bad_input_is_refused_on_one_line_with_what_to_change(catalog, tmp_path:
     assert res.returncode == ExitCode.INVALID_PROGRAM, (res.returncode, res.stderr)
     assert "field 1 of the records is STRING, column 'sq' is long" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+# -- on Spark: a snapshot per micro-batch, once per batch id ---------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_the_spark_runners_writer_commits_each_batch_id_once(catalog) -> None:
+    from flinkpy.spark.sinks import writer_for
+
+    create_table(catalog, "batches")
+    writer = writer_for(IcebergSink(catalog, "db.batches"), "squares/table", "table")
+    assert writer.guarantee == "exactly-once" and "a snapshot per batch id" in writer.describe()
+    writer.write([square(n) for n in range(1, 101)], 0)
+    writer.write([square(n) for n in range(1, 101)], 0)  # Spark replays batch 0 after a failure
+    writer.write([square(n) for n in range(101, 201)], 1)
+    table = reload(catalog, "batches")
+    assert [s["flinkpy.spark-batch-id"] for s in summaries(table)] == ["0", "1"]
+    assert_exact(table, 200)

@@ -97,6 +97,25 @@ class _Transaction:
     records: int = 0
 
 
+def write_data_files(table: Table, schema: Any, records: list, identifier: str, stem: str, first: int = 0) -> list[str]:
+    """``records`` as Parquet files ``<stem>-<nnnnn>.parquet`` (numbered from ``first``), one per
+    partition value of a partitioned table; the paths. The files are in no snapshot."""
+    pq = require(ICEBERG, "pyarrow.parquet")
+    data = to_arrow(records, schema, identifier)
+    if table.spec().is_unpartitioned():
+        parts = [data]
+    else:
+        partitions = require(ICEBERG, "pyiceberg.io.pyarrow")._determine_partitions
+        parts = [p.arrow_table_partition for p in partitions(table.spec(), table.schema(), data)]
+    paths = []
+    for part in parts:
+        path = f"{stem}-{first + len(paths):05d}.parquet"
+        with table.io.new_output(path).create(overwrite=True) as out:
+            pq.write_table(part, out)
+        paths.append(path)
+    return paths
+
+
 def committed_transactions(table: Table) -> set[str]:
     """The transaction ids the table's snapshots carry (committed, whoever committed them)."""
     out = set()
@@ -143,23 +162,12 @@ class IcebergSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
             self._write_files(txn)
 
     def _write_files(self, txn: _Transaction) -> None:
-        """The buffered records as Parquet files, one per partition value, in no snapshot yet."""
+        """The buffered records as Parquet files, in no snapshot yet."""
         if not txn.buffer:
             return
-        pq = require(ICEBERG, "pyarrow.parquet")
         records, txn.buffer = txn.buffer, []
-        data = to_arrow(records, self._schema, self._sink.table_identifier)
-        table = self._opened
-        if table.spec().is_unpartitioned():
-            parts = [data]
-        else:
-            partitions = require(ICEBERG, "pyiceberg.io.pyarrow")._determine_partitions
-            parts = [p.arrow_table_partition for p in partitions(table.spec(), table.schema(), data)]
-        for part in parts:
-            path = f"{self._data_dir}/{txn.transaction_id}-{len(txn.files):05d}.parquet"
-            with table.io.new_output(path).create(overwrite=True) as out:
-                pq.write_table(part, out)
-            txn.files.append(path)
+        txn.files += write_data_files(self._opened, self._schema, records, self._sink.table_identifier,
+                                      f"{self._data_dir}/{txn.transaction_id}", first=len(txn.files))
         txn.records += len(records)
 
     def _prepare(self, checkpoint_id: int) -> None:
