@@ -45,9 +45,14 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return properties
 
 
-def create_table(properties: dict[str, str], name: str) -> Any:
+def create_table(properties: dict[str, str], name: str, width: int = 0) -> Any:
+    """``db.<name>`` of columns n and sq; partitioned by ``truncate(width, n)`` if ``width``."""
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+    from pyiceberg.transforms import TruncateTransform
+
     schema = Schema(NestedField(1, "n", LongType(), required=True), NestedField(2, "sq", LongType(), required=False))
-    return pyiceberg_catalog.load_catalog("default", **properties).create_table(f"db.{name}", schema)
+    spec = PartitionSpec(PartitionField(1, 1000, TruncateTransform(width), "n_range")) if width else UNPARTITIONED_PARTITION_SPEC
+    return pyiceberg_catalog.load_catalog("default", **properties).create_table(f"db.{name}", schema, partition_spec=spec)
 
 
 def reload(properties: dict[str, str], name: str) -> Any:
@@ -278,14 +283,14 @@ def test_bad_input_is_refused_on_one_line_with_what_to_change(catalog, tmp_path:
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
-# -- on Spark: a snapshot per micro-batch, once per batch id ---------------------------------
+# -- on Spark: a snapshot per micro-batch, once per batch id (into a partitioned table) ------
 
 
 @pytest.mark.timeout(30)
 def test_the_spark_runners_writer_commits_each_batch_id_once(catalog) -> None:
     from flinkpy.spark.sinks import writer_for
 
-    create_table(catalog, "batches")
+    create_table(catalog, "batches", width=50)
     writer = writer_for(IcebergSink(catalog, "db.batches"), "squares/table", "table")
     assert writer.guarantee == "exactly-once" and "a snapshot per batch id" in writer.describe()
     writer.write([square(n) for n in range(1, 101)], 0)
@@ -293,4 +298,6 @@ def test_the_spark_runners_writer_commits_each_batch_id_once(catalog) -> None:
     writer.write([square(n) for n in range(101, 201)], 1)
     table = reload(catalog, "batches")
     assert [s["flinkpy.spark-batch-id"] for s in summaries(table)] == ["0", "1"]
+    # 1-49, 50-99, 100 | 101-149, 150-199, 200
+    assert [s["added-data-files"] for s in summaries(table)] == ["3", "3"], "a file per partition and batch"
     assert_exact(table, 200)

@@ -46,7 +46,7 @@ class Driver:
 
 POSTGRES = Driver("psycopg", "postgres", "the PostgreSQL connectors")
 REDIS = Driver("redis", "redis", "the Redis connectors")
-ICEBERG = Driver("pyiceberg", "iceberg", "the Iceberg sink")
+ICEBERG = Driver("pyiceberg", "iceberg", "the Iceberg connectors")
 
 
 class MissingDriverError(ConfigurationError):
