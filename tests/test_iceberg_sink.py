@@ -135,13 +135,13 @@ def test_files_show_at_the_completed_checkpoint_a_replay_is_skipped_and_a_dead_a
 # filled the channels before the first checkpoint.)
 
 #: records per second of the source
-RATE = 4_000
+RATE = 1_000
 
 
 def squares_env(catalog: dict[str, str], table: str, *, parallelism: int) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
-    env.enable_checkpointing(200)
+    env.enable_checkpointing(500)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     numbers = env.from_source(
         DataGeneratorSource(lambda i: i + 1, None, records_per_second=RATE), WatermarkStrategy.no_watermarks(), "numbers"

@@ -231,7 +231,12 @@ class IcebergSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
         """Delete data files of transactions an earlier attempt of a subtask this one stands in
         for wrote and no completed checkpoint kept: in no snapshot, never to be committed."""
         pafs = require(ICEBERG, "pyarrow.fs")
-        fs, base = pafs.FileSystem.from_uri(self._data_dir)
+        io = self._opened.io
+        if hasattr(io, "fs_by_scheme"):  # pyiceberg's PyArrowFileIO: the catalog's credentials
+            scheme, netloc, base = io.parse_location(self._data_dir)
+            fs = io.fs_by_scheme(scheme, netloc)
+        else:
+            fs, base = pafs.FileSystem.from_uri(self._data_dir)
         infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
         kept = {c.transaction_id for c in keep}
         candidates = []
