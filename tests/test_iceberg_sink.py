@@ -193,7 +193,7 @@ def committed_by(catalog: dict[str, str], name: str, job_id: str, after_checkpoi
                for s in summaries(reload(catalog, name)))
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 def test_exactly_once_through_a_kill_before_a_commit_a_stop_with_savepoint_and_a_resume_at_parallelism_1(
     start, catalog, tmp_path: Path  # noqa: F811
 ) -> None:
