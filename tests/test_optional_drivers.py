@@ -19,12 +19,12 @@ import pytest
 
 from conftest import ROOT, run_cli
 
-DRIVERS = ("psycopg", "redis")
+DRIVERS = ("psycopg", "redis", "pyiceberg")
 
 
 @pytest.fixture
 def without_drivers(tmp_path: Path) -> dict[str, str]:
-    """The environment of a Python in which psycopg and redis-py cannot be imported."""
+    """The environment of a Python in which psycopg, redis-py and pyiceberg cannot be imported."""
     blocker = tmp_path / "blocker"
     for name in DRIVERS:
         (blocker / name).mkdir(parents=True)
@@ -45,7 +45,8 @@ def test_the_drivers_are_extras_and_the_test_extra_pulls_them_in() -> None:
     extras = project["optional-dependencies"]
     assert [d for d in extras["postgres"] if d.startswith("psycopg")] and [d for d in extras["redis"] if d.startswith("redis")]
     test_extra = next(d for d in extras["test"] if d.startswith("flinkpy["))
-    assert {"postgres", "redis", "spark"} <= set(test_extra.removeprefix("flinkpy[").removesuffix("]").split(","))
+    assert [d for d in extras["iceberg"] if d.startswith("pyiceberg")] and "pyiceberg" not in names
+    assert {"postgres", "redis", "iceberg", "spark"} <= set(test_extra.removeprefix("flinkpy[").removesuffix("]").split(","))
 
 
 def test_the_blocker_hides_the_drivers(without_drivers: dict[str, str]) -> None:
@@ -63,6 +64,7 @@ def test_building_a_connector_without_its_driver_names_the_extra(without_drivers
         from flinkpy.datastream.connectors import (JdbcConnectionOptions, JdbcSink, PostgresBatchSink, PostgresSink,
             PostgresUpsertSink, RedisStreamsSink, RedisUpsertSink)
         from flinkpy.connectors.redis_streams import RedisStreamsSource
+        from flinkpy.datastream.connectors.iceberg import IcebergSink
         from flinkpy.common import Types
 
         dsn = "postgresql://app@127.0.0.1:1/shop"
@@ -76,6 +78,7 @@ def test_building_a_connector_without_its_driver_names_the_extra(without_drivers
             "RedisStreamsSink": lambda: RedisStreamsSink.builder().set_url("redis://127.0.0.1:1").set_topic("t").set_partitions(2).build(),
             "RedisUpsertSink": lambda: RedisUpsertSink.builder().set_url("redis://127.0.0.1:1").set_hash("h").set_key_selector(str).build(),
             "RedisStreamsSource": lambda: RedisStreamsSource.builder().set_url("redis://127.0.0.1:1").set_topic("t").set_partitions(2).build(),
+            "IcebergSink": lambda: IcebergSink.builder().set_catalog_properties({"type": "sql", "uri": "sqlite://"}).set_table("db.t").build(),
         }
         for name, build in builds.items():
             try:
@@ -89,11 +92,12 @@ def test_building_a_connector_without_its_driver_names_the_extra(without_drivers
     )
     assert res.returncode == 0, res.stderr
     lines = dict(line.split(" ", 1) for line in res.stdout.splitlines())
-    assert len(lines) == 7, res.stdout
+    assert len(lines) == 8, res.stdout
+    systems = {"Redis": ("redis", "redis", "Redis"), "Iceberg": ("iceberg", "pyiceberg", "Iceberg")}
     for name, line in lines.items():
-        extra, module = ("redis", "redis") if name.startswith("Redis") else ("postgres", "psycopg")
+        extra, module, system = next((v for k, v in systems.items() if name.startswith(k)), ("postgres", "psycopg", "PostgreSQL"))
         assert line == (
-            f"8 the {'Redis' if extra == 'redis' else 'PostgreSQL'} connectors need {module}, which cannot be imported here: "
+            f"8 the {system} connectors need {module}, which cannot be imported here: "
             f"No module named '{module}' (run \"pip install 'flinkpy[{extra}]'\")"
         ), (name, line)
 

@@ -61,6 +61,7 @@ CATALOG: tuple[Connector, ...] = (
     Connector("sink", "PostgreSQL, two-phase commit", "PostgresSink.builder()...build(), JdbcSink.exactly_once_sink(...)", "flinkpy.connectors.postgres:PostgresSink"),
     Connector("sink", "PostgreSQL, batches", "PostgresBatchSink(dsn, sql), JdbcSink.sink(sql, ...)", "flinkpy.connectors.postgres:PostgresBatchSink"),
     Connector("sink", "PostgreSQL, upsert", "PostgresSink.upsert(dsn, table, columns, keys), JdbcSink.sink(upsert SQL, ...)", "flinkpy.connectors.postgres:PostgresUpsertSink"),
+    Connector("sink", "Iceberg table, two-phase commit", "IcebergSink.builder()...build()", "flinkpy.connectors.iceberg:IcebergSink"),
     Connector("sink", "Redis, upsert", "RedisUpsertSink.builder()...build()", "flinkpy.connectors.redis_sinks:RedisUpsertSink"),
     Connector("sink", "Redis Streams", "RedisStreamsSink.builder()...build()", "flinkpy.connectors.redis_sinks:RedisStreamsSink"),
     Connector("sink", "Verification", "VerifyingSink(directory)", "flinkpy.connectors.verification:VerifyingSink"),

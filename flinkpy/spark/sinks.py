@@ -242,6 +242,12 @@ def writer_for(sink: Any, sink_id: str, operator: str) -> BatchWriter:
         from flinkpy.spark.verifying import VerifyingBatchWriter
 
         return VerifyingBatchWriter(sink)
+    from flinkpy.connectors.iceberg import IcebergSink
+
+    if isinstance(sink, IcebergSink):
+        from flinkpy.spark.iceberg_writer import IcebergBatchWriter
+
+        return IcebergBatchWriter(sink, sink_id)
     if type(sink).__name__ in ("PostgresSink", "PostgresUpsertSink", "PostgresBatchSink") and hasattr(sink, "dsn") and hasattr(sink, "sql"):
         return PostgresWriter(sink, sink_id)
     from flinkpy.spark.plan import UntranslatableError

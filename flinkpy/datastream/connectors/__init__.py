@@ -21,6 +21,7 @@ from flinkpy.datastream.connectors.file_system import (
     RollingPolicy,
     StreamFormat,
 )
+from flinkpy.datastream.connectors.iceberg import IcebergSink
 from flinkpy.datastream.connectors.jdbc import JdbcConnectionOptions, JdbcExactlyOnceOptions, JdbcExecutionOptions, JdbcSink
 from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
 from flinkpy.datastream.connectors.redis import (
@@ -42,6 +43,7 @@ __all__ = [
     "FileSink",
     "FileSource",
     "FileSourceBuilder",
+    "IcebergSink",
     "JdbcConnectionOptions",
     "JdbcExactlyOnceOptions",
     "JdbcExecutionOptions",

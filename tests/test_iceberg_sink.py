@@ -1,0 +1,303 @@
+"""IcebergSink against a real pyiceberg SQL catalog (sqlite, a file:// warehouse), shared by the
+module; each test writes its own table.
+
+- the protocol driven directly (no cluster): files written before the barrier are in no
+  snapshot, the completed checkpoint makes them one snapshot, a replayed commit is skipped, and
+  the files of an attempt that died after the checkpoint are deleted by its successor;
+- jobs on a real background cluster: the sink task SIGKILLed right after checkpoint 2 completed
+  and before its commit; a stop-with-savepoint and a resume at another parallelism. After a
+  stop-with-savepoint an independent pyiceberg scan must hold every record up to the savepoint's
+  source position exactly once, and no data file may be left outside the table;
+- bad input: a missing catalog, a missing table, records that do not fit, upserts: one line,
+  an exit code each.
+
+The expected rows are computed here: the jobs map n of 1, 2, ... to ``(n, n*n)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import run_cli, wait_for
+from flinkpy.common import RestartStrategies, Types, WatermarkStrategy
+from flinkpy.connectors.base import ReaderContext
+from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.datastream.connectors import DataGeneratorSource
+from flinkpy.datastream.connectors.iceberg import IcebergSchemaError, IcebergSink, IcebergUpsertUnsupportedError
+from flinkpy.errors import ConfigurationError, ExitCode, NotFoundError
+from test_recovery import exception_entries, job_show, start, vertex_id  # noqa: F401 - ``start`` is a fixture
+
+pyiceberg_catalog = pytest.importorskip("pyiceberg.catalog")
+from pyiceberg.schema import Schema  # noqa: E402
+from pyiceberg.types import LongType, NestedField  # noqa: E402
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The properties of a SQL catalog on sqlite with a ``db`` namespace."""
+    root = tmp_path_factory.mktemp("iceberg")
+    (root / "warehouse").mkdir()
+    properties = {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
+    pyiceberg_catalog.load_catalog("default", **properties).create_namespace("db")
+    return properties
+
+
+def create_table(properties: dict[str, str], name: str, width: int = 0) -> Any:
+    """``db.<name>`` of columns n and sq; partitioned by ``truncate(width, n)`` if ``width``."""
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+    from pyiceberg.transforms import TruncateTransform
+
+    schema = Schema(NestedField(1, "n", LongType(), required=True), NestedField(2, "sq", LongType(), required=False))
+    spec = PartitionSpec(PartitionField(1, 1000, TruncateTransform(width), "n_range")) if width else UNPARTITIONED_PARTITION_SPEC
+    return pyiceberg_catalog.load_catalog("default", **properties).create_table(f"db.{name}", schema, partition_spec=spec)
+
+
+def reload(properties: dict[str, str], name: str) -> Any:
+    return pyiceberg_catalog.load_catalog("default", **properties).load_table(f"db.{name}")
+
+
+def rows(table: Any) -> Counter:
+    return Counter((r["n"], r["sq"]) for r in table.scan().to_arrow().to_pylist())
+
+
+def summaries(table: Any) -> list[dict[str, str]]:
+    return [dict(s.summary.additional_properties) for s in table.metadata.snapshots]
+
+
+def orphans(table: Any) -> list[str]:
+    """Parquet files under the table's data/ that no snapshot holds."""
+    data = Path(table.location().removeprefix("file://")) / "data"
+    live = set(table.inspect.files().column("file_path").to_pylist()) if table.current_snapshot() else set()
+    return [p.name for p in data.glob("*.parquet") if f"file://{p}" not in live]
+
+
+def square(n: int) -> tuple[int, int]:
+    return (n, n * n)
+
+
+def expected(upto: int) -> Counter:
+    return Counter(square(n) for n in range(1, upto + 1))
+
+
+def ctx(subtask: int, parallelism: int, states: list | None = None) -> ReaderContext:
+    return ReaderContext(subtask_index=subtask, parallelism=parallelism, job_id="job-a", operator_name="table",
+                         restored_state=list(states or []))
+
+
+# -- the protocol, driven directly ----------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_files_show_at_the_completed_checkpoint_a_replay_is_skipped_and_a_dead_attempts_files_go(catalog) -> None:
+    create_table(catalog, "protocol")
+    sink = IcebergSink(catalog, "db.protocol", target_file_rows=100)
+    w = sink.create_writer(ctx(0, 1))
+    w.open()
+    for lo in (1, 101, 201):  # two files written on the way, one at the barrier
+        w.write([square(n) for n in range(lo, min(lo + 100, 251))])
+    state = w.snapshot_state(1)
+    table = reload(catalog, "protocol")
+    assert table.current_snapshot() is None and len(orphans(table)) == 3, "prepared files must stay invisible"
+
+    w.notify_checkpoint_complete(1)
+    table = reload(catalog, "protocol")
+    assert rows(table) == expected(250)
+    (summary,) = summaries(table)
+    assert summary["flink.job-id"] == "job-a" and summary["flink.max-committed-checkpoint-id"] == "1", summary
+    assert summary["flinkpy.subtask"] == "0" and summary["added-data-files"] == "3", summary
+
+    # the attempt writes on after checkpoint 1 (two files) and dies; its successor restores
+    # checkpoint 1, whose commit it replays (skipped: already in a snapshot) and whose
+    # successors' files it deletes
+    w.write([square(n) for n in range(251, 351)])
+    w.write([square(n) for n in range(351, 451)])
+    assert len(orphans(reload(catalog, "protocol"))) == 2
+    again = sink.create_writer(ctx(0, 1, [state]))
+    again.open()
+    table = reload(catalog, "protocol")
+    assert len(table.metadata.snapshots) == 1 and rows(table) == expected(250)
+    assert orphans(table) == []
+    again.write([square(n) for n in range(251, 301)])
+    again.flush(True)  # the end of the input commits
+    table = reload(catalog, "protocol")
+    assert rows(table) == expected(300) and len(table.metadata.snapshots) == 2 and orphans(table) == []
+
+
+# -- jobs on a cluster ----------------------------------------------------------------------
+#
+# The source is one unbounded, paced subtask, so that what a stop-with-savepoint leaves in the
+# table is exactly the squares of 1..M, M the source's position in the savepoint: a gap, a row
+# twice or a row beyond the savepoint would show. (A bounded source would not do: the sink's task
+# takes a few seconds to import pyiceberg and open the catalog, and by then a fast source has
+# filled the channels before the first checkpoint.)
+
+#: records per second of the source
+RATE = 1_000
+
+
+def squares_env(catalog: dict[str, str], table: str, *, parallelism: int) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(500)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    numbers = env.from_source(
+        DataGeneratorSource(lambda i: i + 1, None, records_per_second=RATE), WatermarkStrategy.no_watermarks(), "numbers"
+    ).uid("numbers").set_parallelism(1)
+    squares = numbers.map(square, output_type=Types.TUPLE([Types.LONG(), Types.LONG()])).uid("square").set_parallelism(1)
+    sink = IcebergSink.builder().set_catalog_properties(catalog).set_table(f"db.{table}").set_target_file_rows(1_000).build()
+    # rebalance: the sink is its own task, so a crash point on it kills only the writer
+    squares.rebalance().sink_to(sink).name("table").uid("table")
+    return env
+
+
+def stop_with_savepoint(job_id: str, directory: Path) -> tuple[str, int]:
+    """``flinkpy stop --savepoint-path``: the savepoint's location and the source's position in
+    it (how many numbers it had emitted)."""
+    import json
+
+    stop = run_cli("stop", "--json", "--savepoint-path", str(directory), job_id)
+    assert stop.returncode == 0, stop.stderr
+    location = json.loads(stop.stdout)["location"]
+    metadata = json.loads((Path(location) / "_metadata").read_text())
+    (op,) = [o for o in metadata["operators"] if o.get("uid") == "numbers"]
+    (subtask,) = op["subtasks"]
+    print(f"savepoint {location}: source offsets {subtask['source_offsets']}")
+    return location, emitted(subtask["source_offsets"])
+
+
+def emitted(offsets: Any) -> int:
+    """The next index of the source's one range (the numbers before it were emitted)."""
+    ranges = offsets["ranges"] if isinstance(offsets, dict) else offsets
+    ((start, _end),) = [tuple(r) for r in ranges]
+    return start
+
+
+def assert_exact(table: Any, upto: int) -> None:
+    got, want = rows(table), expected(upto)
+    assert got == want, (
+        f"{sum((want - got).values())} rows missing (e.g. {sorted(want - got)[:3]}), {sum((got - want).values())} extra"
+        f" (e.g. {sorted(got - want)[:3]})"
+    )
+    txns = [s["flinkpy.transaction-id"] for s in summaries(table)]
+    assert len(txns) == len(set(txns)), "a transaction was committed twice"
+    assert orphans(table) == [], "data files outside the table were left behind"
+
+
+def committed_by(catalog: dict[str, str], name: str, job_id: str, after_checkpoint: int = 0) -> bool:
+    """Whether a snapshot of the table holds a commit of ``job_id`` for a checkpoint after
+    ``after_checkpoint``."""
+    return any(s["flink.job-id"] == job_id and int(s["flink.max-committed-checkpoint-id"]) > after_checkpoint
+               for s in summaries(reload(catalog, name)))
+
+
+@pytest.mark.timeout(150)
+def test_exactly_once_through_a_kill_before_a_commit_a_stop_with_savepoint_and_a_resume_at_parallelism_1(
+    start, catalog, tmp_path: Path  # noqa: F811
+) -> None:
+    """One table through three runs (one test: each start of a sink task imports pyiceberg,
+    seconds on a loaded machine): p=2 with subtask 0 SIGKILLed once checkpoint 2 completed,
+    before it committed; a stop-with-savepoint; a resume at p=1 and another stop."""
+    from flinkpy.program.context import ExecutionContext, execution_context
+
+    create_table(catalog, "squares")
+    env = squares_env(catalog, "squares", parallelism=2)
+    info = start(faults=[{"point": "sink-before-commit", "vertex": vertex_id(env, "table"), "subtask": 0, "checkpoint": 2}])
+    first = env.execute_async("squares into iceberg, p=2")
+    wait_for(lambda: job_show(first.get_job_id())["restarts"] >= 1, timeout=30, interval=0.25, message="the kill and the restart")
+    wait_for(lambda: committed_by(catalog, "squares", first.get_job_id(), after_checkpoint=2), timeout=30, interval=0.25,
+             message="commits after the restart")
+    location, by_first_run = stop_with_savepoint(first.get_job_id(), tmp_path / "sps")
+
+    assert any("SIGKILL" in e["message"] for e in exception_entries(first.get_job_id()))
+    # stop-with-savepoint commits what the savepoint covers before the job ends
+    table = reload(catalog, "squares")
+    assert_exact(table, by_first_run)
+    by_checkpoint = [(s["flinkpy.subtask"], s["flink.max-committed-checkpoint-id"]) for s in summaries(table)]
+    assert ("0", "2") in by_checkpoint, f"checkpoint 2 of subtask 0 was never committed: {by_checkpoint}"
+
+    # down from 2 to 1: the one new subtask takes over both old subtasks' state and leftovers
+    env = squares_env(catalog, "squares", parallelism=1)
+    with execution_context(ExecutionContext(address=info.rest_address, savepoint_path=location)):
+        resumed = env.execute_async("squares into iceberg, p=1")
+    wait_for(lambda: committed_by(catalog, "squares", resumed.get_job_id()), timeout=30, interval=0.25,
+             message="a commit of the resumed job")
+    _, upto = stop_with_savepoint(resumed.get_job_id(), tmp_path / "sps2")
+
+    table = reload(catalog, "squares")
+    assert_exact(table, upto)
+    assert upto > by_first_run
+    jobs = Counter(s["flink.job-id"] for s in summaries(table))
+    assert set(jobs) == {first.get_job_id(), resumed.get_job_id()}, jobs
+    resumed_subtasks = {s["flinkpy.subtask"] for s in summaries(table) if s["flink.job-id"] == resumed.get_job_id()}
+    assert resumed_subtasks == {"0"}, resumed_subtasks
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_bad_input_is_refused_on_one_line_with_what_to_change(catalog, tmp_path: Path) -> None:
+    create_table(catalog, "strict")
+    with pytest.raises(NotFoundError, match=r"the Iceberg table 'db.nope' does not exist in catalog 'default' \(create it") as missing:
+        IcebergSink(catalog, "db.nope")
+    assert missing.value.exit_code == ExitCode.NOT_FOUND
+    broken = {"type": "sql", "uri": f"sqlite:///{tmp_path}/no/such/dir/catalog.db"}
+    with pytest.raises(ConfigurationError, match=r"cannot open the Iceberg catalog 'default' \(type sql\).*\(correct the catalog properties") as bad:
+        IcebergSink(broken, "db.strict")
+    assert bad.value.exit_code == ExitCode.CONFIGURATION
+    sink = IcebergSink(catalog, "db.strict")
+    with pytest.raises(IcebergSchemaError, match=r"field 'sq' is STRING, column 'sq' is long.*\(change the stream's output_type"):
+        sink.for_record_type(Types.ROW_NAMED(["n", "sq"], [Types.LONG(), Types.STRING()]))
+    with pytest.raises(IcebergSchemaError, match=r"the records have 3 fields, the table has 2 columns \(n, sq\)"):
+        sink.for_record_type(Types.TUPLE([Types.LONG(), Types.LONG(), Types.LONG()]))
+    with pytest.raises(IcebergUpsertUnsupportedError, match="equality-delete files, which pyiceberg") as upsert:
+        IcebergSink.builder().set_upsert(["n"])
+    assert upsert.value.exit_code == ExitCode.UNSUPPORTED
+    # records whose type the stream does not declare are judged as they are written
+    w = sink.create_writer(ctx(0, 1))
+    w.open()
+    with pytest.raises(IcebergSchemaError, match=r"a record has field 'square', which is not a column of Iceberg table 'db.strict'"):
+        w.write([{"n": 1, "square": 1}])
+        w.snapshot_state(1)
+    with pytest.raises(IcebergSchemaError, match=r"column 'n' of Iceberg table 'db.strict' is int64, a record holds a value it cannot take"):
+        w.write([("one", 1)])
+        w.snapshot_state(2)
+
+    # through the CLI: one line on stderr, the documented exit code, nothing submitted
+    job = tmp_path / "job.py"
+    job.write_text(
+        "from flinkpy.common import Types\n"
+        "from flinkpy.datastream import StreamExecutionEnvironment\n"
+        "from flinkpy.datastream.connectors.iceberg import IcebergSink\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        f"sink = IcebergSink({catalog!r}, 'db.strict')\n"
+        "env.from_collection([(1, 'a')], Types.TUPLE([Types.LONG(), Types.STRING()])).sink_to(sink)\n"
+        "env.execute('bad')\n"
+    )
+    res = run_cli("run", str(job))
+    assert res.returncode == ExitCode.INVALID_PROGRAM, (res.returncode, res.stderr)
+    assert "field 1 of the records is STRING, column 'sq' is long" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+# -- on Spark: a snapshot per micro-batch, once per batch id (into a partitioned table) ------
+
+
+@pytest.mark.timeout(30)
+def test_the_spark_runners_writer_commits_each_batch_id_once(catalog) -> None:
+    from flinkpy.spark.sinks import writer_for
+
+    create_table(catalog, "batches", width=50)
+    writer = writer_for(IcebergSink(catalog, "db.batches"), "squares/table", "table")
+    assert writer.guarantee == "exactly-once" and "a snapshot per batch id" in writer.describe()
+    writer.write([square(n) for n in range(1, 101)], 0)
+    writer.write([square(n) for n in range(1, 101)], 0)  # Spark replays batch 0 after a failure
+    writer.write([square(n) for n in range(101, 201)], 1)
+    table = reload(catalog, "batches")
+    assert [s["flinkpy.spark-batch-id"] for s in summaries(table)] == ["0", "1"]
+    # 1-49, 50-99, 100 | 101-149, 150-199, 200
+    assert [s["added-data-files"] for s in summaries(table)] == ["3", "3"], "a file per partition and batch"
+    assert_exact(table, 200)
