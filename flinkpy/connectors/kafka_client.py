@@ -33,6 +33,9 @@ from flinkpy.errors import ClusterUnreachableError, ConfigurationError, FlinkpyE
 #: librdkafka's own log lines (a broker refusing connections repeats one every 50 ms) go to
 #: this logger, not to the process's stderr
 LIBRDKAFKA_LOG = logging.getLogger("flinkpy.connectors.kafka.librdkafka")
+#: what matters reaches the user as translated errors; these lines are for whoever turns them on
+LIBRDKAFKA_LOG.propagate = False
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 
 KAFKA = Driver("confluent_kafka", "kafka", "the Kafka connectors")
 
@@ -41,7 +44,7 @@ KAFKA = Driver("confluent_kafka", "kafka", "the Kafka connectors")
 _NOT_FOR_LIBRDKAFKA = frozenset({
     "key.deserializer", "value.deserializer", "key.serializer", "value.serializer",
     "partition.discovery.interval.ms", "commit.offsets.on.checkpoint", "client.id.prefix",
-    "register.consumer.metrics", "flink.partition-discovery.interval-millis",
+    "register.consumer.metrics", "default.api.timeout.ms", "flink.partition-discovery.interval-millis",
 })
 
 
