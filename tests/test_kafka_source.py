@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from conftest import cli_json, run_cli, running_cluster, wait_for
-from flinkpy.common import Duration, Types, WatermarkStrategy
+from flinkpy.common import Duration, RestartStrategies, Types, WatermarkStrategy
 from flinkpy.common.serialization import SimpleStringSchema
 from flinkpy.connectors.base import ReaderContext
 from flinkpy.connectors.kafka_client import KafkaTopicNotFoundError, KafkaUnreachableError
@@ -34,6 +34,7 @@ from flinkpy.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSo
 from flinkpy.datastream.state import ValueStateDescriptor
 from flinkpy.task.watermarks import SplitWatermarks
 from kafka_servers import CONSUMER_DEFAULTS
+from test_recovery import vertex_id
 
 KEYS = 8
 PARTITIONS = 4
@@ -160,6 +161,7 @@ def job(server: Any, topic: str, out: Path, parallelism: int, group: str) -> Str
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     env.enable_checkpointing(200)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     src = source(server, topic, **{"group.id": group})
     records = env.from_source(src, WatermarkStrategy.no_watermarks(), "kafka").uid("kafka")
     counted = records.map(Parse()).uid("parse").key_by(lambda r: r[0]).process(RunningCount()).uid("count")
@@ -175,6 +177,15 @@ def exact(out: Path, per_key: int) -> dict:
     report = check(committed(out), KEYS, per_key)
     assert (report["lost"], report["duplicated"], report["mismatched"]) == (0, 0, 0), report
     return report
+
+
+def vertex_metrics(rest: Any, jid: str, vid: int) -> dict[str, float]:
+    """The Kafka figures of a vertex, by Flink's identifiers (``<subtask>.<operator>.<scope>.<name>``)."""
+    path = f"/jobs/{jid}/vertices/{vid}/metrics"
+    ids = [m["id"] for m in rest.request("GET", path) if "KafkaSource" in m["id"] or "pendingRecords" in m["id"]]
+    if not ids:
+        return {}
+    return {m["id"]: float(m["value"]) for m in rest.request("GET", path, params={"get": ",".join(ids)})}
 
 
 def group_offsets(server: Any, topic: str, group: str) -> dict[int, int]:
@@ -193,7 +204,9 @@ def test_exactly_once_after_a_source_task_is_killed(kafka_any, kafka_cluster, tm
     per_key = 60
     produce_sequences(kafka_any, topic, 1, per_key // 2)
     out, group = tmp_path / "out", f"g-{topic}"
-    client = job(kafka_any, topic, out, 2, group).execute_async("kafka kill")
+    env = job(kafka_any, topic, out, 2, group)
+    vid = vertex_id(env, "kafka")
+    client = env.execute_async("kafka kill")
     jid = client.get_job_id()
     wait_for(lambda: len(committed(out)) > 0, timeout=30, message="a first committed checkpoint")
     kill = run_cli("fault", "kill-task", jid, "--vertex", "kafka", "--subtask", str(rng.randrange(2)))
@@ -203,12 +216,21 @@ def test_exactly_once_after_a_source_task_is_killed(kafka_any, kafka_cluster, tm
     # offsets reach the group once a checkpoint after the last record completes (lag monitoring)
     ends = {p: 2 * per_key for p in range(PARTITIONS)}
     wait_for(lambda: group_offsets(kafka_any, topic, group) == ends, timeout=20, message=f"group offsets {ends}")
-    inspect = run_cli("checkpoint", "list", jid, "--json")
+    # the lag per partition reaches the metrics (REST, as job show, top and Prometheus read them)
+    from flinkpy.cluster import ClusterHome
+    from flinkpy.network.rest_client import RestClient
+
+    rest = RestClient(kafka_cluster.rest_address, ClusterHome(Path(os.environ["FLINKPY_HOME"])).token())
+    offsets = lambda: {k: v for k, v in vertex_metrics(rest, jid, vid).items() if k.endswith("currentOffset")}  # noqa: E731
+    wait_for(lambda: len(offsets()) == PARTITIONS and set(offsets().values()) == {2 * per_key}, timeout=20,
+             message="currentOffset of every partition", describe=offsets)
+    lag = lambda: {k: v for k, v in vertex_metrics(rest, jid, vid).items() if k.endswith("pendingRecords")}  # noqa: E731
+    wait_for(lambda: len(lag()) == PARTITIONS + 2 and set(lag().values()) == {0}, timeout=20,
+             message="no lag left on any partition", describe=lag)
     client.cancel()
     wait_for(lambda: client.get_job_status() in ("CANCELED", "FAILED"), timeout=20)
     exact(out, per_key)
     assert cli_json("job", "show", jid)["restarts"] >= 1
-    assert inspect.returncode == 0, inspect.stderr
 
 
 def test_rescale_2_3_1_through_stop_with_savepoint(kafka_any, kafka_cluster, tmp_path: Path) -> None:
@@ -267,9 +289,10 @@ JOB = textwrap.dedent("""
 def test_bad_input_ends_in_one_line(kafka_any, kafka_cluster, tmp_path: Path) -> None:
     path = tmp_path / "job.py"
     path.write_text(JOB)
-    unreachable = run_cli("run", str(path), "127.0.0.1:1", "events")
-    assert unreachable.returncode == KafkaUnreachableError.exit_code == 3, unreachable.stderr
-    assert "no Kafka broker answers at 127.0.0.1:1" in unreachable.stderr and "Traceback" not in unreachable.stderr
+    if kafka_any.kind == "noida":  # no server involved: once is enough
+        unreachable = run_cli("run", str(path), "127.0.0.1:1", "events")
+        assert unreachable.returncode == KafkaUnreachableError.exit_code == 3, unreachable.stderr
+        assert "no Kafka broker answers at 127.0.0.1:1" in unreachable.stderr and "Traceback" not in unreachable.stderr
     missing = run_cli("run", str(path), kafka_any.bootstrap, "no-such-topic")
     assert missing.returncode == KafkaTopicNotFoundError.exit_code == 4, missing.stderr
     assert "topic 'no-such-topic' does not exist" in missing.stderr and "Traceback" not in missing.stderr

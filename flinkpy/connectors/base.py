@@ -49,6 +49,9 @@ class ReaderContext:
     #: sources only: ``side_output(tag_id, records)`` emits records to a side output of the
     #: source's stream (e.g. a FileSource's malformed lines); None where there is none.
     side_output: Callable[[str, list], None] | None = None
+    #: sources only: the source operator's metric group (Flink's ``SourceReaderContext.metricGroup``):
+    #: gauges a reader registers reach ``job show``, ``top`` and Prometheus; None where there is none
+    metric_group: Any = None
 
 
 class StampedBatch(list):
