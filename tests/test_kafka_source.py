@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import sys
 import textwrap
 import time
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conftest import cli_json, run_cli, running_cluster, wait_for
+from conftest import EXAMPLES, cli_json, run_cli, running_cluster, wait_for
 from flinkpy.common import Duration, RestartStrategies, Types, WatermarkStrategy
 from flinkpy.common.serialization import SimpleStringSchema
 from flinkpy.connectors.base import ReaderContext
@@ -302,3 +303,42 @@ def test_bad_input_ends_in_one_line(kafka_any, kafka_cluster, tmp_path: Path) ->
     assert bad.returncode == 5, bad.stderr
     assert f"record at offset 1 of partition {topic}-0 cannot be deserialized" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# -- PyFlink's Kafka examples ------------------------------------------------------------------
+
+
+def test_pyflink_kafka_examples_read_what_was_written(kafka_any, tmp_path: Path) -> None:
+    """examples/kafka_*_format.py (PyFlink's, imports renamed) read their topics on noida-db."""
+    if kafka_any.kind != "noida":
+        pytest.skip("the examples run against noida-db only (one server is enough for them)")
+    from flinkpy.datastream.formats.avro import AvroRowSerializationSchema
+    from flinkpy.datastream.formats.csv import CsvRowSerializationSchema
+    from flinkpy.datastream.formats.json import JsonRowSerializationSchema
+
+    rows = [(1, "hi"), (2, "hello"), (3, "hi")]
+    row_type = Types.ROW([Types.INT(), Types.STRING()])
+    avro = '{"type": "record", "name": "TestRecord", "fields": [{"name": "id", "type": "int"}, {"name": "name", "type": "string"}]}'
+    writers = {
+        "json": JsonRowSerializationSchema.builder().with_type_info(row_type).build().serialize,
+        "csv": CsvRowSerializationSchema.Builder(row_type).build().serialize,
+        "avro": AvroRowSerializationSchema(avro_schema_string=avro).serialize,
+        "bytearray": lambda r: json.dumps({"id": r[0], "country": r[1]}).encode(),
+    }
+    # on embedded clusters (started side by side), whose print sinks write to the examples' stdout
+    env = {k: v for k, v in os.environ.items() if k not in ("FLINKPY_JOBMANAGER", "FLINKPY_HOME")}
+    runs = {}
+    for fmt, write in writers.items():
+        topic = kafka_any.create_topic(f"test_{fmt}_topic")
+        kafka_any.produce(topic, [write(r) for r in rows])
+        runs[fmt] = subprocess.Popen([sys.executable, str(EXAMPLES / f"kafka_{fmt}_format.py"), "--bootstrap-servers",
+                                      kafka_any.bootstrap, "--bounded"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env={**env, "FLINKPY_HOME": str(tmp_path / fmt)}, stdin=subprocess.DEVNULL)
+    for fmt, proc in runs.items():
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, f"{fmt}: {stderr}"
+        printed = [line.split("> ", 1)[-1] for line in stdout.splitlines() if "hi" in line or "hello" in line]
+        if fmt == "bytearray":
+            assert [json.loads(line) for line in printed] == [{"id": i, "country": w} for i, w in rows], stdout
+        else:
+            assert printed == [f"+I[{i}, {w}]" for i, w in rows], stdout

@@ -199,6 +199,12 @@ class KafkaSource(Source):
         return self.boundedness
 
     @property
+    def produced_type(self) -> Any:
+        """The type information of the records, where the value deserializer declares it (the
+        JSON, CSV and Avro row schemas): ``env.from_source`` types the stream with it, as PyFlink does."""
+        return getattr(self.deserializer.value_schema, "type_info", None)
+
+    @property
     def group_id(self) -> str | None:
         return self.properties.get("group.id")
 

@@ -41,6 +41,26 @@ def _parse(avro_schema_string: str | None, record_class: Any) -> tuple[str, Any]
     return avro_schema_string, parsed
 
 
+_TYPES = {"int": "INT", "long": "LONG", "string": "STRING", "float": "FLOAT", "double": "DOUBLE", "boolean": "BOOLEAN"}
+
+
+def row_type(schema: Any) -> Any:
+    """The Types.ROW_NAMED of a record of primitive fields (what PyFlink derives from the schema),
+    or None for a schema with other fields (records then stay untyped Rows)."""
+    from flinkpy.common.typeinfo import Types
+
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return None
+    names, types = [], []
+    for f in schema["fields"]:
+        kind = _TYPES.get(f["type"]) if isinstance(f["type"], str) else None
+        if kind is None:
+            return None
+        names.append(f["name"])
+        types.append(getattr(Types, kind)())
+    return Types.ROW_NAMED(names, types)
+
+
 def _to_rows(value: Any) -> Any:
     if isinstance(value, dict):
         return Row(**{k: _to_rows(v) for k, v in value.items()})
@@ -77,6 +97,8 @@ class AvroRowDeserializationSchema(DeserializationSchema):
 
     def __init__(self, record_class: str | None = None, avro_schema_string: str | None = None) -> None:
         self._text, self._schema = _parse(avro_schema_string, record_class)
+        #: the rows' type information, for a record of primitive fields
+        self.type_info = row_type(self._schema)
 
     def __reduce__(self) -> tuple:
         return (AvroRowDeserializationSchema, (None, self._text))
