@@ -20,11 +20,18 @@ from typing import Any
 
 from flinkpy.common.serialization import DeserializationSchema, SerializationSchema
 from flinkpy.common.types import Row
-from flinkpy.connectors.drivers import Driver, require
-from flinkpy.errors import UsageError
+from flinkpy.errors import ConfigurationError, UsageError
 from flinkpy.formats.fields import RowFormatError
 
-AVRO = Driver("fastavro", "avro", "the Avro formats")
+
+def _fastavro() -> Any:
+    """fastavro, or the one-line error naming the extra (as the connectors' drivers do; exit 8)."""
+    try:
+        import fastavro
+    except ImportError as e:
+        raise ConfigurationError(f"the Avro formats need fastavro, which cannot be imported here: {e}",
+                                 remedy="run \"pip install 'flinkpy[avro]'\"") from None
+    return fastavro
 
 
 def _parse(avro_schema_string: str | None, record_class: Any) -> tuple[str, Any]:
@@ -33,7 +40,7 @@ def _parse(avro_schema_string: str | None, record_class: Any) -> tuple[str, Any]
                          remedy="pass the schema as JSON: avro_schema_string='{\"type\": \"record\", ...}'")
     if not avro_schema_string:
         raise UsageError("an Avro row schema needs avro_schema_string")
-    fastavro = require(AVRO)
+    fastavro = _fastavro()
     try:
         parsed = fastavro.parse_schema(json.loads(avro_schema_string))
     except (ValueError, fastavro.schema.SchemaParseException) as e:
@@ -104,7 +111,7 @@ class AvroRowDeserializationSchema(DeserializationSchema):
         return (AvroRowDeserializationSchema, (None, self._text))
 
     def deserialize(self, message: bytes) -> Row:
-        fastavro = require(AVRO)
+        fastavro = _fastavro()
         try:
             return _to_rows(fastavro.schemaless_reader(io.BytesIO(message), self._schema))
         except Exception as e:  # noqa: BLE001 - fastavro raises many kinds for bad bytes
@@ -121,7 +128,7 @@ class AvroRowSerializationSchema(SerializationSchema):
         return (AvroRowSerializationSchema, (None, self._text))
 
     def serialize(self, element: Any) -> bytes:
-        fastavro = require(AVRO)
+        fastavro = _fastavro()
         out = io.BytesIO()
         try:
             fastavro.schemaless_writer(out, self._schema, _to_avro(element, self._schema))
