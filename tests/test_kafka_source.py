@@ -264,9 +264,28 @@ def test_rescale_2_3_1_through_stop_with_savepoint(kafka_any, kafka_cluster, tmp
         if step == 0:
             shown = run_cli("checkpoint", "inspect", location)
             assert shown.returncode == 0, shown.stderr
-            assert f"{topic}-0" in shown.stdout and f"{topic}-3" in shown.stdout, shown.stdout
+            assert f"offsets.{topic}-0: " in shown.stdout and f"offsets.{topic}-3: " in shown.stdout, shown.stdout
+            program = tmp_path / "plan_job.py"
+            program.write_text(PLAN_JOB)
+            plan = cli_json("savepoint", "plan", "-n", "-p", "3", location, str(program), kafka_any.bootstrap, topic)
+            (op,) = [o for o in plan["operators"] if o["uid"] == "kafka"]
+            named = sorted(s.split("@")[0] for r in op["splits"] for s in r["splits"])
+            assert len(op["splits"]) == 3 and named == [f"{topic}-{p}" for p in range(PARTITIONS)], op
     wait_for(lambda: client.get_job_status() in ("CANCELED", "FAILED"), timeout=20)
     exact(out, per_key)
+
+
+PLAN_JOB = textwrap.dedent("""
+    import sys
+    from flinkpy.common import WatermarkStrategy
+    from flinkpy.datastream import StreamExecutionEnvironment
+    from flinkpy.datastream.connectors.kafka import KafkaSource
+
+    source = KafkaSource.builder().set_bootstrap_servers(sys.argv[1]).set_topics(sys.argv[2]).build()
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka").uid("kafka").print()
+    env.execute("plan")
+""")
 
 
 # -- bad input ---------------------------------------------------------------------------------
