@@ -139,6 +139,23 @@ def test_bounded_partitions_timestamps_and_split_watermarks(kafka_any) -> None:
     assert wm.current(now=0.1) == (highest[p0] + 999, False)
 
 
+def test_flink_kafka_consumer_reads_like_a_kafka_source(kafka_any) -> None:
+    import pickle
+
+    from flinkpy.datastream.connectors.kafka import FlinkKafkaConsumer
+
+    topic = kafka_any.new_topic(2)
+    kafka_any.produce(topic, ["x", "y"], partition=1)
+    consumer = FlinkKafkaConsumer(topic, SimpleStringSchema(), {"bootstrap.servers": kafka_any.bootstrap, "group.id": "legacy"})
+    consumer.set_start_from_earliest()
+    shipped = pickle.loads(pickle.dumps(consumer))  # as the job graph carries it to the tasks
+    readers = [shipped.create_reader(ReaderContext(i, 2)) for i in range(2)]
+    assert sorted(drain(readers, 2)) == ["x", "y"]
+    assert {tp for r in readers for tp in r.split_ids()} == {f"{topic}-0", f"{topic}-1"}
+    for r in readers:
+        r.close()
+
+
 # -- jobs --------------------------------------------------------------------------------------
 
 
