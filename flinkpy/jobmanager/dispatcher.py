@@ -30,7 +30,7 @@ from flinkpy.checkpoint.writability import KEY as WRITABLE_KEY, check_writable
 from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConflictError, InvalidProgramError, NotFoundError
 from flinkpy.faults import FaultRecord
-from flinkpy.jobmanager.artifacts import ArtifactStore
+from flinkpy.jobmanager.artifacts import DOCUMENT_KEY, ArtifactStore
 from flinkpy.jobmanager.checkpoint_handler import CheckpointHandler
 from flinkpy.jobmanager.checkpointing import JobCheckpointing
 from flinkpy.jobmanager.execution_graph import Action, Cancel, Deploy, ExecutionGraph, Failover, JobTerminated, Restart, SendConnect
@@ -69,6 +69,9 @@ class JobRecord:
     faults: list[FaultRecord] = field(default_factory=list)
     #: the job's Python files, kept in ``Dispatcher.artifacts`` (None: none were shipped)
     artifact: JobArtifact | None = None
+    #: the submission document as it was accepted (the archive by reference, no restore
+    #: point): what an upgrade resubmits to roll back to this very program
+    submission: dict[str, Any] = field(default_factory=dict)
 
 
 class Dispatcher:
@@ -183,7 +186,8 @@ class Dispatcher:
             if history is not None:
                 self.ha.apply_history(graph, checkpointing, history)
         with self.lock:
-            self.jobs[job_id] = JobRecord(graph, payloads, python_path, options, checkpointing, artifact=artifact)
+            submission = {k: document[k] for k in ("meta", "payloads", "python_path", DOCUMENT_KEY) if k in document}
+            self.jobs[job_id] = JobRecord(graph, payloads, python_path, options, checkpointing, artifact=artifact, submission=submission)
             log.info("job %s (%s) submitted: %d vertices", job_id, graph.name, len(graph.vertices))
             if self.journal is not None:
                 self.journal.record(job_id, graph.name, graph.timestamps.get("CREATED", now_ms()), options.checkpoint_dir)
@@ -198,7 +202,9 @@ class Dispatcher:
             raise NotFoundError(f"job {job_id} not found on this cluster", remedy="list jobs with 'flinkpy list -a'")
         return rec
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, *, retain_latest_checkpoint: bool = False) -> None:
+        """Cancel the job; ``retain_latest_checkpoint`` keeps its newest completed checkpoint
+        whatever its retention setting says (an upgrade restores the next job from it)."""
         with self.lock:
             rec = self.job(job_id)
             if rec.graph.is_terminal():
@@ -206,7 +212,9 @@ class Dispatcher:
                     f"job {job_id} is already {rec.graph.state} and cannot be canceled",
                     remedy="only running jobs can be canceled",
                 )
-            log.info("canceling job %s", job_id)
+            log.info("canceling job %s%s", job_id, " (keeping its latest checkpoint)" if retain_latest_checkpoint else "")
+            if retain_latest_checkpoint:
+                rec.checkpointing.coordinator.retain_latest_on_cancel = True
             self.perform(job_id, rec.graph.cancel(now_ms()))
             self.changed.notify_all()
 

@@ -26,13 +26,14 @@ Flink's REST API where Flink has one.
 
 from __future__ import annotations
 
+import base64
 import json
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
 from flinkpy import __version__, logfiles
 from flinkpy.clock import now_ms
-from flinkpy.errors import InvalidProgramError, NotFoundError
+from flinkpy.errors import ConflictError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager import metrics_view
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.network.http_limits import HttpLimits
@@ -66,6 +67,7 @@ class RestServer(RestEndpoint):
             ("POST", r"/jobs", self.submit),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})", self.job),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/plan", self.plan),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/submission", self.submission),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/exceptions", self.exceptions),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/execution-result", self.execution_result),
             ("PATCH", r"/jobs/(?P<jid>[0-9a-f]{32})", self.patch_job),
@@ -218,6 +220,28 @@ class RestServer(RestEndpoint):
         with self.dispatcher.lock:
             return {"plan": _plan(self.dispatcher.job(jid).graph)}
 
+    def submission(self, jid: str, **_: Any) -> dict[str, Any]:
+        """The job's submission document, its Python files inline: POSTed to /jobs again (with
+        a "restore" point) it runs the same program; an upgrade keeps it to roll back to."""
+        from flinkpy.jobmanager.artifacts import DOCUMENT_KEY
+
+        d = self.dispatcher
+        with d.lock:
+            rec = d.job(jid)
+            doc = dict(rec.submission)
+            if rec.graph.is_terminal():
+                raise ConflictError(f"job {jid} is {rec.graph.state}: its submission is no longer kept",
+                                    remedy="ask for it while the job runs")
+        spec = doc.get(DOCUMENT_KEY)
+        if spec:
+            try:
+                data = d.artifacts.read(jid, str(spec["sha256"]))
+            except (OSError, ValueError) as e:
+                raise ConflictError(f"the Python files archive of job {jid} cannot be read: {e}",
+                                    remedy="see the JobManager's log") from None
+            doc[DOCUMENT_KEY] = {**spec, "data": base64.b64encode(data).decode("ascii")}
+        return doc
+
     def exceptions(self, jid: str, **_: Any) -> dict[str, Any]:
         with self.dispatcher.lock:
             g = self.dispatcher.job(jid).graph
@@ -329,7 +353,10 @@ class RestServer(RestEndpoint):
         mode = query.get("mode", "cancel")
         if mode != "cancel":
             raise InvalidProgramError(f"unsupported mode {mode!r}", remedy="use mode=cancel")
-        self.dispatcher.cancel(jid)
+        retain = query.get("retain-latest-checkpoint", "false").lower()
+        if retain not in ("true", "false"):
+            raise InvalidProgramError(f"retain-latest-checkpoint={retain!r} is not true or false", remedy="use true or false")
+        self.dispatcher.cancel(jid, retain_latest_checkpoint=retain == "true")
         return 202, {}
 
 

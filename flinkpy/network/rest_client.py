@@ -236,8 +236,21 @@ class RestClient:
                     remedy="wait longer, or check it with 'flinkpy job show'",
                 )
 
-    def cancel_job(self, jid: str) -> None:
-        self.request("PATCH", f"/jobs/{_quote(jid)}", params={"mode": "cancel"})
+    def cancel_job(self, jid: str, *, retain_latest_checkpoint: bool = False) -> None:
+        params: dict[str, JsonScalar] = {"mode": "cancel"}
+        if retain_latest_checkpoint:
+            params["retain-latest-checkpoint"] = "true"
+        self.request("PATCH", f"/jobs/{_quote(jid)}", params=params)
+
+    def job_submission(self, jid: str) -> JsonObject:
+        """The running job's submission document, its Python files inline (to submit it again)."""
+        return self.request("GET", f"/jobs/{_quote(jid)}/submission")
+
+    def submit_document(self, document: JsonObject) -> str:
+        """Submit a job graph document (one :meth:`job_submission` returned, say); its job id."""
+        import json
+
+        return self.submit_job(json.dumps(document).encode())
 
     def submit_job(self, payload: bytes) -> str:
         return self.request("POST", "/jobs", body=payload)["jobid"]
@@ -248,6 +261,9 @@ class RestClient:
         """Flink's checkpoint statistics: counts, the latest ones and the newest ``history``."""
         params = None if history is None else {"history": history}
         return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints", params=params)
+
+    def checkpoint_config(self, jid: str) -> JsonObject:
+        return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints/config")
 
     def checkpoint_details(self, jid: str, checkpoint_id: int) -> JsonObject:
         return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints/details/{checkpoint_id}")
