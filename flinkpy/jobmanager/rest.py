@@ -68,6 +68,8 @@ class RestServer(RestEndpoint):
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})", self.job),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/plan", self.plan),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/submission", self.submission),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/resource-requirements", self.resource_requirements),
+            ("PUT", r"/jobs/(?P<jid>[0-9a-f]{32})/resource-requirements", self.rescale),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/exceptions", self.exceptions),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/execution-result", self.execution_result),
             ("PATCH", r"/jobs/(?P<jid>[0-9a-f]{32})", self.patch_job),
@@ -211,6 +213,7 @@ class RestServer(RestEndpoint):
                     "failover-strategy": g.failover,
                     "restart-strategy": g.strategy.describe() if g.strategy is not None else {"type": "none"},
                     "events": list(g.events),
+                    "rescales": list(g.rescales),
                     "metrics": metrics_view.job_figures(d.job(jid), now_ms()),
                 }
             )
@@ -219,6 +222,25 @@ class RestServer(RestEndpoint):
     def plan(self, jid: str, **_: Any) -> dict[str, Any]:
         with self.dispatcher.lock:
             return {"plan": _plan(self.dispatcher.job(jid).graph)}
+
+    def resource_requirements(self, jid: str, **_: Any) -> dict[str, Any]:
+        """Each vertex's parallelism, in the shape of Flink's adaptive scheduler endpoint."""
+        with self.dispatcher.lock:
+            g = self.dispatcher.job(jid).graph
+            return {str(vid): {"parallelism": {"lowerBound": 1, "upperBound": v["parallelism"]}} for vid, v in g.vertices.items()}
+
+    def rescale(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
+        """Rescale in place: ``{"<vertex>": {"parallelism": {"upperBound": N}}}`` as Flink's
+        adaptive scheduler takes it (a vertex by id, name or an operator's uid), and flinkpy's
+        ``{"parallelism": N}`` for every vertex."""
+        doc = self.json_body(body)
+        try:
+            parallelism = int(doc.pop("parallelism")) if "parallelism" in doc else None
+            per_vertex = {str(k): int(v["parallelism"]["upperBound"]) for k, v in doc.items()}
+        except (TypeError, KeyError, ValueError) as e:
+            raise InvalidProgramError(f"malformed resource requirements: {e}",
+                                      remedy='send {"<vertex>": {"parallelism": {"upperBound": N}}} or {"parallelism": N}') from None
+        return 202, self.dispatcher.rescale(jid, parallelism=parallelism, per_vertex=per_vertex)
 
     def submission(self, jid: str, **_: Any) -> dict[str, Any]:
         """The job's submission document, its Python files inline: POSTed to /jobs again (with

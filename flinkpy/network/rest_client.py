@@ -27,6 +27,7 @@ from flinkpy.errors import (
     FlinkpyError,
     NotFoundError,
     OperationTimeoutError,
+    UsageError,
 )
 
 #: a JSON object as the REST API sends it: Flink's field names, values as JSON decodes them
@@ -156,6 +157,8 @@ class RestClient:
                 message = "; ".join(str(e) for e in errors)
             remedy = doc.get("remedy")
         cls = _STATUS_ERRORS.get(exc.code, FlinkpyError)
+        if exc.code == 400 and isinstance(doc, dict) and doc.get("kind") == "UsageError":
+            cls = UsageError  # a request the server refused as asked wrongly (a rescale beyond max parallelism)
         return cls(message, remedy=remedy or _DEFAULT_REMEDIES.get(cls))
 
     # ------------------------------------------------------------------ cluster
@@ -241,6 +244,13 @@ class RestClient:
         if retain_latest_checkpoint:
             params["retain-latest-checkpoint"] = "true"
         self.request("PATCH", f"/jobs/{_quote(jid)}", params=params)
+
+    def rescale(self, jid: str, *, parallelism: int | None = None, per_vertex: Mapping[str, int] | None = None) -> JsonObject:
+        """Restart the job in place at a new parallelism from its latest checkpoint."""
+        body: dict[str, Any] = {k: {"parallelism": {"lowerBound": 1, "upperBound": n}} for k, n in (per_vertex or {}).items()}
+        if parallelism is not None:
+            body["parallelism"] = parallelism
+        return self.request("PUT", f"/jobs/{_quote(jid)}/resource-requirements", body=body)
 
     def job_submission(self, jid: str) -> JsonObject:
         """The running job's submission document, its Python files inline (to submit it again)."""
