@@ -129,3 +129,34 @@ def test_rescale_2_3_1_in_place_keeps_the_job_and_its_state_exactly_once(rescale
     assert sums == EXPECTED
     # no savepoint was written on the way
     assert not list((rescale_cluster / "checkpoints").rglob("savepoint-*"))
+
+
+@pytest.mark.timeout(30)
+def test_the_jobmanager_refuses_to_rescale_from_an_unaligned_checkpoint_with_data_in_flight() -> None:
+    from test_dispatcher import add_taskmanager, job_document
+
+    from flinkpy.jobmanager.dispatcher import Dispatcher
+
+    d = Dispatcher(checkpoint_dir="memory://rescale-test")
+    try:
+        tms = [add_taskmanager(d, f"tm-{i}", 2)[0] for i in (1, 2)]
+        document = job_document(2)
+        vertices = document["meta"]["vertices"]
+        # in-flight buffers of an unaligned checkpoint belong to channels of this parallelism only
+        operators = [{"operator_id": oid, "uid": None, "name": v["name"], "parallelism": v["parallelism"], "max_parallelism": v["max_parallelism"],
+                      "subtasks": [{"subtask": i, **({"channel_state": {"path": f"ch-{i}"}} if head else {})} for i in range(v["parallelism"])]}
+                     for v in vertices for head, oid in zip([True, *[False] * len(v["operator_ids"])], v["operator_ids"])]
+        metadata = {"kind": "checkpoint", "checkpoint_id": 4, "job_id": "f" * 32, "operators": operators}
+        jid = d.submit({**document, "restore": ["memory://rescale-test/old/chk-4", metadata]})
+        with d.lock:
+            executions = list(d.jobs[jid].graph.executions.values())
+        for ex in executions:
+            d.on_task_state(jid, ex.exec_id, "RUNNING", None, ex.tm_id)
+        with pytest.raises(ConflictError, match="unaligned and holds in-flight data") as refused:
+            d.rescale(jid, parallelism=3)
+        assert "savepoint" in (refused.value.remedy or "")
+        with d.lock:
+            assert d.jobs[jid].graph.state == "RUNNING" and d.jobs[jid].graph.rescales == []
+    finally:
+        for conn in tms:
+            conn.close()
