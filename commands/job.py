@@ -29,9 +29,10 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
     operators) with its parallelism and how many of its subtasks are in each state, then the
     vertices' records in and out (live while the job runs, as its tasks report them every
     metrics.fetcher.update-interval), their rates, busy and back-pressured time and watermark
-    lag, then the restart count, restart and failover strategies, and the job's history
-    (restarts, restart strategy changes, waits for resources). With --json: the JobManager's
-    document, with each vertex's "metrics" (Flink's names) and the job's own "metrics".
+    lag, then the restart count, restart and failover strategies, the in-place rescales
+    ('flinkpy job rescale') and the job's history (restarts, restart strategy changes, waits
+    for resources, rescales). With --json: the JobManager's document, with each vertex's
+    "metrics" (Flink's names), the job's own "metrics" and its "rescales".
 
     Examples:
 

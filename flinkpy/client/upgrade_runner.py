@@ -106,8 +106,8 @@ class UpgradeRunner:
 
     def _finish(self) -> None:
         m = self.machine
-        if m.phase is up.Phase.UNHEALTHY or (m.phase is up.Phase.REFUSED and m.snapshot is not None):
-            self._save()  # the snapshot and what happened stay named for the operator
+        if m.phase is up.Phase.UNHEALTHY:
+            self._save()  # the new job runs on unhealthy: the snapshot and what happened stay named
             return
         self.journal.unlink(missing_ok=True)
 
@@ -195,15 +195,13 @@ class UpgradeRunner:
         from flinkpy.errors import SavepointFailedError
 
         deadline = Deadline(self.step_timeout_s)
-        events: list[up.Event] = []
         request = a.request_id
         try:
             if request is None:
                 self._step(f"Stopping job {a.job_id} with a savepoint")
                 request = self.client.stop_with_savepoint(a.job_id, self.machine.spec.savepoint_dir, deadline=deadline)
-                events.append(up.StopRequested(request))
-                self.machine.on(events.pop())  # journaled before waiting: a re-run follows this request
-                self._save()
+                self.machine.on(up.StopRequested(request))
+                self._save()  # before waiting: a re-run follows this very request
             location = self.client.wait_for_savepoint(a.job_id, request, deadline, what="stop-with-savepoint")
         except (SavepointFailedError, ConflictError) as exc:
             return [up.SavepointFailed(exc.message)]
