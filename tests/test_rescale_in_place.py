@@ -23,7 +23,7 @@ from test_upgrade import PROGRAM
 
 pytestmark = pytest.mark.timeout(120)
 
-COUNT = 200_000
+COUNT = 120_000
 EXPECTED = {"even": sum(range(2, COUNT + 1, 2)), "odd": sum(range(1, COUNT + 1, 2))}
 
 

@@ -250,8 +250,12 @@ def finish(jid: str, out: Path, tag: str) -> dict[str, int]:
     return last_sums(out, tag)
 
 
-def test_savepoint_upgrade_carries_the_state_exactly_once(upgrade_cluster: Path, tmp_path: Path) -> None:
+def test_savepoint_upgrade_refused_by_the_plan_then_done_carries_the_state_exactly_once(upgrade_cluster: Path, tmp_path: Path) -> None:
     old, out = start_old(tmp_path)
+    refused = upgrade(old, tmp_path, out, "--mode", "savepoint", uid="sums-renamed")  # its state would have no operator
+    assert refused.returncode == ExitCode.INVALID_PROGRAM, refused.stderr
+    assert "running sums [uid sums]" in refused.stderr and json.loads(refused.stdout)["outcome"] == "refused"
+    assert job_state(old) == "RUNNING"  # nothing stopped
     res = upgrade(old, tmp_path, out, "--mode", "savepoint")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
@@ -293,15 +297,6 @@ def test_stateless_upgrade_starts_fresh(upgrade_cluster: Path, tmp_path: Path) -
     restored = json.loads(run_cli("checkpoint", "list", "--json", new).stdout)["latest"]["restored"]
     assert restored is None
     assert finish(new, out, "v2") == EXPECTED  # the fresh run's own sums, every number once
-
-
-def test_plan_check_refuses_a_program_that_drops_state_and_nothing_stops(upgrade_cluster: Path, tmp_path: Path) -> None:
-    old, out = start_old(tmp_path)
-    res = upgrade(old, tmp_path, out, "--mode", "savepoint", uid="sums-renamed")
-    assert res.returncode == ExitCode.INVALID_PROGRAM, res.stderr
-    assert "running sums [uid sums]" in res.stderr and json.loads(res.stdout)["outcome"] == "refused"
-    assert job_state(old) == "RUNNING"
-    assert finish(old, out, "v1") == EXPECTED
 
 
 def test_unhealthy_new_job_is_rolled_back_naming_its_root_cause(upgrade_cluster: Path, tmp_path: Path) -> None:
