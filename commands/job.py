@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -29,9 +29,10 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
     operators) with its parallelism and how many of its subtasks are in each state, then the
     vertices' records in and out (live while the job runs, as its tasks report them every
     metrics.fetcher.update-interval), their rates, busy and back-pressured time and watermark
-    lag, then the restart count, restart and failover strategies, and the job's history
-    (restarts, restart strategy changes, waits for resources). With --json: the JobManager's
-    document, with each vertex's "metrics" (Flink's names) and the job's own "metrics".
+    lag, then the restart count, restart and failover strategies, the in-place rescales
+    ('flinkpy job rescale') and the job's history (restarts, restart strategy changes, waits
+    for resources, rescales). With --json: the JobManager's document, with each vertex's
+    "metrics" (Flink's names), the job's own "metrics" and its "rescales".
 
     Examples:
 
@@ -66,6 +67,12 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
         f"failover: {doc.get('failover-strategy', 'region')}",
         markup=False,
     )
+    rescales = doc.get("rescales") or []
+    if rescales:
+        console.print("Rescales:", markup=False)
+        for r in rescales:
+            change = ", ".join(f"{name} {r['from'].get(name)} -> {p}" for name, p in r["to"].items() if r["from"].get(name) != p)
+            console.print(f"  {fmt_time(r.get('timestamp'))}  from checkpoint {r.get('checkpoint_id')}: {change} ({r.get('duration_ms')} ms)", markup=False)
     events = doc.get("events") or []
     if events:
         console.print("History:", markup=False)
@@ -162,3 +169,67 @@ def wait(
         emit_json(doc)
     else:
         out().print(f"Job {job_id} is {doc.get('state')}.", markup=False)
+
+
+@app.command("rescale")
+def rescale(
+    job_id: JobId,
+    parallelism: Annotated[Optional[int], typer.Option("-p", "--parallelism", min=1, metavar="N", help="The new parallelism of every vertex (a non-parallel one keeps 1).")] = None,
+    vertex: Annotated[Optional[list[str]], typer.Option("--vertex", metavar="NAME=N", help="The new parallelism of one vertex, named by id, name or an operator's uid (repeatable; wins over -p).")] = None,
+    timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION", help="How long to wait for the checkpoint and for the job to run again.")] = "2min",
+    jobmanager: JobManager = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Rescale a running job in place, from its latest checkpoint.
+
+    As Flink's adaptive scheduler does: every task stops and starts again at the new
+    parallelism, restored from the job's latest completed checkpoint (one is triggered first
+    when the job has none), with its keyed state redistributed by key group. No savepoint is
+    written and the job is not resubmitted: it keeps its id, its checkpoints and its history,
+    and the rescale does not count as a restart. Each rescale is kept in the job's rescale
+    history ('flinkpy job show', "rescales" in --json and in GET /jobs/JOB_ID).
+
+    Refused (exit 9) when the job is not RUNNING with every task running, when the cluster
+    lacks the slots, or when the latest checkpoint is unaligned with in-flight data (which only
+    the same parallelism can take back: trigger a savepoint first, which is aligned); refused
+    (exit 2) for more subtasks than the max parallelism or than a non-parallel operator allows,
+    and for vertices joined by a forward edge that would differ.
+
+    Prints the new parallelism once the job runs again; --json: {"jid", "checkpoint_id",
+    "checkpoint", "parallelism", "downtime_ms"}.
+
+    Examples:
+
+    \b
+        flinkpy job rescale -p 4 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
+        flinkpy job rescale --vertex sums=3 JOB_ID
+    """
+    import time
+
+    from commands.options import timeout_seconds
+    from flinkpy.client.operations import Deadline, wait_for_state
+    from flinkpy.errors import UsageError
+
+    per_vertex: dict[str, int] = {}
+    for item in vertex or []:
+        name, sep, value = item.rpartition("=")
+        if not sep or not name or not value.isdigit() or int(value) < 1:
+            raise UsageError(f"--vertex {item!r} is not NAME=N", remedy="e.g. --vertex sums=3")
+        per_vertex[name] = int(value)
+    if parallelism is None and not per_vertex:
+        raise UsageError("nothing to rescale to", remedy="pass -p N or --vertex NAME=N")
+    deadline = Deadline(timeout_seconds(timeout))
+    c = client(jobmanager)
+    if not ((c.checkpoints(job_id).get("latest") or {}).get("completed")):
+        with progress(f"Triggering a checkpoint of job {job_id} to rescale from..."):
+            c.wait_for_checkpoint(job_id, c.trigger_checkpoint(job_id, wait_s=deadline.left()), deadline, timeout)
+    started = time.monotonic()
+    done = c.cluster.rescale(job_id, parallelism=parallelism, per_vertex=per_vertex)
+    with progress(f"Waiting for job {job_id} to run again at its new parallelism..."):
+        wait_for_state(c, job_id, "RUNNING", deadline, timeout)
+    done["downtime_ms"] = int((time.monotonic() - started) * 1000)
+    if session.json:
+        emit_json(done)
+        return
+    shown = ", ".join(f"{name}={p}" for name, p in done["parallelism"].items())
+    out().print(f"Job {job_id} rescaled from checkpoint {done['checkpoint_id']}: {shown}", markup=False)

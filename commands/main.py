@@ -14,6 +14,7 @@ import typer
 
 from commands import checkpoint, cluster, job, jobs, run
 from commands import savepoint, stop
+from commands import upgrade
 from commands import restart_strategy
 from commands import fault
 from commands import verify
@@ -72,6 +73,7 @@ def root(
 app.add_typer(run.app)
 app.add_typer(jobs.app)
 app.add_typer(stop.app)
+app.add_typer(upgrade.app)
 app.add_typer(job.app, name="job")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(checkpoint.app, name="checkpoint")

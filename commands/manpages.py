@@ -39,6 +39,7 @@ EXIT_DESCRIPTIONS: dict[str, str] = {
     "SAVEPOINT_FAILED": "A savepoint or checkpoint was triggered and accepted but did not complete (its cause is on stderr).",
     "VERIFY_FAILED": "flinkpy verify found records lost or duplicated in a job's output.",
     "UNSUPPORTED": "The job program uses a PyFlink module, class or method that flinkpy does not have (the Table API, a connector such as Pulsar or Elasticsearch, DataStream.infer, ...); the message names it and what flinkpy offers instead. The same code ends 'python JOB.py'.",
+    "UPGRADE_FAILED": "'flinkpy upgrade': the new job was not healthy within --ready-timeout (it restarted, failed, or did not run and complete a checkpoint); the message names its root cause. With --rollback-on-failure the old program runs again from the same snapshot.",
     "INTERRUPTED": "Interrupted by Ctrl-C (SIGINT). An attached 'flinkpy run' on its embedded cluster first cancels the job and stops the cluster; on a running cluster the job keeps running (unless execution.shutdown-on-attached-exit) and the one line on stderr says how to cancel it.",
     "TERMINATED": "Stopped by SIGTERM, after doing what Ctrl-C does (see 130).",
 }

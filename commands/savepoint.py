@@ -261,6 +261,69 @@ def list_(
     render(out(), columns, rows, title=f"Savepoints and checkpoints under {root}", wide=wide)
 
 
+@app.command("prune")
+def prune(
+    directory: Annotated[str, typer.Argument(metavar="DIR", help="The directory the savepoints are in (path or fsspec URL).", show_default=False)],
+    keep: Annotated[Optional[int], typer.Option("--keep", min=1, metavar="N", help="Keep each job's newest N savepoints.")] = None,
+    max_age: Annotated[Optional[str], typer.Option("--max-age", metavar="DURATION", help="Dispose of savepoints older than this (7d, 12h, 30min).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be disposed of; delete nothing.")] = False,
+    offline: Annotated[bool, typer.Option("--offline", help="Prune with no cluster to ask which savepoints its jobs were started from (none is protected then).")] = False,
+    jobmanager: JobManager = None,
+    wide: Wide = False,
+    json_: JsonFlag = False,
+) -> None:
+    """Dispose of old savepoints in a directory: retention by count and by age, for cron.
+
+    Of the savepoints directly in DIR (their _metadata says savepoint), per job, newest first:
+    one beyond the newest --keep N, or older than --max-age, is disposed of (its _metadata
+    first, then the state files it references). Never touched: each job's newest savepoint,
+    every savepoint a job of the cluster was started from (so a running job's restart, which
+    restores from it until the job has a checkpoint of its own, never loses it), checkpoints,
+    and anything else in DIR. The cluster is asked first; with none answering the command is
+    refused (exit 3) unless --offline. Running it again changes nothing more.
+
+    With --json: {"dir", "dry_run", "savepoints": [{"path", "job_id", "checkpoint_id",
+    "completed_ms", "dispose", "reason"}]}.
+
+    Exit status: 0 (also when nothing was disposed of); 2 neither --keep nor --max-age; 3 no
+    cluster answers (without --offline); 4 DIR does not exist.
+
+    Examples:
+
+    \b
+        flinkpy savepoint prune ~/savepoints --keep 5 --max-age 7d
+        flinkpy savepoint prune s3://bucket/savepoints --keep 3 --dry-run --json
+    """
+    from commands.context import client as connect
+    from commands.options import duration_seconds
+    from flinkpy.client.savepoints import prune_directory
+    from flinkpy.clock import now_ms
+    from flinkpy.errors import ClusterUnreachableError
+
+    if keep is None and max_age is None:
+        raise UsageError("nothing to prune by", remedy="pass --keep N, --max-age DURATION or both")
+    max_age_ms = int(duration_seconds(max_age, "--max-age", positive=True) * 1000) if max_age else None
+    protected: list[str] = []
+    if not offline:
+        c = connect(jobmanager)
+        try:
+            jobs = c.list_jobs()
+        except ClusterUnreachableError as exc:
+            raise ClusterUnreachableError(f"{exc.message}: which savepoints its jobs were started from cannot be known",
+                                          remedy="pass -m HOST:PORT, or --offline to prune without that protection") from None
+        protected = [p for p in (c.restored_from(str(j.get("jid"))) for j in jobs) if p]
+    decisions = prune_directory(directory, keep=keep, max_age_ms=max_age_ms, now_ms=now_ms(), protected=protected, dry_run=dry_run)
+    if session.json:
+        emit_json({"dir": directory, "dry_run": dry_run, "savepoints": [d.to_dict() for d in decisions]})
+        return
+    verb = "Would dispose of" if dry_run else "Disposed of"
+    for d in decisions:
+        if d.dispose:
+            out().print(f"{verb} {d.path} (job {d.job_id}, {d.reason})", markup=False)
+    kept = sum(1 for d in decisions if not d.dispose)
+    status(f"{sum(1 for d in decisions if d.dispose)} savepoint(s) {'to dispose of' if dry_run else 'disposed of'}, {kept} kept")
+
+
 @app.command("plan", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False})
 def plan(
     path: PathArg,

@@ -29,6 +29,7 @@ class ExitCode:
     SAVEPOINT_FAILED = 12  # a savepoint or checkpoint was triggered and accepted but did not complete
     VERIFY_FAILED = 13  # `flinkpy verify` found records lost or duplicated
     UNSUPPORTED = 14  # the program uses a PyFlink module, class or method flinkpy does not have
+    UPGRADE_FAILED = 15  # `flinkpy upgrade`: the new job was not healthy within --ready-timeout (rolled back if asked)
     INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2, as a shell reports a process SIGINT ended
     TERMINATED = 143  # SIGTERM: 128 + 15
 
@@ -112,6 +113,12 @@ class CheckpointFailedError(FlinkpyError):
     stays for a request refused because the job is in the wrong state."""
 
     exit_code = ExitCode.SAVEPOINT_FAILED
+
+
+class UpgradeFailedError(FlinkpyError):
+    """The upgraded job was not healthy in time; the message names its root cause."""
+
+    exit_code = ExitCode.UPGRADE_FAILED
 
 
 class Interrupted(BaseException):

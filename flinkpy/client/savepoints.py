@@ -8,6 +8,8 @@ one the job was restored from) are never disposed of, whatever their age.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Iterable
 
 from flinkpy.checkpoint.metadata import summarize
@@ -96,3 +98,69 @@ def list_snapshots(directory: str) -> list[JsonObject]:
         )
     rows.sort(key=lambda r: r["completion_timestamp"] or 0, reverse=True)
     return rows
+
+
+@dataclass(frozen=True)
+class PruneDecision:
+    """What retention decided for one savepoint: kept (and why) or to be disposed of (and why)."""
+
+    path: str
+    job_id: str
+    checkpoint_id: int
+    completed_ms: int
+    dispose: bool
+    reason: str
+
+    def to_dict(self) -> JsonObject:
+        return dataclasses.asdict(self)
+
+
+def prune_plan(snapshots: Iterable[Snapshot], *, keep: int | None, max_age_ms: int | None, now_ms: int,
+               protected: Iterable[str] = ()) -> list[PruneDecision]:
+    """Retention of the savepoints among ``snapshots``, per job, newest first: one is disposed of
+    when it is beyond the newest ``keep`` or older than ``max_age_ms``; each job's newest
+    savepoint, and every ``protected`` one (a job was started from it), is always kept.
+    Checkpoints and unreadable snapshots are not savepoints: never touched.
+
+    >>> sp = lambda n, t: Snapshot(f"/sp/s{n}", {"kind": "savepoint", "job_id": "j", "checkpoint_id": n, "completion_timestamp": t})
+    >>> [(d.path, d.dispose) for d in prune_plan([sp(1, 100), sp(2, 200), sp(3, 300)], keep=1, max_age_ms=None, now_ms=400, protected=["/sp/s1"])]
+    [('/sp/s3', False), ('/sp/s2', True), ('/sp/s1', False)]
+    """
+    keep_paths = {_norm(p).removesuffix("/_metadata") for p in protected if p}
+    by_job: dict[str, list[Snapshot]] = {}
+    for snap in snapshots:
+        if snap.metadata is not None and snap.metadata.get("kind") == "savepoint":
+            by_job.setdefault(str(snap.metadata.get("job_id")), []).append(snap)
+    decisions = []
+    for job_id, snaps in sorted(by_job.items()):
+        snaps.sort(key=_completed, reverse=True)
+        for rank, snap in enumerate(snaps):
+            completed_ms, checkpoint_id = _completed(snap)
+            age = now_ms - completed_ms
+            if _norm(snap.path) in keep_paths:
+                dispose, reason = False, "a job was started from it"
+            elif rank == 0:
+                dispose, reason = False, "the job's newest savepoint"
+            elif keep is not None and rank >= keep:
+                dispose, reason = True, f"beyond the newest {keep}"
+            elif max_age_ms is not None and age > max_age_ms:
+                dispose, reason = True, f"older than {max_age_ms // 1000} s"
+            else:
+                dispose, reason = False, "within retention"
+            decisions.append(PruneDecision(snap.path, job_id, checkpoint_id, completed_ms, dispose, reason))
+    return decisions
+
+
+def prune_directory(directory: str, *, keep: int | None, max_age_ms: int | None, now_ms: int, protected: Iterable[str] = (),
+                    dry_run: bool = False) -> list[PruneDecision]:
+    """Apply :func:`prune_plan` to the savepoints directly in ``directory``; with ``dry_run``
+    only decide. Each disposal deletes its ``_metadata`` first, so none is left looking whole."""
+    target = _norm(directory)
+    found = [s for s in find_snapshots(directory, max_depth=2) if _norm(_parent_url(s.path)) == target]
+    decisions = prune_plan(found, keep=keep, max_age_ms=max_age_ms, now_ms=now_ms, protected=protected)
+    if not dry_run:
+        metadata = {s.path: s.metadata for s in found}
+        for d in decisions:
+            if d.dispose and metadata.get(d.path) is not None:
+                dispose_files(CheckpointStorage(d.path), d.path, metadata[d.path])  # type: ignore[arg-type]
+    return decisions

@@ -62,6 +62,9 @@ class JobVertex:
     uids: list[str | None]
     operator_ids: list[str] = field(default_factory=list)
     operator_names: list[str] = field(default_factory=list)
+    #: the most subtasks the vertex may have (a non-parallel source or windowAll: 1); None: up
+    #: to max_parallelism. An in-place rescale keeps within it.
+    max_allowed_parallelism: int | None = None
 
 
 @dataclass
@@ -101,6 +104,7 @@ class JobGraph:
                     "uids": v.uids,
                     "operator_ids": v.operator_ids,
                     "operator_names": v.operator_names,
+                    "max_allowed_parallelism": v.max_allowed_parallelism,
                 }
                 for v in self.vertices.values()
             ],
@@ -173,6 +177,7 @@ def build_job_graph(
             uids=[x.uid for x in nodes],
             operator_ids=[operator_ids[x.id] for x in nodes],
             operator_names=[x.name for x in nodes],
+            max_allowed_parallelism=min((x.max_allowed_parallelism for x in nodes if x.max_allowed_parallelism is not None), default=None),
         )
     ops = {n: _chained_operator(graph.nodes[n], operator_ids[n]) for n in order}
     key_selectors: dict[int, dict[int, Any]] = {vertex_id[h]: {} for h in heads}

@@ -76,12 +76,16 @@ class ArtifactStore:
             log.info("job %s: stored its Python files archive (%d bytes, sha256 %s) at %s", job_id, len(data), sha256[:12], path)
         return JobArtifact(sha256=sha256, size=size)
 
+    def read(self, job_id: str, sha256: str) -> bytes:
+        """The archive's bytes (``OSError`` when it is gone, ``ValueError`` for a bad id)."""
+        fs, path = fsspec.core.url_to_fs(self._path(job_id, sha256))
+        with fs.open(path, "rb") as f:
+            return f.read()
+
     def serve(self, conn: Connection, request: FetchArtifact) -> None:
         """Answer a TaskManager's fetch on its own connection: the artifact in chunks, or why not."""
         try:
-            fs, path = fsspec.core.url_to_fs(self._path(request.job_id, request.sha256))
-            with fs.open(path, "rb") as f:
-                data = f.read()
+            data = self.read(request.job_id, request.sha256)
         except (OSError, ValueError) as e:
             reason = f"the JobManager has no Python files archive {request.sha256[:12]}... of job {request.job_id} ({type(e).__name__}: {e})"
             log.warning("%s", reason)

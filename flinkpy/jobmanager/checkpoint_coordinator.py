@@ -267,6 +267,9 @@ class CheckpointCoordinator:
         self.consecutive_failures = 0
         self.finished_tasks: set[TaskKey] = set()
         self.is_shut_down = False
+        #: set by a cancel that asks to keep the latest completed checkpoint whatever the
+        #: retention setting (``flinkpy upgrade --mode last-state`` restores the next job from it)
+        self.retain_latest_on_cancel = False
         self.restored_from: RestoredCheckpoint | None = None
         # statistics (read by checkpoint_stats)
         self.num_restored = 0
@@ -440,7 +443,8 @@ class CheckpointCoordinator:
     def shutdown(self, now_ms: int, *, job_state: str) -> list[Action]:
         """The job reached ``job_state``: abort pending checkpoints and apply the retention rules.
 
-        CANCELED discards every retained checkpoint unless retain_on_cancellation; FINISHED
+        CANCELED discards every retained checkpoint unless retain_on_cancellation (or, after a
+        cancel with ``retain_latest_on_cancel``, all but the newest one); FINISHED
         discards them all; FAILED keeps them (to resume from by hand). Savepoints are never
         discarded here.
         """
@@ -451,8 +455,9 @@ class CheckpointCoordinator:
         for cp in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
             actions += self._end(cp, f"job {job_state.lower()}", now_ms, counted=False)
         checkpoints = [c for c in self.completed if not c.is_savepoint]
+        keep_latest = job_state == "CANCELED" and self.retain_latest_on_cancel
         if job_state == "CANCELED":
-            doomed = [] if self.options.retain_on_cancellation else checkpoints
+            doomed = [] if self.options.retain_on_cancellation else checkpoints[:-1] if keep_latest else checkpoints
         elif job_state == "FINISHED":
             doomed = checkpoints  # as Flink: a finished job's checkpoints are of no further use
         else:  # FAILED (restart by hand from them), SUSPENDED (another JobManager takes over)
@@ -461,7 +466,10 @@ class CheckpointCoordinator:
             self.completed.remove(old)
             actions.append(self._discard(old.checkpoint_id, old.external_path))
         if job_state in ("CANCELED", "FINISHED", "FAILED"):
-            if self._adopted is not None and (job_state == "FINISHED" or (job_state == "CANCELED" and not self.options.retain_on_cancellation)):
+            # a restored checkpoint the job adopted is its latest while it has none of its own
+            adopted_is_latest = keep_latest and not checkpoints
+            if self._adopted is not None and (job_state == "FINISHED" or (
+                    job_state == "CANCELED" and not self.options.retain_on_cancellation and not adopted_is_latest)):
                 actions.append(self._discard_adopted())
             if self._saw_shared:
                 actions.append(SweepShared(self.shared.files()))

@@ -30,10 +30,10 @@ from flinkpy.checkpoint.writability import KEY as WRITABLE_KEY, check_writable
 from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConflictError, InvalidProgramError, NotFoundError
 from flinkpy.faults import FaultRecord
-from flinkpy.jobmanager.artifacts import ArtifactStore
+from flinkpy.jobmanager.artifacts import DOCUMENT_KEY, ArtifactStore
 from flinkpy.jobmanager.checkpoint_handler import CheckpointHandler
 from flinkpy.jobmanager.checkpointing import JobCheckpointing
-from flinkpy.jobmanager.execution_graph import Action, Cancel, Deploy, ExecutionGraph, Failover, JobTerminated, Restart, SendConnect
+from flinkpy.jobmanager.execution_graph import Action, Cancel, Deploy, ExecutionGraph, Failover, JobTerminated, Rescaled, Restart, SendConnect
 from flinkpy.jobmanager.fault_injector import FaultInjector
 from flinkpy.jobmanager.job_journal import JobJournal, LostJob
 from flinkpy.jobmanager.job_options import JobOptions
@@ -69,6 +69,9 @@ class JobRecord:
     faults: list[FaultRecord] = field(default_factory=list)
     #: the job's Python files, kept in ``Dispatcher.artifacts`` (None: none were shipped)
     artifact: JobArtifact | None = None
+    #: the submission document as it was accepted (the archive by reference, no restore
+    #: point): what an upgrade resubmits to roll back to this very program
+    submission: dict[str, Any] = field(default_factory=dict)
 
 
 class Dispatcher:
@@ -183,7 +186,8 @@ class Dispatcher:
             if history is not None:
                 self.ha.apply_history(graph, checkpointing, history)
         with self.lock:
-            self.jobs[job_id] = JobRecord(graph, payloads, python_path, options, checkpointing, artifact=artifact)
+            submission = {k: document[k] for k in ("meta", "payloads", "python_path", DOCUMENT_KEY) if k in document}
+            self.jobs[job_id] = JobRecord(graph, payloads, python_path, options, checkpointing, artifact=artifact, submission=submission)
             log.info("job %s (%s) submitted: %d vertices", job_id, graph.name, len(graph.vertices))
             if self.journal is not None:
                 self.journal.record(job_id, graph.name, graph.timestamps.get("CREATED", now_ms()), options.checkpoint_dir)
@@ -198,7 +202,9 @@ class Dispatcher:
             raise NotFoundError(f"job {job_id} not found on this cluster", remedy="list jobs with 'flinkpy list -a'")
         return rec
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, *, retain_latest_checkpoint: bool = False) -> None:
+        """Cancel the job; ``retain_latest_checkpoint`` keeps its newest completed checkpoint
+        whatever its retention setting says (an upgrade restores the next job from it)."""
         with self.lock:
             rec = self.job(job_id)
             if rec.graph.is_terminal():
@@ -206,9 +212,48 @@ class Dispatcher:
                     f"job {job_id} is already {rec.graph.state} and cannot be canceled",
                     remedy="only running jobs can be canceled",
                 )
-            log.info("canceling job %s", job_id)
+            log.info("canceling job %s%s", job_id, " (keeping its latest checkpoint)" if retain_latest_checkpoint else "")
+            if retain_latest_checkpoint:
+                rec.checkpointing.coordinator.retain_latest_on_cancel = True
             self.perform(job_id, rec.graph.cancel(now_ms()))
             self.changed.notify_all()
+
+    def rescale(self, job_id: str, *, parallelism: int | None = None, per_vertex: dict[str, int] | None = None) -> dict[str, Any]:
+        """Restart the running job in place at a new parallelism from its latest checkpoint
+        (Flink's adaptive scheduler): no savepoint, no resubmission. Refused when the job is not
+        RUNNING with every task running, has no checkpoint yet, or its latest one holds in-flight
+        data of unaligned channels (which only the same parallelism can take back)."""
+        from flinkpy.checkpoint.restore import channel_state_conflict
+        from flinkpy.jobmanager.rescaling import target_parallelism
+
+        with self.lock:
+            rec = self.job(job_id)
+            g = rec.graph
+            if g.state != "RUNNING" or g.pending_restarts or g.pending_rescale is not None or not g.all_running():
+                raise ConflictError(f"job {job_id} is {g.state} and not all its tasks run: it cannot be rescaled now",
+                                    remedy=f"wait until 'flinkpy job show {job_id}' shows it RUNNING")
+            point = rec.checkpointing.latest_restore_point()
+            if point is None:
+                raise ConflictError(f"job {job_id} has no completed checkpoint to rescale from",
+                                    remedy=f"trigger one with 'flinkpy checkpoint trigger {job_id}' (flinkpy job rescale does)")
+            new = target_parallelism(g.vertices, g.edges, parallelism=parallelism, per_vertex=per_vertex or {})
+            checkpoint_id, _, directory, metadata = point
+            conflict = channel_state_conflict(metadata, [(v.get("name", ""), list(v.get("operator_ids") or []), new[vid])
+                                                         for vid, v in g.vertices.items()])
+            if conflict:
+                raise ConflictError(
+                    f"checkpoint {checkpoint_id} of job {job_id} is unaligned and holds in-flight data that only the same "
+                    f"parallelism can take back: {conflict}",
+                    remedy=f"take an aligned snapshot first ('flinkpy savepoint trigger {job_id}': savepoints are aligned), then rescale")
+            extra = max(new.values()) - g.required_slots
+            if extra > self.registry.slots.available:
+                raise ConflictError(f"rescaling job {job_id} needs {extra} more slot(s) but the cluster has {self.registry.slots.available} free",
+                                    remedy="start more TaskManagers, or rescale less")
+            log.info("job %s: rescaling in place from checkpoint %d at %s", job_id, checkpoint_id, directory)
+            self.perform(job_id, g.rescale(new, checkpoint_id, now_ms()))
+            self.changed.notify_all()
+            return {"jid": job_id, "checkpoint_id": checkpoint_id, "checkpoint": directory,
+                    "parallelism": {v["name"]: new[vid] for vid, v in g.vertices.items()}}
 
     def wait_for_terminal(self, job_id: str, timeout_s: float) -> ExecutionGraph:
         deadline = time.monotonic() + timeout_s
@@ -284,6 +329,14 @@ class Dispatcher:
                 self.checkpoints.perform(job_id, rec.checkpointing.coordinator.failover(a.keys, now_ms()))
             elif isinstance(a, Restart):
                 self.restarts.restart(job_id, a.keys)
+            elif isinstance(a, Rescaled):
+                cc = rec.checkpointing.coordinator
+                cc.tasks = a.keys
+                cc.sources = sorted(k for k in a.keys if g.vertices[k[0]]["is_source"])
+                cc.finished_tasks.clear()
+                for tm_id in a.freed:
+                    self.registry.slots.release_one(job_id, tm_id)
+                log.info("job %s: rescaled to %s", job_id, {v["name"]: v["parallelism"] for v in g.vertices.values()})
 
     @staticmethod
     def _deployment(rec: JobRecord, deploy: Deploy) -> TaskDeploymentDescriptor:

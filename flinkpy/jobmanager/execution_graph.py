@@ -86,7 +86,16 @@ class Failover:
     keys: frozenset[tuple[int, int]]
 
 
-Action = Deploy | SendConnect | Cancel | JobTerminated | Restart | Failover
+@dataclass(frozen=True)
+class Rescaled:
+    """The graph now has other subtasks (``keys``): the checkpoint coordinator waits for
+    them, and the slots of subtasks that are gone (their TaskManagers, ``freed``) are released."""
+
+    keys: frozenset[tuple[int, int]]
+    freed: tuple[str, ...]
+
+
+Action = Deploy | SendConnect | Cancel | JobTerminated | Restart | Failover | Rescaled
 
 
 class ExecutionGraph:
@@ -118,6 +127,10 @@ class ExecutionGraph:
         self.region_of = {key: i for i, region in enumerate(self.regions) for key in region}
         #: subtask index -> TaskManager of its slot (slot sharing: subtask i of every vertex)
         self.slot_of_subtask: dict[int, str] = {}
+        #: an in-place rescale under way: {"from", "to" (vertex id -> parallelism), "checkpoint_id", "timestamp"}
+        self.pending_rescale: dict[str, Any] | None = None
+        #: the rescales done, oldest first: {"timestamp", "from", "to" (vertex name -> parallelism), "checkpoint_id"}
+        self.rescales: list[dict[str, Any]] = []
 
     def _pipelined_regions(self) -> list[frozenset[tuple[int, int]]]:
         """Connected components of the job graph (every edge is pipelined in a streaming job)."""
@@ -331,8 +344,49 @@ class ExecutionGraph:
         )
         return [Failover(frozenset(keys)), *actions]
 
+    def rescale(self, parallelism: dict[int, int], checkpoint_id: int, now_ms: int) -> list[Action]:
+        """Restart every task at ``parallelism`` (vertex id -> subtasks, see
+        :func:`flinkpy.jobmanager.rescaling.target_parallelism`), restored from the latest
+        checkpoint (``checkpoint_id``): the tasks are cancelled now and redeployed, at the new
+        parallelism, once all have stopped. Not a failure: the restart strategy is not asked and
+        the restart count stays."""
+        keys = frozenset(self.executions)
+        self.pending_rescale = {"from": {vid: v["parallelism"] for vid, v in self.vertices.items()}, "to": dict(parallelism),
+                                "checkpoint_id": checkpoint_id, "timestamp": now_ms}
+        actions: list[Action] = [Failover(keys)]
+        for ex in self.executions.values():
+            if ex.state not in TERMINAL_TASK and ex.state != "CANCELING":
+                ex.state = "CANCELING"
+                actions.append(Cancel(ex))
+        self.pending_restarts = {0: {"keys": keys, "at_ms": now_ms}}
+        self._transition("RESTARTING", now_ms)
+        self.events.append({"timestamp": now_ms, "type": "rescaling", "checkpoint_id": checkpoint_id,
+                            "parallelism": {self.vertices[vid]["name"]: p for vid, p in sorted(parallelism.items())}})
+        return actions
+
+    def _apply_rescale(self, now_ms: int) -> list[Action]:
+        """Every old task has stopped: the vertices take their new parallelism, with new
+        executions (their attempts after every old one, so no old report can be mistaken for theirs)."""
+        assert self.pending_rescale is not None
+        first_attempt = max((ex.attempt for ex in self.executions.values()), default=0) + 1
+        for vid, p in self.pending_rescale["to"].items():
+            self.vertices[vid]["parallelism"] = p
+        self.executions = {(vid, i): Execution(vid, i, attempt=first_attempt - 1)
+                           for vid, v in self.vertices.items() for i in range(v["parallelism"])}
+        self.regions = self._pipelined_regions()
+        self.region_of = {key: i for i, region in enumerate(self.regions) for key in region}
+        gone = sorted(i for i in self.slot_of_subtask if i >= self.required_slots)
+        freed = tuple(self.slot_of_subtask.pop(i) for i in gone)
+        keys = frozenset(self.executions)
+        self.pending_restarts = {0: {"keys": keys, "at_ms": now_ms, "waiting": True}}
+        return [Rescaled(keys, freed), Restart(keys)]
+
     def due_restarts(self, now_ms: int) -> list[Action]:
         """Regions whose tasks have all stopped and whose backoff has passed."""
+        if self.pending_rescale is not None and self.pending_restarts.get(0, {}).get("waiting") is None:
+            if all(ex.state in TERMINAL_TASK for ex in self.executions.values()):
+                return self._apply_rescale(now_ms)
+            return []
         actions: list[Action] = []
         for r, pending in sorted(self.pending_restarts.items()):
             if now_ms < pending["at_ms"] or pending.get("waiting"):
@@ -357,9 +411,17 @@ class ExecutionGraph:
             ex.tm_id = self.slot_of_subtask[ex.subtask]
             ex.timestamps = {"DEPLOYING": now_ms}
             actions.append(Deploy(ex))
-        self.restarts += 1
         if self.state == "RESTARTING" and not self.pending_restarts:
             self._transition("RUNNING", now_ms)
+        if self.pending_rescale is not None:
+            r, self.pending_rescale = self.pending_rescale, None
+            names = {vid: v["name"] for vid, v in self.vertices.items()}
+            self.rescales.append({"timestamp": now_ms, "checkpoint_id": r["checkpoint_id"], "duration_ms": now_ms - r["timestamp"],
+                                  "from": {names[v]: p for v, p in sorted(r["from"].items())},
+                                  "to": {names[v]: p for v, p in sorted(r["to"].items())}})
+            self.events.append({"timestamp": now_ms, "type": "rescaled", "tasks": len(keys), "checkpoint_id": r["checkpoint_id"]})
+            return actions
+        self.restarts += 1
         self.events.append({"timestamp": now_ms, "type": "restarted", "tasks": len(keys), "restarts": self.restarts})
         return actions
 

@@ -26,13 +26,14 @@ Flink's REST API where Flink has one.
 
 from __future__ import annotations
 
+import base64
 import json
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
 from flinkpy import __version__, logfiles
 from flinkpy.clock import now_ms
-from flinkpy.errors import InvalidProgramError, NotFoundError
+from flinkpy.errors import ConflictError, InvalidProgramError, NotFoundError
 from flinkpy.jobmanager import metrics_view
 from flinkpy.jobmanager.dispatcher import Dispatcher
 from flinkpy.network.http_limits import HttpLimits
@@ -66,6 +67,9 @@ class RestServer(RestEndpoint):
             ("POST", r"/jobs", self.submit),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})", self.job),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/plan", self.plan),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/submission", self.submission),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/resource-requirements", self.resource_requirements),
+            ("PUT", r"/jobs/(?P<jid>[0-9a-f]{32})/resource-requirements", self.rescale),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/exceptions", self.exceptions),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/execution-result", self.execution_result),
             ("PATCH", r"/jobs/(?P<jid>[0-9a-f]{32})", self.patch_job),
@@ -209,6 +213,7 @@ class RestServer(RestEndpoint):
                     "failover-strategy": g.failover,
                     "restart-strategy": g.strategy.describe() if g.strategy is not None else {"type": "none"},
                     "events": list(g.events),
+                    "rescales": list(g.rescales),
                     "metrics": metrics_view.job_figures(d.job(jid), now_ms()),
                 }
             )
@@ -217,6 +222,47 @@ class RestServer(RestEndpoint):
     def plan(self, jid: str, **_: Any) -> dict[str, Any]:
         with self.dispatcher.lock:
             return {"plan": _plan(self.dispatcher.job(jid).graph)}
+
+    def resource_requirements(self, jid: str, **_: Any) -> dict[str, Any]:
+        """Each vertex's parallelism, in the shape of Flink's adaptive scheduler endpoint."""
+        with self.dispatcher.lock:
+            g = self.dispatcher.job(jid).graph
+            return {str(vid): {"parallelism": {"lowerBound": 1, "upperBound": v["parallelism"]}} for vid, v in g.vertices.items()}
+
+    def rescale(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
+        """Rescale in place: ``{"<vertex>": {"parallelism": {"upperBound": N}}}`` as Flink's
+        adaptive scheduler takes it (a vertex by id, name or an operator's uid), and flinkpy's
+        ``{"parallelism": N}`` for every vertex."""
+        doc = self.json_body(body)
+        try:
+            parallelism = int(doc.pop("parallelism")) if "parallelism" in doc else None
+            per_vertex = {str(k): int(v["parallelism"]["upperBound"]) for k, v in doc.items()}
+        except (TypeError, KeyError, ValueError) as e:
+            raise InvalidProgramError(f"malformed resource requirements: {e}",
+                                      remedy='send {"<vertex>": {"parallelism": {"upperBound": N}}} or {"parallelism": N}') from None
+        return 202, self.dispatcher.rescale(jid, parallelism=parallelism, per_vertex=per_vertex)
+
+    def submission(self, jid: str, **_: Any) -> dict[str, Any]:
+        """The job's submission document, its Python files inline: POSTed to /jobs again (with
+        a "restore" point) it runs the same program; an upgrade keeps it to roll back to."""
+        from flinkpy.jobmanager.artifacts import DOCUMENT_KEY
+
+        d = self.dispatcher
+        with d.lock:
+            rec = d.job(jid)
+            doc = dict(rec.submission)
+            if rec.graph.is_terminal():
+                raise ConflictError(f"job {jid} is {rec.graph.state}: its submission is no longer kept",
+                                    remedy="ask for it while the job runs")
+        spec = doc.get(DOCUMENT_KEY)
+        if spec:
+            try:
+                data = d.artifacts.read(jid, str(spec["sha256"]))
+            except (OSError, ValueError) as e:
+                raise ConflictError(f"the Python files archive of job {jid} cannot be read: {e}",
+                                    remedy="see the JobManager's log") from None
+            doc[DOCUMENT_KEY] = {**spec, "data": base64.b64encode(data).decode("ascii")}
+        return doc
 
     def exceptions(self, jid: str, **_: Any) -> dict[str, Any]:
         with self.dispatcher.lock:
@@ -329,7 +375,10 @@ class RestServer(RestEndpoint):
         mode = query.get("mode", "cancel")
         if mode != "cancel":
             raise InvalidProgramError(f"unsupported mode {mode!r}", remedy="use mode=cancel")
-        self.dispatcher.cancel(jid)
+        retain = query.get("retain-latest-checkpoint", "false").lower()
+        if retain not in ("true", "false"):
+            raise InvalidProgramError(f"retain-latest-checkpoint={retain!r} is not true or false", remedy="use true or false")
+        self.dispatcher.cancel(jid, retain_latest_checkpoint=retain == "true")
         return 202, {}
 
 

@@ -63,6 +63,14 @@ class SlotPool:
         self.used[tm][job_id] = self.used[tm].get(job_id, 0) + 1
         return tm
 
+    def release_one(self, job_id: str, tm_id: str) -> None:
+        """Give back one of ``job_id``'s slots on ``tm_id`` (a subtask a rescale removed)."""
+        jobs = self.used.get(tm_id, {})
+        if jobs.get(job_id, 0) > 1:
+            jobs[job_id] -= 1
+        else:
+            jobs.pop(job_id, None)
+
     def release(self, job_id: str) -> None:
         for jobs in self.used.values():
             jobs.pop(job_id, None)

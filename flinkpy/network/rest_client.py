@@ -27,6 +27,7 @@ from flinkpy.errors import (
     FlinkpyError,
     NotFoundError,
     OperationTimeoutError,
+    UsageError,
 )
 
 #: a JSON object as the REST API sends it: Flink's field names, values as JSON decodes them
@@ -156,6 +157,8 @@ class RestClient:
                 message = "; ".join(str(e) for e in errors)
             remedy = doc.get("remedy")
         cls = _STATUS_ERRORS.get(exc.code, FlinkpyError)
+        if exc.code == 400 and isinstance(doc, dict) and doc.get("kind") == "UsageError":
+            cls = UsageError  # a request the server refused as asked wrongly (a rescale beyond max parallelism)
         return cls(message, remedy=remedy or _DEFAULT_REMEDIES.get(cls))
 
     # ------------------------------------------------------------------ cluster
@@ -236,8 +239,28 @@ class RestClient:
                     remedy="wait longer, or check it with 'flinkpy job show'",
                 )
 
-    def cancel_job(self, jid: str) -> None:
-        self.request("PATCH", f"/jobs/{_quote(jid)}", params={"mode": "cancel"})
+    def cancel_job(self, jid: str, *, retain_latest_checkpoint: bool = False) -> None:
+        params: dict[str, JsonScalar] = {"mode": "cancel"}
+        if retain_latest_checkpoint:
+            params["retain-latest-checkpoint"] = "true"
+        self.request("PATCH", f"/jobs/{_quote(jid)}", params=params)
+
+    def rescale(self, jid: str, *, parallelism: int | None = None, per_vertex: Mapping[str, int] | None = None) -> JsonObject:
+        """Restart the job in place at a new parallelism from its latest checkpoint."""
+        body: dict[str, Any] = {k: {"parallelism": {"lowerBound": 1, "upperBound": n}} for k, n in (per_vertex or {}).items()}
+        if parallelism is not None:
+            body["parallelism"] = parallelism
+        return self.request("PUT", f"/jobs/{_quote(jid)}/resource-requirements", body=body)
+
+    def job_submission(self, jid: str) -> JsonObject:
+        """The running job's submission document, its Python files inline (to submit it again)."""
+        return self.request("GET", f"/jobs/{_quote(jid)}/submission")
+
+    def submit_document(self, document: JsonObject) -> str:
+        """Submit a job graph document (one :meth:`job_submission` returned, say); its job id."""
+        import json
+
+        return self.submit_job(json.dumps(document).encode())
 
     def submit_job(self, payload: bytes) -> str:
         return self.request("POST", "/jobs", body=payload)["jobid"]
@@ -248,6 +271,9 @@ class RestClient:
         """Flink's checkpoint statistics: counts, the latest ones and the newest ``history``."""
         params = None if history is None else {"history": history}
         return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints", params=params)
+
+    def checkpoint_config(self, jid: str) -> JsonObject:
+        return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints/config")
 
     def checkpoint_details(self, jid: str, checkpoint_id: int) -> JsonObject:
         return self.request("GET", f"/jobs/{_quote(jid)}/checkpoints/details/{checkpoint_id}")
