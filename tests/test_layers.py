@@ -73,7 +73,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "processes", "signals", "clock", "units", "logfiles", "files"),
     ("unsupported",),
     ("flinkpy",),
-    ("config", "protocol"),
+    ("config", "protocol", "addresses"),
     ("common", "program", "metrics"),
     ("network", "faults", "graph", "state", "formats"),
     ("checkpoint", "connectors", "ha"),
