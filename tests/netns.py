@@ -139,6 +139,29 @@ class Hosts:
     def unthrottle(self, name: str) -> None:
         subprocess.run(["tc", "qdisc", "del", "dev", self.hosts[name].link, "root"], capture_output=True, timeout=10)
 
+    def partition(self, a: str, b: str) -> None:
+        """Cut ``a`` and ``b`` off from each other only, both keeping their links to the rest.
+
+        No drop action is available here (no ``gact``, no iptables), so what each receives from
+        the other is classified (``u32``) into an ``htb`` class of 8 bit/s with a one-packet
+        queue: after at most one packet it is dropped, silently, as in a real partition. It
+        takes the place of :meth:`throttle` on both links."""
+        for into, source in ((a, b), (b, a)):
+            link = self.hosts[into].link
+            for args in (["qdisc", "replace", "dev", link, "root", "handle", "1:", "htb", "default", "1"],
+                         ["class", "replace", "dev", link, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit"],
+                         ["class", "replace", "dev", link, "parent", "1:", "classid", "1:2", "htb", "rate", "8bit", "ceil", "8bit",
+                          "burst", "1b", "cburst", "1b"],
+                         ["qdisc", "replace", "dev", link, "parent", "1:2", "handle", "20:", "pfifo", "limit", "1"],
+                         ["filter", "add", "dev", link, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "src",
+                          f"{self.hosts[source].address}/32", "flowid", "1:2"]):
+                subprocess.run(["tc", *args], check=True, capture_output=True, timeout=10)
+
+    def rejoin(self, a: str, b: str) -> None:
+        """Undo :meth:`partition` (and any throttle) on both links."""
+        self.unthrottle(a)
+        self.unthrottle(b)
+
     def popen(self, name: str, argv: list[str], **kwargs: object) -> subprocess.Popen:
         """Start ``argv`` inside host ``name``; :meth:`close` ends it if it is still running."""
         proc = subprocess.Popen(self.hosts[name].command(*argv), **kwargs)  # type: ignore[call-overload]
