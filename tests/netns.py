@@ -31,10 +31,6 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Iterator
 
-#: the seed of the subnet and names of a set of hosts is logged, so a run can be told apart
-_log_seed = print
-
-
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=10)
 
@@ -99,7 +95,8 @@ class Hosts:
         rng = random.Random(self.seed)
         self.names = HostNames(f"{rng.randrange(1 << 16):04x}")
         self.subnet = f"10.{rng.randrange(200, 250)}.{rng.randrange(0, 256)}"
-        _log_seed(f"netns hosts: seed {self.seed}, bridge {self.names.bridge}, subnet {self.subnet}.0/24")
+        # logged, so that a run's names and subnet can be found again (and repeated with seed=)
+        print(f"netns hosts: seed {self.seed}, bridge {self.names.bridge}, subnet {self.subnet}.0/24")
         self.hosts: dict[str, Host] = {}
         _ip("link", "add", self.names.bridge, "type", "bridge")
         _ip("link", "set", self.names.bridge, "up")
