@@ -130,41 +130,52 @@ def test_a_taskmanager_cut_off_from_the_jobmanager_is_replaced_and_fenced_when_i
     _verify_exactly_once(drill, jid, out, keys, per_key)
 
 
+def _running_on_both(drill: Drill, jid: str) -> dict[str, Any]:
+    j = wait_for(lambda: (j := drill.json("jm", "job", "show", jid))["state"] == "RUNNING" and j["tasks"]["running"] == j["tasks"]["total"] and j,
+                 timeout=30, message="the job running")
+    assert _placed(j) == {"tm1", "tm2"}
+    return j
+
+
 @pytest.mark.timeout(150)
-def test_two_taskmanagers_cut_off_from_each_other_then_slowed_lose_nothing(drill: Drill, tmp_path: Path) -> None:
+def test_two_taskmanagers_cut_off_from_each_other_lose_nothing(drill: Drill, tmp_path: Path) -> None:
     """The job spans both TaskManagers (parallelism 4 on 2 x 2 slots), so its keyed exchange
-    crosses between them. First one's link is throttled while a task's buffers are delayed:
-    checkpoints complete or time out. Then, partitioned from each other (each still reaching the JobManager),
+    crosses between them. Partitioned from each other (each still reaching the JobManager),
     their data channels stall: checkpoints time out and fail the job, which restarts; its
     restarted tasks cannot reach their peers either until the link heals. Then the job runs to
     the end, and its committed output is exactly once."""
     keys, per_key = 4, 4000
     out = tmp_path / "out"
     jid = _run_verification_job(drill, out, keys, per_key, "-p", "4", "-D", "execution.checkpointing.timeout=1s")
-
-    def job() -> dict[str, Any]:
-        return drill.json("jm", "job", "show", jid)
-
-    running = wait_for(lambda: (j := job())["state"] == "RUNNING" and j["tasks"]["running"] == j["tasks"]["total"] and j,
-                       timeout=30, message="the job running")
-    assert _placed(running) == {"tm1", "tm2"}
-    # first a slow link: tm1 receives at 256 kbit/s (tbf) while one task's
-    # buffers are held 100 ms each (flinkpy's own delay: this kernel has no netem); checkpoints
-    # complete or time out, and the job rides it out or restarts
-    counts = drill.json("jm", "checkpoint", "list", jid)["counts"]
-    drill.hosts.throttle("tm1", rate="256kbit")
-    try:
-        drill.cli("jm", "fault", "network", jid, "--delay", "100ms", "--for", "2s", "--vertex", "sequences", "--seed", "7")
-        wait_for(lambda: (c := drill.json("jm", "checkpoint", "list", jid)["counts"])["completed"] + c["failed"]
-                 > counts["completed"] + counts["failed"], timeout=30, message="a checkpoint completed or failed on the slow link")
-    finally:
-        drill.hosts.unthrottle("tm1")
-    running = wait_for(lambda: (j := job())["tasks"]["running"] == j["tasks"]["total"] and j, timeout=30,
-                       message="the job running after the slow link")
+    running = _running_on_both(drill, jid)
     drill.hosts.partition("tm1", "tm2")
-    wait_for(lambda: job()["restarts"] > running["restarts"], timeout=30, message="the stalled job restarted",
-             describe=lambda: job()["state"])
-    drill.hosts.rejoin("tm1", "tm2")
+    try:
+        wait_for(lambda: (j := drill.json("jm", "job", "show", jid))["restarts"] > running["restarts"] or j["state"] == "FINISHED",
+                 timeout=30, message="the stalled job restarted")
+        assert drill.json("jm", "job", "show", jid)["state"] != "FINISHED", "the job finished across a partition it needed to cross"
+    finally:
+        drill.hosts.rejoin("tm1", "tm2")
     final = _verify_exactly_once(drill, jid, out, keys, per_key)
     assert set(drill.taskmanagers()) == {"tm1", "tm2"}, "a partition between TaskManagers lost one of them"
     print(f"restarts through the partition: {final['restarts']}")
+
+
+@pytest.mark.skipif(not os.environ.get("FLINKPY_PARTITION_SOAK"), reason="a long drill: set FLINKPY_PARTITION_SOAK=1")
+@pytest.mark.timeout(300)
+def test_a_slow_link_loses_nothing(drill: Drill, tmp_path: Path) -> None:
+    """One TaskManager receives at 256 kbit/s (tbf) while a source's buffers are held 100 ms
+    each (flinkpy's own delay: this kernel has no netem): checkpoints complete or time out, the
+    job rides it out or restarts, and its committed output is exactly once."""
+    keys, per_key = 4, 8000
+    out = tmp_path / "out"
+    jid = _run_verification_job(drill, out, keys, per_key, "-p", "4", "-D", "execution.checkpointing.timeout=2s")
+    _running_on_both(drill, jid)
+    counts = drill.json("jm", "checkpoint", "list", jid)["counts"]
+    drill.hosts.throttle("tm1", rate="256kbit")
+    try:
+        drill.cli("jm", "fault", "network", jid, "--delay", "100ms", "--for", "5s", "--vertex", "sequences", "--seed", "7")
+        wait_for(lambda: (c := drill.json("jm", "checkpoint", "list", jid)["counts"])["completed"] + c["failed"]
+                 > counts["completed"] + counts["failed"], timeout=60, message="a checkpoint completed or failed on the slow link")
+    finally:
+        drill.hosts.unthrottle("tm1")
+    _verify_exactly_once(drill, jid, out, keys, per_key)
