@@ -19,6 +19,7 @@ from commands import restart_strategy
 from commands import fault
 from commands import verify
 from commands import zookeeper
+from commands import jobmanager, taskmanager
 from commands import spark
 from commands import state
 from commands import completion
@@ -76,6 +77,8 @@ app.add_typer(stop.app)
 app.add_typer(upgrade.app)
 app.add_typer(job.app, name="job")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(jobmanager.app, name="jobmanager")
+app.add_typer(taskmanager.app, name="taskmanager")
 app.add_typer(checkpoint.app, name="checkpoint")
 app.add_typer(savepoint.app, name="savepoint")
 app.add_typer(restart_strategy.app, name="restart-strategy")

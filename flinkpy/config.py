@@ -200,15 +200,20 @@ def _option(key: str, type_: ValueType[Any], default: Any, description: str) -> 
     return Option(key, type_, default, description, optional=default is None)
 
 
-_ONE_HOST = "every flinkpy process runs on this host and talks over loopback (127.0.0.1)"
+class PortType(IntType):
+    """A TCP port: 0 (any free port) to 65535."""
 
+    allowed = "a port from 0 (any free port) to 65535"
 
-def _loopback_only(key: str, description: str) -> Option:
-    """A Flink address key flinkpy has no use for until processes can run on several hosts:
-    its default is accepted (configurations handed to child processes carry it), anything else
-    refused rather than silently ignored."""
-    return Option(key, StringType(), "127.0.0.1", f"{description} Not supported yet: {_ONE_HOST}; "
-                  "only the default is accepted.", unsupported=_ONE_HOST)
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.allowed = PortType.allowed
+
+    def parse(self, raw: object) -> int:
+        value = super().parse(raw)
+        if value > 65535:
+            raise ValueError
+        return value
 
 
 SCHEMA: dict[str, Option] = {
@@ -218,16 +223,20 @@ SCHEMA: dict[str, Option] = {
         _option("pipeline.max-parallelism", IntType(1), 128, "Number of key groups; the upper bound for rescaling keyed state."),
         _option("pipeline.name", StringType(), None, "Name of the job, shown by 'flinkpy list'."),
         _option("taskmanager.numberOfTaskSlots", IntType(1), 1, "Slots each TaskManager offers."),
-        _loopback_only("taskmanager.host", "Host TaskManagers bind their data channels to."),
+        _option("taskmanager.host", StringType(), None, "Address the TaskManager gives the JobManager and other TaskManagers (its data channels listen there); unset: the local address of its connection to the JobManager."),
+        _option("taskmanager.bind-host", StringType(), None, "Local address the TaskManager's data channels bind to (0.0.0.0: every interface); unset: taskmanager.host."),
+        _option("taskmanager.data.port", PortType(), 0, "First port the data channels of a TaskManager's tasks listen on; each task process takes the next free one from it upward (open a range in the firewall). 0: any free port."),
         _option("rest.port", IntType(0), 8081, "Port of the JobManager's REST API (0 = any free port)."),
-        _loopback_only("rest.address", "Address clients use to reach the REST API."),
-        _option("rest.bind-address", StringType(), "127.0.0.1", "Address the REST server binds to."),
+        _option("rest.address", StringType(), None, "Address clients use to reach the REST API (published in the cluster home and ZooKeeper); unset: jobmanager.rpc.address."),
+        _option("rest.bind-address", StringType(), None, "Local address the REST server binds to (0.0.0.0: every interface); unset: rest.address."),
         _option("rest.server.max-content-length", MemorySizeType(), 100 << 20, "Largest request body the REST server accepts (a job submission is the largest legitimate one); larger ones are answered 413 without being read."),
         _option("rest.server.read-timeout", DurationType(), 30_000, "Time a client has to send a REST request's headers and body (and the longest a kept-alive connection may stay idle); a slower one is disconnected."),
         _option("log.file.max-size", MemorySizeType(), 100 << 20, "Size at which a cluster process's .log (and a TaskManager's .out) is rotated to .1, .2, ... (0 = never); read by each process from the cluster home's flinkpy.yaml or the environment."),
         _option("log.file.max-backups", IntType(0), 10, "Rotated .log/.out files kept per process (0 = none: the file starts afresh)."),
         _option("rest.server.numThreads", IntType(1), 32, "REST requests served at once; a connection beyond them is answered 503 at once."),
-        _loopback_only("jobmanager.rpc.address", "Address TaskManagers use to reach the JobManager."),
+        _option("jobmanager.rpc.address", StringType(), "127.0.0.1", "Address TaskManagers use to reach the JobManager (its RPC endpoint listens there)."),
+        _option("jobmanager.bind-host", StringType(), None, "Local address the JobManager's RPC endpoint binds to (0.0.0.0: every interface); unset: jobmanager.rpc.address."),
+        _option("jobmanager.rpc.port", PortType(), 0, "Port of the JobManager's RPC endpoint, the HOST:PORT of 'flinkpy taskmanager start --jobmanager'. 0: any free port (Flink's default is 6123: set it for a cluster across hosts)."),
         _option("execution.buffer-timeout.interval", DurationType(), 100, "Longest time a record waits in an output buffer (0 = flush every record)."),
         _option("pipeline.auto-watermark-interval", DurationType(), 200, "How often sources and timestamp assigners emit watermarks (0 = never)."),
         _option("execution.runtime-mode", EnumType("STREAMING", "BATCH", "AUTOMATIC"), "STREAMING", "Runtime execution mode of DataStream programs."),

@@ -151,19 +151,23 @@ def test_parse_override() -> None:
 
 
 @pytest.mark.parametrize("key", ["taskmanager.host", "jobmanager.rpc.address", "rest.address"])
-def test_address_keys_nothing_reads_yet_are_refused_not_ignored(tmp_path: Path, key: str) -> None:
-    """Every process runs on this host over loopback: a host set in these keys would be silently
-    ignored, so it is refused (file, environment and -D alike); the default, which
-    configurations handed to child processes carry, is accepted."""
+def test_address_keys_are_taken_from_every_source_and_handed_on(tmp_path: Path, key: str) -> None:
+    """Flink's address keys place processes on their hosts: a host in them is taken from the
+    file, the environment and -D alike (and survives the hand-over to child processes)."""
+    from flinkpy.addresses import resolve
+
     write(tmp_path, f"{key}: 10.0.0.7\n")
-    with pytest.raises(ConfigurationError) as info:
-        load_config(tmp_path, env={})
-    assert f"'{key}'" in info.value.message and "not supported yet" in info.value.message
-    assert info.value.exit_code == ExitCode.CONFIGURATION
-    env_var = SCHEMA[key].env_var
-    with pytest.raises(ConfigurationError, match="not supported yet"):
-        load_config(tmp_path / "none", env={env_var: "example.org"})
-    with pytest.raises(ConfigurationError, match="not supported yet"):
-        load_config(tmp_path / "none", env={}, overrides=dict([parse_override(f"{key}=example.org")]))
-    config = load_config(tmp_path / "none", env={}, overrides=dict([parse_override(f"{key}=127.0.0.1")]))
+    assert load_config(tmp_path, env={}).get(key) == "10.0.0.7"
+    assert load_config(tmp_path / "none", env={SCHEMA[key].env_var: "example.org"}).get(key) == "example.org"
+    config = load_config(tmp_path / "none", env={}, overrides=dict([parse_override(f"{key}=10.0.0.8")]))
     assert load_config(tmp_path / "none", env={}, overrides=config.to_dict()).to_dict() == config.to_dict()
+    endpoint = {"taskmanager.host": "taskmanager", "jobmanager.rpc.address": "rpc", "rest.address": "rest"}[key]
+    assert getattr(resolve(config.get), endpoint).advertised == "10.0.0.8"
+
+
+@pytest.mark.parametrize("port", ["-1", "65536", "http"])
+def test_port_keys_refuse_what_is_no_port(port: str) -> None:
+    for key in ("jobmanager.rpc.port", "taskmanager.data.port"):
+        with pytest.raises(ConfigurationError, match=key) as info:
+            load_config(env={}, overrides={key: port})
+        assert "0 (any free port) to 65535" in (info.value.remedy or "")

@@ -17,8 +17,9 @@ of its own layer or above:
    rotated by size, read from the end), ``files`` (writing a local file atomically): what
    everything may use; then ``unsupported`` (the registry of PyFlink names flinkpy lacks, and
    its import hook) and ``flinkpy`` (the version; it installs that hook on first import).
-2. ``config`` (the YAML schema and its parsers) and ``protocol`` (the typed, versioned messages
-   and deployment descriptors that JobManager, TaskManager and tasks exchange).
+2. ``config`` (the YAML schema and its parsers), ``protocol`` (the typed, versioned messages
+   and deployment descriptors that JobManager, TaskManager and tasks exchange) and ``addresses``
+   (where each endpoint binds and what it advertises, from Flink's address keys: pure).
 3. ``common``: the definitions user code and the runtime share, as Flink keeps them in
    flink-core: types, time, serialization, configuration objects, and the user-function,
    state-descriptor and window definitions (``flinkpy.datastream.functions``/``state``/``window``
@@ -73,7 +74,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "processes", "signals", "clock", "units", "logfiles", "files"),
     ("unsupported",),
     ("flinkpy",),
-    ("config", "protocol"),
+    ("config", "protocol", "addresses"),
     ("common", "program", "metrics"),
     ("network", "faults", "graph", "state", "formats"),
     ("checkpoint", "connectors", "ha"),

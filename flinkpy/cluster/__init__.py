@@ -7,6 +7,8 @@ A cluster lives in its *home* (``$FLINKPY_HOME`` or ``~/.flinkpy``)::
     cluster.json        what is running: REST address, pids (with their start times), command
                         lines and restarts, the supervisor
     jobmanager.json     the JobManager's endpoints, written by it once it listens
+    hosted/             taskmanager-<id>.json: TaskManagers 'taskmanager start' runs here for a
+                        JobManager on another host
     log/                jobmanager.log, taskmanager-<id>.log, taskmanager-<id>.out (printed output),
                         supervisor.log
 
@@ -18,7 +20,8 @@ cluster is configured is the same processes in a temporary home, stopped when th
 Modules: :mod:`~flinkpy.cluster.home` (the home and ``cluster.json``),
 :mod:`~flinkpy.cluster.spawning` (starting and reaping processes), :mod:`~flinkpy.cluster.local`
 (start, find, stop, the embedded cluster), :mod:`~flinkpy.cluster.ha` (several JobManagers
-under ZooKeeper), :mod:`~flinkpy.cluster.supervision` (when a dead process is started again:
+under ZooKeeper), :mod:`~flinkpy.cluster.hosts` (one host's TaskManagers of a cluster across
+hosts, and the secret they share), :mod:`~flinkpy.cluster.supervision` (when a dead process is started again:
 pure) and :mod:`~flinkpy.cluster.supervisor` (the supervisor process). The last two share the first two and never import each other's private names.
 """
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 from flinkpy.cluster.home import ClusterHome, ClusterInfo, ProcessInfo, alive, read_record, record_lock, write_record
-from flinkpy.cluster.spawning import open_private, spawn
+from flinkpy.addresses import ClusterAddresses
+from flinkpy.cluster.spawning import cluster_addresses, jobmanager_address_argv, open_private, spawn, taskmanager_address_argv
 from flinkpy.errors import ClusterUnreachableError, FlinkpyError, OperationTimeoutError
 from flinkpy.ha.services import HaConfig, ZooKeeperHa
 from flinkpy.processes import create_time, log_tail, module_command
@@ -76,20 +78,21 @@ def leader_resolver(ha: dict[str, Any]) -> Callable[[], str | None]:
     return resolve
 
 
-def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: int, rest_address: str, heartbeat_timeout_ms: int) -> ProcessInfo:
+def spawn_jobmanager(home: ClusterHome, ha: HaConfig, jm_id: str, *, rest_port: int, addresses: ClusterAddresses, heartbeat_timeout_ms: int) -> ProcessInfo:
     log_path = home.log_dir / f"jobmanager-{jm_id}.log"
     argv = module_command("flinkpy.jobmanager.process", "--home", str(home.path), "--id", jm_id,
-                          "--rest-port", str(rest_port), "--rest-address", rest_address,
+                          "--rest-port", str(rest_port), *jobmanager_address_argv(addresses),
                           "--heartbeat-timeout-ms", str(heartbeat_timeout_ms), "--ha", json.dumps(ha.to_dict()))
     proc = spawn(argv, log_path, None, detach=True, extra_env={"PYTHONUNBUFFERED": "1"})
     return ProcessInfo(jm_id, proc.pid, create_time(proc.pid), str(log_path), argv=argv)
 
 
-def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int, heartbeat_interval_ms: int) -> ProcessInfo:
+def spawn_taskmanager(home: ClusterHome, ha: HaConfig, tm_id: str, *, slots: int, heartbeat_interval_ms: int, addresses: ClusterAddresses) -> ProcessInfo:
     log_path = home.log_dir / f"taskmanager-{tm_id}.log"
     out_path = home.log_dir / f"taskmanager-{tm_id}.out"
     argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
-                          "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict()))
+                          "--slots", str(slots), "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--ha", json.dumps(ha.to_dict()),
+                          *taskmanager_address_argv(addresses.taskmanager))
     with open_private(out_path) as out:
         proc = spawn(argv, log_path, out, detach=True, extra_env={"FLINKPY_STDOUT_FILE": str(out_path), "PYTHONUNBUFFERED": "1"})
     return ProcessInfo(tm_id, proc.pid, create_time(proc.pid), str(log_path), str(out_path), argv)
@@ -128,7 +131,7 @@ def launch_ha(
     taskmanagers: int,
     slots: int,
     rest_port: int,
-    rest_address: str,
+    addresses: ClusterAddresses,
     heartbeat_interval_ms: int,
     heartbeat_timeout_ms: int,
     timeout_s: float,
@@ -142,9 +145,12 @@ def launch_ha(
         jms = []
         for i in range(jobmanagers):
             port = rest_port + i if rest_port else 0
-            jms.append(spawn_jobmanager(home, ha, f"jm-{i + 1}", rest_port=port, rest_address=rest_address, heartbeat_timeout_ms=heartbeat_timeout_ms))
+            # like the REST port, a fixed RPC port goes up by one for each further JobManager
+            rpc = replace(addresses.rpc, port=addresses.rpc.port + i if addresses.rpc.port else 0)
+            jms.append(spawn_jobmanager(home, ha, f"jm-{i + 1}", rest_port=port, addresses=replace(addresses, rpc=rpc),
+                                        heartbeat_timeout_ms=heartbeat_timeout_ms))
         started += jms
-        tms = [spawn_taskmanager(home, ha, f"tm-{i + 1}", slots=slots, heartbeat_interval_ms=heartbeat_interval_ms) for i in range(taskmanagers)]
+        tms = [spawn_taskmanager(home, ha, f"tm-{i + 1}", slots=slots, heartbeat_interval_ms=heartbeat_interval_ms, addresses=addresses) for i in range(taskmanagers)]
         started += tms
         leader = wait_for_leader(zk, home.token(), taskmanagers, started, timeout_s)
     except BaseException:
@@ -164,6 +170,11 @@ def launch_ha(
     )
 
 
+def _any_rpc_port(addresses: ClusterAddresses) -> ClusterAddresses:
+    """A JobManager added to a running cluster takes any free RPC port: the configured one is taken."""
+    return replace(addresses, rpc=replace(addresses.rpc, port=0))
+
+
 def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.0) -> ProcessInfo:
     """Start one more JobManager for the HA cluster in ``home``: it joins as a standby."""
     from flinkpy.errors import ClusterUnreachableError, UsageError
@@ -181,7 +192,8 @@ def add_jobmanager(home: ClusterHome, config: Any = None, timeout_s: float = 30.
         n += 1
     ha = HaConfig.from_dict(info.ha)
     timeout_ms = int(config.get("heartbeat.timeout")) if config is not None else 50000
-    jm = spawn_jobmanager(home, ha, f"jm-{n}", rest_port=0, rest_address="127.0.0.1", heartbeat_timeout_ms=timeout_ms)
+    jm = spawn_jobmanager(home, ha, f"jm-{n}", rest_port=0, addresses=_any_rpc_port(cluster_addresses(config)),
+                          heartbeat_timeout_ms=timeout_ms)
     ready = home.path / "jobmanagers" / f"{jm.id}.json"
     deadline = time.monotonic() + timeout_s
     while True:

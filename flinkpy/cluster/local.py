@@ -17,7 +17,8 @@ from typing import IO, Any
 
 from flinkpy.cluster.home import (ClusterHome, ClusterInfo, ProcessInfo, alive, as_home, processes_started_in, read_record, record_lock,
                                   write_record)
-from flinkpy.cluster.spawning import open_private, spawn, wait_gone
+from flinkpy.addresses import ClusterAddresses
+from flinkpy.cluster.spawning import cluster_addresses, jobmanager_address_argv, open_private, spawn, taskmanager_address_argv, wait_gone
 from flinkpy.cluster.supervision import RestartPolicy, policies_from_config
 from flinkpy.errors import ClusterUnreachableError, ConflictError, FlinkpyError, OperationTimeoutError
 from flinkpy.processes import CANNOT_BIND_EXIT, create_time, log_tail, module_command, process_tree
@@ -36,7 +37,7 @@ def _wait_for_jobmanager(home: ClusterHome, proc: subprocess.Popen, log_path: Pa
         if proc.poll() is not None:
             if proc.returncode == CANNOT_BIND_EXIT:
                 raise ConflictError(f"the JobManager could not start: {log_tail(log_path, 1)}",
-                                    remedy="stop what listens on that port, or choose another with --rest-port or rest.port")
+                                    remedy="stop what listens there, or choose another address or port with the keys the message names (or --rest-port)")
             raise FlinkpyError(
                 f"the JobManager exited during start-up (code {proc.returncode}): {log_tail(log_path, 3)}",
                 remedy=f"see {log_path}",
@@ -66,7 +67,7 @@ def _launch(
     taskmanagers: int,
     slots: int,
     rest_port: int,
-    rest_address: str,
+    addresses: ClusterAddresses,
     heartbeat_interval_ms: int,
     heartbeat_timeout_ms: int,
     detach: bool,
@@ -81,7 +82,7 @@ def _launch(
     jm_log = home.log_dir / "jobmanager.log"
     env = {"PYTHONUNBUFFERED": "1"}
     jm_argv = module_command("flinkpy.jobmanager.process", "--home", str(home.path), "--rest-port", str(rest_port),
-                             "--rest-address", rest_address, "--heartbeat-timeout-ms", str(heartbeat_timeout_ms))
+                             *jobmanager_address_argv(addresses), "--heartbeat-timeout-ms", str(heartbeat_timeout_ms))
     jm = spawn(jm_argv, jm_log, None, detach=detach, extra_env=env)
     procs = [jm]
     tm_infos: list[ProcessInfo] = []
@@ -98,7 +99,7 @@ def _launch(
                 opened = open_private(out_path)
                 out_file = opened
             tm_argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id, "--slots", str(slots),
-                                     "--heartbeat-interval-ms", str(heartbeat_interval_ms))
+                                     "--heartbeat-interval-ms", str(heartbeat_interval_ms), *taskmanager_address_argv(addresses.taskmanager))
             tm = spawn(
                 tm_argv,
                 log_path, out_file, detach=detach,
@@ -157,7 +158,7 @@ def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, sl
 
         cluster = launch_ha(
             home, ha, jobmanagers=jobmanagers, taskmanagers=taskmanagers, slots=slots, rest_port=rest_port,
-            rest_address=cfg("rest.bind-address", "127.0.0.1"),
+            addresses=cluster_addresses(config),
             heartbeat_interval_ms=int(cfg("heartbeat.interval", 10000)),
             heartbeat_timeout_ms=int(cfg("heartbeat.timeout", 50000)), timeout_s=timeout_s,
         )
@@ -169,7 +170,7 @@ def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, sl
         taskmanagers=taskmanagers,
         slots=slots,
         rest_port=rest_port,
-        rest_address=cfg("rest.bind-address", "127.0.0.1"),
+        addresses=cluster_addresses(config),
         heartbeat_interval_ms=int(cfg("heartbeat.interval", 10000)),
         heartbeat_timeout_ms=int(cfg("heartbeat.timeout", 50000)),
         detach=True,
@@ -179,6 +180,36 @@ def start_cluster(home: "ClusterHome | str | Path", *, taskmanagers: int = 1, sl
     cluster.supervisor = start_supervisor(home, policies_from_config(config), ha=False)
     write_record(home, cluster)
     return cluster
+
+
+def start_jobmanager(home: "ClusterHome | str | Path", *, rest_port: int = 8081, config: Any = None, timeout_s: float = 30.0) -> ClusterInfo:
+    """Start the JobManager of a cluster across hosts in ``home``, with no TaskManagers: they
+    start on their hosts (:func:`flinkpy.cluster.hosts.start_taskmanager`) and register with
+    it. Returns once it listens; ``cluster stop`` stops it and shuts its TaskManagers down."""
+    home = as_home(home)
+    running = find_cluster(home)
+    if running is not None:
+        raise ConflictError(f"a cluster is already running in {home.path} (REST {running.rest_address})",
+                            remedy="stop it with 'flinkpy cluster stop', or use another FLINKPY_HOME")
+    cluster, _ = _launch(
+        home, taskmanagers=0, slots=1, rest_port=rest_port, addresses=cluster_addresses(config),
+        heartbeat_interval_ms=int(config.get("heartbeat.interval")) if config is not None else 10000,
+        heartbeat_timeout_ms=int(config.get("heartbeat.timeout")) if config is not None else 50000,
+        detach=True, tm_stdout=None, timeout_s=timeout_s,
+    )
+    cluster.supervisor = start_supervisor(home, policies_from_config(config), ha=False)
+    write_record(home, cluster)
+    return cluster
+
+
+def rpc_address(home: "ClusterHome | str | Path") -> str | None:
+    """``HOST:PORT`` of the JobManager's RPC endpoint as it published it in ``home`` (what
+    ``taskmanager start --jobmanager`` takes), or None when none is published."""
+    try:
+        info = json.loads((as_home(home).path / "jobmanager.json").read_text())
+        return f"{info['rpc_host']}:{info['rpc_port']}"
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def start_supervisor(home: ClusterHome, policies: dict[str, RestartPolicy], *, ha: bool, client_pid: int | None = None,
@@ -270,7 +301,8 @@ def add_taskmanager(home: "ClusterHome | str | Path", *, slots: int = 1, config:
     rest = RestClient(info.rest_address, home.token(), timeout_s=5)
     before = rest.overview()["taskmanagers"]
     argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id,
-                          "--slots", str(slots), "--heartbeat-interval-ms", str(interval))
+                          "--slots", str(slots), "--heartbeat-interval-ms", str(interval),
+                          *taskmanager_address_argv(cluster_addresses(config).taskmanager))
     with open_private(out_path) as out_file:
         proc = spawn(
             argv,
@@ -433,7 +465,7 @@ class EmbeddedCluster:
                 taskmanagers=self.taskmanagers,
                 slots=self.slots,
                 rest_port=0,
-                rest_address="127.0.0.1",
+                addresses=cluster_addresses(None),
                 heartbeat_interval_ms=1000,
                 heartbeat_timeout_ms=30000,
                 # a session of its own: the terminal's Ctrl-C (or a SIGTERM to the client's process

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from flinkpy.addresses import ClusterAddresses, Endpoint, resolve
+
 #: the file mode creation mask of every process of a cluster
 PRIVATE_UMASK = 0o077
 
@@ -66,3 +68,38 @@ def wait_gone(procs: "list[Any]", timeout_s: float) -> "list[Any]":
             break
         time.sleep(0.01)
     return pending
+
+
+def jobmanager_address_argv(addresses: ClusterAddresses) -> list[str]:
+    """The JobManager process's flags that place its RPC and REST endpoints (the REST port is
+    the caller's: several JobManagers of one cluster take several ports).
+
+    >>> from flinkpy.addresses import resolve
+    >>> jobmanager_address_argv(resolve({"jobmanager.rpc.address": "10.0.0.5", "rest.bind-address": "0.0.0.0"}.get))
+    ['--rpc-address', '10.0.0.5', '--rpc-bind-host', '10.0.0.5', '--rpc-port', '0', '--rest-address', '10.0.0.5', '--rest-bind-address', '0.0.0.0']
+    """
+    rpc, rest = addresses.rpc, addresses.rest
+    return ["--rpc-address", str(rpc.advertised), "--rpc-bind-host", str(rpc.bind), "--rpc-port", str(rpc.port),
+            "--rest-address", str(rest.advertised), "--rest-bind-address", str(rest.bind)]
+
+
+def taskmanager_address_argv(endpoint: Endpoint) -> list[str]:
+    """The TaskManager process's flags for its data endpoint; what is unset it learns from its
+    connection to the JobManager.
+
+    >>> taskmanager_address_argv(Endpoint(None, None, 0))
+    ['--data-port', '0']
+    >>> taskmanager_address_argv(Endpoint("10.0.0.7", "0.0.0.0", 6121))
+    ['--data-port', '6121', '--host', '10.0.0.7', '--bind-host', '0.0.0.0']
+    """
+    argv = ["--data-port", str(endpoint.port)]
+    if endpoint.advertised:
+        argv += ["--host", endpoint.advertised]
+    if endpoint.bind:
+        argv += ["--bind-host", endpoint.bind]
+    return argv
+
+
+def cluster_addresses(config: Any) -> ClusterAddresses:
+    """The addresses ``config`` (a :class:`flinkpy.config.Config`, or None: every default) gives."""
+    return resolve(config.get if config is not None else (lambda key: None))

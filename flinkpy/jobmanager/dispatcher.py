@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flinkpy.checkpoint.writability import KEY as WRITABLE_KEY, check_writable
+from flinkpy.jobmanager.storage_probe import ProbeTarget, StorageProbes, is_local
 from flinkpy.clock import now_ms
 from flinkpy.errors import ClusterUnreachableError, ConflictError, InvalidProgramError, NotFoundError
 from flinkpy.faults import FaultRecord
@@ -90,6 +91,8 @@ class Dispatcher:
         self.faults = FaultInjector(self)
         #: the latest figures tasks and TaskManagers reported (job show, top, GET /metrics)
         self.metrics = MetricStore()
+        #: at submission: can every TaskManager write a job's local checkpoint directory?
+        self.storage_probes = StorageProbes()
         #: high availability, or None
         self.ha: Leadership | None = None
         #: the fencing token of this JobManager's leadership term (HA), None while a standby
@@ -173,6 +176,11 @@ class Dispatcher:
         options = JobOptions.parse(meta.get("config", {}), self.default_checkpoint_dir)
         if not recovered and (options.checkpointing.interval_ms is not None or options.settings.get(WRITABLE_KEY)):
             check_writable(options.checkpoint_dir, job_id)  # exit 8 now, not a restart loop later
+            if is_local(options.checkpoint_dir):
+                # each host has its own file system: every TaskManager must be able to write it too
+                with self.lock:
+                    targets = [ProbeTarget(tm.tm_id, tm.host, tm.conn.send) for tm in self.registry.taskmanagers.values()]
+                self.storage_probes.check(targets, options.checkpoint_dir, job_id)
         graph = ExecutionGraph(job_id, meta, now_ms(), strategy=options.restart_strategy, failover=options.failover)
         checkpointing = JobCheckpointing(graph, options.checkpointing, options.checkpoint_dir, options.savepoint_dir)
         restore = document.get("restore")  # a savepoint or retained checkpoint to start from

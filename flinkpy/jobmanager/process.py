@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flinkpy.addresses import url_host
 from flinkpy.clock import now_ms
 from flinkpy.config import load_config
 from flinkpy.errors import FlinkpyError
@@ -39,6 +40,7 @@ from flinkpy.protocol.messages import (
     Heartbeat,
     RegisterTaskManager,
     Shutdown,
+    StorageProbed,
     TaskListening,
     TaskManagerMetrics,
     TaskMetrics,
@@ -76,6 +78,7 @@ def _taskmanager_handlers(dispatcher: Dispatcher, conn: Connection, registered: 
             TaskStateChanged: lambda m: dispatcher.on_task_state(m.job_id, m.exec_id, m.state, m.info, m.tm_id),
             # on a connection of the TaskManager's own, so the download holds up no control message
             FetchArtifact: lambda m: dispatcher.artifacts.serve(conn, m),
+            StorageProbed: dispatcher.storage_probes.answered,
         },
     )
 
@@ -151,9 +154,12 @@ def _artifact_store(home: Path, ha: str | None) -> ArtifactStore:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="flinkpy-jobmanager")
     ap.add_argument("--home", required=True)
-    ap.add_argument("--rest-address", default="127.0.0.1")
+    ap.add_argument("--rest-address", default="127.0.0.1", help="the REST address published for clients (rest.address)")
+    ap.add_argument("--rest-bind-address", help="where the REST server listens (rest.bind-address); default: --rest-address")
     ap.add_argument("--rest-port", type=int, default=8081)
-    ap.add_argument("--rpc-address", default="127.0.0.1")
+    ap.add_argument("--rpc-address", default="127.0.0.1", help="the RPC address published for TaskManagers (jobmanager.rpc.address)")
+    ap.add_argument("--rpc-bind-host", help="where the RPC endpoint listens (jobmanager.bind-host); default: --rpc-address")
+    ap.add_argument("--rpc-port", type=int, default=0, help="the RPC port (jobmanager.rpc.port); 0: any free port")
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=50000)
     ap.add_argument("--id", default="jobmanager", help="this JobManager's id (several run with high availability)")
     ap.add_argument("--ha", help="high availability: the HaConfig as JSON (ZooKeeper quorum, paths, storage)")
@@ -171,20 +177,29 @@ def main(argv: list[str] | None = None) -> None:
     rotate_process_output(max_bytes=config.get("log.file.max-size"), backups=config.get("log.file.max-backups"))
     dispatcher = Dispatcher(heartbeat_timeout_s=args.heartbeat_timeout_ms / 1000.0, checkpoint_dir=str(home / "checkpoints"),
                             artifacts=_artifact_store(home, args.ha))
+    rest_bind = args.rest_bind_address or args.rest_address
+    rpc_bind = args.rpc_bind_host or args.rpc_address
     try:
-        rest = RestServer(dispatcher, secret_text, args.rest_address, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""), limits)
+        rest = RestServer(dispatcher, secret_text, rest_bind, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""), limits)
     except OSError as e:
-        print(f"flinkpy-jobmanager: cannot bind the REST endpoint {args.rest_address}:{args.rest_port}: {e.strerror}", file=sys.stderr)
+        print(f"flinkpy-jobmanager: cannot bind the REST endpoint {rest_bind}:{args.rest_port} (rest.bind-address, rest.port): {e.strerror}",
+              file=sys.stderr)
         sys.exit(CANNOT_BIND_EXIT)
-    rpc = listen(args.rpc_address, 0)
+    try:
+        rpc = listen(rpc_bind, args.rpc_port)
+    except OSError as e:
+        print(f"flinkpy-jobmanager: cannot bind the RPC endpoint {rpc_bind}:{args.rpc_port} (jobmanager.bind-host, jobmanager.rpc.port): {e.strerror}",
+              file=sys.stderr)
+        sys.exit(CANNOT_BIND_EXIT)
     threading.Thread(target=_accept_loop, args=(rpc, secret_text.encode(), dispatcher), name="rpc-accept", daemon=True).start()
     threading.Thread(target=_heartbeat_monitor, args=(dispatcher, min(5.0, args.heartbeat_timeout_ms / 4000.0)), name="heartbeat-monitor", daemon=True).start()
     threading.Thread(target=_checkpoint_timer, args=(dispatcher,), name="checkpoint-timer", daemon=True).start()
     rest.serve_in_background()
-    rest_host, rest_port = rest.address[:2]
+    rest_port = rest.address[1]
     info = {
         "pid": os.getpid(),
-        "rest_address": f"http://{rest_host}:{rest_port}",
+        # the advertised address, not the bound one: 0.0.0.0 is no address to connect to
+        "rest_address": f"http://{url_host(args.rest_address)}:{rest_port}",
         "rest_port": rest_port,
         "rpc_host": args.rpc_address,
         "rpc_port": rpc.getsockname()[1],

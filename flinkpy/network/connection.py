@@ -8,6 +8,7 @@ their pickled fields are safe only because both ends proved they hold the cluste
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 
@@ -75,6 +76,21 @@ def listen(host: str, port: int = 0, backlog: int = 128) -> socket.socket:
     sock.bind((host, port))
     sock.listen(backlog)
     return sock
+
+
+def listen_from(host: str, first_port: int, *, ports: int = 1000) -> socket.socket:
+    """Listen on ``host`` at the first free port from ``first_port`` upward (any free port when
+    it is 0): the task processes of one TaskManager share its ``taskmanager.data.port`` range.
+    ``OSError`` when none of ``ports`` ports is free, or ``host`` is no local address."""
+    if first_port == 0:
+        return listen(host, 0)
+    for port in range(first_port, min(first_port + ports, 65536)):
+        try:
+            return listen(host, port)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+    raise OSError(errno.EADDRINUSE, f"no free port in {first_port}-{min(first_port + ports, 65536) - 1} on {host} (taskmanager.data.port)")
 
 
 def accept(listener: socket.socket, secret: bytes, timeout: float = 5.0) -> Connection:

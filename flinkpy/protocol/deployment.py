@@ -112,8 +112,12 @@ class TaskDeploymentDescriptor:
     artifact: JobArtifact | None = None
     # -- added by the TaskManager ------------------------------------------------------------
     secret: bytes = b""
-    #: the address the task's output channels listen on
+    #: the address the task's consumers connect to (taskmanager.host)
     host: str = "127.0.0.1"
+    #: the local address its output channels listen on (taskmanager.bind-host); "" is ``host``
+    bind_host: str = ""
+    #: the first port to try for that listener (taskmanager.data.port); 0 is any free port
+    data_port: int = 0
     #: deployed during an injected storage outage: its end (epoch seconds), else 0
     storage_outage_until: float = 0.0
 

@@ -249,6 +249,29 @@ class RegisterTaskManager(Message):
     epoch: int | None = None
 
 
+@message("probe_storage")
+@dataclass(frozen=True)
+class ProbeStorage(Message):
+    """JobManager -> TaskManager, at a job's submission: can you write the job's checkpoint
+    directory ``url`` (a local file system, which each host has its own of), and do you see the
+    file ``marker`` the JobManager wrote in it (is it the same directory)?"""
+
+    probe_id: str
+    url: str
+    job_id: str
+    marker: str = ""
+
+
+@message("storage_probed")
+@dataclass(frozen=True)
+class StorageProbed(Message):
+    """TaskManager -> JobManager: the answer to :class:`ProbeStorage`; ``error`` empty when it can."""
+
+    probe_id: str
+    tm_id: str
+    error: str = ""
+
+
 @message("registered")
 @dataclass(frozen=True)
 class Registered(Message):

@@ -18,7 +18,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from flinkpy.network import channels as net
-from flinkpy.network.connection import Connection, listen
+from flinkpy.network.connection import Connection, listen_from
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CheckpointBarrier, ConnectTask, TaskFailed, TaskFinished, TaskListening, TaskRunning
 from flinkpy.task.control import EXIT_ORPHANED, ControlHandler
@@ -93,7 +93,7 @@ class Task:
         expected = {(o.edge_id, c) for o in d.outputs for c in o.consumers}
         port = None
         if expected:
-            listener = listen(d.host, 0)
+            listener = listen_from(d.bind_host or d.host, d.data_port)
             port = listener.getsockname()[1]
             self.acceptor = net.ChannelAcceptor(listener, d.secret, d.job_id, d.subtask, expected)
         self.ctrl.send(TaskListening(host=d.host, port=port, pid=os.getpid()))

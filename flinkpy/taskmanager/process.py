@@ -29,10 +29,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from flinkpy.addresses import LOOPBACK, Endpoint
 from flinkpy.config import load_config
-from flinkpy.errors import FlinkpyError
+from flinkpy.checkpoint.writability import check_writable
+from flinkpy.errors import ConfigurationError, FlinkpyError
 from flinkpy.logfiles import rotate_process_output
 from flinkpy.network.auth import read_secret
 from flinkpy.network.connection import Connection, connect
@@ -49,11 +51,13 @@ from flinkpy.protocol.messages import (
     KillTaskManager,
     PauseTask,
     PauseTaskManager,
+    ProbeStorage,
     Refused,
     Registered,
     RegisterTaskManager,
     Shutdown,
     StorageOutage,
+    StorageProbed,
     TaskControl,
     TaskFailed,
     TaskFinished,
@@ -66,7 +70,7 @@ from flinkpy.protocol.messages import (
 from flinkpy.signals import StopSignals
 from flinkpy.taskmanager.artifacts import ArtifactUnavailableError, JobArtifacts, peer_address
 from flinkpy.taskmanager.launcher import ForkedProcess, LauncherFailed, TaskLauncher
-from flinkpy.taskmanager.rejoin import wait_for_jobmanager, when_the_jobmanager_answers
+from flinkpy.taskmanager.rejoin import follow_leaders, published_jobmanager, serve_and_rejoin, wait_for_jobmanager, when_the_jobmanager_answers
 from flinkpy.taskmanager.resources import ResourceReporter
 
 log = logging.getLogger("flinkpy.taskmanager")
@@ -94,17 +98,21 @@ class TaskHandle:
 class TaskManager:
     """One worker: its slots, its task processes, and its connection to the JobManager."""
 
-    def __init__(self, tm_id: str, slots: int, home: Path, jm_host: str, jm_port: int, secret: bytes, host: str, heartbeat_s: float):
+    def __init__(self, tm_id: str, slots: int, home: Path, jm_host: str, jm_port: int, secret: bytes, data: Endpoint, heartbeat_s: float):
         self.tm_id = tm_id
         self.slots = slots
         self.home = home
         self.secret = secret
-        self.host = host
+        #: where the tasks' data channels listen (taskmanager.host, .bind-host, .data.port)
+        self.configured_data = data
+        self.data = data
         self.heartbeat_s = heartbeat_s
         self.launcher = TaskLauncher()
         #: the jobs' Python files, fetched from the JobManager once per job (the working directory)
         self.artifacts = JobArtifacts(home / "taskmanagers" / tm_id)
-        self.jm: Connection | None = connect(jm_host, jm_port, secret, timeout=10.0) if jm_host else None
+        self.jm: Connection | None = None
+        if jm_host:
+            self.attach(connect(jm_host, jm_port, secret, timeout=10.0))
         #: high availability: the leadership term of the JobManager we are registered with
         self.epoch: int | None = None
         self.tasks: dict[tuple[str, str], TaskHandle] = {}
@@ -123,6 +131,7 @@ class TaskManager:
                 KillTaskManager: self._kill_self,
                 PauseTaskManager: self._pause_self,
                 StorageOutage: self._storage_outage,
+                ProbeStorage: self._probe_storage,
                 KillTask: self._kill_task,
                 PauseTask: self._pause_task,
                 Registered: self._registered,
@@ -134,8 +143,19 @@ class TaskManager:
 
     def connect_to_leader(self, leader: dict[str, Any]) -> None:
         """High availability: connect to the JobManager ZooKeeper names as the leader."""
-        self.jm = connect(leader["rpc_host"], int(leader["rpc_port"]), self.secret, timeout=10.0)
+        self.attach(connect(leader["rpc_host"], int(leader["rpc_port"]), self.secret, timeout=10.0))
         self.epoch = int(leader["epoch"])
+
+    def attach(self, jm: Connection) -> None:
+        """Talk to the JobManager over ``jm``; an address the configuration leaves unset is the
+        one this connection leaves from: the interface that reaches the cluster."""
+        self.jm = jm
+        self.data = self.configured_data.with_local_address(jm.sock.getsockname()[0])
+
+    @property
+    def host(self) -> str:
+        """The address this TaskManager gives the JobManager and its tasks' consumers."""
+        return self.data.advertised or LOOPBACK
 
     def disconnect(self) -> None:
         """High availability: the leader is gone (or changed). Kill every task at once — the next
@@ -208,6 +228,28 @@ class TaskManager:
         log.info("registered at the JobManager as %s with %d slots", self.tm_id, self.slots)
         print(f"TaskManager {self.tm_id} registered", file=sys.stderr, flush=True)
 
+    def _probe_storage(self, msg: ProbeStorage) -> None:
+        """Write and delete a file where the job's checkpoints go, off the JobManager's thread
+        (a hung mount must not stop heartbeats), and say whether that worked."""
+
+        def probe() -> None:
+            try:
+                check_writable(msg.url, msg.job_id)
+                error = ""
+            except ConfigurationError as e:
+                error = e.message
+            if not error and msg.marker and not os.path.exists(msg.marker):
+                error = (f"it does not see the file {msg.marker} the JobManager wrote there: "
+                         "that directory is not the JobManager's (not shared with its host)")
+            jm = self.jm
+            if jm is not None:
+                try:
+                    jm.send(StorageProbed(probe_id=msg.probe_id, tm_id=self.tm_id, error=error))
+                except OSError:
+                    pass
+
+        threading.Thread(target=probe, name="probe-storage", daemon=True).start()
+
     def _refused(self, msg: Refused) -> None:
         log.warning("the JobManager refused the registration: %s", msg.reason)
         if self.jm is not None:
@@ -258,7 +300,8 @@ class TaskManager:
         with self.lock:
             self.tasks[handle.key] = handle
         outage = self.storage_outage_until if self.storage_outage_until > time.time() else 0.0
-        ctrl.send(DeployTask(dataclasses.replace(descriptor, secret=self.secret, host=self.host, storage_outage_until=outage)))
+        ctrl.send(DeployTask(dataclasses.replace(descriptor, secret=self.secret, host=self.host, bind_host=self.data.bind or self.host,
+                                                 data_port=self.data.port, storage_outage_until=outage)))
         threading.Thread(target=self._supervise, args=(handle,), name=f"task-{exec_id}", daemon=True).start()
         log.info("deployed %s (pid %d)", exec_id, proc.pid)
 
@@ -475,7 +518,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--id", required=True)
     ap.add_argument("--slots", type=int, default=1)
     ap.add_argument("--jobmanager", help="HOST:PORT of the JobManager's RPC endpoint (default: read from the home)")
-    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--host", help="the address given to the JobManager and other TaskManagers (taskmanager.host); "
+                    "default: the local address of the connection to the JobManager")
+    ap.add_argument("--bind-host", help="where the data channels listen (taskmanager.bind-host); default: --host")
+    ap.add_argument("--data-port", type=int, default=0, help="first port of the data channels (taskmanager.data.port); 0: any")
     ap.add_argument("--heartbeat-interval-ms", type=int, default=10000)
     ap.add_argument("--ha", help="high availability: the HaConfig as JSON; the TaskManager follows the leader in ZooKeeper")
     args = ap.parse_args(argv)
@@ -488,12 +534,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"flinkpy-taskmanager: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
     rotate_process_output(max_bytes=config.get("log.file.max-size"), backups=config.get("log.file.max-backups"))
+    data = Endpoint(args.host, args.bind_host, args.data_port)
     if args.ha:
-        tm = TaskManager(args.id, args.slots, home, "", 0, secret, args.host, args.heartbeat_interval_ms / 1000.0)
+        tm = TaskManager(args.id, args.slots, home, "", 0, secret, data, args.heartbeat_interval_ms / 1000.0)
     else:
         fixed = args.jobmanager.rsplit(":", 1) if args.jobmanager else None
         tm = when_the_jobmanager_answers(lambda: (fixed[0], int(fixed[1])) if fixed else wait_for_jobmanager(home),
-                                         lambda host, port: TaskManager(args.id, args.slots, home, host, port, secret, args.host,
+                                         lambda host, port: TaskManager(args.id, args.slots, home, host, port, secret, data,
                                                                         args.heartbeat_interval_ms / 1000.0), args.id)
 
     def exit_when_tasks_are_gone() -> None:
@@ -519,71 +566,11 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logs = (os.environ.get("FLINKPY_LOG_FILE", ""), os.environ.get("FLINKPY_STDOUT_FILE", ""))
     if args.ha:
-        _follow_leaders(tm, json.loads(args.ha), logs)
+        follow_leaders(tm, json.loads(args.ha), logs)
     else:
         fixed = args.jobmanager.rsplit(":", 1) if args.jobmanager else None
-        _serve_and_rejoin(tm, logs, lambda: (fixed[0], int(fixed[1])) if fixed else _published_jobmanager(home))
+        serve_and_rejoin(tm, logs, lambda: (fixed[0], int(fixed[1])) if fixed else published_jobmanager(home))
     exit_when_tasks_are_gone()
-
-
-def _serve_and_rejoin(tm: TaskManager, logs: tuple[str, str], jobmanager: Callable[[], tuple[str, int]]) -> None:
-    """Standalone: serve the JobManager until it says Shutdown. When it closes our connection
-    instead — it declared us lost, e.g. after we were paused past ``heartbeat.timeout``, and
-    failed our tasks — drop every task and register again with fresh slots, as long as the
-    JobManager is there; when it is gone, stop (a TaskManager never outlives its cluster)."""
-    while True:
-        tm.register(*logs)
-        tm.serve(follow_leader=True)  # on a closed connection: tasks killed, returns
-        if tm.stopping:
-            return
-        try:
-            host, port = jobmanager()
-            tm.jm = connect(host, port, tm.secret, timeout=5.0)
-        except (OSError, ValueError, KeyError) as e:
-            log.info("the JobManager is gone (%s); stopping TaskManager %s", e, tm.tm_id)
-            tm.shutdown()
-            return
-        log.warning("the JobManager dropped TaskManager %s; its tasks are gone, registering again", tm.tm_id)
-
-
-def _published_jobmanager(home: Path) -> tuple[str, int]:
-    """The JobManager's RPC endpoint as it published it in the home (KeyError/ValueError/OSError when it did not)."""
-    info = json.loads((home / "jobmanager.json").read_text())
-    return info["rpc_host"], int(info["rpc_port"])
-
-
-def _follow_leaders(tm: TaskManager, ha_config: dict[str, Any], logs: tuple[str, str]) -> None:
-    """High availability: register with whichever JobManager ZooKeeper names the leader; when
-    the leader changes (or its connection closes), drop everything and register with the next.
-    A leader that is replaced while we are still connected is cut off at once (fencing)."""
-    from flinkpy.ha.services import HaConfig, LeaderFollower, ZooKeeperHa
-
-    ha = ZooKeeperHa(HaConfig.from_dict(ha_config)).start_patiently(f"TaskManager {tm.tm_id}")
-    follower = LeaderFollower(ha)
-
-    def cut_off_stale(info: dict[str, Any] | None) -> None:
-        if tm.jm is not None and (info is None or info.get("epoch") != tm.epoch):
-            log.warning("leader changed (epoch %s -> %s): leaving the old one", tm.epoch, (info or {}).get("epoch"))
-            tm.jm.close()
-
-    ha.watch_leader(cut_off_stale)
-    while not tm.stopping:
-        leader = follower.wait_for(lambda info: info is not None, timeout_s=1.0)
-        if leader is None:
-            continue
-        try:
-            tm.connect_to_leader(leader)
-        except OSError as e:
-            log.warning("cannot reach the leader %s (epoch %s): %s", leader.get("id"), leader.get("epoch"), e)
-            follower.wait_for(lambda info, e=leader.get("epoch"): info is None or info.get("epoch") != e, timeout_s=0.2)
-            continue
-        tm.register(*logs)
-        log.info("following leader %s (epoch %s)", leader.get("id"), leader.get("epoch"))
-        tm.serve(follow_leader=True)
-        # the same leader may still be there (a broken connection): retry after a short pause,
-        # sooner when a new leader is published
-        follower.wait_for(lambda info, e=leader.get("epoch"): info is None or info.get("epoch") != e, timeout_s=0.2)
-    ha.stop()
 
 
 if __name__ == "__main__":
