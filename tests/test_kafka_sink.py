@@ -26,7 +26,8 @@ from conftest import ROOT, cli_json, module_cluster, run_cli, wait_for
 from flinkpy.client import Client
 from flinkpy.common import SimpleStringSchema
 from flinkpy.connectors.base import ReaderContext
-from flinkpy.connectors.kafka_commit import Begin, CommitProtocol, Commit, KafkaRecord, Prepare, Send
+from flinkpy.connectors.kafka_client import KafkaTopicNotFoundError
+from flinkpy.connectors.kafka_commit import Begin, CommitProtocol, Commit, ProducerRecord, Prepare, Send
 from flinkpy.connectors.verification import check
 from flinkpy.datastream.connectors.base import DeliveryGuarantee
 from flinkpy.datastream.connectors.kafka import FlinkKafkaProducer, KafkaRecordSerializationSchema, KafkaSink, Semantic
@@ -65,8 +66,8 @@ def values(kafka: Any, topic: str) -> list[str]:
 # -- the protocol, pure ------------------------------------------------------------------------
 
 
-def recs(*vs: str) -> list[KafkaRecord]:
-    return [KafkaRecord("t", v.encode()) for v in vs]
+def recs(*vs: str) -> list[ProducerRecord]:
+    return [ProducerRecord("t", v.encode()) for v in vs]
 
 
 def test_records_held_across_an_aborted_checkpoint_commit_with_the_next() -> None:
@@ -182,12 +183,12 @@ def test_an_unreachable_broker_is_named(kafka) -> None:
     bad = KafkaSink.builder().set_bootstrap_servers(f"127.0.0.1:{free_port()}").set_record_serializer(
         KafkaRecordSerializationSchema.builder().set_topic("t").set_value_serialization_schema(SimpleStringSchema()).build()
     ).set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE).set_property("message.timeout.ms", "1000").build()
-    with pytest.raises(ClusterUnreachableError, match=r"KafkaSink .*127\.0\.0\.1:\d+.*did not answer"):
+    with pytest.raises(ClusterUnreachableError, match=r"no Kafka broker answers at 127\.0\.0\.1:\d+ while reading .* in KafkaSink kafka \(subtask 0\)"):
         writer(bad)
 
 
 def test_a_missing_topic_is_named_unless_auto_created(kafka) -> None:
-    with pytest.raises(ConfigurationError, match=r"topic 'missing-x' does not exist"):
+    with pytest.raises(KafkaTopicNotFoundError, match=r"topic 'missing-x' does not exist"):
         writer(sink(kafka, "missing-x", allow_auto_create_topics="false"))
     auto = kafka.new_topic()[:-1] + "z"  # a name nobody created: the broker creates it on demand
     w = writer(sink(kafka, auto))
@@ -311,7 +312,7 @@ def test_exactly_once_across_a_broker_outage(kafka, cluster) -> None:
     finally:
         kafka.start()
     finished(jid)
-    assert any("KafkaSink" in c and "Kafka did not answer" in c for c in causes(jid)), causes(jid)
+    assert any("no Kafka broker answers" in c and "KafkaSink kafka" in c for c in causes(jid)), causes(jid)
     exact(kafka, topic, keys, per_key)
 
 

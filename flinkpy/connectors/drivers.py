@@ -44,7 +44,6 @@ class Driver:
 
 POSTGRES = Driver("psycopg", "postgres", "the PostgreSQL connectors")
 REDIS = Driver("redis", "redis", "the Redis connectors")
-KAFKA = Driver("confluent_kafka", "kafka", "the Kafka connectors")
 
 
 class MissingDriverError(ConfigurationError):

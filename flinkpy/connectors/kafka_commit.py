@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 
-class KafkaRecord(NamedTuple):
+class ProducerRecord(NamedTuple):
     """One serialised record as the producer sends it."""
 
     topic: str
@@ -58,7 +58,7 @@ class KafkaRecord(NamedTuple):
     headers: list[tuple[str, bytes]] | None = None
 
 
-REC = KafkaRecord
+REC = ProducerRecord
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Begin:
 class Send:
     """Produce these records into the open transaction."""
 
-    records: list[KafkaRecord] = field(repr=False)
+    records: list[ProducerRecord] = field(repr=False)
 
     def __repr__(self) -> str:
         return f"Send(records={len(self.records)})"
@@ -101,7 +101,7 @@ class Batch:
     checkpoint_id: int
     token: int
     group: str
-    records: list[KafkaRecord]
+    records: list[ProducerRecord]
     #: already in Kafka (in the prepared transaction), or only here (held, written at completion)
     sent: bool
 
@@ -115,7 +115,7 @@ class Batch:
 
     @staticmethod
     def from_state(d: dict[str, Any]) -> Batch:
-        return Batch(int(d["checkpoint"]), int(d["token"]), d["group"], [KafkaRecord(*r) for r in d["records"]], sent=False)
+        return Batch(int(d["checkpoint"]), int(d["token"]), d["group"], [ProducerRecord(*r) for r in d["records"]], sent=False)
 
 
 def _replay(b: Batch) -> list[Action]:
@@ -131,14 +131,14 @@ class CommitProtocol:
         self.subtask = subtask
         self._token = token or (lambda: secrets.randbits(62) or 1)
         #: records in the open transaction, not yet pre-committed
-        self._open: list[KafkaRecord] = []
+        self._open: list[ProducerRecord] = []
         self._txn_open = False
         #: the pre-committed transaction waiting for its checkpoint
         self._prepared: Batch | None = None
         #: batches snapshotted while a transaction was waiting: written at their completion
         self._waiting: list[Batch] = []
         #: records that arrived while a transaction was waiting, not yet in any checkpoint
-        self._held: list[KafkaRecord] = []
+        self._held: list[ProducerRecord] = []
 
     @property
     def transactional_id(self) -> str:
@@ -151,7 +151,7 @@ class CommitProtocol:
     def _blocked(self) -> bool:
         return self._prepared is not None or bool(self._waiting)
 
-    def write(self, records: list[KafkaRecord]) -> list[Action]:
+    def write(self, records: list[ProducerRecord]) -> list[Action]:
         if not records:
             return []
         if self._blocked():

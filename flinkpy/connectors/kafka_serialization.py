@@ -9,19 +9,19 @@ the JSON, CSV and Avro row schemas).
 ...           .set_value_serialization_schema(SimpleStringSchema())
 ...           .build())
 >>> schema.serialize(3)
-KafkaRecord(topic='odd', value=b'3', key=None, partition=None, timestamp=None, headers=None)
+ProducerRecord(topic='odd', value=b'3', key=None, partition=None, timestamp=None, headers=None)
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from flinkpy.connectors.kafka_commit import KafkaRecord
+from flinkpy.connectors.kafka_commit import ProducerRecord
 from flinkpy.errors import ConfigurationError
 
 
 class KafkaRecordSerializationSchema:
-    """A record -> :class:`KafkaRecord` (topic, key, value). Build one with :meth:`builder`."""
+    """A record -> :class:`ProducerRecord` (topic, key, value). Build one with :meth:`builder`."""
 
     def __init__(self, topic: str | None, topic_selector: Callable[[Any], str] | None,
                  value_schema: Any, key_schema: Any = None) -> None:
@@ -34,10 +34,10 @@ class KafkaRecordSerializationSchema:
     def builder() -> KafkaRecordSerializationSchemaBuilder:
         return KafkaRecordSerializationSchemaBuilder()
 
-    def serialize(self, element: Any) -> KafkaRecord:
+    def serialize(self, element: Any) -> ProducerRecord:
         topic = self.topic if self.topic is not None else self.topic_selector(element)  # type: ignore[misc]
         key = self.key_schema.serialize(element) if self.key_schema is not None else None
-        return KafkaRecord(topic, self.value_schema.serialize(element), key)
+        return ProducerRecord(topic, self.value_schema.serialize(element), key)
 
     def open(self, context: Any = None) -> None:
         for schema in (self.value_schema, self.key_schema):

@@ -28,14 +28,14 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from flinkpy.connectors.base import DeliveryGuarantee, ReaderContext, Sink, SinkWriter
-from flinkpy.connectors.drivers import KAFKA, require
+from flinkpy.connectors.kafka_client import KafkaTopicNotFoundError, KafkaUnreachableError, client_config, kafka_module, translate
 from flinkpy.connectors.kafka_commit import (
     Action,
     Batch,
     Begin,
     Commit,
     CommitProtocol,
-    KafkaRecord,
+    ProducerRecord,
     Prepare,
     Send,
     recovery_plan,
@@ -43,7 +43,7 @@ from flinkpy.connectors.kafka_commit import (
 )
 from flinkpy.connectors.kafka_serialization import KafkaRecordSerializationSchema
 from flinkpy.connectors.two_phase_commit import default_transaction_prefix
-from flinkpy.errors import ClusterUnreachableError, ConfigurationError, FlinkpyError
+from flinkpy.errors import ConfigurationError, FlinkpyError
 from flinkpy.units import parse_duration_ms
 
 if TYPE_CHECKING:
@@ -53,26 +53,6 @@ if TYPE_CHECKING:
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
 
-def client_config(bootstrap_servers: str, properties: dict[str, str]) -> dict[str, Any]:
-    """confluent-kafka's configuration from the bootstrap servers and ``set_property`` keys."""
-    return {"bootstrap.servers": bootstrap_servers, **properties}
-
-
-def kafka_error(e: Exception, where: str, doing: str) -> FlinkpyError:
-    """A flinkpy error for a confluent-kafka error raised while ``doing``."""
-    if isinstance(e, FlinkpyError):
-        return e
-    err = e.args[0] if e.args else e
-    text = err.str() if hasattr(err, "str") else str(err)
-    name = err.name() if hasattr(err, "name") else type(e).__name__
-    if name in ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_MSG_TIMED_OUT", "_RESOLVE"):
-        return ClusterUnreachableError(
-            f"{where}: {doing} failed, Kafka did not answer: {text}",
-            remedy="check the bootstrap servers and the brokers; the job restarts from its last checkpoint",
-        )
-    return FlinkpyError(f"{where}: {doing} failed: {name}: {text}", remedy="see the broker's log; the job restarts from its last checkpoint")
-
-
 class KafkaWriter(SinkWriter):
     """The producer side shared by every guarantee: serialise, produce, flush, and report
     delivery errors (collected by the callbacks, raised at the next flush)."""
@@ -80,14 +60,18 @@ class KafkaWriter(SinkWriter):
     def __init__(self, sink: KafkaSink, ctx: ReaderContext, extra: dict[str, Any] | None = None) -> None:
         self._sink = sink
         self.ctx = ctx
-        self.where = f"KafkaSink {ctx.operator_name or ''} (subtask {ctx.subtask_index}) at {sink.bootstrap_servers}".replace("  ", " ")
+        self.who = f"KafkaSink {ctx.operator_name or ''} (subtask {ctx.subtask_index})".replace("  ", " ")
+        self.where = f"{self.who} at {sink.bootstrap_servers}"
         self._conf = {**client_config(sink.bootstrap_servers, sink.properties), **(extra or {})}
         self._producer: Any = None
-        self._errors: list[str] = []
+        self._errors: list[tuple[str, Any]] = []
         self.timeout_s = sink.operation_timeout_ms() / 1000 + 1
 
+    def error(self, e: Exception, doing: str) -> FlinkpyError:
+        return translate(e, self._sink.bootstrap_servers, f"{doing} in {self.who}", self._sink.serializer.topic)
+
     def producer(self, **extra: Any) -> Any:
-        ck = require(KAFKA)
+        ck = kafka_module()
         try:
             return ck.Producer({**self._conf, **extra})
         except ck.KafkaException as e:
@@ -102,27 +86,27 @@ class KafkaWriter(SinkWriter):
     def check_topic(self, producer: Any) -> None:
         """Fail at once, on one line, when the broker cannot be reached or the fixed topic is
         missing (a selected topic's absence shows as a delivery error at the next flush)."""
-        ck = require(KAFKA)
+        ck = kafka_module()
         topic = self._sink.serializer.topic
         try:
             md = producer.list_topics(topic, timeout=min(self.timeout_s, 15))
         except ck.KafkaException as e:
-            raise kafka_error(e, self.where, "reading the cluster's metadata") from None
+            raise self.error(e, "reading the cluster's metadata") from None
         t = md.topics.get(topic) if topic else None
         if t is not None and t.error is not None:
-            raise ConfigurationError(
+            raise KafkaTopicNotFoundError(
                 f"{self.where}: topic {topic!r} does not exist ({t.error.str()})",
                 remedy="create it (or let the brokers auto-create topics), or correct set_topic()",
             )
 
-    def serialize(self, records: list) -> list[KafkaRecord]:
+    def serialize(self, records: list) -> list[ProducerRecord]:
         return [self._sink.serializer.serialize(r) for r in records]
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
-            self._errors.append(f"{msg.topic()}: {err.name()}: {err.str()}")
+            self._errors.append((msg.topic(), err))
 
-    def produce(self, records: list[KafkaRecord]) -> None:
+    def produce(self, records: list[ProducerRecord]) -> None:
         p = self._producer
         for r in records:
             kw: dict[str, Any] = {"value": r.value, "key": r.key, "on_delivery": self._on_delivery}
@@ -142,11 +126,13 @@ class KafkaWriter(SinkWriter):
 
     def flush_all(self, doing: str) -> None:
         remaining = self._producer.flush(self.timeout_s)
-        if self._errors or remaining:
-            errors, self._errors = self._errors, []
-            what = f"{len(errors)} record(s) not delivered ({errors[0]}{', ...' if len(errors) > 1 else ''})" if errors else f"{remaining} record(s) unacknowledged after {self.timeout_s:.0f} s"
-            raise FlinkpyError(f"{self.where}: {doing}: {what}",
-                               remedy="check the topic and the brokers; the job restarts from its last checkpoint")
+        if self._errors:
+            (topic, first), n = self._errors[0], len(self._errors)
+            self._errors = []
+            raise translate(first, self._sink.bootstrap_servers, f"{doing} in {self.who} ({n} record(s) not delivered, the first to {topic!r})", topic)
+        if remaining:
+            raise KafkaUnreachableError(f"{self.where}: {doing}: {remaining} record(s) unacknowledged after {self.timeout_s:.0f} s",
+                                        remedy="check the brokers; the job restarts from its last checkpoint")
 
     def write(self, records: list) -> None:
         self.produce(self.serialize(records))
@@ -184,30 +170,30 @@ class ExactlyOnceKafkaWriter(KafkaWriter):
 
     def _init(self, producer: Any, tid: str) -> Any:
         """init_transactions: fences earlier producers of ``tid`` and aborts what they left open."""
-        ck = require(KAFKA)
+        ck = kafka_module()
         try:
             producer.init_transactions(self.timeout_s)
         except ck.KafkaException as e:
-            raise kafka_error(e, self.where, f"initialising transactional id {tid!r}") from None
+            raise self.error(e, f"initialising transactional id {tid!r}") from None
         return producer
 
     def _group(self, group: str) -> Any:
         if group not in self._groups:
-            ck = require(KAFKA)
+            ck = kafka_module()
             self._groups[group] = ck.Consumer({"bootstrap.servers": self._sink.bootstrap_servers, "group.id": group,
                                                "enable.auto.commit": False, "session.timeout.ms": 6000})
         return self._groups[group]
 
     def _committed_token(self, batch: Batch) -> int | None:
-        ck = require(KAFKA)
+        ck = kafka_module()
         try:
             (tp,) = self._group(batch.group).committed([ck.TopicPartition(batch.marker_topic, 0)], timeout=self.timeout_s)
         except ck.KafkaException as e:
-            raise kafka_error(e, self.where, f"reading the commit marker of checkpoint {batch.checkpoint_id} (group {batch.group})") from None
+            raise self.error(e, f"reading the commit marker of checkpoint {batch.checkpoint_id} (group {batch.group})") from None
         return tp.offset if tp.offset >= 0 else None
 
     def run(self, actions: list[Action]) -> None:
-        ck = require(KAFKA)
+        ck = kafka_module()
         p = self._producer
         for a in actions:
             try:
@@ -224,7 +210,7 @@ class ExactlyOnceKafkaWriter(KafkaWriter):
                     p.commit_transaction(self.timeout_s)
                     self._in_txn = False
             except ck.KafkaException as e:
-                raise kafka_error(e, self.where, f"{type(a).__name__.lower()} of a transaction") from None
+                raise self.error(e, f"{type(a).__name__.lower()} of a transaction") from None
 
     def write(self, records: list) -> None:
         self.run(self.protocol.write(self.serialize(records)))
@@ -265,7 +251,7 @@ class KafkaSink(Sink):
     def __init__(self, bootstrap_servers: str, serializer: KafkaRecordSerializationSchema,
                  delivery_guarantee: DeliveryGuarantee = DeliveryGuarantee.NONE,
                  transactional_id_prefix: str | None = None, properties: dict[str, str] | None = None) -> None:
-        require(KAFKA)  # in the job program, before the job is submitted
+        kafka_module()  # in the job program, before the job is submitted
         if not bootstrap_servers:
             raise ConfigurationError("KafkaSink needs bootstrap servers", remedy="call set_bootstrap_servers('host:9092')")
         if transactional_id_prefix is not None and not _PREFIX.fullmatch(transactional_id_prefix):
