@@ -76,11 +76,11 @@ def test_records_held_across_an_aborted_checkpoint_commit_with_the_next() -> Non
     assert p.snapshot(1) == [Prepare(1, "px-1", "t")]
     assert p.write(recs("b")) == []  # a transaction waits for checkpoint 1: held
     assert p.snapshot(2) == []  # checkpoint 1 never completes (aborted); "b" is checkpoint 2's
-    assert [len(b["records"]) for b in p.state()["pending"]] == [1, 1]
+    assert [len(b["records"]) for b in p.state()["pending"]] == [1, 1] and p.state()["pending_records"] == 2
     assert p.write(recs("c")) == []
     # completing 2 covers 1: commit the waiting transaction, write and commit 2's, reopen for "c"
     assert p.complete(2) == [Commit(), Begin(), Send(recs("b")), Prepare(2, "px-1", "t"), Commit(), Begin(), Send(recs("c"))]
-    assert p.state()["pending"] == [] and p.pending_records() == 0
+    assert p.state()["pending"] == [] and p.state()["pending_records"] == 0
     assert p.end_of_input() == [Prepare(3, "px-1", "t"), Commit()]
     assert p.snapshot(4) == [] and p.complete(4) == []  # nothing left to write
 
@@ -335,6 +335,12 @@ def test_stop_with_savepoint_and_resume_at_3_then_1_is_exact(kafka, cluster, tmp
         wait_for(lambda: completed_checkpoints(jid) >= 1, timeout=30, interval=0.1, message="a checkpoint")
         savepoint = stop_with_savepoint(jid, tmp_path / f"sp{step}")
         assert show(jid)["state"] == "FINISHED"
+        # checkpoint inspect: the records each subtask's transaction held at the savepoint
+        (op,) = [o for o in cli_json("checkpoint", "inspect", savepoint)["metadata"]["operators"] if o["uid"] == "kafka"]
+        pending = [s["operator_state"]["states"]["sink"]["pending_records"] for s in op["subtasks"]]
+        assert len(pending) == p and all(n >= 0 for n in pending) and sum(pending) > 0, pending
+        text = run_cli("checkpoint", "inspect", savepoint).stdout
+        assert f"{pending[0]} records in its pending transaction" in text.replace("\n", " "), text
     jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 20_000, p=1, savepoint=savepoint)
     finished(jid)
     exact(kafka, topic, keys, per_key)
