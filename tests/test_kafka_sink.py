@@ -344,3 +344,13 @@ def test_stop_with_savepoint_and_resume_at_3_then_1_is_exact(kafka, cluster, tmp
     jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 20_000, p=1, savepoint=savepoint)
     finished(jid)
     exact(kafka, topic, keys, per_key)
+
+
+def test_info_states_the_end_to_end_guarantee_and_read_committed() -> None:
+    res = run_cli("info", "--json", str(JOB), "127.0.0.1:1", "t", "EXACTLY_ONCE", "1", "1", "10")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    g = doc["guarantees"]
+    (s,) = g["sinks"]
+    assert g["end_to_end"] == "exactly-once" and s["connector"] == "KafkaSink" and s["guarantee"] == "exactly-once", g
+    assert "read_committed" in s["needs"] and any("read_committed" in w for w in g["warnings"]), g

@@ -245,8 +245,8 @@ class KafkaSink(Sink):
     """Writes records to Kafka (see the module docstring); build one with :meth:`builder`."""
 
     guarantee = "exactly-once"
-    needs = ("EXACTLY_ONCE: checkpointing, a replayable source, consumers reading read_committed, "
-             "transaction.timeout.ms >= the checkpoint interval; AT_LEAST_ONCE: checkpointing")
+    needs = ("checkpointing, a replayable source; consumers read with isolation.level=read_committed; "
+             "transaction.timeout.ms >= the checkpoint interval; records show at checkpoints")
 
     def __init__(self, bootstrap_servers: str, serializer: KafkaRecordSerializationSchema,
                  delivery_guarantee: DeliveryGuarantee = DeliveryGuarantee.NONE,
