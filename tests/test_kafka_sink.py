@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, cli_json, module_cluster, run_cli, wait_for
-from flinkpy.client import Client
+from flinkpy.client import Client, Deadline
 from flinkpy.common import SimpleStringSchema
 from flinkpy.connectors.base import ReaderContext
 from flinkpy.connectors.kafka_client import KafkaTopicNotFoundError
@@ -233,11 +233,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 def submit(kafka: Any, topic: str, guarantee: str, keys: int, per_key: int, rate: float, *, p: int = 2,
            split: bool = False, savepoint: str | None = None) -> str:
-    args = ["run", "-d", "-p", str(p), "--json"] + (["-s", savepoint] if savepoint else [])
-    extra = ["split"] if split else []
-    res = run_cli(*args, str(JOB), kafka.bootstrap, topic, guarantee, str(keys), str(per_key), str(rate), *extra, timeout=60)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)["jobs"][0]["jid"]
+    args = [kafka.bootstrap, topic, guarantee, str(keys), str(per_key), str(rate)] + (["split"] if split else [])
+    (job,) = Client().run(str(JOB), args, parallelism=p, detached=True, savepoint_path=savepoint)
+    return job.job_id
 
 
 def show(jid: str) -> dict[str, Any]:
@@ -268,7 +266,7 @@ def exact(kafka: Any, topic: str, keys: int, per_key: int, *, allow_duplicates: 
 
 
 def causes(jid: str) -> list[str]:
-    return [e["message"] for e in cli_json("job", "exceptions", jid)["exceptionHistory"]["entries"]]
+    return [e["message"] for e in Client().job_exceptions(jid)["exceptionHistory"]["entries"]]
 
 
 @pytest.mark.timeout(90)
@@ -280,7 +278,7 @@ def test_the_sink_killed_after_completion_before_commit(kafka, cluster, guarante
     jid = submit(kafka, topic, guarantee, keys, per_key, 6000, split=True)
     doc = finished(jid)
     assert doc["restarts"] >= 1 and any("SIGKILL" in c for c in causes(jid)), causes(jid)
-    restored = cli_json("checkpoint", "list", jid)["latest"]["restored"]
+    restored = Client().checkpoints(jid)["latest"]["restored"]
     assert restored is not None and restored["id"] >= KILLED_CHECKPOINT, restored
     exact(kafka, topic, keys, per_key, allow_duplicates=guarantee == "AT_LEAST_ONCE")
 
@@ -317,31 +315,30 @@ def test_exactly_once_across_a_broker_outage(kafka, cluster) -> None:
 
 
 def stop_with_savepoint(jid: str, target: Path) -> str:
-    res = run_cli("stop", jid, "--savepoint-path", str(target), "--json", timeout=90)
-    assert res.returncode == 0, (res.stderr, causes(jid), show(jid)["events"], Client().checkpoints(jid))
-    doc = json.loads(res.stdout)
-    location = doc.get("location") or doc.get("path") or doc.get("operation", {}).get("location")
-    assert location, doc
+    client = Client()
+    request = client.stop_with_savepoint(jid, str(target), deadline=Deadline(60))
+    location = client.wait_for_savepoint(jid, request, Deadline(60), what="stop-with-savepoint")
+    assert client.wait_until_finished(jid, Deadline(60), location) == "FINISHED"
     return location
 
 
-@pytest.mark.timeout(120)
-def test_stop_with_savepoint_and_resume_at_3_then_1_is_exact(kafka, cluster, tmp_path: Path) -> None:
+@pytest.mark.timeout(90)
+def test_stop_with_savepoint_and_resume_at_another_parallelism_is_exact(kafka, cluster, tmp_path: Path) -> None:
+    """2 -> 3 here; a restore at a lower parallelism (two old subtasks fenced and checked by one
+    new one) is test_restore_at_another_parallelism_fences_every_old_subtask."""
     topic = kafka.new_topic(4)
-    keys, per_key, rate = 6, 2000, 1000  # 12 s at this rate: both stops come well before the end
-    savepoint = None
-    for step, p in enumerate((2, 3)):
-        jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, rate, p=p, savepoint=savepoint)
-        wait_for(lambda: completed_checkpoints(jid) >= 1, timeout=30, interval=0.1, message="a checkpoint")
-        savepoint = stop_with_savepoint(jid, tmp_path / f"sp{step}")
-        assert show(jid)["state"] == "FINISHED"
-        # checkpoint inspect: the records each subtask's transaction held at the savepoint
-        (op,) = [o for o in cli_json("checkpoint", "inspect", savepoint)["metadata"]["operators"] if o["uid"] == "kafka"]
-        pending = [s["operator_state"]["states"]["sink"]["pending_records"] for s in op["subtasks"]]
-        assert len(pending) == p and all(n >= 0 for n in pending) and sum(pending) > 0, pending
-        text = run_cli("checkpoint", "inspect", savepoint).stdout
-        assert f"{pending[0]} records in its pending transaction" in text.replace("\n", " "), text
-    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 20_000, p=1, savepoint=savepoint)
+    keys, per_key = 6, 2000
+    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 1000, p=2)  # 12 s at this rate: stopped long before
+    wait_for(lambda: completed_checkpoints(jid) >= 1, timeout=30, interval=0.1, message="a checkpoint")
+    savepoint = stop_with_savepoint(jid, tmp_path / "sp")
+    # checkpoint inspect: the records each subtask's transaction held at the savepoint
+    (op,) = [o for o in cli_json("checkpoint", "inspect", savepoint)["metadata"]["operators"] if o["uid"] == "kafka"]
+    pending = [s["operator_state"]["states"]["sink"]["pending_records"] for s in op["subtasks"]]
+    assert len(pending) == 2 and all(n >= 0 for n in pending) and sum(pending) > 0, pending
+    text = run_cli("checkpoint", "inspect", savepoint).stdout
+    assert f"{pending[0]} records in its pending transaction" in text.replace("\n", " "), text
+    assert len(values(kafka, topic)) < keys * per_key
+    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 20_000, p=3, savepoint=savepoint)
     finished(jid)
     exact(kafka, topic, keys, per_key)
 
@@ -349,8 +346,7 @@ def test_stop_with_savepoint_and_resume_at_3_then_1_is_exact(kafka, cluster, tmp
 def test_info_states_the_end_to_end_guarantee_and_read_committed() -> None:
     res = run_cli("info", "--json", str(JOB), "127.0.0.1:1", "t", "EXACTLY_ONCE", "1", "1", "10")
     assert res.returncode == 0, res.stderr
-    doc = json.loads(res.stdout)
-    g = doc["guarantees"]
+    g = json.loads(res.stdout)["guarantees"]
     (s,) = g["sinks"]
     assert g["end_to_end"] == "exactly-once" and s["connector"] == "KafkaSink" and s["guarantee"] == "exactly-once", g
     assert "read_committed" in s["needs"] and any("read_committed" in w for w in g["warnings"]), g
