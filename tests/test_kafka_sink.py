@@ -232,8 +232,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 def submit(kafka: Any, topic: str, guarantee: str, keys: int, per_key: int, rate: float, *, p: int = 2,
-           split: bool = False, savepoint: str | None = None) -> str:
-    args = [kafka.bootstrap, topic, guarantee, str(keys), str(per_key), str(rate)] + (["split"] if split else [])
+           split: bool = False, savepoint: str | None = None, input_topic: str | None = None) -> str:
+    args = [kafka.bootstrap, topic, guarantee, str(keys), str(per_key), str(rate)] + (["split"] if split or input_topic else [])
+    args += [input_topic] if input_topic else []
     (job,) = Client().run(str(JOB), args, parallelism=p, detached=True, savepoint_path=savepoint)
     return job.job_id
 
@@ -281,6 +282,20 @@ def test_the_sink_killed_after_completion_before_commit(kafka, cluster, guarante
     restored = Client().checkpoints(jid)["latest"]["restored"]
     assert restored is not None and restored["id"] >= KILLED_CHECKPOINT, restored
     exact(kafka, topic, keys, per_key, allow_duplicates=guarantee == "AT_LEAST_ONCE")
+
+
+@pytest.mark.timeout(90)
+def test_kafka_to_kafka_exactly_once_when_the_sink_dies_after_completion_before_commit(kafka, cluster) -> None:
+    """Keyed sequences read from a 4-partition topic by a KafkaSource (offsets in the checkpoint)
+    and written through the EXACTLY_ONCE sink, killed at the same moment as above."""
+    source, topic = kafka.new_topic(4), kafka.new_topic(4)
+    keys, per_key = 8, 600
+    for k in range(keys):
+        kafka.produce(source, [f"({k}, {s})" for s in range(1, per_key + 1)], partition=k % 4)
+    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 4000, input_topic=source)
+    doc = finished(jid)
+    assert doc["restarts"] >= 1 and any("SIGKILL" in c for c in causes(jid)), causes(jid)
+    exact(kafka, topic, keys, per_key)
 
 
 @pytest.mark.timeout(90)
