@@ -154,6 +154,10 @@ class TaskMetricsReporter:
         figures[names.IN_POOL_USAGE] = round(in_usage, 3)
         figures[names.OUT_POOL_USAGE] = round(out_usage, 3)
         figures.update(self._debloat_figures())
+        reader = getattr(getattr(self.task, "chain", None), "source_reader", None)
+        pending = reader.pending_records() if reader is not None else None
+        if pending is not None:
+            figures[names.PENDING_RECORDS] = pending
         return figures
 
     def report(self) -> TaskMetrics:
