@@ -165,15 +165,27 @@ def test_at_least_once_flushes_at_every_checkpoint(kafka) -> None:
     w.close()
 
 
-def test_flink_kafka_producer_as_pyflink_examples_give_it(kafka) -> None:
+def test_flink_kafka_producer_as_pyflink_examples_give_it(kafka, cluster) -> None:
+    """PyFlink's kafka_json_format example's write side, imports renamed: JSON rows through the
+    legacy producer given to add_sink, on the cluster."""
+    from flinkpy.common import Types
+    from flinkpy.datastream import StreamExecutionEnvironment
+    from flinkpy.datastream.formats.json import JsonRowSerializationSchema
+
     topic = kafka.new_topic()
-    producer = FlinkKafkaProducer(topic, SimpleStringSchema(), {"bootstrap.servers": kafka.bootstrap, "group.id": "g"},
-                                  semantic=Semantic.EXACTLY_ONCE)
-    w = writer(producer)
-    w.write(["legacy"])
-    w.flush(True)
-    assert values(kafka, topic) == ["legacy"] and producer.guarantee == "exactly-once"
-    w.close()
+    env = StreamExecutionEnvironment.get_execution_environment()
+    type_info = Types.ROW([Types.INT(), Types.STRING()])
+    ds = env.from_collection([(1, "hi"), (2, "hello"), (3, "hi")], type_info=type_info)
+    serialization_schema = JsonRowSerializationSchema.Builder().with_type_info(type_info).build()
+    kafka_producer = FlinkKafkaProducer(
+        topic=topic,
+        serialization_schema=serialization_schema,
+        producer_config={"bootstrap.servers": kafka.bootstrap, "group.id": "test_group"},
+    )
+    ds.add_sink(kafka_producer)
+    env.execute()
+    assert [json.loads(v) for v in values(kafka, topic)] == [{"f0": 1, "f1": "hi"}, {"f0": 2, "f1": "hello"}, {"f0": 3, "f1": "hi"}]
+    assert FlinkKafkaProducer(topic, SimpleStringSchema(), {"bootstrap.servers": "b:1"}, semantic=Semantic.EXACTLY_ONCE).guarantee == "exactly-once"
 
 
 # -- bad input ---------------------------------------------------------------------------------
