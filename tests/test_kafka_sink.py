@@ -156,6 +156,20 @@ def test_restore_at_another_parallelism_fences_every_old_subtask(kafka) -> None:
     new.close()
 
 
+def test_a_topic_selector_and_a_key_schema(kafka) -> None:
+    even, odd = kafka.new_topic(), kafka.new_topic()
+    s = KafkaSink.builder().set_bootstrap_servers(kafka.bootstrap).set_record_serializer(
+        KafkaRecordSerializationSchema.builder().set_topic_selector(lambda n: even if n % 2 == 0 else odd)
+        .set_key_serialization_schema(SimpleStringSchema()).set_value_serialization_schema(SimpleStringSchema()).build()
+    ).set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_property("linger.ms", "5").build()
+    w = writer(s)
+    w.write([1, 2, 3, 4])
+    w.notify_checkpoint_complete(1) if w.snapshot_state(1) else None
+    assert [(m.key(), m.value()) for m in kafka.read(even)] == [(b"2", b"2"), (b"4", b"4")]
+    assert values(kafka, odd) == ["1", "3"]
+    w.close()
+
+
 def test_at_least_once_flushes_at_every_checkpoint(kafka) -> None:
     topic = kafka.new_topic()
     w = writer(sink(kafka, topic, DeliveryGuarantee.AT_LEAST_ONCE))
