@@ -315,7 +315,7 @@ def test_kafka_to_kafka_exactly_once_when_the_sink_dies_after_completion_before_
     """Keyed sequences read from a 4-partition topic by a KafkaSource (offsets in the checkpoint)
     and written through the EXACTLY_ONCE sink, killed at the same moment as above."""
     source, topic = kafka.new_topic(4), kafka.new_topic(4)
-    keys, per_key = 8, 600
+    keys, per_key = 8, 1000  # 2 s at the paced rate: checkpoint 3 comes well before the end
     for k in range(keys):
         kafka.produce(source, [f"({k}, {s})" for s in range(1, per_key + 1)], partition=k % 4)
     jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 4000, input_topic=source)
