@@ -26,6 +26,7 @@ import pytest
 
 from conftest import EXAMPLES, cli_json, run_cli, running_cluster, wait_for
 from flinkpy.common import Duration, RestartStrategies, Types, WatermarkStrategy
+from flinkpy.common.watermark_strategy import TimestampAssigner
 from flinkpy.common.serialization import SimpleStringSchema
 from flinkpy.connectors.base import ReaderContext
 from flinkpy.connectors.kafka_client import KafkaTopicNotFoundError, KafkaUnreachableError
@@ -178,7 +179,7 @@ class RunningCount(KeyedProcessFunction):
 def job(server: Any, topic: str, out: Path, parallelism: int, group: str) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
-    env.enable_checkpointing(200)
+    env.enable_checkpointing(100)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     src = source(server, topic, **{"group.id": group})
     records = env.from_source(src, WatermarkStrategy.no_watermarks(), "kafka").uid("kafka")
@@ -292,6 +293,33 @@ def test_rescale_2_3_1_through_stop_with_savepoint(kafka_any, kafka_cluster, tmp
     exact(out, per_key)
 
 
+class ValueTime(TimestampAssigner):
+    def extract_timestamp(self, value: str, record_timestamp: int) -> int:
+        return int(value.split(":")[1])
+
+
+def test_event_time_windows_over_per_partition_watermarks(kafka_any, kafka_cluster) -> None:
+    """A job whose WatermarkStrategy runs per partition (idleness included) fires every window
+    with every record of it."""
+    if kafka_any.kind != "noida":
+        pytest.skip("the engine's side, alike on both servers: noida-db shows it")
+    from flinkpy.datastream.window import TumblingEventTimeWindows
+
+    topic = kafka_any.new_topic(2)
+    kafka_any.produce(topic, ["a:1000", "a:1200", "a:5000", "a:9000"], partition=0)
+    kafka_any.produce(topic, ["b:1500", "b:1600", "b:9500"], partition=1)
+    src = KafkaSource.builder().set_bootstrap_servers(kafka_any.bootstrap).set_topics(topic).set_bounded().build()
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    strategy = (WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_seconds(1))
+                .with_timestamp_assigner(ValueTime()))
+    pairs = env.from_source(src, strategy, "kafka").map(lambda v: (v[0], 1), output_type=Types.TUPLE([Types.STRING(), Types.INT()]))
+    counts = pairs.key_by(lambda x: x[0]).window(TumblingEventTimeWindows.of(Duration.of_seconds(2))).reduce(lambda a, b: (a[0], a[1] + b[1]))
+    with counts.execute_and_collect("per-partition watermarks") as results:
+        got = sorted(results)
+    assert got == [("a", 1), ("a", 1), ("a", 2), ("b", 1), ("b", 2)]
+
+
 PLAN_JOB = textwrap.dedent("""
     import sys
     from flinkpy.common import WatermarkStrategy
@@ -327,12 +355,13 @@ JOB = textwrap.dedent("""
 
 
 def test_bad_input_ends_in_one_line(kafka_any, kafka_cluster, tmp_path: Path) -> None:
+    if kafka_any.kind != "noida":
+        pytest.skip("the errors come from the client's metadata requests, alike on both servers: noida-db shows them")
     path = tmp_path / "job.py"
     path.write_text(JOB)
-    if kafka_any.kind == "noida":  # no server involved: once is enough
-        unreachable = run_cli("run", str(path), "127.0.0.1:1", "events")
-        assert unreachable.returncode == KafkaUnreachableError.exit_code == 3, unreachable.stderr
-        assert "no Kafka broker answers at 127.0.0.1:1" in unreachable.stderr and "Traceback" not in unreachable.stderr
+    unreachable = run_cli("run", str(path), "127.0.0.1:1", "events")
+    assert unreachable.returncode == KafkaUnreachableError.exit_code == 3, unreachable.stderr
+    assert "no Kafka broker answers at 127.0.0.1:1" in unreachable.stderr and "Traceback" not in unreachable.stderr
     missing = run_cli("run", str(path), kafka_any.bootstrap, "no-such-topic")
     assert missing.returncode == KafkaTopicNotFoundError.exit_code == 4, missing.stderr
     assert "topic 'no-such-topic' does not exist" in missing.stderr and "Traceback" not in missing.stderr
