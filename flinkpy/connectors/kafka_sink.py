@@ -131,8 +131,10 @@ class KafkaWriter(SinkWriter):
             self._errors = []
             raise translate(first, self._sink.bootstrap_servers, f"{doing} in {self.who} ({n} record(s) not delivered, the first to {topic!r})", topic)
         if remaining:
-            raise KafkaUnreachableError(f"{self.where}: {doing}: {remaining} record(s) unacknowledged after {self.timeout_s:.0f} s",
-                                        remedy="check the brokers; the job restarts from its last checkpoint")
+            raise KafkaUnreachableError(
+                f"no Kafka broker answers at {self._sink.bootstrap_servers} while {doing} in {self.who}: "
+                f"{remaining} record(s) unacknowledged after {self.timeout_s:.0f} s",
+                remedy="check the brokers; the job restarts from its last checkpoint")
 
     def write(self, records: list) -> None:
         self.produce(self.serialize(records))
