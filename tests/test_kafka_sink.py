@@ -371,22 +371,24 @@ def stop_with_savepoint(jid: str, target: Path) -> str:
 
 
 @pytest.mark.timeout(90)
-def test_stop_with_savepoint_and_resume_at_another_parallelism_is_exact(kafka, cluster, tmp_path: Path) -> None:
-    """2 -> 3 here; a restore at a lower parallelism (two old subtasks fenced and checked by one
-    new one) is test_restore_at_another_parallelism_fences_every_old_subtask."""
+def test_stop_with_savepoint_and_resume_at_3_then_1_is_exact(kafka, cluster, tmp_path: Path) -> None:
+    """2 -> 3 (a new subtask with no old state) -> 1 (one subtask fences and checks three)."""
     topic = kafka.new_topic(4)
     keys, per_key = 6, 2000
-    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 1000, p=2)  # 12 s at this rate: stopped long before
-    wait_for(lambda: completed_checkpoints(jid) >= 1, timeout=30, interval=0.1, message="a checkpoint")
-    savepoint = stop_with_savepoint(jid, tmp_path / "sp")
-    # checkpoint inspect: the records each subtask's transaction held at the savepoint
-    (op,) = [o for o in cli_json("checkpoint", "inspect", savepoint)["metadata"]["operators"] if o["uid"] == "kafka"]
-    pending = [s["operator_state"]["states"]["sink"]["pending_records"] for s in op["subtasks"]]
-    assert len(pending) == 2 and all(n >= 0 for n in pending) and sum(pending) > 0, pending
+    savepoint = None
+    for step, p in enumerate((2, 3)):
+        # 12 s of input at this rate: each stop comes long before its end
+        jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 1000, p=p, savepoint=savepoint)
+        wait_for(lambda: completed_checkpoints(jid) >= 1, timeout=30, interval=0.1, message="a checkpoint")
+        savepoint = stop_with_savepoint(jid, tmp_path / f"sp{step}")
+        # checkpoint inspect: the records each subtask's transaction held at the savepoint
+        (op,) = [o for o in cli_json("checkpoint", "inspect", savepoint)["metadata"]["operators"] if o["uid"] == "kafka"]
+        pending = [s["operator_state"]["states"]["sink"]["pending_records"] for s in op["subtasks"]]
+        assert len(pending) == p and all(n >= 0 for n in pending), pending
+        assert len(values(kafka, topic)) < keys * per_key
     text = run_cli("checkpoint", "inspect", savepoint).stdout
     assert f"{pending[0]} records in its pending transaction" in text.replace("\n", " "), text
-    assert len(values(kafka, topic)) < keys * per_key
-    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 20_000, p=3, savepoint=savepoint)
+    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 20_000, p=1, savepoint=savepoint)
     finished(jid)
     exact(kafka, topic, keys, per_key)
 
