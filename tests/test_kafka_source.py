@@ -279,7 +279,7 @@ def test_rescale_2_3_1_through_stop_with_savepoint(kafka_any, kafka_cluster, tmp
         assert stop.returncode == 0, stop.stderr
         location = json.loads(stop.stdout)["location"]
         produce_sequences(kafka_any, topic, 10 * (step + 1) + 1, 10 * (step + 2))
-        if step == 0:
+        if step == 0 and kafka_any.kind == "noida":  # the CLI's views: one server shows them
             shown = run_cli("checkpoint", "inspect", location)
             assert shown.returncode == 0, shown.stderr
             assert f"offsets.{topic}-0: " in shown.stdout and f"offsets.{topic}-3: " in shown.stdout, shown.stdout

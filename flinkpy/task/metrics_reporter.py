@@ -155,7 +155,8 @@ class TaskMetricsReporter:
         figures[names.OUT_POOL_USAGE] = round(out_usage, 3)
         figures.update(self._debloat_figures())
         reader = getattr(getattr(self.task, "chain", None), "source_reader", None)
-        pending = reader.pending_records() if reader is not None else None
+        pending_records = getattr(reader, "pending_records", None)  # readers not derived from SourceReader lack it
+        pending = pending_records() if pending_records is not None else None
         if pending is not None:
             figures[names.PENDING_RECORDS] = pending
         return figures
