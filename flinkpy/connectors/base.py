@@ -29,6 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
+class DeliveryGuarantee(enum.Enum):
+    """What a sink promises after a failure (PyFlink's ``DeliveryGuarantee``): ``EXACTLY_ONCE``
+    (transactions bound to checkpoints), ``AT_LEAST_ONCE`` (flushed at every checkpoint; replays
+    are written again) or ``NONE`` (fire and forget: records buffered at a failure are lost)."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    NONE = "none"
+
+
 class Boundedness(enum.Enum):
     BOUNDED = "BOUNDED"
     CONTINUOUS_UNBOUNDED = "CONTINUOUS_UNBOUNDED"
