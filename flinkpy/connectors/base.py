@@ -81,6 +81,10 @@ class SourceReader(ABC):
         the task checks for control messages (cancel, barriers) between polls. A
         :class:`StampedBatch` carries the records' timestamps and a watermark after them."""
 
+    def before_snapshot(self, checkpoint_id: int) -> None:
+        """The next ``snapshot_state`` belongs to checkpoint ``checkpoint_id`` (Flink passes the
+        id to ``snapshotState``): a reader that acknowledges per checkpoint keys its batch by it."""
+
     def snapshot_state(self) -> Any:
         """The reading position (offsets): picklable, small. Taken between two polls."""
         return None

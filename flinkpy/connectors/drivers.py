@@ -1,4 +1,4 @@
-"""The connectors' optional drivers: psycopg for PostgreSQL, redis-py for Redis.
+"""The connectors' optional drivers: psycopg for PostgreSQL, redis-py for Redis, pika for RabbitMQ.
 
 flinkpy installs without them, so that a job which writes to neither pulls in neither; the
 extras bring them: ``pip install 'flinkpy[postgres]'``, ``pip install 'flinkpy[redis]'``. A
@@ -44,6 +44,7 @@ class Driver:
 
 POSTGRES = Driver("psycopg", "postgres", "the PostgreSQL connectors")
 REDIS = Driver("redis", "redis", "the Redis connectors")
+RABBITMQ = Driver("pika", "rabbitmq", "the RabbitMQ connectors")
 
 
 class MissingDriverError(ConfigurationError):

@@ -158,6 +158,7 @@ class SourceLoop:
                 # drain: event time ends before the savepoint, so windows and timers fire
                 self.task.chain.head.process_watermark(MAX_WATERMARK)
             # the reader's position now is exactly "everything before the barrier"
+            reader.before_snapshot(barrier.checkpoint_id)
             if barrier.unaligned:
                 job = self.task.checkpoint_unaligned(barrier, source_offsets=reader.snapshot_state())
                 if job is not None:
