@@ -164,6 +164,8 @@ class RMQSource(_QueueEnd, Source):
     """
 
     boundedness = Boundedness.CONTINUOUS_UNBOUNDED
+    #: a position cannot be replayed: the Spark runner refuses it
+    replayable = False
     needs = ("checkpointing; acknowledged when the covering checkpoint completes; exactly-once with "
              "use_correlation_id (unique ids, parallelism 1), else at-least-once")
 
