@@ -130,8 +130,9 @@ class RabbitMQServer:
             return True
 
     def restart(self) -> None:
-        """Stop the node (SIGTERM: a clean broker shutdown) and start it again with its data."""
-        self.stop()
+        """Crash the node (SIGKILL: no shutdown) and start it again with its data: confirmed
+        persistent messages and streams are on disk and come back."""
+        self.stop(signal.SIGKILL)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([SERVER], stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
                                          env=self._env(), start_new_session=True)

@@ -83,34 +83,49 @@ def start_job(source: Any, out: Path, parallelism: int, name: str) -> Any:
     return env.execute_async(name)
 
 
+def rest() -> Any:
+    from flinkpy.client.client import Client
+
+    return Client.from_environment()
+
+
 def completed_checkpoints(jid: str) -> int:
-    return cli_json("checkpoint", "list", jid)["counts"]["completed"]
+    return rest().checkpoints(jid)["counts"]["completed"]
 
 
 def run_through_faults(rabbitmq: Any, source: Any, queue: str, out: Path, parallelism: int, *, ids: bool) -> dict[str, Any]:
     """Half the messages, the job (killed after checkpoint 2), a server restart once it has
     restarted, the other half; returns the check of the committed output once it has all."""
+    import time
+
+    t0 = time.monotonic()
+    lap = lambda what: print(f"{what}: {time.monotonic() - t0:.1f} s")  # noqa: E731
     half = PER_KEY // 2
     bodies, cids = messages(range(1, half + 1))
     rabbitmq.publish(queue, bodies, correlation_ids=cids if ids else None)
     client = start_job(source, out, parallelism, f"rabbitmq-{queue}")
     jid = client.get_job_id()
-    wait_for(lambda: cli_json("job", "show", jid)["restarts"] >= 1, 60, message="the SIGKILL after checkpoint 2")
+    wait_for(lambda: rest().job(jid)["restarts"] >= 1, 60, interval=0.1, message="the SIGKILL after checkpoint 2")
+    lap("restarted after the SIGKILL")
     rabbitmq.restart()
+    lap("server restarted")
     bodies, cids = messages(range(half + 1, PER_KEY + 1))
     rabbitmq.publish(queue, bodies, correlation_ids=cids if ids else None)
 
     def complete() -> bool:
         return check(read_committed(out), KEYS, PER_KEY)["lost"] == 0
 
-    wait_for(complete, 40, message="every sequence number committed",
+    wait_for(complete, 60, interval=0.1, message="every sequence number committed",
              describe=lambda: ({k: v for k, v in check(read_committed(out), KEYS, PER_KEY).items() if k != "keys"},
                                [e["message"][-300:] for e in cli_json("job", "exceptions", jid)["exceptionHistory"]["entries"][:3]]))
+    lap("output complete")
     # two more checkpoints: the last records' checkpoint completed, and with it their acks
     seen = completed_checkpoints(jid)
-    wait_for(lambda: completed_checkpoints(jid) >= seen + 2, 30, message="two more checkpoints")
+    wait_for(lambda: completed_checkpoints(jid) >= seen + 2, 30, interval=0.1, message="two more checkpoints")
+    lap("two more checkpoints")
     client.cancel()
     wait_for(lambda: client.get_job_status() == "CANCELED", 30, message="the job canceled")
+    lap("canceled")
     return check(read_committed(out), KEYS, PER_KEY) | {"jid": jid}
 
 
@@ -189,3 +204,14 @@ def test_the_ledger_acks_a_checkpoints_deliveries_and_drops_its_redeliveries() -
     restored.snapshot(5)
     assert restored.complete(5) == 4  # the dropped ones are acknowledged with the rest
     assert restored.received(5, "a")  # once acknowledged, an id may come again as a new message
+
+
+def test_a_source_with_correlation_ids_is_placed_at_parallelism_1(rabbitmq) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    with_ids = env.add_source(RMQSource(config(rabbitmq), "a", True, SimpleStringSchema()), "with-ids")
+    without = env.add_source(RMQSource(config(rabbitmq), "b", False, SimpleStringSchema()), "without-ids")
+    with_ids.union(without).print()
+    nodes = json.loads(env.get_execution_plan())["nodes"]
+    by_name = {n["contents"].split(" -> ")[0]: n["parallelism"] for n in nodes}
+    assert by_name["Source: with-ids"] == 1 and by_name["Source: without-ids"] == 3, by_name

@@ -166,8 +166,6 @@ class RMQSource(_QueueEnd, Source):
     boundedness = Boundedness.CONTINUOUS_UNBOUNDED
     #: a position cannot be replayed: the Spark runner refuses it
     replayable = False
-    needs = ("checkpointing; acknowledged when the covering checkpoint completes; exactly-once with "
-             "use_correlation_id (unique ids, parallelism 1), else at-least-once")
 
     def __init__(self, connection_config: RMQConnectionConfig, queue_name: str, use_correlation_id: bool,
                  deserialization_schema: DeserializationSchema, *, declare_queue: bool = True) -> None:
@@ -178,6 +176,18 @@ class RMQSource(_QueueEnd, Source):
     @property
     def guarantee(self) -> str:  # type: ignore[override]
         return "exactly-once" if self.use_correlation_id else "at-least-once"
+
+    @property
+    def needs(self) -> str:  # type: ignore[override]
+        if self.use_correlation_id:
+            return "checkpointing; a unique correlation id on every message; parallelism 1"
+        return "checkpointing; a failure redelivers what no completed checkpoint covered"
+
+    @property
+    def non_parallel(self) -> bool:
+        """With correlation ids the source runs at parallelism 1 (``from_source`` and
+        ``add_source`` place it so): a redelivery must come back to the reader that knows its id."""
+        return self.use_correlation_id
 
     def create_reader(self, ctx: ReaderContext) -> RMQSourceReader:
         if self.use_correlation_id and ctx.parallelism > 1:
