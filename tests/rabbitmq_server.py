@@ -162,9 +162,10 @@ class RabbitMQServer:
         self.ready_queue = name
         return name
 
-    def publish(self, queue: str, bodies: list[bytes], *, correlation_ids: list[str] | None = None) -> None:
+    def publish(self, queue: str, bodies: list[bytes], *, correlation_ids: list[str] | None = None, pace_s: float = 0) -> None:
         """Publish persistent messages to ``queue`` through the default exchange, with
-        publisher confirms (every one is on the server when this returns)."""
+        publisher confirms (every one is on the server when this returns); ``pace_s``: at
+        least that long between two messages."""
         import pika
 
         with self.connect() as conn:
@@ -174,6 +175,8 @@ class RabbitMQServer:
                 props = pika.BasicProperties(delivery_mode=2,
                                              correlation_id=correlation_ids[i] if correlation_ids else None)
                 ch.basic_publish("", queue, body, props)
+                if pace_s:
+                    conn.sleep(pace_s)
 
     def message_count(self, queue: str) -> int:
         """Messages ready in a classic queue (not counting unacknowledged ones)."""

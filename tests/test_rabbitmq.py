@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +103,15 @@ def run_through_faults(rabbitmq: Any, source: Any, queue: str, out: Path, parall
     lap = lambda what: print(f"{what}: {time.monotonic() - t0:.1f} s")  # noqa: E731
     half = PER_KEY // 2
     bodies, cids = messages(range(1, half + 1))
-    rabbitmq.publish(queue, bodies, correlation_ids=cids if ids else None)
     client = start_job(source, out, parallelism, f"rabbitmq-{queue}")
     jid = client.get_job_id()
+    # the first half trickles in while the job runs, so that the SIGKILL after checkpoint 2
+    # lands on messages read but not covered by a completed checkpoint
+    publisher = threading.Thread(target=rabbitmq.publish, args=(queue, bodies),
+                                 kwargs={"correlation_ids": cids if ids else None, "pace_s": 0.004})
+    publisher.start()
     wait_for(lambda: rest().job(jid)["restarts"] >= 1, 60, interval=0.1, message="the SIGKILL after checkpoint 2")
+    publisher.join(60)
     lap("restarted after the SIGKILL")
     rabbitmq.restart()
     lap("server restarted")
@@ -215,3 +221,21 @@ def test_a_source_with_correlation_ids_is_placed_at_parallelism_1(rabbitmq) -> N
     nodes = json.loads(env.get_execution_plan())["nodes"]
     by_name = {n["contents"].split(" -> ")[0]: n["parallelism"] for n in nodes}
     assert by_name["Source: with-ids"] == 1 and by_name["Source: without-ids"] == 3, by_name
+
+
+def test_the_spark_runner_refuses_a_queue_it_could_not_replay(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    job = tmp_path / "rmq_job.py"
+    job.write_text(
+        "from flinkpy.common.serialization import SimpleStringSchema\n"
+        "from flinkpy.datastream import StreamExecutionEnvironment\n"
+        "from flinkpy.datastream.connectors.rabbitmq import RMQConnectionConfig, RMQSource\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "cfg = RMQConnectionConfig.Builder().set_host('127.0.0.1').build()\n"
+        "env.add_source(RMQSource(cfg, 'orders', True, SimpleStringSchema())).print()\n"
+        "env.execute('rmq-on-spark')\n"
+    )
+    res = run_cli("info", "--runner", "spark", str(job))
+    assert res.returncode == 7, res.stderr
+    assert "RMQSource acknowledges what a completed checkpoint covers" in res.stderr and "RMQStreamSource" in res.stderr
