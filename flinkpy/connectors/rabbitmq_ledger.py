@@ -95,12 +95,6 @@ class AckLedger:
             self._covered.difference_update(self._ids.pop(c))
         return tag
 
-    def reconnected(self) -> None:
-        """The channel is new: its delivery tags start again at 1; the old channel's unacked
-        messages went back to the queue with it (the ids stay, to recognise them)."""
-        self.last_tag = 0
-        self._tags.clear()
-
 
 class MissingCorrelationId(ValueError):
     """A message without a correlation id reached a source that deduplicates by them."""
