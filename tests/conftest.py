@@ -26,7 +26,7 @@ from flinkpy.processes import process_tree
 
 #: real PostgreSQL, Redis and ZooKeeper servers (fixtures ``postgres``, ``redis_server``, ``zookeeper``)
 #: and a Spark standalone cluster per module (``spark_cluster``)
-pytest_plugins = ["servers", "kafka_servers", "zookeeper", "backends", "spark_standalone"]
+pytest_plugins = ["servers", "kafka_servers", "rabbitmq_server", "zookeeper", "backends", "spark_standalone"]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -26,6 +26,10 @@ The ``async`` part runs async I/O (``AsyncDataStream``, capacity 100, a 5 ms "re
 against a plain asyncio loop issuing the same requests with the same capacity (see
 flinkpy.benchmarks.async_io).
 
+``--only rabbitmq --rabbitmq-url URL`` reads a queue of persistent messages with RMQSource
+(acknowledging on checkpoints every 1 s) against a pika consumer acknowledging in batches, on a
+server the caller runs (see flinkpy.benchmarks.rabbitmq).
+
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
 
@@ -55,6 +59,7 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.backends`, :mod:`~flinkpy.benchmarks.spark`,
 :mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`,
 :mod:`~flinkpy.benchmarks.two_input`, :mod:`~flinkpy.benchmarks.peers_form`,
-:mod:`~flinkpy.benchmarks.backpressure`, :mod:`~flinkpy.benchmarks.async_io`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.backpressure`, :mod:`~flinkpy.benchmarks.async_io`,
+:mod:`~flinkpy.benchmarks.rabbitmq`; ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

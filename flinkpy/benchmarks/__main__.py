@@ -23,7 +23,7 @@ from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
 PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
-         "async", "startup"]
+         "async", "rabbitmq", "startup"]
 
 #: runs of `flinkpy run examples/word_count.py` behind the startup part's median and maximum
 STARTUP_RUNS = 20
@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "(schema: flinkpy.benchmarks.report; python -m flinkpy.benchmarks.render turns reports into a page)")
     ap.add_argument("--only", choices=PARTS,
                     help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; only run when asked)")
+    ap.add_argument("--rabbitmq-url", metavar="URL",
+                    help="with --only rabbitmq: the RabbitMQ server to read from, amqp://user:password@host:port/vhost (it is not started for you)")
     ap.add_argument("--keys", type=lambda v: [int(float(k)) for k in v.split(",")], metavar="N[,N...]",
                     help="with --only backends: the state sizes of the large-state step (default 1e5,1e6,1e7; quick 1e4,1e5,1e6)")
     return ap.parse_args(argv)
@@ -164,6 +166,10 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
             results["backends"] = measure_backends(address, token, args, workloads)
         if args.only == "backpressure":
             results["backpressure"] = backpressure.measure(address, token, log, quick=args.quick)
+        if args.only == "rabbitmq":
+            from flinkpy.benchmarks import rabbitmq
+
+            results["rabbitmq"] = rabbitmq.measure(args.rabbitmq_url, address, token, args.runs, run_job, log, quick=args.quick)
         for name, workload in workloads.items():
             if wanted(args, name):
                 results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
@@ -349,6 +355,11 @@ def report_parts(results: dict[str, Any]) -> None:
         print(line)
     for line in async_io.report(results.get("async_io", {})):
         print(line)
+    if "rabbitmq" in results:
+        from flinkpy.benchmarks import rabbitmq
+
+        for line in rabbitmq.report(results["rabbitmq"]):
+            print(line)
     if "startup" in results:
         st = results["startup"]
         print(f"flinkpy run examples/word_count.py -> first output, {len(st['runs_s'])} runs: median {st['median_s']:.2f} s, "
@@ -375,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report and not Path(args.report).resolve().parent.is_dir():
         log(f"python -m flinkpy.benchmarks: error: --report {args.report}: no such directory (create it first)")
+        return 2
+    if args.only == "rabbitmq" and not args.rabbitmq_url:
+        log("python -m flinkpy.benchmarks: error: --only rabbitmq needs --rabbitmq-url amqp://user:password@host:port/vhost (a running server)")
         return 2
     load_at_start = figures.load_average()
     scale = 10 if args.quick else 1

@@ -138,6 +138,10 @@ def collect(results: dict[str, Any]) -> list[Figure]:
     if results.get("backpressure"):
         out += backpressure.figures(results["backpressure"])
     out += async_io.figures(results.get("async_io", {}))
+    if "rabbitmq" in results:
+        from flinkpy.benchmarks import rabbitmq
+
+        out += rabbitmq.figures(results["rabbitmq"])
     if "spark" in results:
         from flinkpy.benchmarks.spark import figures as spark_figures
 

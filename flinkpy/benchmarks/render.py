@@ -125,6 +125,12 @@ TABLES: list[Table] = [
           "operator's event loop runs in a thread of the task; the task thread hands it records and emits results, "
           "so what it adds per request is two hand-offs between threads and the checkpointed queue's bookkeeping.",
           "mode"),
+    Table("rabbitmq", "Reading a RabbitMQ queue",
+          "Persistent messages read from one durable queue on a local server: a pika consumer acknowledging every "
+          "1000 deliveries at once, against RMQSource at p=1 into a discarding sink with checkpoints every 1 s, which "
+          "acknowledges each checkpoint's deliveries in one frame when the checkpoint completes. The job's time "
+          "includes its tasks' start-up.",
+          "reader"),
     Table("spark", "The Spark runner against hand-written PySpark",
           "W1 and W2 three ways in one run on one warm local[2] session: flinkpy's engine at p=2, the same job through "
           "the Spark runner, and the query a PySpark user writes (W1 with a Python UDF, W2 in Column expressions), "

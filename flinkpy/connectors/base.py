@@ -112,7 +112,8 @@ class SourceReader(ABC):
 
     def snapshot_checkpoint(self, checkpoint_id: int) -> Any:
         """``snapshot_state`` for checkpoint ``checkpoint_id`` (what the engine calls at a
-        barrier): a reader that acts when that checkpoint completes remembers what it covered."""
+        barrier; Flink passes the id to ``snapshotState``): a reader that acts when that
+        checkpoint completes (acknowledges, commits) remembers what it covered, keyed by it."""
         return self.snapshot_state()
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:

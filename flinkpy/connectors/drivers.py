@@ -1,9 +1,9 @@
-"""The connectors' optional drivers: psycopg for PostgreSQL, redis-py for Redis, pyiceberg for
-Iceberg.
+"""The connectors' optional drivers: psycopg for PostgreSQL, redis-py for Redis, pika for
+RabbitMQ, pyiceberg for Iceberg.
 
 flinkpy installs without them, so that a job which writes to neither pulls in neither; the
 extras bring them: ``pip install 'flinkpy[postgres]'``, ``pip install 'flinkpy[redis]'``,
-``pip install 'flinkpy[iceberg]'``. A
+``pip install 'flinkpy[rabbitmq]'``, ``pip install 'flinkpy[iceberg]'``. A
 connector asks for its driver when it is built, so a job program that uses one without its
 driver fails before it is submitted, and ``flinkpy run`` reports it on one line with the
 command that fixes it (exit 8, like a Spark runner without PySpark); it asks again wherever it
@@ -47,6 +47,7 @@ class Driver:
 POSTGRES = Driver("psycopg", "postgres", "the PostgreSQL connectors")
 REDIS = Driver("redis", "redis", "the Redis connectors")
 ICEBERG = Driver("pyiceberg", "iceberg", "the Iceberg connectors")
+RABBITMQ = Driver("pika", "rabbitmq", "the RabbitMQ connectors")
 
 
 class MissingDriverError(ConfigurationError):

@@ -270,7 +270,7 @@ class StreamExecutionEnvironment:
         node = self._graph.add_node("source", name, source)
         if type_info is not None:
             node.params["output_type"] = type_info
-        if non_parallel:
+        if non_parallel or getattr(source, "non_parallel", False):
             node.max_allowed_parallelism = 1
             node.parallelism = 1
         return DataStream(self, (StreamRef(node.id),), node)

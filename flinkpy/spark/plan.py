@@ -347,6 +347,10 @@ class _Translator:
             spark = "Spark socket source (no replay, as the engine's)"
             if src.delimiter != "\n":
                 raise _refuse(node, "Spark's socket source splits lines at newlines only", remedy="use the default delimiter")
+        elif not getattr(src, "replayable", True):
+            raise _refuse(node, f"the source {type(src).__name__} acknowledges what a completed checkpoint covers and cannot be "
+                                "read again from a position; Spark plans and reads each micro-batch with readers of their own",
+                          remedy="use a RabbitMQ stream queue (RMQStreamSource), which replays from an offset")
         elif guarantee != "exactly-once":
             raise _refuse(node, f"the source {type(src).__name__} cannot be read again from a position ({guarantee or 'no'} guarantee), "
                                 "so Spark could not plan and replay its micro-batches",
