@@ -217,6 +217,7 @@ def test_exactly_once_through_a_kill_before_a_commit_a_stop_with_savepoint_and_a
     assert_exact(table, by_first_run)
     by_checkpoint = [(s["flinkpy.subtask"], s["flink.max-committed-checkpoint-id"]) for s in summaries(table)]
     assert ("0", "2") in by_checkpoint, f"checkpoint 2 of subtask 0 was never committed: {by_checkpoint}"
+    assert_inspect_shows_the_pending_commits(location, table)
 
     # down from 2 to 1: the one new subtask takes over both old subtasks' state and leftovers
     env = squares_env(catalog, "squares", parallelism=1)
@@ -233,6 +234,33 @@ def test_exactly_once_through_a_kill_before_a_commit_a_stop_with_savepoint_and_a
     assert set(jobs) == {first.get_job_id(), resumed.get_job_id()}, jobs
     resumed_subtasks = {s["flinkpy.subtask"] for s in summaries(table) if s["flink.job-id"] == resumed.get_job_id()}
     assert resumed_subtasks == {"0"}, resumed_subtasks
+
+
+def assert_inspect_shows_the_pending_commits(location: str, table: Any) -> None:
+    """``checkpoint inspect`` of the savepoint names, per sink subtask, the transactions it
+    pre-committed: each became the table's snapshot with as many files and records."""
+    import json
+
+    inspect = run_cli("checkpoint", "inspect", "--json", location)
+    assert inspect.returncode == 0, inspect.stderr
+    doc = json.loads(inspect.stdout)["metadata"]
+    (op,) = [o for o in doc["operators"] if o.get("uid") == "table"]
+    sinks = {s["subtask"]: s["operator_state"]["states"]["sink"] for s in op["subtasks"]}
+    assert set(sinks) == {0, 1}, sinks
+    snapshots = {s["flinkpy.transaction-id"]: s for s in summaries(table)}
+    pending = [txn for sink in sinks.values() for txn in sink["pending"]]
+    assert pending, f"the savepoint holds no pending commit: {sinks}"
+    for subtask, sink in sinks.items():
+        assert sink["kind"] == "sink" and sink["entries"] == len(sink["pending"]), sink
+        for txn in sink["pending"]:
+            committed = snapshots[txn["transaction_id"]]
+            assert committed["flinkpy.subtask"] == str(subtask), (txn, committed)
+            assert (txn["checkpoint_id"], txn["files"], txn["records"]) == (
+                doc["checkpoint_id"], int(committed["added-data-files"]), int(committed["added-records"])), (txn, committed)
+    text = run_cli("checkpoint", "inspect", location, env={"COLUMNS": "200"})
+    assert text.returncode == 0, text.stderr
+    for txn in pending:
+        assert f"{txn['transaction_id']}: checkpoint {doc['checkpoint_id']}, {txn['files']} files" in text.stdout, text.stdout
 
 
 # -- bad input ------------------------------------------------------------------------------

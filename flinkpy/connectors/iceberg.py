@@ -88,6 +88,11 @@ class IcebergCommittable:
     files: tuple[str, ...]
     records: int
 
+    def describe(self) -> dict[str, Any]:
+        """What ``checkpoint inspect`` shows of it (the file names are in the state file)."""
+        return {"transaction_id": self.transaction_id, "checkpoint_id": self.checkpoint_id,
+                "files": len(self.files), "records": self.records}
+
 
 @dataclass
 class _Transaction:

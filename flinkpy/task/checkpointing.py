@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.common.functions import CheckpointedFunction, CheckpointListener, FunctionSnapshotContext
+from flinkpy.connectors.two_phase_commit import pending_summary
 from flinkpy.protocol import Message
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline
@@ -291,5 +292,6 @@ def _operator_summary(state: dict[str, Any]) -> dict[str, Any]:
         summary[name] = {"kind": operator_state_kind(s["mode"]), "entries": len(s["items"])}
     if "sink" in state:
         sink = state["sink"]
-        summary["sink"] = {"kind": "sink", "entries": len(sink) if hasattr(sink, "__len__") else 1}
+        # a two-phase-commit sink's state is its pending transactions: say which
+        summary["sink"] = pending_summary(sink) or {"kind": "sink", "entries": len(sink) if hasattr(sink, "__len__") else 1}
     return summary
