@@ -26,6 +26,10 @@ The ``async`` part runs async I/O (``AsyncDataStream``, capacity 100, a 5 ms "re
 against a plain asyncio loop issuing the same requests with the same capacity (see
 flinkpy.benchmarks.async_io).
 
+``--only iceberg`` writes numbers through the IcebergSink with checkpoints every 1 s and appends
+the same batches to a table by hand with pyiceberg (see flinkpy.benchmarks.iceberg; needs the
+iceberg extra).
+
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
 
