@@ -172,6 +172,15 @@ def test_a_missing_table_is_created_for_the_streams_type_partitioned_as_the_buil
     with pytest.raises(ConfigurationError, match=r"by 'bucket\[4\]' of 'n'.*cannot commit files of a transform that does not preserve order"):
         IcebergSink(catalog, "db.untyped", create_if_missing=True, partition_by=[("n", "bucket[4]")]).for_record_type(
             Types.ROW_NAMED(["n"], [Types.LONG()]))
+    # an existing table of such a transform is refused when the sink is built, not at its first commit
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import BucketTransform
+
+    pyiceberg_catalog.load_catalog("default", **catalog).create_table(
+        "db.bucketed", Schema(NestedField(1, "n", LongType(), required=True)),
+        partition_spec=PartitionSpec(PartitionField(1, 1000, BucketTransform(4), "n_bucket")))
+    with pytest.raises(ConfigurationError, match=r"cannot commit to Iceberg table 'db.bucketed': it is partitioned by n_bucket \(bucket\[4\]\)"):
+        IcebergSink(catalog, "db.bucketed")
 
 
 # -- jobs on a cluster ----------------------------------------------------------------------

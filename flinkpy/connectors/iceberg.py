@@ -275,6 +275,19 @@ class IcebergSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
                 pass
 
 
+def refuse_unordered_partitions(table: Table, identifier: str) -> None:
+    """A ConfigurationError (exit 8) for a table partitioned by a transform that does not
+    preserve order (``bucket[N]``): ``add_files`` reads a file's partition back from its column
+    statistics, so such a table would fail at the first commit, after the job started."""
+    unordered = [f"{f.name} ({f.transform})" for f in table.spec().fields if not f.transform.preserves_order]
+    if unordered:
+        raise ConfigurationError(
+            f"IcebergSink cannot commit to Iceberg table {identifier!r}: it is partitioned by {', '.join(unordered)}, and"
+            " pyiceberg's add_files, which the sink commits through, cannot take a transform that does not preserve order",
+            remedy="write to a table partitioned by identity, truncate or time transforms (year, month, day, hour)",
+        )
+
+
 class IcebergSink(TwoPhaseCommitSink):
     """Exactly-once appends to an Iceberg table; see the module docstring.
 
@@ -324,10 +337,13 @@ class IcebergSink(TwoPhaseCommitSink):
         #: (None: the table does not exist yet and is created for the stream's type by ``sink_to``)
         self.columns: list[tuple[str, str, bool]] | None = None
         try:
-            self.columns = table_columns(load_table(catalog, catalog_name, table))
+            loaded = load_table(catalog, catalog_name, table)
         except NotFoundError:
             if not create_if_missing:
                 raise
+        else:
+            self.columns = table_columns(loaded)
+            refuse_unordered_partitions(loaded, table)
 
     @staticmethod
     def builder() -> IcebergSinkBuilder:
