@@ -39,9 +39,30 @@ PathArg = Annotated[
 def _states(handle: dict[str, Any] | None) -> list[str]:
     if not handle:
         return []
-    return [f"{name} ({desc['kind']}, {desc.get('entries', 'not counted')})"
-            + (f", {desc['pending_records']} records in its pending transaction" if "pending_records" in desc else "")
-            for name, desc in handle["states"].items()]
+    lines = []
+    for name, desc in handle["states"].items():
+        if "pending" in desc:  # a two-phase-commit sink: its transactions awaiting the commit
+            lines.append(f"{name} (two-phase commit, {desc['entries']} pending)")
+            lines += [f"  {_pending(txn)}" for txn in desc["pending"]]
+        else:
+            lines.append(f"{name} ({desc['kind']}, {desc.get('entries', 'not counted')})"
+                         + (f", {desc['pending_records']} records in its pending transaction" if "pending_records" in desc else ""))
+    return lines
+
+
+def _pending(txn: dict[str, Any]) -> str:
+    """One pending transaction of a two-phase-commit sink on one line.
+
+    >>> _pending({"transaction_id": "fp-1-0-ab", "checkpoint_id": 3, "files": 2, "records": 1000})
+    'fp-1-0-ab: checkpoint 3, 2 files, 1000 records'
+    >>> _pending({"files": 1})
+    '1 files'
+    """
+    facts = [f"checkpoint {txn['checkpoint_id']}"] if "checkpoint_id" in txn else []
+    facts += [f"{txn[k]} {k}" for k in ("files", "records") if k in txn]
+    facts += [f"{k} {v}" for k, v in txn.items() if k not in ("transaction_id", "checkpoint_id", "files", "records")]
+    head = txn.get("transaction_id")
+    return f"{head}: {', '.join(facts)}" if head and facts else head or ", ".join(facts) or "(undescribed)"
 
 
 def _offsets(value: Any, prefix: str = "") -> list[str]:
@@ -85,7 +106,10 @@ def inspect(
     the total size, and for an unaligned checkpoint the bytes it stored in flight (channel
     state: buffers read but not processed, and buffers not yet sent); the table has one row per
     operator subtask with its key-group range, its states (kind and number of entries, and the
-    subtask's in-flight input and output bytes), its size and its source offsets.
+    subtask's in-flight input and output bytes), its size and its source offsets. For an
+    exactly-once sink (a two-phase commit: Iceberg, PostgreSQL, files) the states name the
+    transactions the checkpoint pre-committed and its completion commits, one a line: the
+    transaction id and, where the sink says, the checkpoint, data files and records.
 
     With --json, prints one document: {"path", "metadata_path", "metadata", "summary"}, where
     metadata is the _metadata document itself and summary holds the totals (size per
@@ -94,7 +118,10 @@ def inspect(
     also shows its incremental size — what it uploaded itself — and its full size — everything
     a restore reads, the shared files it references included; summary has incremental_size,
     full_size and shared_files. summary also has alignment (aligned or unaligned) and
-    in_flight_input_bytes / in_flight_output_bytes, in total and per subtask.
+    in_flight_input_bytes / in_flight_output_bytes, in total and per subtask. A two-phase-commit
+    sink's operator_state.states.sink is {"kind": "sink", "entries",
+    "transaction_prefix", "pending": [{"transaction_id", "checkpoint_id", "files", "records"},
+    ...]} (each with the facts its sink knows).
 
     PATH may also be a Spark Structured Streaming checkpoint location (a directory with
     metadata, offsets/, commits/, state/; a Spark job's checkpoint): then it shows the query id,

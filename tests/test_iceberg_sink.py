@@ -126,6 +126,63 @@ def test_files_show_at_the_completed_checkpoint_a_replay_is_skipped_and_a_dead_a
     assert rows(table) == expected(300) and len(table.metadata.snapshots) == 2 and orphans(table) == []
 
 
+@pytest.mark.timeout(30)
+def test_a_missing_table_is_created_for_the_streams_type_partitioned_as_the_builder_says(catalog) -> None:
+    """Opt-in: ``sink_to`` creates the table from the stream's Types with the builder's partition
+    spec, and records written through the protocol land in one file per partition value."""
+    import datetime
+
+    builder = IcebergSink.builder().set_catalog_properties(catalog).set_table("db.created")
+    with pytest.raises(NotFoundError, match=r"the Iceberg table 'db.created' does not exist"):
+        builder.build()  # without the setting a missing table stays refused
+    with pytest.raises(ConfigurationError, match=r"partitions only a table it creates.*set_create_table_if_missing"):
+        builder.set_partition_by("id").build()
+    sink = builder.set_create_table_if_missing().set_partition_by(("ts", "day"), ("id", "truncate[20]")).build()
+    row = Types.ROW_NAMED(["id", "name", "ts"], [Types.LONG(), Types.STRING(), Types.SQL_TIMESTAMP()])
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([(1, "a", datetime.datetime(2026, 1, 1))], row).sink_to(sink)
+
+    table = reload(catalog, "created")
+    assert [(f.name, str(f.field_type), f.required) for f in table.schema().fields] == [
+        ("id", "long", False), ("name", "string", False), ("ts", "timestamp", False)]
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [("ts_day", "day"), ("id_trunc_20", "truncate[20]")]
+    days = [datetime.datetime(2026, 1, d, 12) for d in (1, 2, 3)]
+    w = sink.create_writer(ctx(0, 1))
+    w.open()
+    w.write([{"id": i, "name": f"n{i}", "ts": days[i % 3]} for i in range(60)])
+    w.snapshot_state(1)
+    w.notify_checkpoint_complete(1)
+    table = reload(catalog, "created")
+    assert table.scan().count() == 60
+    partitions = {(r["partition"]["ts_day"], r["partition"]["id_trunc_20"]) for r in table.inspect.files().to_pylist()}
+    assert partitions == {(d.date(), lo) for d in days for lo in (0, 20, 40)}, partitions
+    assert len(table.inspect.files()) == 9
+
+    # a second sink finds the table made and checks the stream against it; an existing table
+    # keeps its spec; the stream's type must name columns
+    again = IcebergSink(catalog, "db.created", create_if_missing=True, partition_by=[("name", "identity")])
+    assert again.columns == [("id", "long", False), ("name", "string", False), ("ts", "timestamp", False)]
+    assert [f.name for f in reload(catalog, "created").spec().fields] == ["ts_day", "id_trunc_20"]
+    untyped = IcebergSink(catalog, "db.untyped", create_if_missing=True)
+    with pytest.raises(IcebergSchemaError, match=r"cannot create Iceberg table 'db.untyped': the stream's type .* says no columns"):
+        untyped.for_record_type(Types.PICKLED_BYTE_ARRAY())
+    with pytest.raises(ConfigurationError, match=r"cannot partition Iceberg table 'db.untyped' by 'fortnight' of 'n'"):
+        IcebergSink(catalog, "db.untyped", create_if_missing=True, partition_by=[("n", "fortnight")]).for_record_type(
+            Types.ROW_NAMED(["n"], [Types.LONG()]))
+    with pytest.raises(ConfigurationError, match=r"by 'bucket\[4\]' of 'n'.*cannot commit files of a transform that does not preserve order"):
+        IcebergSink(catalog, "db.untyped", create_if_missing=True, partition_by=[("n", "bucket[4]")]).for_record_type(
+            Types.ROW_NAMED(["n"], [Types.LONG()]))
+    # an existing table of such a transform is refused when the sink is built, not at its first commit
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import BucketTransform
+
+    pyiceberg_catalog.load_catalog("default", **catalog).create_table(
+        "db.bucketed", Schema(NestedField(1, "n", LongType(), required=True)),
+        partition_spec=PartitionSpec(PartitionField(1, 1000, BucketTransform(4), "n_bucket")))
+    with pytest.raises(ConfigurationError, match=r"cannot commit to Iceberg table 'db.bucketed': it is partitioned by n_bucket \(bucket\[4\]\)"):
+        IcebergSink(catalog, "db.bucketed")
+
+
 # -- jobs on a cluster ----------------------------------------------------------------------
 #
 # The source is one unbounded, paced subtask, so that what a stop-with-savepoint leaves in the
@@ -217,6 +274,7 @@ def test_exactly_once_through_a_kill_before_a_commit_a_stop_with_savepoint_and_a
     assert_exact(table, by_first_run)
     by_checkpoint = [(s["flinkpy.subtask"], s["flink.max-committed-checkpoint-id"]) for s in summaries(table)]
     assert ("0", "2") in by_checkpoint, f"checkpoint 2 of subtask 0 was never committed: {by_checkpoint}"
+    assert_inspect_shows_the_pending_commits(location, table)
 
     # down from 2 to 1: the one new subtask takes over both old subtasks' state and leftovers
     env = squares_env(catalog, "squares", parallelism=1)
@@ -233,6 +291,53 @@ def test_exactly_once_through_a_kill_before_a_commit_a_stop_with_savepoint_and_a
     assert set(jobs) == {first.get_job_id(), resumed.get_job_id()}, jobs
     resumed_subtasks = {s["flinkpy.subtask"] for s in summaries(table) if s["flink.job-id"] == resumed.get_job_id()}
     assert resumed_subtasks == {"0"}, resumed_subtasks
+
+
+def assert_inspect_shows_the_pending_commits(location: str, table: Any) -> None:
+    """``checkpoint inspect`` of the savepoint names, per sink subtask, the transactions it
+    pre-committed: each became the table's snapshot with as many files and records."""
+    import json
+
+    inspect = run_cli("checkpoint", "inspect", "--json", location)
+    assert inspect.returncode == 0, inspect.stderr
+    doc = json.loads(inspect.stdout)["metadata"]
+    (op,) = [o for o in doc["operators"] if o.get("uid") == "table"]
+    sinks = {s["subtask"]: s["operator_state"]["states"]["sink"] for s in op["subtasks"]}
+    assert set(sinks) == {0, 1}, sinks
+    snapshots = {s["flinkpy.transaction-id"]: s for s in summaries(table)}
+    pending = [txn for sink in sinks.values() for txn in sink["pending"]]
+    assert pending, f"the savepoint holds no pending commit: {sinks}"
+    for subtask, sink in sinks.items():
+        assert sink["kind"] == "sink" and sink["entries"] == len(sink["pending"]), sink
+        for txn in sink["pending"]:
+            committed = snapshots[txn["transaction_id"]]
+            assert committed["flinkpy.subtask"] == str(subtask), (txn, committed)
+            assert (txn["checkpoint_id"], txn["files"], txn["records"]) == (
+                doc["checkpoint_id"], int(committed["added-data-files"]), int(committed["added-records"])), (txn, committed)
+    text = run_cli("checkpoint", "inspect", location, env={"COLUMNS": "200"})
+    assert text.returncode == 0, text.stderr
+    for txn in pending:
+        assert f"{txn['transaction_id']}: checkpoint {doc['checkpoint_id']}, {txn['files']} files" in text.stdout, text.stdout
+
+
+@pytest.mark.timeout(30)
+def test_the_benchmarks_by_hand_side_appends_the_jobs_batches_and_its_figures_have_a_table(catalog) -> None:
+    """``--only iceberg``: the by-hand side writes the same records in the job's batches (one
+    snapshot each), and its figures land in a table the performance page renders."""
+    from flinkpy.benchmarks import iceberg as bench
+    from flinkpy.benchmarks.render import TABLES
+
+    create_table(catalog, "by_hand")
+    batches = [30, 20]
+    assert bench.by_hand_seconds(reload(catalog, "by_hand"), batches) > 0
+    table = reload(catalog, "by_hand")
+    assert rows(table) == expected(50) and bench.committed_batches(table) == batches
+    result = {"records": 50, "checkpoint_ms": 1000, "sink_rate": 10.0, "by_hand_rate": 40.0, "ratio": 0.25,
+              "ratios": [0.2, 0.3], "snapshots": [2]}
+    figures = bench.figures(result)
+    assert {f.table for f in figures} == {"iceberg"} and "iceberg" in {t.key for t in TABLES}
+    assert [f.value for f in figures] == [40.0, 10.0, 0.25]
+    assert "the sink at 0.25 of by hand" in bench.report(result)[0]
 
 
 # -- bad input ------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ flinkpy.benchmarks.async_io).
 ``--only rabbitmq --rabbitmq-url URL`` reads a queue of persistent messages with RMQSource
 (acknowledging on checkpoints every 1 s) against a pika consumer acknowledging in batches, on a
 server the caller runs (see flinkpy.benchmarks.rabbitmq).
+``--only iceberg`` writes numbers through the IcebergSink with checkpoints every 1 s and appends
+the same batches to a table by hand with pyiceberg (see flinkpy.benchmarks.iceberg; needs the
+iceberg extra).
 
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).

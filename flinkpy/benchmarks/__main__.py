@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, iceberg, metrics_cost, peers_form, two_input
 from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
@@ -23,7 +23,7 @@ from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
 PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
-         "async", "rabbitmq", "startup"]
+         "async", "rabbitmq", "startup", "iceberg"]
 
 #: runs of `flinkpy run examples/word_count.py` behind the startup part's median and maximum
 STARTUP_RUNS = 20
@@ -170,6 +170,8 @@ def measure_on_cluster(args: argparse.Namespace, results: dict[str, Any], lines:
             from flinkpy.benchmarks import rabbitmq
 
             results["rabbitmq"] = rabbitmq.measure(args.rabbitmq_url, address, token, args.runs, run_job, log, quick=args.quick)
+        if args.only == "iceberg":
+            results["iceberg"] = iceberg.measure(address, token, args.runs, run_job, log, quick=args.quick)
         for name, workload in workloads.items():
             if wanted(args, name):
                 results["workloads"][name] = measure_workload(address, token, name, workload, args.runs)
@@ -360,6 +362,8 @@ def report_parts(results: dict[str, Any]) -> None:
 
         for line in rabbitmq.report(results["rabbitmq"]):
             print(line)
+    for line in iceberg.report(results.get("iceberg", {})):
+        print(line)
     if "startup" in results:
         st = results["startup"]
         print(f"flinkpy run examples/word_count.py -> first output, {len(st['runs_s'])} runs: median {st['median_s']:.2f} s, "

@@ -8,7 +8,7 @@ import os
 import platform
 from typing import Any
 
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, metrics_cost, peers_form
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, iceberg, metrics_cost, peers_form
 from flinkpy.benchmarks.report import Figure, Machine, Run, Unit, cells, summary
 from flinkpy.benchmarks.windows import WINDOW_ROWS
 from flinkpy.benchmarks.workloads import WORKLOAD_ROWS
@@ -142,6 +142,7 @@ def collect(results: dict[str, Any]) -> list[Figure]:
         from flinkpy.benchmarks import rabbitmq
 
         out += rabbitmq.figures(results["rabbitmq"])
+    out += iceberg.figures(results.get("iceberg", {}))
     if "spark" in results:
         from flinkpy.benchmarks.spark import figures as spark_figures
 

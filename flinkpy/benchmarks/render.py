@@ -131,6 +131,13 @@ TABLES: list[Table] = [
           "acknowledges each checkpoint's deliveries in one frame when the checkpoint completes. The job's time "
           "includes its tasks' start-up.",
           "reader"),
+    Table("iceberg", "Into an Iceberg table",
+          "The IcebergSink at p=1 with exactly-once checkpoints every second against a program that appends the same "
+          "batches (the records of each snapshot the job made) with pyiceberg alone. Both write Parquet through "
+          "Arrow and commit one snapshot per batch to a SQL catalog on a local file system; the job adds its "
+          "records' trip through the engine (a source task, a map, pickled batches to the sink's task), the sink's "
+          "conversion of tuples to Arrow, and its start-up, pyiceberg's import in the sink's task included.",
+          "writer"),
     Table("spark", "The Spark runner against hand-written PySpark",
           "W1 and W2 three ways in one run on one warm local[2] session: flinkpy's engine at p=2, the same job through "
           "the Spark runner, and the query a PySpark user writes (W1 with a Python UDF, W2 in Column expressions), "

@@ -46,6 +46,7 @@ from flinkpy.connectors.drivers import ICEBERG, require
 from flinkpy.connectors.iceberg_table import (
     IcebergSchemaError,
     arrow_schema,
+    create_table,
     load_table,
     open_catalog,
     table_columns,
@@ -53,7 +54,7 @@ from flinkpy.connectors.iceberg_table import (
     type_mismatches,
 )
 from flinkpy.connectors.two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitSinkWriter, default_transaction_prefix
-from flinkpy.errors import ConfigurationError, ExitCode, FlinkpyError
+from flinkpy.errors import ConfigurationError, ExitCode, FlinkpyError, NotFoundError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -87,6 +88,11 @@ class IcebergCommittable:
     subtask: int
     files: tuple[str, ...]
     records: int
+
+    def describe(self) -> dict[str, Any]:
+        """What ``checkpoint inspect`` shows of it (the file names are in the state file)."""
+        return {"transaction_id": self.transaction_id, "checkpoint_id": self.checkpoint_id,
+                "files": len(self.files), "records": self.records}
 
 
 @dataclass
@@ -269,13 +275,27 @@ class IcebergSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
                 pass
 
 
+def refuse_unordered_partitions(table: Table, identifier: str) -> None:
+    """A ConfigurationError (exit 8) for a table partitioned by a transform that does not
+    preserve order (``bucket[N]``): ``add_files`` reads a file's partition back from its column
+    statistics, so such a table would fail at the first commit, after the job started."""
+    unordered = [f"{f.name} ({f.transform})" for f in table.spec().fields if not f.transform.preserves_order]
+    if unordered:
+        raise ConfigurationError(
+            f"IcebergSink cannot commit to Iceberg table {identifier!r}: it is partitioned by {', '.join(unordered)}, and"
+            " pyiceberg's add_files, which the sink commits through, cannot take a transform that does not preserve order",
+            remedy="write to a table partitioned by identity, truncate or time transforms (year, month, day, hour)",
+        )
+
+
 class IcebergSink(TwoPhaseCommitSink):
     """Exactly-once appends to an Iceberg table; see the module docstring.
 
     ``catalog_properties`` are pyiceberg's (``load_catalog(catalog_name, **properties)``): any
     catalog pyiceberg opens — REST, Glue, Hive, SQL, ... — e.g. ``{"type": "sql", "uri":
     "sqlite:////data/catalog.db", "warehouse": "file:///data/warehouse"}``. ``table`` is
-    ``namespace.name``; the table must exist. Records are dicts or named Rows (by column name),
+    ``namespace.name``; the table must exist, unless ``create_if_missing`` (then ``sink_to``
+    creates it for the stream's type, partitioned by ``partition_by``). Records are dicts or named Rows (by column name),
     tuples, lists or Rows (by position), or single values for a one-column table.
 
     Building the sink opens the catalog and the table, so that a wrong name fails the job
@@ -295,6 +315,8 @@ class IcebergSink(TwoPhaseCommitSink):
         transaction_prefix: str | None = None,
         target_file_rows: int = 250_000,
         max_commit_attempts: int = 10,
+        create_if_missing: bool = False,
+        partition_by: list[tuple[str, str]] | None = None,
     ) -> None:
         require(ICEBERG)  # in the job program, before the job is submitted
         self.catalog_properties = {str(k): str(v) for k, v in catalog_properties.items()}
@@ -303,15 +325,35 @@ class IcebergSink(TwoPhaseCommitSink):
         self.transaction_prefix = transaction_prefix
         self.target_file_rows = max(1, target_file_rows)
         self.max_commit_attempts = max_commit_attempts
-        loaded = load_table(open_catalog(catalog_name, self.catalog_properties), catalog_name, table)
+        self.create_if_missing = create_if_missing
+        self.partition_by = [(str(c), str(t)) for c, t in partition_by or []]
+        if self.partition_by and not create_if_missing:
+            raise ConfigurationError(
+                f"IcebergSink partitions only a table it creates, and table {table!r} is not to be created",
+                remedy="call set_create_table_if_missing(True) too, or partition the existing table with Iceberg's own tools",
+            )
+        catalog = open_catalog(catalog_name, self.catalog_properties)
         #: ``(name, Iceberg type, required)`` of the table's columns when the sink was built
-        self.columns = table_columns(loaded)
+        #: (None: the table does not exist yet and is created for the stream's type by ``sink_to``)
+        self.columns: list[tuple[str, str, bool]] | None = None
+        try:
+            loaded = load_table(catalog, catalog_name, table)
+        except NotFoundError:
+            if not create_if_missing:
+                raise
+        else:
+            self.columns = table_columns(loaded)
+            refuse_unordered_partitions(loaded, table)
 
     @staticmethod
     def builder() -> IcebergSinkBuilder:
         return IcebergSinkBuilder()
 
     def for_record_type(self, type_info: Any) -> IcebergSink:
+        if self.columns is None:  # create_if_missing, and the table was missing: create it now
+            catalog = open_catalog(self.catalog_name, self.catalog_properties)
+            created = create_table(catalog, self.catalog_name, self.table_identifier, type_info, self.partition_by)
+            self.columns = table_columns(created)
         problems = type_mismatches(type_info, self.columns)
         if problems:
             raise IcebergSchemaError(
@@ -369,6 +411,22 @@ class IcebergSinkBuilder:
     def set_max_commit_attempts(self, attempts: int) -> IcebergSinkBuilder:
         """Tries of a commit that meets concurrent commits (default 10)."""
         self._options["max_commit_attempts"] = attempts
+        return self
+
+    def set_create_table_if_missing(self, create: bool = True) -> IcebergSinkBuilder:
+        """Create the table when it does not exist, with a column per field of the stream's type
+        (``sink_to`` creates it, in the job program, before the job is submitted). Without this a
+        missing table is refused."""
+        self._options["create_if_missing"] = create
+        return self
+
+    def set_partition_by(self, *fields: str | tuple[str, str]) -> IcebergSinkBuilder:
+        """The partition spec of a table the sink creates: columns (identity) or ``(column,
+        transform)`` pairs in Iceberg's transform names, e.g. ``("ts", "day"), ("id",
+        "truncate[1000]")`` (identity, truncate[W], year, month, day, hour; not bucket[N]: the
+        sink commits through pyiceberg's ``add_files``, which cannot take it). An existing table
+        keeps its own spec."""
+        self._options["partition_by"] = [(f, "identity") if isinstance(f, str) else tuple(f) for f in fields]
         return self
 
     def set_upsert(self, key_columns: list[str]) -> IcebergSinkBuilder:

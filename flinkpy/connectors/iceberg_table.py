@@ -49,6 +49,15 @@ _WRITES_TO: dict[str, tuple[str, ...]] = {
 }
 
 
+#: the Iceberg type of a column created for a stream's basic type (see :func:`create_table`)
+_CREATES: dict[str, str] = {
+    "STRING": "string", "CHAR": "string", "BOOLEAN": "boolean", "BYTE": "int", "SHORT": "int", "INT": "int",
+    "LONG": "long", "BIG_INT": "long", "FLOAT": "float", "DOUBLE": "double", "BIG_DEC": "decimal(38, 18)",
+    "SQL_DATE": "date", "SQL_TIME": "time", "SQL_TIMESTAMP": "timestamp", "INSTANT": "timestamptz",
+    "PRIMITIVE_ARRAY(BYTE)": "binary",
+}
+
+
 class IcebergSchemaError(InvalidProgramError):
     """The records do not fit the table's schema (exit 7, like any other program error)."""
 
@@ -82,6 +91,107 @@ def load_table(catalog: Catalog, catalog_name: str, identifier: str) -> Table:
             f"cannot load the Iceberg table {identifier!r} from catalog {catalog_name!r}: {_first_line(e)}",
             remedy="check that the catalog is reachable and its properties are right",
         ) from None
+
+
+def columns_of(type_info: Any, identifier: str) -> list[tuple[str, str]]:
+    """``(name, Iceberg type)`` of the columns a table for records of ``type_info`` gets: a named
+    Row's fields by name; a Tuple's or unnamed Row's as ``f0, f1, ...`` (Flink's names); a basic
+    type as the one column ``f0``. An IcebergSchemaError names what has no Iceberg column type.
+
+    >>> from flinkpy.common import Types
+    >>> columns_of(Types.ROW_NAMED(["id", "ts"], [Types.LONG(), Types.SQL_TIMESTAMP()]), "db.t")
+    [('id', 'long'), ('ts', 'timestamp')]
+    >>> columns_of(Types.TUPLE([Types.INT(), Types.STRING()]), "db.t")
+    [('f0', 'int'), ('f1', 'string')]
+    """
+    if isinstance(type_info, RowTypeInfo) and type_info._named:
+        fields = list(zip(type_info.get_field_names(), type_info.get_field_types()))
+    elif isinstance(type_info, (RowTypeInfo, TupleTypeInfo)):
+        fields = [(f"f{i}", t) for i, t in enumerate(type_info.get_field_types())]
+    elif isinstance(type_info, BasicTypeInfo) and type(type_info) is BasicTypeInfo:
+        fields = [("f0", type_info)]
+    else:
+        raise IcebergSchemaError(
+            f"cannot create Iceberg table {identifier!r}: the stream's type {type_info} says no columns",
+            remedy="give the stream an output_type (Types.ROW_NAMED([...names], [...types])), or create the table first",
+        )
+    out = []
+    for name, t in fields:
+        iceberg_type = _CREATES.get(str(t))
+        if iceberg_type is None:
+            raise IcebergSchemaError(
+                f"cannot create Iceberg table {identifier!r}: field {name!r} is {t}, which has no Iceberg column type here",
+                remedy=f"map the field to one of {', '.join(sorted(_CREATES))}, or create the table first",
+            )
+        out.append((name, iceberg_type))
+    return out
+
+
+def create_table(catalog: Catalog, catalog_name: str, identifier: str, type_info: Any,
+                 partition_by: list[tuple[str, str]]) -> Table:
+    """Create ``identifier`` with a column per field of ``type_info`` (all optional: a stream's
+    type does not say which fields are never null), partitioned by ``(column, transform)`` pairs
+    in Iceberg's transform names (``identity``, ``truncate[4]``, ``year``, ``month``, ``day``,
+    ``hour``; not ``bucket[N]``, which the sink's commit cannot take). A table someone created meanwhile is loaded instead."""
+    schema_mod = require(ICEBERG, "pyiceberg.schema")
+    types = require(ICEBERG, "pyiceberg.types")
+    transforms = require(ICEBERG, "pyiceberg.transforms")
+    exceptions = require(ICEBERG, "pyiceberg.exceptions")
+    columns = columns_of(type_info, identifier)
+    names = [n for n, _ in columns]
+    fields = [types.NestedField(i, n, _iceberg_type(types, t), required=False) for i, (n, t) in enumerate(columns, start=1)]
+    parsed = []
+    for column, transform in partition_by:
+        if column not in names:
+            raise IcebergSchemaError(
+                f"cannot partition Iceberg table {identifier!r} by {column!r}: the stream has no such field (its fields are {', '.join(names)})",
+                remedy="name a field of the stream's type in set_partition_by",
+            )
+        try:
+            parsed_transform = transforms.parse_transform(transform)
+        except Exception as e:  # noqa: BLE001 - pyiceberg raises ValueError or its own
+            raise ConfigurationError(
+                f"cannot partition Iceberg table {identifier!r} by {transform!r} of {column!r}: {_first_line(e)}",
+                remedy="use one of Iceberg's transforms: identity, truncate[W], year, month, day, hour",
+            ) from None
+        if not parsed_transform.preserves_order:
+            # the sink commits with pyiceberg's add_files, which reads a file's partition from its
+            # column statistics: only an order-preserving transform can be read back that way
+            raise ConfigurationError(
+                f"cannot partition Iceberg table {identifier!r} by {transform!r} of {column!r}: the IcebergSink commits"
+                " through pyiceberg's add_files, which cannot commit files of a transform that does not preserve order",
+                remedy="use identity, truncate[W], year, month, day or hour",
+            )
+        parsed.append((column, parsed_transform))
+    try:
+        txn = catalog.create_table_transaction(identifier, schema_mod.Schema(*fields))
+        if parsed:
+            with txn.update_spec() as spec:
+                for column, transform in parsed:
+                    spec.add_field(column, transform)
+        return txn.commit_transaction()
+    except exceptions.TableAlreadyExistsError:
+        return load_table(catalog, catalog_name, identifier)
+    except exceptions.NoSuchNamespaceError:
+        raise NotFoundError(
+            f"cannot create Iceberg table {identifier!r}: its namespace does not exist in catalog {catalog_name!r}",
+            remedy="create the namespace first (catalog.create_namespace(...)) or correct the table name",
+        ) from None
+    except ValueError as e:  # a transform the column's type does not take
+        raise ConfigurationError(
+            f"cannot create Iceberg table {identifier!r} partitioned by {partition_by}: {_first_line(e)}",
+            remedy="choose a transform that the column's type takes (day of a timestamp, bucket or truncate of a number or string)",
+        ) from None
+
+
+def _iceberg_type(types: Any, name: str) -> Any:
+    if name.startswith("decimal"):
+        return types.DecimalType(38, 18)
+    return {
+        "string": types.StringType(), "boolean": types.BooleanType(), "int": types.IntegerType(), "long": types.LongType(),
+        "float": types.FloatType(), "double": types.DoubleType(), "date": types.DateType(), "time": types.TimeType(),
+        "timestamp": types.TimestampType(), "timestamptz": types.TimestamptzType(), "binary": types.BinaryType(),
+    }[name]
 
 
 def table_columns(table: Table) -> list[tuple[str, str, bool]]:

@@ -212,6 +212,36 @@ class TwoPhaseCommitSinkWriter(SinkWriter, Generic[TxnT]):
             self.close_resources()
 
 
+def pending_summary(state: Any) -> dict[str, Any] | None:
+    """What ``checkpoint inspect`` shows of a two-phase-commit writer's state (None for any
+    other state): the transactions the checkpoint pre-committed and its completion commits.
+
+    ``kind`` stays ``sink`` (what every reader of ``_metadata`` knows); ``entries`` counts them; ``pending`` describes each, by the committable's own ``describe()``
+    where it has one (Iceberg: transaction id, checkpoint, data files, records), as a transaction
+    id where the committable is one (PostgreSQL's prepared transactions), or as a count of files
+    where it is a list of them (the FileSink's pending part files).
+
+    >>> pending_summary({"prefix": "fp-1", "subtask": 0, "parallelism": 1, "pending": ["fp-1-0-ab"]})
+    {'kind': 'sink', 'entries': 1, 'transaction_prefix': 'fp-1', 'pending': [{'transaction_id': 'fp-1-0-ab'}]}
+    """
+    if not isinstance(state, dict) or "prefix" not in state or not isinstance(state.get("pending"), list):
+        return None
+    pending = [describe_committable(c) for c in state["pending"]]
+    return {"kind": "sink", "entries": len(pending), "transaction_prefix": state["prefix"], "pending": pending}
+
+
+def describe_committable(committable: Any) -> dict[str, Any]:
+    """One pending transaction as JSON-able facts (see :func:`pending_summary`)."""
+    describe = getattr(committable, "describe", None)
+    if callable(describe):
+        return dict(describe())
+    if isinstance(committable, str):
+        return {"transaction_id": committable}
+    if isinstance(committable, (list, tuple)):
+        return {"files": len(committable)}
+    return {}
+
+
 class TwoPhaseCommitSink(Sink):
     """A sink of :class:`TwoPhaseCommitSinkWriter` s: subclasses implement :meth:`create_writer`.
 

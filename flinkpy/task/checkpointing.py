@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.common.functions import CheckpointedFunction, CheckpointListener, FunctionSnapshotContext
+from flinkpy.connectors.two_phase_commit import pending_summary
 from flinkpy.protocol import Message
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline
@@ -291,8 +292,9 @@ def _operator_summary(state: dict[str, Any]) -> dict[str, Any]:
         summary[name] = {"kind": operator_state_kind(s["mode"]), "entries": len(s["items"])}
     if "sink" in state:
         sink = state["sink"]
-        summary["sink"] = {"kind": "sink", "entries": len(sink) if hasattr(sink, "__len__") else 1}
+        # a two-phase-commit sink's state is its pending transactions: say which
+        summary["sink"] = pending_summary(sink) or {"kind": "sink", "entries": len(sink) if hasattr(sink, "__len__") else 1}
         if isinstance(sink, dict) and "pending_records" in sink:
-            # a sink that keeps its pending transactions' records (the Kafka sink): how many
+            # a sink that keeps its pending transaction's records (the Kafka sink): how many
             summary["sink"]["pending_records"] = sink["pending_records"]
     return summary
