@@ -309,3 +309,13 @@ def test_row_output_types_give_the_same_rows_on_spark(flinkpy_home, tmp_path) ->
     assert spark.returncode == 0, spark.stderr
     printed = sorted(line for line in spark.stdout.splitlines() if line.startswith(("+I[", "a:", "bb:")))
     assert printed == expected
+
+
+def test_avro_writes_rows_by_position_as_flink_does() -> None:
+    """Rows named f0, f1 (``Types.ROW`` without names) fill an Avro record's fields in order."""
+    from flinkpy.datastream.formats.avro import AvroRowDeserializationSchema, AvroRowSerializationSchema
+
+    schema = '{"type": "record", "name": "TestRecord", "fields": [{"name": "id", "type": "int"}, {"name": "name", "type": "string"}]}'
+    write, read = AvroRowSerializationSchema(avro_schema_string=schema), AvroRowDeserializationSchema(avro_schema_string=schema)
+    assert tuple(read.deserialize(write.serialize(Row(f0=6, f1="hello")))) == (6, "hello")
+    assert tuple(read.deserialize(write.serialize(Row(name="hi", id=1)))) == (1, "hi")  # named alike: by name

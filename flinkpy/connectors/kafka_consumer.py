@@ -5,6 +5,10 @@ it starts from the group's committed offsets (``auto.offset.reset`` where there 
 ``latest`` by default) unless told otherwise, and commits offsets on completed checkpoints. It
 is a :class:`~flinkpy.connectors.kafka_source.KafkaSource` underneath, so it is parallel,
 replayable and exactly-once like one; its servers and topics are checked when the job is built.
+
+It reads on until cancelled, as PyFlink's does, unless its properties hold Flink's Kafka table
+option ``scan.bounded.mode``: ``latest-offset`` stops at the end each partition has when the job
+is built (so the job finishes), ``unbounded`` is the default; other modes are refused.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ class FlinkKafkaConsumer(Source):
 
     guarantee = KafkaSource.guarantee
     needs = KafkaSource.needs
-    boundedness = Boundedness.CONTINUOUS_UNBOUNDED
 
     def __init__(self, topics: str | list[str], deserialization_schema: DeserializationSchema,
                  properties: dict[str, Any]) -> None:
@@ -32,6 +35,12 @@ class FlinkKafkaConsumer(Source):
             raise UsageError("FlinkKafkaConsumer needs at least one topic")
         self._schema = deserialization_schema
         self._properties = dict(properties)
+        bounded = str(self._properties.pop("scan.bounded.mode", "unbounded")).lower()
+        if bounded not in ("unbounded", "latest-offset"):
+            raise UsageError(f"FlinkKafkaConsumer: scan.bounded.mode {bounded!r} is not supported",
+                             remedy="use 'latest-offset' (stop at the topics' end when the job is built) or 'unbounded'")
+        self._stopping = KafkaOffsetsInitializer.latest() if bounded == "latest-offset" else None
+        self.boundedness = Boundedness.BOUNDED if self._stopping else Boundedness.CONTINUOUS_UNBOUNDED
         reset = str(self._properties.get("auto.offset.reset", "latest")).lower()
         self._starting = KafkaOffsetsInitializer.committed_offsets("earliest" if reset in ("earliest", "smallest", "beginning") else "latest")
         self._source: KafkaSource | None = None
@@ -65,12 +74,20 @@ class FlinkKafkaConsumer(Source):
         raise UsageError("FlinkKafkaConsumer.assign_timestamps_and_watermarks is not supported",
                          remedy="use KafkaSource with env.from_source(source, watermark_strategy, name)")
 
+    @property
+    def produced_type(self) -> Any:
+        """The row type the deserializer declares (JSON, CSV, Avro rows), as KafkaSource's."""
+        return getattr(self._schema, "type_info", None)
+
     def source(self) -> KafkaSource:
         """The KafkaSource this consumer stands for (built, and its servers checked, once)."""
         if self._source is None:
-            self._source = (KafkaSource.builder().set_properties(self._properties)
-                            .set_topics(*self._topics).set_starting_offsets(self._starting)
-                            .set_value_only_deserializer(self._schema).build())
+            builder = (KafkaSource.builder().set_properties(self._properties)
+                       .set_topics(*self._topics).set_starting_offsets(self._starting)
+                       .set_value_only_deserializer(self._schema))
+            if self._stopping is not None:
+                builder.set_bounded(self._stopping)
+            self._source = builder.build()
         return self._source
 
     def __getstate__(self) -> dict[str, Any]:

@@ -345,8 +345,8 @@ class StreamExecutionEnvironment:
         """
         from flinkpy.connectors.base import Source
 
-        if isinstance(source_func, Source):
-            return self._source(source_name, source_func, type_info)
+        if isinstance(source_func, Source):  # typed as from_source types it (FlinkKafkaConsumer's rows)
+            return self._source(source_name, source_func, type_info or getattr(source_func, "produced_type", None))
         if not callable(getattr(source_func, "run", None)):
             raise InvalidProgramError(
                 f"add_source() needs a Source or a SourceFunction with run(ctx), got {type(source_func).__name__}"

@@ -83,11 +83,12 @@ def _to_avro(value: Any, schema: Any) -> Any:
         return None if value is None else _to_avro(value, branches[0] if len(branches) == 1 else branches[0])
     if isinstance(schema, dict) and schema.get("type") == "record":
         fields = schema["fields"]
-        if isinstance(value, Row):
-            named = value.as_dict() if value._fields else dict(zip((f["name"] for f in fields), tuple(value)))  # noqa: SLF001
+        names = [f["name"] for f in fields]
+        if isinstance(value, Row) and value._fields and set(value._fields) == set(names):  # noqa: SLF001
+            named = value.as_dict()
         elif isinstance(value, dict):
             named = value
-        elif isinstance(value, (tuple, list)):
+        elif isinstance(value, (tuple, list, Row)):  # by position, as Flink writes Rows (f0, f1, ... included)
             if len(value) != len(fields):
                 raise RowFormatError(f"a record of {len(value)} fields for Avro record {schema.get('name')!r} of {len(fields)}")
             named = dict(zip((f["name"] for f in fields), value))
