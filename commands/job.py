@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from commands.context import client
-from commands.live import vertex_table
+from commands.live import lag_table, vertex_table
 from commands.output import emit_json, fmt_duration, fmt_time, out, progress
 from commands.options import JobManager, JsonFlag
 from commands.session import session
@@ -29,10 +29,13 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
     operators) with its parallelism and how many of its subtasks are in each state, then the
     vertices' records in and out (live while the job runs, as its tasks report them every
     metrics.fetcher.update-interval), their rates, busy and back-pressured time and watermark
-    lag, then the restart count, restart and failover strategies, the in-place rescales
+    lag, then a Kafka source's consumer lag per partition (its offset, committed offset and
+    pendingRecords: the records behind the partition's end), then the restart count, restart and failover strategies, the in-place rescales
     ('flinkpy job rescale') and the job's history (restarts, restart strategy changes, waits
     for resources, rescales). With --json: the JobManager's document, with each vertex's
-    "metrics" (Flink's names), the job's own "metrics" and its "rescales".
+    "metrics" (Flink's names; a source's lag is "pendingRecords"), its "partitions" (a Kafka
+    source's, each with "topic", "partition", "subtask", "currentOffset", "committedOffset"
+    and "pendingRecords"), the job's own "metrics" and its "rescales".
 
     Examples:
 
@@ -62,6 +65,9 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
     console.print(table)
     if doc.get("vertices"):
         console.print(vertex_table(doc, title="Records (live while the job runs; rates per second)"))
+        lag = lag_table(doc, per_partition=True)
+        if lag is not None:
+            console.print(lag)
     console.print(
         f"Restarts: {doc.get('restarts', 0)}; restart strategy: {_describe(doc.get('restart-strategy'))}; "
         f"failover: {doc.get('failover-strategy', 'region')}",

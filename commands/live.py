@@ -77,7 +77,72 @@ def vertex_row(vertex: JsonObject, now_ms: int) -> dict[str, Any]:
         "out-pool-usage": m.get("buffers.outPoolUsage", 0.0),
         # subtasks that stopped reporting (a paused or hung TaskManager): left out of the rates
         "stale-subtasks": m.get("stale-subtasks", 0),
+        # a source's consumer lag (Flink's pendingRecords, summed over its subtasks; None when
+        # it does not know one) and each of its Kafka partitions' offsets and lag
+        "pending-records": m.get("pendingRecords"),
+        "partitions": list(vertex.get("partitions") or []),
     }
+
+
+#: the width a line of the lag summary must fit in (a terminal's 80 columns)
+LAG_WIDTH = 80
+
+
+def source_name(row: dict[str, Any]) -> str:
+    """A source vertex by its id and its first operator (``1 Source: kafka``), not the whole chain."""
+    return f"{row['id']} {str(row['name']).split(' -> ')[0]}"
+
+
+def partition_name(p: JsonObject) -> str:
+    return f"{p.get('topic')}/{p.get('partition')}"
+
+
+def _offset(value: Any) -> str:
+    return "-" if not isinstance(value, (int, float)) or value < 0 else str(int(value))
+
+
+def partitions_inline(partitions: list[JsonObject], width: int) -> str | None:
+    """Each partition's lag on one line (``orders/0 7, orders/1 0``), or None when that is
+    wider than ``width``."""
+    text = ", ".join(f"{partition_name(p)} {fmt_count(p.get('pendingRecords'))}" for p in partitions)
+    return text if len(text) <= width else None
+
+
+def lag_table(doc: JsonObject, *, per_partition: bool) -> Table | None:
+    """The consumer lag of a job's sources (``doc``: ``GET /jobs/<id>``), or None when no source
+    reports one: a row per source vertex with its lag (pendingRecords) and its partitions' lags
+    where they fit in 80 columns; with ``per_partition``, a row per partition instead (offset,
+    committed offset, lag)."""
+    sources = [vertex_row(v, 0) for v in doc.get("vertices", [])]
+    sources = [r for r in sources if r["pending-records"] is not None or r["partitions"]]
+    if not sources:
+        return None
+    table = Table(title="Consumer lag (records behind the end of each partition)", title_justify="left")
+    if per_partition:
+        for column in ("Source", "Partition", "Subtask", "Offset", "Committed", "Lag"):
+            table.add_column(column, justify="left" if column in ("Source", "Partition") else "right")
+        for r in sources:
+            for i, p in enumerate(r["partitions"]):
+                table.add_row(source_name(r) if i == 0 else "", partition_name(p), str(p.get("subtask", "-")), _offset(p.get("currentOffset")),
+                              _offset(p.get("committedOffset")), fmt_count(p.get("pendingRecords")))
+        return table
+    table.add_column("Source")
+    table.add_column("Lag", justify="right")
+    table.add_column("Partitions")
+    folded = False
+    for r in sources:
+        name = source_name(r)
+        room = LAG_WIDTH - len(name) - 16  # the borders, the padding and the Lag column
+        parts = partitions_inline(r["partitions"], room) if r["partitions"] else "-"
+        if parts is None:
+            folded = True
+            worst = max(r["partitions"], key=lambda p: p.get("pendingRecords") or 0)
+            parts = f"{len(r['partitions'])} partitions; most behind: {partition_name(worst)} {fmt_count(worst.get('pendingRecords'))}"
+        table.add_row(name, fmt_count(r["pending-records"]), parts)
+    if folded:
+        table.caption = "--partitions shows every partition"
+        table.caption_justify = "left"
+    return table
 
 
 def vertex_table(doc: JsonObject, *, title: str | None = None, with_status: bool = False) -> Table:

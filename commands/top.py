@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from commands.context import client
-from commands.live import fmt_count, vertex_row, vertex_table
+from commands.live import fmt_count, lag_table, vertex_row, vertex_table
 from commands.options import JobManager, JsonFlag, duration_seconds
 from commands.output import emit_json, fmt_duration, fmt_size, out
 from commands.session import session
@@ -97,8 +97,9 @@ def frame(c: Client, job_id: str) -> dict[str, Any]:
     }
 
 
-def render(doc: dict[str, Any]) -> Group:
-    """The frame for people: a header, the vertices, checkpoints, the TaskManagers."""
+def render(doc: dict[str, Any], *, per_partition: bool = False) -> Group:
+    """The frame for people: a header, the vertices, the sources' consumer lag (by partition
+    with ``per_partition``), checkpoints, the TaskManagers."""
     head = Text(f"{doc['name']} ({doc['jid']})  {doc['state']}  up {fmt_duration(doc.get('duration'))}  "
                 f"restarts {doc.get('restarts', 0)}")
     cp = doc["checkpoints"]
@@ -121,7 +122,11 @@ def render(doc: dict[str, Any]) -> Group:
         tms.add_row(str(tm.get("id")), state, "-" if cpu is None else f"{cpu:.0f}%", "-" if rss is None else fmt_size(int(rss)),
                     fmt_count(tm.get("tasks")) if tm.get("tasks") is not None else "-",
                     f"{tm.get('free_slots', '-')}/{tm.get('slots', '-')}")
-    parts: list[Any] = [head, vertex_table(doc["_job"]), Text(cp_line), tms]
+    parts: list[Any] = [head, vertex_table(doc["_job"])]
+    lag = lag_table(doc["_job"], per_partition=per_partition)
+    if lag is not None:
+        parts.append(lag)
+    parts += [Text(cp_line), tms]
     if sys.stdin.isatty():
         parts.append(Text("q quits", style="dim"))
     return Group(*parts)
@@ -162,6 +167,7 @@ def _wait_for_quit(keys: Any, seconds: float) -> bool:
 def top(
     job_id: Annotated[Optional[str], typer.Argument(metavar="JOB_ID", help="The job to watch; default: the one running job.", show_default=False)] = None,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit (for scripts and logs).")] = False,
+    partitions: Annotated[bool, typer.Option("--partitions", help="Show a Kafka source's consumer lag by partition, one row each (offset, committed offset, lag).")] = False,
     interval: Annotated[str, typer.Option("--interval", metavar="DURATION", help="Time between two frames, e.g. 1s or 500 ms.")] = "1s",
     jobmanager: JobManager = None,
     json_: JsonFlag = False,
@@ -172,7 +178,9 @@ def top(
     its subtasks), busy and back-pressured time (busyTimeMsPerSecond and
     backPressuredTimeMsPerSecond as percentages, of its busiest and of its most back-pressured
     subtask, as Flink's web UI shows them) and how far its output watermark lags behind the
-    wall clock; the checkpoints in progress and the last
+    wall clock; each source's consumer lag (pendingRecords: the records behind the end of
+    its Kafka partitions) with each partition's lag where they fit in 80 columns (--partitions:
+    a row per partition with its offsets); the checkpoints in progress and the last
     completed one (duration, size, alignment); the restarts; and each TaskManager's state, CPU
     and resident memory (its process tree). The figures are those the tasks report every
     metrics.fetcher.update-interval (TaskManagers every second); figures older than two report
@@ -190,6 +198,7 @@ def top(
         flinkpy top
         flinkpy top 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
         flinkpy top --json | jq '.vertices[] | {name, "records-in-per-second"}'
+        flinkpy top --once --partitions
     """
     every = max(0.2, duration_seconds(interval, "--interval", positive=True))
     c = client(jobmanager)
@@ -201,17 +210,17 @@ def top(
         return
     console = out()
     if once:
-        console.print(render(frame(c, jid)))
+        console.print(render(frame(c, jid), per_partition=partitions))
         return
     if not sys.stdout.isatty():  # a log: one frame after the other
         with _keys() as keys:
             while True:
-                console.print(render(frame(c, jid)))
+                console.print(render(frame(c, jid), per_partition=partitions))
                 sys.stdout.flush()
                 if _wait_for_quit(keys, every):
                     return
     from rich.live import Live
 
-    with _keys() as keys, Live(render(frame(c, jid)), console=console, auto_refresh=False, screen=False) as live:
+    with _keys() as keys, Live(render(frame(c, jid), per_partition=partitions), console=console, auto_refresh=False, screen=False) as live:
         while not _wait_for_quit(keys, every):
-            live.update(render(frame(c, jid)), refresh=True)
+            live.update(render(frame(c, jid), per_partition=partitions), refresh=True)

@@ -123,6 +123,45 @@ def vertex_summary(d: Dispatcher, jid: str, g: Any, vid: int) -> dict[str, Any]:
     }
 
 
+#: the scope a Kafka source's per-partition figures are reported under (Flink's)
+KAFKA_READER_GROUP = "KafkaSourceReader"
+#: the figures of one partition, by Flink's names
+PARTITION_FIGURES = ("currentOffset", "committedOffset", "pendingRecords")
+
+
+def source_partitions(user_by_subtask: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A source's figures per partition, from its subtasks' user metrics (``user_by_subtask``:
+    subtask -> its current attempt's report): one row ``{"topic", "partition", "subtask",
+    "currentOffset", "committedOffset", "pendingRecords"}`` per partition, sorted by topic and
+    partition; empty for a vertex that reads no Kafka partitions.
+
+    >>> m = lambda name, v: {"scope": ["KafkaSourceReader", "topic", "t", "partition", "1"], "name": name,
+    ...                      "variables": {"<topic>": "t", "<partition>": "1"}, "value": v}
+    >>> source_partitions({0: [m("currentOffset", 5), m("pendingRecords", 7)]})
+    [{'topic': 't', 'partition': 1, 'subtask': 0, 'currentOffset': 5, 'pendingRecords': 7}]
+    """
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for subtask, user in sorted(user_by_subtask.items()):
+        for m in user:
+            variables = m.get("variables") or {}
+            if KAFKA_READER_GROUP not in (m.get("scope") or []) or m.get("name") not in PARTITION_FIGURES:
+                continue
+            topic, partition = variables.get("<topic>"), variables.get("<partition>")
+            if topic is None or not str(partition).isdigit():
+                continue
+            row = rows.setdefault((str(topic), int(partition)), {"topic": str(topic), "partition": int(partition), "subtask": subtask})
+            row[str(m["name"])] = m.get("value")
+    return [rows[k] for k in sorted(rows)]
+
+
+def vertex_partitions(d: Dispatcher, jid: str, g: Any, vid: int) -> list[dict[str, Any]]:
+    """The ``partitions`` of a source vertex in ``GET /jobs/<id>``: each Kafka partition's
+    offsets and lag, from the current attempts' reports. Lock held."""
+    attempts = {e.subtask: e.attempt for e in g.executions.values() if e.vertex_id == vid}
+    user = {s: r.user for (v, s), r in d.metrics.subtask_reports(jid).items() if v == vid and attempts.get(s) == r.attempt}
+    return source_partitions(user)
+
+
 def subtask_rows(d: Dispatcher, jid: str, g: Any, vid: int) -> list[dict[str, Any]]:
     """The ``subtasks`` of a vertex in ``GET /jobs/<id>``, with live records. Lock held."""
     out = []

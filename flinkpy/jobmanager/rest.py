@@ -206,6 +206,8 @@ class RestServer(RestEndpoint):
                             "tasks": g.task_counts(vid),
                             "metrics": metrics_view.vertex_summary(d, jid, g, vid),
                             "subtasks": metrics_view.subtask_rows(d, jid, g, vid),
+                            # a Kafka source's offsets and lag per partition (empty for others)
+                            "partitions": metrics_view.vertex_partitions(d, jid, g, vid),
                         }
                         for vid, v in g.vertices.items()
                     ],
