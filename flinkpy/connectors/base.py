@@ -56,19 +56,25 @@ class StampedBatch(list):
     timestamp (``timestamps``, parallel to the records, or None) and a watermark that follows
     the batch's last record (``watermark``, or None). A legacy SourceFunction's
     ``collect_with_timestamp`` and ``emit_watermark`` reach the chain this way; a watermark cuts
-    the batch, so it stands exactly where the source emitted it.
+    the batch, so it stands exactly where the source emitted it. ``splits`` (parallel to the
+    records, or None) names the split each record came from (a Kafka partition): a
+    WatermarkStrategy then keeps a watermark per split, and the source's is their minimum, idle
+    splits left out (Flink's per-split watermarks); such a reader lists its current splits in
+    ``split_ids()``.
 
     >>> b = StampedBatch(["a", "b"], timestamps=[1, 2], watermark=1)
-    >>> list(b), b.timestamps, b.watermark
-    (['a', 'b'], [1, 2], 1)
+    >>> list(b), b.timestamps, b.watermark, b.splits
+    (['a', 'b'], [1, 2], 1, None)
     """
 
-    __slots__ = ("timestamps", "watermark")
+    __slots__ = ("timestamps", "watermark", "splits")
 
-    def __init__(self, records: Any = (), *, timestamps: list[int] | None = None, watermark: int | None = None):
+    def __init__(self, records: Any = (), *, timestamps: list[int] | None = None, watermark: int | None = None,
+                 splits: list[str] | None = None):
         super().__init__(records)
         self.timestamps = timestamps
         self.watermark = watermark
+        self.splits = splits
 
 
 class SourceReader(ABC):
@@ -84,6 +90,11 @@ class SourceReader(ABC):
     def snapshot_state(self) -> Any:
         """The reading position (offsets): picklable, small. Taken between two polls."""
         return None
+
+    def snapshot_checkpoint(self, checkpoint_id: int) -> Any:
+        """``snapshot_state`` for checkpoint ``checkpoint_id`` (what the engine calls at a
+        barrier): a reader that acts when that checkpoint completes remembers what it covered."""
+        return self.snapshot_state()
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` completed: every record this reader handed out before

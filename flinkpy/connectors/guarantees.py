@@ -54,6 +54,7 @@ CATALOG: tuple[Connector, ...] = (
     Connector("source", "Files (static set)", "FileSource.for_record_stream_format(StreamFormat.text_line_format(), path)", "flinkpy.connectors.file_source:FileSource"),
     Connector("source", "Files (monitored directory)", "FileSource....monitor_continuously(Duration.of_seconds(n))", "flinkpy.connectors.file_source:FileSource"),
     Connector("source", "Redis Streams", "RedisStreamsSource.builder()...build()", "flinkpy.connectors.redis_streams:RedisStreamsSource"),
+    Connector("source", "Kafka", "KafkaSource.builder()...build(), FlinkKafkaConsumer(topics, schema, props)", "flinkpy.connectors.kafka_source:KafkaSource"),
     Connector("source", "Verification sequence", "SequenceSource(keys, per_key)", "flinkpy.connectors.verification:SequenceSource"),
     Connector("source", "Socket text", "env.socket_text_stream(host, port)", "flinkpy.connectors.socket_source:SocketTextSource"),
     Connector("source", "SourceFunction", "env.add_source(fn)", "flinkpy.connectors.function_source:FunctionSource"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.connectors.base import ReaderContext
@@ -13,6 +14,7 @@ from flinkpy.task import operators as ops
 from flinkpy.task import broadcast, two_input
 from flinkpy.task.row_output import with_row_type
 from flinkpy.task.runtime_context import TaskRuntimeContext
+from flinkpy.task.watermarks import MIN_WATERMARK
 
 if TYPE_CHECKING:
     from flinkpy.state.backend import KeyedStateBackendBase
@@ -267,6 +269,13 @@ class _SourceHead(ops.Operator):
         self.strategy = strategy
         self.stamper = Stamper(strategy, output) if strategy is not None else None
         self.idle = False
+        #: a split-aware reader's ``split_ids`` (the source loop sets it), for per-split watermarks
+        self.split_ids: Any = None
+        self._splits: Any = None
+        if self.stamper is not None and self.stamper.builtin is not None and self.stamper.builtin.emits:
+            from flinkpy.task.watermarks import SplitWatermarks
+
+            self._splits = SplitWatermarks(strategy)
         #: the highest watermark the source emitted itself
         self.source_watermark = MIN_WATERMARK
 
@@ -282,7 +291,43 @@ class _SourceHead(ops.Operator):
         else:
             self.stamper.process(values, timestamps)
 
+    def process_splits(self, values: list, timestamps: list[int] | None, splits: list[str]) -> None:
+        """Records of a split-aware reader: with a built-in WatermarkStrategy, each split's
+        timestamps advance that split's watermark only (see ``SplitWatermarks``)."""
+        if self._splits is None or self.split_ids is None:
+            self.process(values, timestamps)
+            return
+        if self.idle:
+            self.idle = False
+            self.output.process_watermark_status(False)
+        stamper = self.stamper
+        if stamper.assigns:
+            extract = self.strategy.extract_timestamp
+            previous = timestamps if timestamps is not None else [MIN_WATERMARK] * len(values)
+            timestamps = [int(extract(v, t)) for v, t in zip(values, previous)]
+        if timestamps is not None:
+            now = time.monotonic()
+            by_split: dict[str, list[int]] = {}
+            for split, ts in zip(splits, timestamps):
+                by_split.setdefault(split, []).append(ts)
+            for split, ts in by_split.items():
+                self._splits.on_timestamps(split, ts, now)
+        self.output.process(values, timestamps)
+
     def emit_periodic_watermark(self) -> None:
+        if self._splits is not None and self.split_ids is not None:
+            now = time.monotonic()
+            self._splits.sync(self.split_ids(), now)
+            wm, idle = self._splits.current(now)
+            if idle:
+                self.mark_idle()
+            elif wm is not None and wm > self.stamper.emitted:
+                self.stamper.emitted = wm
+                if self.idle:
+                    self.idle = False
+                    self.output.process_watermark_status(False)
+                self.output.process_watermark(wm)
+            return
         if self.stamper is not None:
             self.stamper.emit_periodic()
 

@@ -72,6 +72,7 @@ class SourceLoop:
         reader = self.task.chain.source_reader = self._create_reader()
         control = self.task.control
         source_head = self.task.chain.head
+        source_head.split_ids = getattr(reader, "split_ids", None)
         head = source_head.process
         writers = list(self.task.writers.values())
         monotonic = time.monotonic
@@ -103,11 +104,16 @@ class SourceLoop:
                 if batch is None:
                     break
                 now = monotonic()
-                if type(batch) is StampedBatch:
-                    # a legacy SourceFunction's timestamps, and the watermark it emitted after them
+                if type(batch) is StampedBatch and (batch or batch.watermark is not None):
+                    # a legacy SourceFunction's timestamps, and the watermark it emitted after
+                    # them; or a split-aware reader's records with their splits
                     if batch:
                         self.records_in += len(batch)
-                        head(list(batch), batch.timestamps)
+                        if batch.splits is not None:
+                            source_head.process_splits(list(batch), batch.timestamps, batch.splits)
+                        else:
+                            head(list(batch), batch.timestamps)
+                        batch_size = next_batch_size(len(batch), monotonic() - now)
                     if batch.watermark is not None:
                         source_head.emit_source_watermark(batch.watermark)
                     last_data = now
@@ -159,11 +165,11 @@ class SourceLoop:
                 self.task.chain.head.process_watermark(MAX_WATERMARK)
             # the reader's position now is exactly "everything before the barrier"
             if barrier.unaligned:
-                job = self.task.checkpoint_unaligned(barrier, source_offsets=reader.snapshot_state())
+                job = self.task.checkpoint_unaligned(barrier, source_offsets=reader.snapshot_checkpoint(barrier.checkpoint_id))
                 if job is not None:
                     self.task.checkpointer.submit(job)
             else:
-                self.task.checkpoint(barrier, source_offsets=reader.snapshot_state())
+                self.task.checkpoint(barrier, source_offsets=reader.snapshot_checkpoint(barrier.checkpoint_id))
             if barrier.stop:
                 for w in self.task.writers.values():
                     for ch in w.channels:

@@ -107,6 +107,59 @@ class WatermarkGenerator:
         return None
 
 
+class SplitWatermarks:
+    """Per-split watermarks of one source reader (Flink's per-split watermark outputs): each split
+    (a Kafka partition) has its own generator; the reader's watermark is the minimum over the
+    splits that are not idle — a split with no records for the strategy's idle timeout is left
+    out, and a reader whose splits are all idle (or that has none) is idle. Time is passed in.
+
+    >>> from flinkpy.common import Duration, WatermarkStrategy
+    >>> w = SplitWatermarks(WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(10)))
+    >>> w.sync(["a", "b"], now=0.0)
+    >>> w.on_timestamps("a", [100], now=0.0); w.on_timestamps("b", [50], now=0.0)
+    >>> w.current(now=0.001)
+    (49, False)
+    >>> w.on_timestamps("a", [200], now=0.02); w.current(now=0.02)   # b idle for 20 ms: a alone
+    (199, False)
+    """
+
+    def __init__(self, strategy: Any) -> None:
+        self.strategy = strategy
+        idle_ms = getattr(strategy, "idle_timeout_ms", None)
+        self.idle_s = idle_ms / 1000.0 if idle_ms else None
+        self.generators: dict[str, WatermarkGenerator] = {}
+        self.last_active: dict[str, float] = {}
+
+    def sync(self, split_ids: list[str], now: float) -> None:
+        """The reader's splits now: new ones start (holding the watermark back until they have
+        records or go idle), finished ones no longer count."""
+        for split in split_ids:
+            if split not in self.generators:
+                self.generators[split] = WatermarkGenerator(self.strategy)
+                self.last_active[split] = now
+        for split in set(self.generators) - set(split_ids):
+            del self.generators[split]
+            del self.last_active[split]
+
+    def on_timestamps(self, split: str, timestamps: list[int], now: float) -> None:
+        gen = self.generators.get(split)
+        if gen is None:
+            gen = self.generators[split] = WatermarkGenerator(self.strategy)
+        gen.on_timestamps(timestamps)
+        self.last_active[split] = now
+
+    def current(self, now: float) -> tuple[int | None, bool]:
+        """(the reader's watermark, or None when there is none yet; whether the reader is idle)."""
+        active = [
+            split for split in self.generators
+            if self.idle_s is None or now - self.last_active[split] < self.idle_s
+        ]
+        if not active:
+            return None, True
+        wm = min(self.generators[s].max_ts - self.generators[s].bound - 1 for s in active)
+        return (wm if wm > MIN_WATERMARK else None), False
+
+
 class WatermarkOutput:
     """What a user's WatermarkGenerator emits into (Flink's WatermarkOutput)."""
 
