@@ -8,7 +8,7 @@ import os
 import platform
 from typing import Any
 
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, metrics_cost, peers_form
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, kafka, metrics_cost, peers_form
 from flinkpy.benchmarks.report import Figure, Machine, Run, Unit, cells, summary
 from flinkpy.benchmarks.windows import WINDOW_ROWS
 from flinkpy.benchmarks.workloads import WORKLOAD_ROWS
@@ -138,6 +138,7 @@ def collect(results: dict[str, Any]) -> list[Figure]:
     if results.get("backpressure"):
         out += backpressure.figures(results["backpressure"])
     out += async_io.figures(results.get("async_io", {}))
+    out += kafka.figures(results.get("kafka", {}))
     if "spark" in results:
         from flinkpy.benchmarks.spark import figures as spark_figures
 
@@ -156,6 +157,8 @@ def versions(results: dict[str, Any]) -> dict[str, str]:
 
     out = {"python": platform.python_version()}
     packages = ["flinkpy"] + (["pyspark"] if "spark" in results else [])
+    if results.get("kafka"):
+        packages += ["confluent-kafka", "noida-db", "quixstreams"]
     for package in packages:
         try:
             out[package] = version(package)
