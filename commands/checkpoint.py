@@ -39,7 +39,9 @@ PathArg = Annotated[
 def _states(handle: dict[str, Any] | None) -> list[str]:
     if not handle:
         return []
-    return [f"{name} ({desc['kind']}, {desc.get('entries', 'not counted')})" for name, desc in handle["states"].items()]
+    return [f"{name} ({desc['kind']}, {desc.get('entries', 'not counted')})"
+            + (f", {desc['pending_records']} records in its pending transaction" if "pending_records" in desc else "")
+            for name, desc in handle["states"].items()]
 
 
 def _offsets(value: Any, prefix: str = "") -> list[str]:

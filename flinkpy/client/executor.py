@@ -126,10 +126,11 @@ class StartedJob:
 def start_job_graph(job: JobGraph, *, need_cluster: bool = False) -> StartedJob:
     """Submit ``job`` to the cluster of the execution context, or to an embedded local cluster
     started for it (``need_cluster``: refuse instead); returns without waiting for the job."""
-    from flinkpy.connectors.guarantees import job_guarantees
+    from flinkpy.connectors.guarantees import check_sinks, job_guarantees
 
     ctx = current_context()
     guarantees = job_guarantees(job)
+    check_sinks(job)
     if ctx.mode == "plan":
         raise PlanCaptured({**job.plan(), "state_backend": _state_backend(job.config), "guarantees": guarantees})
     for warning in guarantees["warnings"]:

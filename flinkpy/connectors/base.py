@@ -29,6 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
+class DeliveryGuarantee(enum.Enum):
+    """What a sink promises after a failure (PyFlink's ``DeliveryGuarantee``): ``EXACTLY_ONCE``
+    (transactions bound to checkpoints), ``AT_LEAST_ONCE`` (flushed at every checkpoint; replays
+    are written again) or ``NONE`` (fire and forget: records buffered at a failure are lost)."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    NONE = "none"
+
+
 class Boundedness(enum.Enum):
     BOUNDED = "BOUNDED"
     CONTINUOUS_UNBOUNDED = "CONTINUOUS_UNBOUNDED"
@@ -49,6 +59,9 @@ class ReaderContext:
     #: sources only: ``side_output(tag_id, records)`` emits records to a side output of the
     #: source's stream (e.g. a FileSource's malformed lines); None where there is none.
     side_output: Callable[[str, list], None] | None = None
+    #: sources only: the source operator's metric group (Flink's ``SourceReaderContext.metricGroup``):
+    #: gauges a reader registers reach ``job show``, ``top`` and Prometheus; None where there is none
+    metric_group: Any = None
 
 
 class StampedBatch(list):

@@ -19,6 +19,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+#: sinks whose exactly-once output needs read_committed consumers
+KAFKA_TRANSACTIONAL = ("KafkaSink", "FlinkKafkaProducer")
+
 #: strongest first
 LEVELS = ("exactly-once", "at-least-once", "none")
 
@@ -62,6 +65,9 @@ CATALOG: tuple[Connector, ...] = (
     Connector("sink", "PostgreSQL, two-phase commit", "PostgresSink.builder()...build(), JdbcSink.exactly_once_sink(...)", "flinkpy.connectors.postgres:PostgresSink"),
     Connector("sink", "PostgreSQL, batches", "PostgresBatchSink(dsn, sql), JdbcSink.sink(sql, ...)", "flinkpy.connectors.postgres:PostgresBatchSink"),
     Connector("sink", "PostgreSQL, upsert", "PostgresSink.upsert(dsn, table, columns, keys), JdbcSink.sink(upsert SQL, ...)", "flinkpy.connectors.postgres:PostgresUpsertSink"),
+    Connector("sink", "Kafka, transactions", "KafkaSink.builder()...set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).build()", "flinkpy.connectors.kafka_sink:KafkaSink"),
+    Connector("sink", "Kafka, flushed at checkpoints", "KafkaSink.builder()...set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE).build()", "flinkpy.connectors.kafka_sink:KafkaSink",
+              "at-least-once", "checkpointing (flushed at every checkpoint); replays are written again"),
     Connector("sink", "Redis, upsert", "RedisUpsertSink.builder()...build()", "flinkpy.connectors.redis_sinks:RedisUpsertSink"),
     Connector("sink", "Redis Streams", "RedisStreamsSink.builder()...build()", "flinkpy.connectors.redis_sinks:RedisStreamsSink"),
     Connector("sink", "Verification", "VerifyingSink(directory)", "flinkpy.connectors.verification:VerifyingSink"),
@@ -137,11 +143,27 @@ def job_guarantees(job: Any) -> dict[str, Any]:
     }
 
 
+def check_sinks(job: Any) -> None:
+    """Refuse at submission what a sink knows cannot work with the job's configuration (a
+    sink's ``check_job_config(config)`` raises a ConfigurationError naming both settings)."""
+    for vertex_id in sorted(job.payloads):
+        for op in job.payloads[vertex_id].operators:
+            check = getattr(op.fn, "check_job_config", None) if op.kind == "sink" else None
+            if callable(check):
+                check(job.config or {})
+
+
 def warnings(checkpointing: str, sources: list[dict[str, str]], sinks: list[dict[str, str]]) -> list[str]:
     """What an operator should hear before trusting a checkpointed job's output."""
     if checkpointing == "off":
         return []
     out = []
+    for s in sinks:
+        if s["connector"] in KAFKA_TRANSACTIONAL and s["guarantee"] == "exactly-once":
+            out.append(
+                f"sink {s['operator']!r} ({s['connector']}) writes Kafka transactions: consumers downstream "
+                "must read with isolation.level=read_committed, or they see aborted records and lose exactly-once"
+            )
     for s in sources:
         if s["guarantee"] == "none":
             out.append(

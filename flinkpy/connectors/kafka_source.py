@@ -245,6 +245,8 @@ class KafkaSourceReader(SourceReader):
         #: records behind the log end per partition, for the lag metric (read by the metrics thread)
         self.lag: dict[str, int] = {}
         self._next_lag = 0.0
+        self._committed: dict[KafkaPartition, int] = {}
+        self._metrics_registered = False
         self._discover(initial=True)
 
     # -- partitions ----------------------------------------------------------------------------
@@ -266,6 +268,7 @@ class KafkaSourceReader(SourceReader):
             start = resolve_offsets(self._consumer, init, fresh, self._timeout_s, src.group_id)
         for tp in mine:
             self._offsets[tp] = self._restored.get(tp, start.get(tp, 0))
+            self._register_metrics(tp)
         if not initial:
             log.info("subtask %d of %s: new partitions %s", self._ctx.subtask_index, self._ctx.operator_name,
                      ", ".join(tp.split_id for tp in mine))
@@ -374,13 +377,21 @@ class KafkaSourceReader(SourceReader):
                 lag[tp.split_id] = max(0, high - offset)
         self.lag = lag
 
-    def metrics(self) -> dict[str, float]:
-        """Flink's per-partition lag figures (``records-lag``) and their sum (``pendingRecords``)."""
-        lag = self.lag
-        out: dict[str, float] = {f"KafkaSourceReader.{split}.records-lag": v for split, v in lag.items()}
-        if lag:
-            out["pendingRecords"] = sum(lag.values())
-        return out
+    def _register_metrics(self, tp: KafkaPartition) -> None:
+        """Flink's Kafka source figures: per partition ``KafkaSourceReader.topic.<t>.partition.<p>``
+        ``currentOffset``, ``committedOffset`` and ``pendingRecords`` (the lag: records behind the
+        log end), and the reader's ``pendingRecords`` (FLIP-33), read by the metrics thread."""
+        group = self._ctx.metric_group
+        if group is None:
+            return
+        split = tp.split_id
+        if not self._metrics_registered:
+            group.gauge("pendingRecords", lambda: sum(self.lag.values()))
+            self._metrics_registered = True
+        g = group.add_group("KafkaSourceReader").add_group("topic", tp.topic).add_group("partition", str(tp.partition))
+        g.gauge("currentOffset", lambda: self._offsets.get(tp, -1))
+        g.gauge("committedOffset", lambda: self._committed.get(tp, -1))
+        g.gauge("pendingRecords", lambda: self.lag.get(split, 0))
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -404,6 +415,7 @@ class KafkaSourceReader(SourceReader):
         tps = [self._ck.TopicPartition(tp.topic, tp.partition, off) for tp, off in sorted(offsets.items())]
         try:
             self._consumer.commit(offsets=tps, asynchronous=True)
+            self._committed.update(offsets)
         except self._ck.KafkaException as exc:  # lag monitoring only: recovery uses the checkpoint
             log.warning("committing offsets of checkpoint %d to group %r failed: %s", checkpoint_id, src.group_id, exc)
 

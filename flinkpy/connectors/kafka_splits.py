@@ -11,15 +11,16 @@ every subtask decides alone, a partition discovered later goes to one subtask on
 at another parallelism moves each partition (with its offset) to its new owner.
 
 **Offsets.** A split's offset is the *next* offset to read (Kafka's committed-offset meaning). A
-reader's state is ``{"subtask": i, "offsets": [[topic, partition, next offset], ...]}``; a
-restored subtask pools the offsets of every old subtask and keeps those the rule gives it.
+reader's state is ``{"subtask": i, "offsets": {"topic-partition": next offset, ...}}`` (Flink's
+split ids, so ``checkpoint inspect`` shows one line per partition); a restored subtask pools the
+offsets of every old subtask and keeps those the rule gives it.
 
 >>> tps = [KafkaPartition("events", p) for p in range(4)]
 >>> sorted({owner(tp, 2) for tp in tps}) == [0, 1]
 True
 >>> [tp.split_id for tp in assigned(tps, 0, 1)]
 ['events-0', 'events-1', 'events-2', 'events-3']
->>> restored_offsets([{"subtask": 0, "offsets": [["events", 0, 7]]}, {"subtask": 1, "offsets": [["events", 1, 3]]}])
+>>> restored_offsets([{"subtask": 0, "offsets": {"events-0": 7}}, {"subtask": 1, "offsets": {"events-1": 3}}])
 {KafkaPartition(topic='events', partition=0): 7, KafkaPartition(topic='events', partition=1): 3}
 """
 
@@ -39,6 +40,16 @@ class KafkaPartition:
 
     topic: str
     partition: int
+
+    @staticmethod
+    def of(split_id: str) -> KafkaPartition:
+        """The partition a split id names (a topic's name may hold dashes; the number ends it).
+
+        >>> KafkaPartition.of("orders-eu-3")
+        KafkaPartition(topic='orders-eu', partition=3)
+        """
+        topic, _, partition = split_id.rpartition("-")
+        return KafkaPartition(topic, int(partition))
 
     @property
     def split_id(self) -> str:
@@ -64,8 +75,8 @@ def restored_offsets(states: Iterable[Any]) -> dict[KafkaPartition, int]:
     for state in states:
         if not state:
             continue
-        for topic, partition, offset in state.get("offsets", ()):
-            tp = KafkaPartition(str(topic), int(partition))
+        for split, offset in state.get("offsets", {}).items():
+            tp = KafkaPartition.of(split)
             if tp not in out or int(offset) > out[tp]:
                 out[tp] = int(offset)
     return out
@@ -73,7 +84,7 @@ def restored_offsets(states: Iterable[Any]) -> dict[KafkaPartition, int]:
 
 def state_of(subtask: int, offsets: dict[KafkaPartition, int]) -> dict[str, Any]:
     """A reader's snapshot: its next offset per partition."""
-    return {"subtask": subtask, "offsets": [[tp.topic, tp.partition, off] for tp, off in sorted(offsets.items())]}
+    return {"subtask": subtask, "offsets": {tp.split_id: off for tp, off in sorted(offsets.items())}}
 
 
 @dataclass(frozen=True)

@@ -292,4 +292,7 @@ def _operator_summary(state: dict[str, Any]) -> dict[str, Any]:
     if "sink" in state:
         sink = state["sink"]
         summary["sink"] = {"kind": "sink", "entries": len(sink) if hasattr(sink, "__len__") else 1}
+        if isinstance(sink, dict) and "pending_records" in sink:
+            # a sink that keeps its pending transactions' records (the Kafka sink): how many
+            summary["sink"]["pending_records"] = sink["pending_records"]
     return summary

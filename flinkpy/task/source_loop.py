@@ -65,6 +65,7 @@ class SourceLoop:
                 attempt=d.attempt,
                 restored_state=chain.restored_source_state(),
                 side_output=lambda tag, records: chain.head.side_output(tag, records, None),
+                metric_group=chain.user_metrics.operator_group(chain.head.name),
             )
         )
 

@@ -1,0 +1,356 @@
+"""KafkaSink against a real Kafka-protocol server (noida-db: its transactions, fencing and
+read_committed behave like Kafka's; tests/kafka_servers.py).
+
+First the writer alone, driven through the engine's sink contract (write / snapshot_state /
+notify_checkpoint_complete, and a restore from a snapshot) — every branch of the commit
+protocol, with the crash between a checkpoint's completion and its commit taken as what it is:
+a restore from that checkpoint's state while the pre-committed transaction is still open. Then
+the verification job (tests/kafka_sink_job.py) on one cluster per module: a SIGKILL of the sink
+task right after a checkpoint completes and before its commit, a TaskManager killed, the broker
+stopped and started again, stop-with-savepoint and resume at other parallelisms; a
+read_committed reader finds every key's sequence once.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, cli_json, module_cluster, run_cli, wait_for
+from flinkpy.client import Client
+from flinkpy.common import SimpleStringSchema
+from flinkpy.connectors.base import ReaderContext
+from flinkpy.connectors.kafka_client import KafkaTopicNotFoundError
+from flinkpy.connectors.kafka_commit import Begin, CommitProtocol, Commit, ProducerRecord, Prepare, Send
+from flinkpy.connectors.verification import check
+from flinkpy.datastream.connectors.base import DeliveryGuarantee
+from flinkpy.datastream.connectors.kafka import FlinkKafkaProducer, KafkaRecordSerializationSchema, KafkaSink, Semantic
+from flinkpy.errors import ClusterUnreachableError, ConfigurationError
+from servers import free_port
+from test_recovery import start  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.timeout(60)
+
+JOB = ROOT / "tests" / "kafka_sink_job.py"
+#: the split job's sink vertex (tests/kafka_sink_job.py), killed at sink-before-commit
+SPLIT_SINK_VERTEX = 2
+KILLED_CHECKPOINT = 3
+
+
+def sink(kafka: Any, topic: str, guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE, **props: str) -> KafkaSink:
+    b = (KafkaSink.builder().set_bootstrap_servers(kafka.bootstrap)
+         .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                .set_value_serialization_schema(SimpleStringSchema()).build())
+         .set_delivery_guarantee(guarantee).set_transactional_id_prefix(f"tx-{topic}"))
+    for k, v in props.items():
+        b.set_property(k.replace("_", "."), v)
+    return b.build()
+
+
+def writer(s: KafkaSink, subtask: int = 0, parallelism: int = 1, restored: list | None = None) -> Any:
+    w = s.create_writer(ReaderContext(subtask, parallelism, job_id="0123456789ab", operator_name="kafka", restored_state=restored or []))
+    w.open()
+    return w
+
+
+def values(kafka: Any, topic: str) -> list[str]:
+    return sorted(m.value().decode() for m in kafka.read(topic))
+
+
+# -- the protocol, pure ------------------------------------------------------------------------
+
+
+def recs(*vs: str) -> list[ProducerRecord]:
+    return [ProducerRecord("t", v.encode()) for v in vs]
+
+
+def test_records_held_across_an_aborted_checkpoint_commit_with_the_next() -> None:
+    p = CommitProtocol("px", 1, token=iter(range(1, 100)).__next__)
+    assert p.write(recs("a")) == [Begin(), Send(recs("a"))]
+    assert p.snapshot(1) == [Prepare(1, "px-1", "t")]
+    assert p.write(recs("b")) == []  # a transaction waits for checkpoint 1: held
+    assert p.snapshot(2) == []  # checkpoint 1 never completes (aborted); "b" is checkpoint 2's
+    assert [len(b["records"]) for b in p.state()["pending"]] == [1, 1] and p.state()["pending_records"] == 2
+    assert p.write(recs("c")) == []
+    # completing 2 covers 1: commit the waiting transaction, write and commit 2's, reopen for "c"
+    assert p.complete(2) == [Commit(), Begin(), Send(recs("b")), Prepare(2, "px-1", "t"), Commit(), Begin(), Send(recs("c"))]
+    assert p.state()["pending"] == [] and p.state()["pending_records"] == 0
+    assert p.end_of_input() == [Prepare(3, "px-1", "t"), Commit()]
+    assert p.snapshot(4) == [] and p.complete(4) == []  # nothing left to write
+
+
+# -- the writer against noida-db ---------------------------------------------------------------
+
+
+def test_records_show_only_when_their_checkpoint_completes(kafka) -> None:
+    topic = kafka.new_topic(2)
+    w = writer(sink(kafka, topic))
+    w.write([f"r{i}" for i in range(10)])
+    state = w.snapshot_state(1)
+    assert values(kafka, topic) == [] and len(state["pending"][0]["records"]) == 10
+    w.write(["late"])  # after the barrier: not checkpoint 1's
+    w.notify_checkpoint_complete(1)
+    assert values(kafka, topic) == sorted(f"r{i}" for i in range(10))
+    w.close()  # the open transaction ("late") is aborted: no checkpoint covers it
+    assert "late" not in values(kafka, topic)
+    assert len(kafka.read(topic, committed_only=False)) == 11
+
+
+def test_a_crash_between_completion_and_commit_commits_the_checkpoint_once(kafka) -> None:
+    topic = kafka.new_topic(2)
+    s = sink(kafka, topic)
+    w = writer(s)
+    w.write(["a", "b", "c"])
+    state = w.snapshot_state(1)
+    w.write(["after"])  # held while checkpoint 1 waits; its task dies before the commit
+    # checkpoint 1 completed, the task died before notify: the restore finds the transaction
+    # still open, fences it (aborting it) and writes the records again with the marker
+    restored = writer(s, restored=[state])
+    assert values(kafka, topic) == ["a", "b", "c"]
+    # it dies again right after that recovery: the marker says checkpoint 1 is in, nothing twice
+    again = writer(s, restored=[state])
+    assert values(kafka, topic) == ["a", "b", "c"]
+    again.write(["d"])
+    again.notify_checkpoint_complete(2)  # (nothing pending: d waits for a snapshot)
+    assert again.snapshot_state(2)["pending"][0]["records"][0][1] == b"d"
+    again.notify_checkpoint_complete(2)
+    assert values(kafka, topic) == ["a", "b", "c", "d"]
+    for x in (w, restored, again):
+        x.close()
+
+
+def test_a_committed_checkpoint_is_recognised_on_restore(kafka) -> None:
+    topic = kafka.new_topic()
+    s = sink(kafka, topic)
+    w = writer(s)
+    w.write(["x", "y"])
+    state = w.snapshot_state(5)
+    w.notify_checkpoint_complete(5)
+    w.close()
+    writer(s, restored=[state]).close()  # e.g. killed after the commit, before the next checkpoint
+    assert values(kafka, topic) == ["x", "y"]
+
+
+def test_restore_at_another_parallelism_fences_every_old_subtask(kafka) -> None:
+    topic = kafka.new_topic(2)
+    s = sink(kafka, topic)
+    old = [writer(s, i, 2) for i in range(2)]
+    old[0].write(["0-a"])
+    old[1].write(["1-a"])
+    states = [w.snapshot_state(1) for w in old]
+    old[1].write(["1-lingering"])  # subtask 1 left a transaction open after checkpoint 1
+    old[0].write(["0-lingering"])
+    # checkpoint 1 completed; the job comes back at parallelism 1 before any commit
+    new = writer(s, 0, 1, restored=states)
+    # the lingering transactions are aborted, so a read_committed reader gets past them
+    assert values(kafka, topic) == ["0-a", "1-a"]
+    new.write(["n"])
+    new.notify_checkpoint_complete(2) if new.snapshot_state(2) else None
+    assert values(kafka, topic) == ["0-a", "1-a", "n"]
+    new.close()
+
+
+def test_at_least_once_flushes_at_every_checkpoint(kafka) -> None:
+    topic = kafka.new_topic()
+    w = writer(sink(kafka, topic, DeliveryGuarantee.AT_LEAST_ONCE))
+    w.write(["p", "q"])
+    w.flush(False)  # the engine flushes before a snapshot: acknowledged by the broker
+    assert values(kafka, topic) == ["p", "q"]
+    w.close()
+
+
+def test_flink_kafka_producer_as_pyflink_examples_give_it(kafka) -> None:
+    topic = kafka.new_topic()
+    producer = FlinkKafkaProducer(topic, SimpleStringSchema(), {"bootstrap.servers": kafka.bootstrap, "group.id": "g"},
+                                  semantic=Semantic.EXACTLY_ONCE)
+    w = writer(producer)
+    w.write(["legacy"])
+    w.flush(True)
+    assert values(kafka, topic) == ["legacy"] and producer.guarantee == "exactly-once"
+    w.close()
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_an_unreachable_broker_is_named(kafka) -> None:
+    bad = KafkaSink.builder().set_bootstrap_servers(f"127.0.0.1:{free_port()}").set_record_serializer(
+        KafkaRecordSerializationSchema.builder().set_topic("t").set_value_serialization_schema(SimpleStringSchema()).build()
+    ).set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE).set_property("message.timeout.ms", "1000").build()
+    with pytest.raises(ClusterUnreachableError, match=r"no Kafka broker answers at 127\.0\.0\.1:\d+ while reading .* in KafkaSink kafka \(subtask 0\)"):
+        writer(bad)
+
+
+def test_a_missing_topic_is_named_unless_auto_created(kafka) -> None:
+    with pytest.raises(KafkaTopicNotFoundError, match=r"topic 'missing-x' does not exist"):
+        writer(sink(kafka, "missing-x", allow_auto_create_topics="false"))
+    auto = kafka.new_topic()[:-1] + "z"  # a name nobody created: the broker creates it on demand
+    w = writer(sink(kafka, auto))
+    w.write(["v"])
+    w.flush(True)
+    assert values(kafka, auto) == ["v"]
+    w.close()
+
+
+def test_builders_refuse_incomplete_input() -> None:
+    with pytest.raises(ConfigurationError, match="exactly one of set_topic"):
+        KafkaRecordSerializationSchema.builder().set_value_serialization_schema(SimpleStringSchema()).build()
+    with pytest.raises(ConfigurationError, match="record serializer"):
+        KafkaSink.builder().set_bootstrap_servers("b:1").build()
+    with pytest.raises(ConfigurationError, match="transactional id prefix"):
+        KafkaSink.builder().set_bootstrap_servers("b:1").set_transactional_id_prefix("a b").set_record_serializer(
+            KafkaRecordSerializationSchema.builder().set_topic("t").set_value_serialization_schema(SimpleStringSchema()).build()).build()
+
+
+def test_a_transaction_timeout_below_the_checkpoint_interval_is_refused_at_submission(tmp_path: Path) -> None:
+    job = tmp_path / "short_timeout.py"
+    job.write_text(JOB.read_text().replace('"transaction.timeout.ms", "5000"', '"transaction.timeout.ms", "100"'))
+    res = run_cli("run", str(job), "127.0.0.1:1", "t", "EXACTLY_ONCE", "1", "1", "10", timeout=60, env={"PYTHONPATH": str(ROOT)})
+    assert res.returncode == 8, (res.returncode, res.stderr)
+    (line,) = [x for x in res.stderr.splitlines() if x.strip()]
+    assert "transaction.timeout.ms 100" in line and "execution.checkpointing.interval 150 ms" in line, line
+    assert "Traceback" not in res.stderr
+
+
+# -- the verification job on a cluster ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    rule = [{"point": "sink-before-commit", "vertex": SPLIT_SINK_VERTEX, "subtask": 0, "checkpoint": KILLED_CHECKPOINT}]
+    print(f"FLINKPY_FAULT_POINTS={json.dumps(rule)}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLINKPY_FAULT_POINTS", json.dumps(rule))
+        with module_cluster(tmp_path_factory, "kafka-sink-home", taskmanagers=2, slots=2) as home:
+            yield home
+
+
+def submit(kafka: Any, topic: str, guarantee: str, keys: int, per_key: int, rate: float, *, p: int = 2,
+           split: bool = False, savepoint: str | None = None) -> str:
+    args = ["run", "-d", "-p", str(p), "--json"] + (["-s", savepoint] if savepoint else [])
+    extra = ["split"] if split else []
+    res = run_cli(*args, str(JOB), kafka.bootstrap, topic, guarantee, str(keys), str(per_key), str(rate), *extra, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["jobs"][0]["jid"]
+
+
+def show(jid: str) -> dict[str, Any]:
+    return Client().job(jid)
+
+
+def completed_checkpoints(jid: str) -> int:
+    return Client().checkpoints(jid)["counts"]["completed"]
+
+
+def finished(jid: str, timeout: float = 60) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        doc = show(jid)
+        return doc if doc["state"] in ("FINISHED", "FAILED", "CANCELED") else None
+
+    doc = wait_for(done, timeout=timeout, interval=0.1, message=f"job {jid} finished")
+    assert doc["state"] == "FINISHED", doc["state"]
+    return doc
+
+
+def exact(kafka: Any, topic: str, keys: int, per_key: int, *, allow_duplicates: bool = False) -> dict[str, Any]:
+    records = [ast.literal_eval(m.value().decode()) for m in kafka.read(topic, timeout=60)]
+    report = check(records, keys, per_key)
+    assert report["lost"] == 0 and report["unexpected"] == 0, report
+    if not allow_duplicates:
+        assert report["duplicated"] == 0, report
+    return report
+
+
+def causes(jid: str) -> list[str]:
+    return [e["message"] for e in cli_json("job", "exceptions", jid)["exceptionHistory"]["entries"]]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("guarantee", ["EXACTLY_ONCE", "AT_LEAST_ONCE"])
+def test_the_sink_killed_after_completion_before_commit(kafka, cluster, guarantee: str) -> None:
+    """EXACTLY_ONCE: nothing lost, nothing twice; AT_LEAST_ONCE: nothing lost."""
+    topic = kafka.new_topic(4)
+    keys, per_key = 8, 1500
+    jid = submit(kafka, topic, guarantee, keys, per_key, 6000, split=True)
+    doc = finished(jid)
+    assert doc["restarts"] >= 1 and any("SIGKILL" in c for c in causes(jid)), causes(jid)
+    restored = cli_json("checkpoint", "list", jid)["latest"]["restored"]
+    assert restored is not None and restored["id"] >= KILLED_CHECKPOINT, restored
+    exact(kafka, topic, keys, per_key, allow_duplicates=guarantee == "AT_LEAST_ONCE")
+
+
+@pytest.mark.timeout(90)
+def test_exactly_once_across_a_taskmanager_kill(kafka, start) -> None:
+    # a cluster of its own: the TaskManager started in place of the killed one belongs to it
+    start(taskmanagers=2, slots=2)
+    topic = kafka.new_topic(4)
+    keys, per_key = 8, 2500
+    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 6000)
+    wait_for(lambda: completed_checkpoints(jid) >= 2, timeout=30, interval=0.1, message="two checkpoints")
+    Client().inject_cluster_fault("kill-taskmanager", pick=0.0, job=jid)  # one running the job's tasks
+    doc = finished(jid)
+    assert doc["restarts"] >= 1, causes(jid)
+    exact(kafka, topic, keys, per_key)
+
+
+@pytest.mark.timeout(90)
+def test_exactly_once_across_a_broker_outage(kafka, cluster) -> None:
+    topic = kafka.new_topic(4)
+    keys, per_key = 8, 2500
+    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 5000)
+    wait_for(lambda: completed_checkpoints(jid) >= 2, timeout=30, interval=0.1, message="two checkpoints")
+    kafka.stop()
+    try:
+        wait_for(lambda: show(jid)["restarts"] >= 1, timeout=30, interval=0.1, message="a restart for the outage",
+                 describe=lambda: (show(jid)["state"], show(jid)["restarts"], causes(jid)))
+    finally:
+        kafka.start()
+    finished(jid)
+    assert any("no Kafka broker answers" in c and "KafkaSink kafka" in c for c in causes(jid)), causes(jid)
+    exact(kafka, topic, keys, per_key)
+
+
+def stop_with_savepoint(jid: str, target: Path) -> str:
+    res = run_cli("stop", jid, "--savepoint-path", str(target), "--json", timeout=90)
+    assert res.returncode == 0, (res.stderr, causes(jid), show(jid)["events"], Client().checkpoints(jid))
+    doc = json.loads(res.stdout)
+    location = doc.get("location") or doc.get("path") or doc.get("operation", {}).get("location")
+    assert location, doc
+    return location
+
+
+@pytest.mark.timeout(120)
+def test_stop_with_savepoint_and_resume_at_3_then_1_is_exact(kafka, cluster, tmp_path: Path) -> None:
+    topic = kafka.new_topic(4)
+    keys, per_key, rate = 6, 2000, 1000  # 12 s at this rate: both stops come well before the end
+    savepoint = None
+    for step, p in enumerate((2, 3)):
+        jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, rate, p=p, savepoint=savepoint)
+        wait_for(lambda: completed_checkpoints(jid) >= 1, timeout=30, interval=0.1, message="a checkpoint")
+        savepoint = stop_with_savepoint(jid, tmp_path / f"sp{step}")
+        assert show(jid)["state"] == "FINISHED"
+        # checkpoint inspect: the records each subtask's transaction held at the savepoint
+        (op,) = [o for o in cli_json("checkpoint", "inspect", savepoint)["metadata"]["operators"] if o["uid"] == "kafka"]
+        pending = [s["operator_state"]["states"]["sink"]["pending_records"] for s in op["subtasks"]]
+        assert len(pending) == p and all(n >= 0 for n in pending) and sum(pending) > 0, pending
+        text = run_cli("checkpoint", "inspect", savepoint).stdout
+        assert f"{pending[0]} records in its pending transaction" in text.replace("\n", " "), text
+    jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 20_000, p=1, savepoint=savepoint)
+    finished(jid)
+    exact(kafka, topic, keys, per_key)
+
+
+def test_info_states_the_end_to_end_guarantee_and_read_committed() -> None:
+    res = run_cli("info", "--json", str(JOB), "127.0.0.1:1", "t", "EXACTLY_ONCE", "1", "1", "10")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    g = doc["guarantees"]
+    (s,) = g["sinks"]
+    assert g["end_to_end"] == "exactly-once" and s["connector"] == "KafkaSink" and s["guarantee"] == "exactly-once", g
+    assert "read_committed" in s["needs"] and any("read_committed" in w for w in g["warnings"]), g
