@@ -32,16 +32,20 @@ import time
 
 from flinkpy.common import SimpleStringSchema, Types, WatermarkStrategy
 from flinkpy.datastream import StreamExecutionEnvironment
-from flinkpy.datastream.connectors import DeliveryGuarantee
+from flinkpy.datastream.connectors.base import DeliveryGuarantee
 from flinkpy.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaRecordSerializationSchema, KafkaSink, KafkaSource
 
 
-def parse(line):
-    until = time.perf_counter() + float(sys.argv[4]) / 1000
-    while time.perf_counter() < until:  # busy, as real work is: kill-task picks busy workers
-        pass
-    key, n = line.split(",")
-    return key, int(n)
+class Parse:
+    def __init__(self, work_ms):
+        self.work_s = work_ms / 1000
+
+    def __call__(self, line):
+        until = time.perf_counter() + self.work_s
+        while time.perf_counter() < until:  # busy, as real work is: kill-task picks busy workers
+            pass
+        key, n = line.split(",")
+        return key, int(n)
 
 
 bootstrap, source_topic, sink_topic = sys.argv[1:4]
@@ -54,7 +58,7 @@ sink = (KafkaSink.builder().set_bootstrap_servers(bootstrap)
                                .set_value_serialization_schema(SimpleStringSchema()).build())
         .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(sink_topic).build())
 (env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
- .map(parse, output_type=Types.TUPLE([Types.STRING(), Types.INT()])).uid("parse")
+ .map(Parse(float(sys.argv[4])), output_type=Types.TUPLE([Types.STRING(), Types.INT()])).uid("parse")
  .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
  .map(lambda kv: f"{kv[0]} {kv[1]}", output_type=Types.STRING())
  .sink_to(sink).uid("sink"))
@@ -86,7 +90,7 @@ def test_a_replayed_micro_batch_is_not_written_twice(kafka) -> None:  # noqa: F8
     """A new query attempt (a restarted driver) fences the transactional id, reads the batch id
     committed with the last transaction and skips the batches it covers; an attempt's open
     transaction is aborted."""
-    from flinkpy.datastream.connectors import DeliveryGuarantee
+    from flinkpy.datastream.connectors.base import DeliveryGuarantee
     from flinkpy.datastream.connectors.kafka import KafkaRecordSerializationSchema, KafkaSink
     from flinkpy.common import SimpleStringSchema
     from flinkpy.spark.kafka import KafkaBatchWriter

@@ -157,7 +157,7 @@ def measure(runs: int, log: Callable[[str], None], *, quick: bool = False) -> di
     if missing:
         log(f"kafka: skipped ({missing})")
         return {}
-    n = 20_000 if quick else 200_000
+    n = 20_000 if quick else 100_000
     lines = make_lines(n)
     expected = dict(Counter(w for line in lines for w in line.split()))
     words = sum(expected.values())

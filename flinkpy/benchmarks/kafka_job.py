@@ -10,7 +10,7 @@ import sys
 
 from flinkpy.common import SimpleStringSchema, Types, WatermarkStrategy
 from flinkpy.datastream import CheckpointingMode, StreamExecutionEnvironment
-from flinkpy.datastream.connectors import DeliveryGuarantee
+from flinkpy.datastream.connectors.base import DeliveryGuarantee
 from flinkpy.datastream.connectors.kafka import (KafkaOffsetsInitializer, KafkaRecordSerializationSchema, KafkaSink,
                                                  KafkaSource)
 
