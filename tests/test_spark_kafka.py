@@ -121,14 +121,14 @@ def test_a_replayed_micro_batch_is_not_written_twice(kafka) -> None:  # noqa: F8
 
 @pytest.mark.timeout(240)
 def test_kafka_job_on_spark_is_exact_across_a_killed_python_worker(kafka, spark_env: Path, flinkpy_home: Path) -> None:  # noqa: F811
-    count = 240
+    count = 160
     source, expected = _write_input(kafka, count)
     sink = kafka.new_topic(partitions=1, prefix="spark-out")
     (spark_env / "kafka_sums.py").write_text(KAFKA_JOB)
     doc = _cli_json("run", "--json", "-d", "--runner", "spark", "-p", "2", "-D", "restart-strategy.type=fixed-delay",
                     "-D", "restart-strategy.fixed-delay.delay=100ms", "-D", "restart-strategy.fixed-delay.attempts=3",
-                    "-D", "execution.spark.max-records-per-batch=15", str(spark_env / "kafka_sums.py"),
-                    kafka.bootstrap, source, sink, "40", timeout=120)
+                    "-D", "execution.spark.max-records-per-batch=20", str(spark_env / "kafka_sums.py"),
+                    kafka.bootstrap, source, sink, "50", timeout=120)
     jid = doc["jobs"][0]["jid"]
     wait_for(lambda: _committed(flinkpy_home, jid) >= 1, timeout=120, interval=0.2, message="a first committed batch")
     seed = random.randrange(2**31)

@@ -12,13 +12,13 @@ it is read again: ``latest()`` and ``committed_offsets()`` move, so they are ref
 
 **Writing.** A KafkaSink with ``DeliveryGuarantee.EXACTLY_ONCE`` writes each micro-batch from
 the driver in one Kafka transaction on the transactional id ``<prefix>-spark`` (one writer per
-query, whatever the parallelism), with a commit marker in the same transaction: the offset
-``batch id + 1`` committed for the consumer group ``<prefix>-spark`` on partition 0 of the
-sink's topic (``send_offsets_to_transaction``). A query attempt first fences the id
-(``init_transactions`` aborts what an earlier attempt left open) and reads the marker; a
-replayed batch whose id the marker covers is skipped, so a batch that committed in Kafka but
-not in Spark's checkpoint is not written twice. AT_LEAST_ONCE flushes every batch; NONE
-produces and moves on.
+query, whatever the parallelism; without a prefix ``flinkpy-<query>/<sink uid>-spark``), with a
+commit marker in the same transaction: the offset ``batch id + 1`` committed for the consumer
+group of that id on partition 0 of the sink's topic (``send_offsets_to_transaction``). A query
+attempt first fences the id (``init_transactions`` aborts what an earlier attempt left open)
+and reads the marker; a replayed batch whose id the marker covers is skipped, so a batch that
+committed in Kafka but not in Spark's checkpoint is not written twice. AT_LEAST_ONCE flushes
+every batch; NONE produces and moves on.
 """
 
 from __future__ import annotations
@@ -197,6 +197,6 @@ class KafkaBatchWriter(BatchWriter):
     def describe(self) -> str:
         topic = self.sink.serializer.topic or "topics chosen per record"
         if self.exactly_once:
-            return (f"KafkaSink {topic} (a transaction per batch on id {self.transactional_id!r}, the batch id committed in it: "
-                    "exactly-once)")
+            tid = repr(self.transactional_id) if self.sink.transactional_id_prefix else "flinkpy-<query>/<sink uid>-spark"
+            return f"KafkaSink {topic} (a transaction per batch on id {tid}, the batch id committed in it: exactly-once)"
         return f"KafkaSink {topic} ({self.guarantee})"
