@@ -1,14 +1,16 @@
 """Kafka on the Spark runner, exactly once, without Spark's Kafka source (its jars).
 
 **Reading.** A :class:`~flinkpy.connectors.kafka_source.KafkaSource` runs through the runner's
-own data source (:mod:`flinkpy.spark.sources`): its readers, with confluent-kafka consumers,
-run on the driver to plan a micro-batch and on the executors to read it, and a Spark offset is
-each reader's state (the next offset per partition). A KafkaSource reader polls without
-waiting, and a fresh consumer has fetched nothing yet, so on Spark each reader is wrapped in
-a :class:`PatientReader` that polls until records come or the partitions stay quiet for
-:data:`QUIET_S`. Starting offsets must name the same records when a batch is planned and when
-it is read again: ``latest()`` and ``committed_offsets()`` move, so they are refused
-(:func:`check_source`).
+own data source (:mod:`flinkpy.spark.sources`) with one reader per partition
+(:func:`reader_parallelism`: a consumer of several partitions interleaves them differently on
+each read): its readers, with confluent-kafka consumers, run on the driver to plan a
+micro-batch and on the executors to read it, and a Spark offset is each reader's state (its
+partition's next offset). A KafkaSource reader polls without waiting, and a fresh consumer has
+fetched nothing yet, so on Spark each reader is wrapped in a :class:`PatientReader` that polls
+until records come or the partition stays quiet for :data:`QUIET_S`. Starting offsets must
+name the same records when a batch is planned and when it is read again: ``latest()`` and
+``committed_offsets()`` move, so they are refused (:func:`check_source`), as is an unbounded
+source, whose partitions are not known when it is built.
 
 **Writing.** A KafkaSink with ``DeliveryGuarantee.EXACTLY_ONCE`` writes each micro-batch from
 the driver in one Kafka transaction on the transactional id ``<prefix>-spark`` (one writer per
@@ -96,11 +98,28 @@ MOVING_STARTS = ("latest", "committed")
 
 def check_source(source: Any) -> str | None:
     """Why Spark cannot read ``source`` exactly once, or None."""
+    if reader_parallelism(source) is None:
+        return ("Spark needs one reader per partition, known when the source is built (a reader of several partitions "
+                "interleaves them differently each time a batch is read again): only a bounded KafkaSource of one topic has them")
     kind = str(getattr(source.starting, "kind", "")).lower()
     if any(m in kind for m in MOVING_STARTS):
         return (f"starting offsets {kind.rsplit('.', 1)[-1]} name other records when a micro-batch is planned and when it is "
                 "read again")
     return None
+
+
+def reader_parallelism(source: Any) -> int | None:
+    """One reader per partition: a consumer of several partitions interleaves them differently
+    each time it reads, so a batch read again on an executor would hold other records than the
+    driver counted. The partitions of a bounded source are known when it is built; None when
+    they are not (an unbounded source) or when two of them would share a reader."""
+    from flinkpy.connectors.kafka_splits import owner
+
+    parts = list(source.stopping or ())
+    if not parts:
+        return None
+    n = len(parts)
+    return n if len({owner(tp, n) for tp in parts}) == n else None
 
 
 def check_sink(sink: Any) -> str | None:

@@ -358,7 +358,7 @@ class _Translator:
         if kafka.is_kafka_source(src):
             reason = kafka.check_source(src)
             if reason:
-                raise _refuse(node, reason, remedy="start from earliest(), timestamp() or offsets() on Spark")
+                raise _refuse(node, reason, remedy="on Spark: set_bounded(...), and start from earliest(), timestamp() or offsets()")
             spark = "Python data source 'flinkpy' with confluent-kafka consumers (offsets per partition: replayable)"
         index = self.source_count
         self.source_count += 1
@@ -366,6 +366,8 @@ class _Translator:
         for cap in (node.max_allowed_parallelism, getattr(src, "max_parallelism", lambda: None)()):
             if cap:
                 parallelism = min(parallelism, cap)
+        if kafka.is_kafka_source(src):
+            parallelism = kafka.reader_parallelism(src) or parallelism
         step = _SourceStep(node, index, parallelism, self.max_records)
         if step.whole and step.fusable:
             spark = ("read whole in one micro-batch planned on the driver (rate-micro-batch ticks -> mapInArrow; "
