@@ -150,3 +150,15 @@ def test_kafka_job_on_spark_is_exact_across_a_killed_python_worker(kafka, spark_
     assert final["state"] == "FINISHED"
     got = _committed_output(kafka, sink, count)
     assert got == expected, f"duplicates {dict(got - expected)}, missing {dict(expected - got)}"
+
+
+def test_an_unbounded_kafka_source_is_refused_on_spark_with_its_reason(kafka, tmp_path: Path) -> None:  # noqa: F811
+    """Its partitions are not known when it is built, and a reader of several partitions would
+    read a batch again with other records: the plan says so, naming the source (exit 7)."""
+    source = kafka.new_topic(partitions=2, prefix="spark-in")
+    sink = kafka.new_topic(partitions=1, prefix="spark-out")
+    job = tmp_path / "unbounded.py"
+    job.write_text(KAFKA_JOB.replace(".set_bounded(KafkaOffsetsInitializer.latest())", ""))
+    res = run_cli("info", "--runner", "spark", str(job), kafka.bootstrap, source, sink, "0", timeout=60)
+    assert res.returncode == 7, res.stderr[-2000:]
+    assert "one reader per partition" in res.stderr and "lines" in res.stderr
