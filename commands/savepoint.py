@@ -329,7 +329,7 @@ def _print_plan(doc: dict[str, Any], wide: bool) -> None:
     )
     columns = [Column("Operator", fold=True), Column("State", fold=True, min_width=18), Column("Matched by", drop=3),
                Column("Parallelism"), Column("Max parallelism", drop=2, fold=True, min_width=11),
-               Column("Key groups (new subtask <- old subtasks)", fold=True, min_width=24, drop=1)]
+               Column("Key groups (new subtask <- old subtasks), or partition@offset", fold=True, min_width=24, drop=1)]
     rows = []
     for op in doc["operators"]:
         label = op["name"] + (f" [uid {op['uid']}]" if op["uid"] else "")
@@ -347,6 +347,8 @@ def _print_plan(doc: dict[str, Any], wide: bool) -> None:
                 for r in op["key_groups"]
                 if r["key_groups"]
             )
+        if op.get("splits"):  # a Kafka source: partition@offset each new subtask resumes
+            groups = "\n".join(f"{r['subtask']}: {', '.join(r['splits']) or '-'}" for r in op["splits"])
         state = op["status"] + (":\n" + "\n".join(op["states"]) if op["states"] else "")  # one state a line
         rows.append([label, state, op["matched_by"] or "-", par, maxp, groups])
     render(console, columns, rows, title="Operators", wide=wide)

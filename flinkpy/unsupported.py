@@ -40,8 +40,8 @@ class Gap:
     instead: str | None = None
 
 
-_KAFKA_LIKE = ("use a Redis stream, a replayable log with checkpointed offsets: RedisStreamsSource and "
-               "RedisStreamsSink in flinkpy.datastream.connectors.redis")
+_KAFKA_LIKE = ("use Kafka (KafkaSource in flinkpy.datastream.connectors.kafka) or a Redis stream, replayable "
+               "logs with checkpointed offsets: RedisStreamsSource and RedisStreamsSink in flinkpy.datastream.connectors.redis")
 _STORE_LIKE = ("write with an exactly-once PostgresSink or PostgresUpsertSink (flinkpy.datastream.connectors.jdbc) "
                "or a RedisUpsertSink (flinkpy.datastream.connectors.redis)")
 
@@ -51,7 +51,6 @@ GAPS: dict[str, Gap] = {g.name: g for g in (
     Gap("flinkpy.table", "PyFlink's Table API and SQL",
         "write the job with the DataStream API, flinkpy.datastream: Types.ROW rows, the JSON and CSV row "
         "formats and keyed state cover most of what a Table program does"),
-    Gap("flinkpy.datastream.connectors.kafka", "the Kafka connector", _KAFKA_LIKE),
     Gap("flinkpy.datastream.connectors.dynamic_kafka", "the dynamic Kafka connector", _KAFKA_LIKE),
     Gap("flinkpy.datastream.connectors.pulsar", "the Pulsar connector", _KAFKA_LIKE),
     Gap("flinkpy.datastream.connectors.kinesis", "the Kinesis connector", _KAFKA_LIKE),
@@ -63,8 +62,6 @@ GAPS: dict[str, Gap] = {g.name: g for g in (
         "run the bounded part and the unbounded part as two jobs, or union two sources"),
     Gap("flinkpy.datastream.connectors.base", "the connectors' base module",
         "import Source and Sink from flinkpy.datastream.connectors"),
-    Gap("flinkpy.datastream.formats.avro", "the Avro format",
-        "use the JSON or CSV row format (flinkpy.datastream.formats.json, .csv)"),
     Gap("flinkpy.datastream.formats.parquet", "the Parquet format",
         "use the JSON or CSV row format (flinkpy.datastream.formats.json, .csv)"),
     Gap("flinkpy.datastream.formats.orc", "the ORC format",

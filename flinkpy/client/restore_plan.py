@@ -22,6 +22,7 @@ from typing import Any
 from flinkpy.checkpoint.metadata import METADATA_FILE, CorruptCheckpointError
 from flinkpy.checkpoint.storage import CheckpointStorage
 from flinkpy.errors import NotFoundError, UsageError
+from flinkpy.connectors.kafka_splits import split_plan
 from flinkpy.state.key_groups import key_group_range_for_operator
 
 #: How deep below a directory ``find_snapshots`` looks for ``_metadata`` by default:
@@ -201,6 +202,9 @@ def compare(metadata: dict[str, Any], plan: dict[str, Any], *, allow_non_restore
                 entry["key_groups"] = _key_group_sources(new["max_parallelism"], keyed, new["parallelism"])
             except UsageError as exc:
                 problems.append(f"operator {label}: {exc.message}")
+        splits = split_plan([s.get("source_offsets") for s in old["subtasks"]], new["parallelism"])
+        if splits is not None:  # a Kafka source: the partitions each new subtask resumes
+            entry["splits"] = splits
         operators.append(entry)
     dropped = []
     for op in metadata["operators"]:

@@ -10,6 +10,7 @@ from flinkpy.common.execution_config import ExecutionConfig
 from flinkpy.common.job_status import JobStatus
 from flinkpy.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from flinkpy.common.serialization import (
+    ByteArraySchema,
     DeserializationSchema,
     Encoder,
     SerializationSchema,
@@ -32,6 +33,7 @@ __all__ = [
     "Row",
     "RowKind",
     "SerializationSchema",
+    "ByteArraySchema",
     "SimpleStringSchema",
     "Time",
     "TimestampAssigner",

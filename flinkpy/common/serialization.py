@@ -147,3 +147,32 @@ class SimpleStringSchema(SerializationSchema, DeserializationSchema):
 
     def __repr__(self) -> str:
         return f"SimpleStringSchema({self._charset!r})"
+
+
+class ByteArraySchema(SerializationSchema, DeserializationSchema):
+    """Records are the bytes themselves (PyFlink's ``ByteArraySchema``): a Kafka value passes
+    through untouched, and a ``bytes``/``bytearray`` record is written as it is.
+
+    >>> ByteArraySchema().deserialize(b"\\x00\\x01"), ByteArraySchema().serialize(bytearray(b"ab"))
+    (b'\\x00\\x01', b'ab')
+    """
+
+    def serialize(self, element: Any) -> bytes:
+        if not isinstance(element, (bytes, bytearray, memoryview)):
+            from flinkpy.errors import UsageError
+
+            raise UsageError(f"ByteArraySchema writes bytes, got {type(element).__name__}",
+                             remedy="map the records to bytes first, or use SimpleStringSchema")
+        return bytes(element)
+
+    def deserialize(self, message: bytes) -> bytes:
+        return bytes(message)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByteArraySchema)
+
+    def __hash__(self) -> int:
+        return hash("ByteArraySchema")
+
+    def __repr__(self) -> str:
+        return "ByteArraySchema()"

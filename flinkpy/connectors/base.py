@@ -104,6 +104,12 @@ class SourceReader(ABC):
         """The reading position (offsets): picklable, small. Taken between two polls."""
         return None
 
+    def pending_records(self) -> int | None:
+        """Records still waiting in the external system for this reader (Flink's
+        ``pendingRecords``: a Kafka consumer's lag), or None where unknown. Read by the metrics
+        thread, so it returns a figure kept by the polling thread, without I/O."""
+        return None
+
     def snapshot_checkpoint(self, checkpoint_id: int) -> Any:
         """``snapshot_state`` for checkpoint ``checkpoint_id`` (what the engine calls at a
         barrier): a reader that acts when that checkpoint completes remembers what it covered."""

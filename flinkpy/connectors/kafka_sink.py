@@ -139,8 +139,10 @@ class KafkaWriter(SinkWriter):
             self._errors = []
             raise translate(first, self._sink.bootstrap_servers, f"{doing} in {self.who} ({n} record(s) not delivered, the first to {topic!r})", topic)
         if remaining:
-            raise KafkaUnreachableError(f"{self.where}: {doing}: {remaining} record(s) unacknowledged after {self.timeout_s:.0f} s",
-                                        remedy="check the brokers; the job restarts from its last checkpoint")
+            raise KafkaUnreachableError(
+                f"no Kafka broker answers at {self._sink.bootstrap_servers} while {doing} in {self.who}: "
+                f"{remaining} record(s) unacknowledged after {self.timeout_s:.0f} s",
+                remedy="check the brokers; the job restarts from its last checkpoint")
 
     def write(self, records: list) -> None:
         self.produce(self.serialize(records))
@@ -188,8 +190,10 @@ class ExactlyOnceKafkaWriter(KafkaWriter):
     def _group(self, group: str) -> Any:
         if group not in self._groups:
             ck = kafka_module()
-            self._groups[group] = ck.Consumer({"bootstrap.servers": self._sink.bootstrap_servers, "group.id": group,
-                                               "enable.auto.commit": False, "session.timeout.ms": 6000})
+            # the sink's properties carry the connection's security settings; the producer-only
+            # keys among them are ignored by a consumer
+            conf = {k: v for k, v in self._conf.items() if k not in _PRODUCER_ONLY}
+            self._groups[group] = ck.Consumer({**conf, "group.id": group, "enable.auto.commit": False, "session.timeout.ms": 6000})
         return self._groups[group]
 
     def _committed_token(self, batch: Batch) -> int | None:
@@ -245,6 +249,12 @@ class ExactlyOnceKafkaWriter(KafkaWriter):
             c.close()
         self._groups.clear()
 
+
+#: producer keys a consumer (reading the commit markers) must not be given
+_PRODUCER_ONLY = frozenset({"transactional.id", "transaction.timeout.ms", "enable.idempotence", "acks", "linger.ms",
+                            "message.timeout.ms", "delivery.timeout.ms", "batch.num.messages", "batch.size",
+                            "compression.type", "queue.buffering.max.ms", "queue.buffering.max.messages",
+                            "allow.auto.create.topics"})
 
 _PREFIX = re.compile(r"[\w.-]{1,200}")
 

@@ -199,6 +199,12 @@ class KafkaSource(Source):
         return self.boundedness
 
     @property
+    def produced_type(self) -> Any:
+        """The type information of the records, where the value deserializer declares it (the
+        JSON, CSV and Avro row schemas): ``env.from_source`` types the stream with it, as PyFlink does."""
+        return getattr(self.deserializer.value_schema, "type_info", None)
+
+    @property
     def group_id(self) -> str | None:
         return self.properties.get("group.id")
 
@@ -246,7 +252,6 @@ class KafkaSourceReader(SourceReader):
         self.lag: dict[str, int] = {}
         self._next_lag = 0.0
         self._committed: dict[KafkaPartition, int] = {}
-        self._metrics_registered = False
         self._discover(initial=True)
 
     # -- partitions ----------------------------------------------------------------------------
@@ -397,17 +402,18 @@ class KafkaSourceReader(SourceReader):
                 lag[tp.split_id] = max(0, high - offset)
         self.lag = lag
 
+    def pending_records(self) -> int | None:
+        lag = self.lag
+        return sum(lag.values()) if lag else None
+
     def _register_metrics(self, tp: KafkaPartition) -> None:
         """Flink's Kafka source figures: per partition ``KafkaSourceReader.topic.<t>.partition.<p>``
         ``currentOffset``, ``committedOffset`` and ``pendingRecords`` (the lag: records behind the
-        log end), and the reader's ``pendingRecords`` (FLIP-33), read by the metrics thread."""
+        log end), read by the metrics thread; the sum is the task's ``pendingRecords`` figure."""
         group = self._ctx.metric_group
         if group is None:
             return
         split = tp.split_id
-        if not self._metrics_registered:
-            group.gauge("pendingRecords", lambda: sum(self.lag.values()))
-            self._metrics_registered = True
         g = group.add_group("KafkaSourceReader").add_group("topic", tp.topic).add_group("partition", str(tp.partition))
         g.gauge("currentOffset", lambda: self._offsets.get(tp, -1))
         g.gauge("committedOffset", lambda: self._committed.get(tp, -1))

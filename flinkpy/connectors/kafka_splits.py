@@ -84,7 +84,21 @@ def restored_offsets(states: Iterable[Any]) -> dict[KafkaPartition, int]:
 
 def state_of(subtask: int, offsets: dict[KafkaPartition, int]) -> dict[str, Any]:
     """A reader's snapshot: its next offset per partition."""
-    return {"subtask": subtask, "offsets": {tp.split_id: off for tp, off in sorted(offsets.items())}}
+    return {"source": "kafka", "subtask": subtask, "offsets": {tp.split_id: off for tp, off in sorted(offsets.items())}}
+
+
+def split_plan(states: list[Any], parallelism: int) -> list[dict[str, Any]] | None:
+    """Which partitions (with their offsets) each subtask of a restore at ``parallelism`` takes
+    from a snapshot's Kafka source states (``savepoint plan``), or None for another source's.
+
+    >>> [r["splits"] for r in split_plan([{"source": "kafka", "offsets": {"t-0": 5, "t-1": 7}}], 2)]
+    [['t-0@5'], ['t-1@7']]
+    """
+    if not any(isinstance(s, dict) and s.get("source") == "kafka" for s in states):
+        return None
+    offsets = restored_offsets(states)
+    return [{"subtask": i, "splits": [f"{tp.split_id}@{offsets[tp]}" for tp in assigned(offsets, i, parallelism)]}
+            for i in range(parallelism)]
 
 
 @dataclass(frozen=True)

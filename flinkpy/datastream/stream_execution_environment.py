@@ -329,6 +329,9 @@ class StreamExecutionEnvironment:
             raise InvalidProgramError(
                 f"from_source() needs a Source (FileSource, NumberSequenceSource, ...), got {type(source).__name__}"
             )
+        if type_info is None:
+            # a source whose deserializer knows its rows (PyFlink's getProducedType): KafkaSource
+            type_info = getattr(source, "produced_type", None)
         stream = self._source(source_name, source, type_info)
         if watermark_strategy is not None:
             stream._node.params["watermark_strategy"] = watermark_strategy

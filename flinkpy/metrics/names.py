@@ -27,13 +27,16 @@ OUT_POOL_USAGE = "buffers.outPoolUsage"
 #: producers (bytes), and how long the data queued on its input channels takes to process
 DEBLOATED_BUFFER_SIZE = "debloatedBufferSize"
 ESTIMATED_TIME_TO_CONSUME = "estimatedTimeToConsumeBuffersMs"
+#: sources that know it (FLIP-33): records still waiting in the external system, a Kafka
+#: consumer's lag summed over its partitions
+PENDING_RECORDS = "pendingRecords"
 
 #: every figure a task reports, in the order readers list them
 TASK_METRICS = (
     NUM_RECORDS_IN, NUM_RECORDS_OUT, NUM_RECORDS_IN_PER_SECOND, NUM_RECORDS_OUT_PER_SECOND,
     BUSY_TIME, IDLE_TIME, BACK_PRESSURED_TIME, ACCUMULATED_BUSY, ACCUMULATED_IDLE, ACCUMULATED_BACK_PRESSURED,
     INPUT_WATERMARK, OUTPUT_WATERMARK, IN_POOL_USAGE, OUT_POOL_USAGE,
-    DEBLOATED_BUFFER_SIZE, ESTIMATED_TIME_TO_CONSUME,
+    DEBLOATED_BUFFER_SIZE, ESTIMATED_TIME_TO_CONSUME, PENDING_RECORDS,
 )
 
 # -- per job (JobManager scope) -----------------------------------------------------------------

@@ -35,7 +35,7 @@ from flinkpy.metrics import names
 #: sum of counts and rates, the worst busy/back-pressure/pool usage, the lowest watermark)
 _SUM = {
     names.NUM_RECORDS_IN, names.NUM_RECORDS_OUT, names.NUM_RECORDS_IN_PER_SECOND, names.NUM_RECORDS_OUT_PER_SECOND,
-    names.ACCUMULATED_BUSY, names.ACCUMULATED_IDLE, names.ACCUMULATED_BACK_PRESSURED,
+    names.ACCUMULATED_BUSY, names.ACCUMULATED_IDLE, names.ACCUMULATED_BACK_PRESSURED, names.PENDING_RECORDS,
 }
 _MIN = {names.INPUT_WATERMARK, names.OUTPUT_WATERMARK}
 

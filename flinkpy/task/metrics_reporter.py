@@ -154,6 +154,11 @@ class TaskMetricsReporter:
         figures[names.IN_POOL_USAGE] = round(in_usage, 3)
         figures[names.OUT_POOL_USAGE] = round(out_usage, 3)
         figures.update(self._debloat_figures())
+        reader = getattr(getattr(self.task, "chain", None), "source_reader", None)
+        pending_records = getattr(reader, "pending_records", None)  # readers not derived from SourceReader lack it
+        pending = pending_records() if pending_records is not None else None
+        if pending is not None:
+            figures[names.PENDING_RECORDS] = pending
         return figures
 
     def report(self) -> TaskMetrics:

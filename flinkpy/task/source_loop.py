@@ -112,9 +112,9 @@ class SourceLoop:
                         self.records_in += len(batch)
                         if batch.splits is not None:
                             source_head.process_splits(list(batch), batch.timestamps, batch.splits)
+                            batch_size = next_batch_size(len(batch), monotonic() - now)
                         else:
                             head(list(batch), batch.timestamps)
-                        batch_size = next_batch_size(len(batch), monotonic() - now)
                     if batch.watermark is not None:
                         source_head.emit_source_watermark(batch.watermark)
                     last_data = now
