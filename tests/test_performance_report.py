@@ -108,6 +108,9 @@ def test_every_part_turns_its_results_into_figures_of_a_known_table() -> None:
                      "unordered_ratio": 0.8, "unordered_ratios": [0.7, 0.9], "ordered_rate": 240, "ordered_ratio": 0.8, "ordered_ratios": [0.8]},
         "backpressure": {"source_rate": 1, "sink_rate": 1, "aligned": {"checkpoints": 1, "failed": 0, "duration_ms_median": 1, "sink_rate": 1},
                          "unaligned": {"checkpoints": 1, "failed": 0, "duration_ms_median": 1, "sink_rate": 1, "sink_rate_vs_aligned": 1}},
+        "kafka": {"records": 10, "words": 40, "partitions": 4, "loop_rate": 2, "loop_seconds": [5], "loop_output": 40, "quix_rate": 0.5,
+                  "quix_seconds": [20], "quix_output": 40, "flinkpy_rate": 1, "flinkpy_seconds": [10], "flinkpy_output": 40,
+                  "vs_loop": 0.5, "vs_loop_ratios": [0.5], "vs_quix": 2, "vs_quix_ratios": [2]},
         "spark": {"master": "local[2]", "parallelism": 2, "session_start_s": 1, "warm_up_s": 1,
                   "workloads": {"w1": {"records": 10, "engine": {"rate": 1, "net_rate": 1, "first_result_s": 1}, "flinkpy_on_spark": side,
                                        "hand_written": side, "rate_ratio": 1, "first_result_ratio": 1, "rate_vs_engine": 1}}},
@@ -116,7 +119,7 @@ def test_every_part_turns_its_results_into_figures_of_a_known_table() -> None:
     tables = {f.table for f in found}
     assert tables <= {t.key for t in TABLES}
     assert tables >= {"workloads", "checkpoint-cost", "first-output", "peers-form", "async", "join", "metrics", "snapshots", "recovery", "savepoint",
-                      "windows", "latency", "failover", "backends", "large-state", "backpressure", "spark", "spark-phases"}
+                      "windows", "latency", "failover", "backends", "large-state", "backpressure", "spark", "spark-phases", "kafka"}
     assert len({f.key for f in found}) == len(found), "two figures for one cell"
     # each part module's converter is the one collect uses
     assert peers_form.figures(results["peers_form"]) and metrics_cost.figures(results["metrics"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, iceberg, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, iceberg, kafka, metrics_cost, peers_form, two_input
 from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
@@ -23,7 +23,7 @@ from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
 PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
-         "async", "rabbitmq", "startup", "iceberg"]
+         "async", "rabbitmq", "startup", "iceberg", "kafka"]
 
 #: runs of `flinkpy run examples/word_count.py` behind the startup part's median and maximum
 STARTUP_RUNS = 20
@@ -41,7 +41,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also write every figure with the date, command, machine and versions to FILE.json "
                          "(schema: flinkpy.benchmarks.report; python -m flinkpy.benchmarks.render turns reports into a page)")
     ap.add_argument("--only", choices=PARTS,
-                    help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; only run when asked)")
+                    help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; "
+                         "kafka: exactly-once word counts from topic to topic against confluent-kafka and Quix Streams "
+                         "(pip install noida-db quixstreams); both only run when asked)")
     ap.add_argument("--rabbitmq-url", metavar="URL",
                     help="with --only rabbitmq: the RabbitMQ server to read from, amqp://user:password@host:port/vhost (it is not started for you)")
     ap.add_argument("--keys", type=lambda v: [int(float(k)) for k in v.split(",")], metavar="N[,N...]",
@@ -54,7 +56,7 @@ def log(msg: str) -> None:
 
 
 def wanted(args: argparse.Namespace, part: str) -> bool:
-    """Whether a part that runs by default (all but spark, backends and backpressure) is to run."""
+    """Whether a part that runs by default (all but spark, kafka, backends and backpressure) is to run."""
     return not args.only or args.only == part
 
 
@@ -364,6 +366,8 @@ def report_parts(results: dict[str, Any]) -> None:
             print(line)
     for line in iceberg.report(results.get("iceberg", {})):
         print(line)
+    for line in kafka.report(results.get("kafka", {})):
+        print(line)
     if "startup" in results:
         st = results["startup"]
         print(f"flinkpy run examples/word_count.py -> first output, {len(st['runs_s'])} runs: median {st['median_s']:.2f} s, "
@@ -401,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"generating W1 data ({n_lines} lines, seed {SEED}) ...")
     lines = make_lines(n_lines)
     n_words = sum(len(line.split()) for line in lines)
-    if args.only != "startup":
+    if args.only == "kafka":
+        results["kafka"] = kafka.measure(args.runs, log, quick=args.quick)
+    elif args.only != "startup":
         measure_on_cluster(args, results, lines, n_words, w2_count)
     if wanted(args, "failover"):
         measure_failover(results, args.runs)

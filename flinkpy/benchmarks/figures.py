@@ -8,7 +8,7 @@ import os
 import platform
 from typing import Any
 
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, iceberg, metrics_cost, peers_form
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, iceberg, kafka, metrics_cost, peers_form
 from flinkpy.benchmarks.report import Figure, Machine, Run, Unit, cells, summary
 from flinkpy.benchmarks.windows import WINDOW_ROWS
 from flinkpy.benchmarks.workloads import WORKLOAD_ROWS
@@ -143,6 +143,7 @@ def collect(results: dict[str, Any]) -> list[Figure]:
 
         out += rabbitmq.figures(results["rabbitmq"])
     out += iceberg.figures(results.get("iceberg", {}))
+    out += kafka.figures(results.get("kafka", {}))
     if "spark" in results:
         from flinkpy.benchmarks.spark import figures as spark_figures
 
@@ -161,6 +162,8 @@ def versions(results: dict[str, Any]) -> dict[str, str]:
 
     out = {"python": platform.python_version()}
     packages = ["flinkpy"] + (["pyspark"] if "spark" in results else [])
+    if results.get("kafka"):
+        packages += ["confluent-kafka", "noida-db", "quixstreams"]
     for package in packages:
         try:
             out[package] = version(package)

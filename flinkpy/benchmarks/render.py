@@ -138,6 +138,17 @@ TABLES: list[Table] = [
           "records' trip through the engine (a source task, a map, pickled batches to the sink's task), the sink's "
           "conversion of tuples to Arrow, and its start-up, pyiceberg's import in the sink's task included.",
           "writer"),
+    Table("kafka", "Kafka, exactly once",
+          "A topic of keyed lines (4 partitions) split into words, counted per word and every update written to a "
+          "topic, exactly once with a commit every second, three ways on one noida-db server and one input: the "
+          "consume-transform-produce loop a Python user writes with confluent-kafka (one process, a dict, one "
+          "transactional producer), Quix Streams with its exactly-once guarantee (it keys the words through a "
+          "repartition topic and keeps counts in RocksDB), and flinkpy's job run whole by flinkpy run at p=2 with "
+          "checkpoints every second (its KafkaSink commits a transaction per checkpoint). Each is timed as a whole "
+          "process, start-up included, until a read_committed reader finds every word's final count; the rate is "
+          "input lines per second of that time. The loop pays no serialization between steps; flinkpy pays the "
+          "cluster's start, the key_by between processes and the wait for a checkpoint to commit the last records. "
+          "The updates committed equal the words read when nothing was written twice.", "contender"),
     Table("spark", "The Spark runner against hand-written PySpark",
           "W1 and W2 three ways in one run on one warm local[2] session: flinkpy's engine at p=2, the same job through "
           "the Spark runner, and the query a PySpark user writes (W1 with a Python UDF, W2 in Column expressions), "

@@ -73,7 +73,8 @@ class KafkaWriter(SinkWriter):
     def producer(self, **extra: Any) -> Any:
         ck = kafka_module()
         try:
-            return ck.Producer({**self._conf, **extra})
+            # delivery callbacks for failures only: one Python call per record otherwise
+            return ck.Producer({"delivery.report.only.error": True, **self._conf, **extra})
         except ck.KafkaException as e:
             raise ConfigurationError(f"{self.where}: the producer configuration is refused: {e.args[0].str()}",
                                      remedy="fix or remove the property it names (set_property)") from None
@@ -108,8 +109,15 @@ class KafkaWriter(SinkWriter):
 
     def produce(self, records: list[ProducerRecord]) -> None:
         p = self._producer
+        report = self._on_delivery
         for r in records:
-            kw: dict[str, Any] = {"value": r.value, "key": r.key, "on_delivery": self._on_delivery}
+            if r.partition is None and r.timestamp is None and not r.headers:
+                try:  # the common record: no dict of keywords built for it
+                    p.produce(r.topic, r.value, r.key, on_delivery=report)
+                    continue
+                except BufferError:
+                    pass
+            kw: dict[str, Any] = {"value": r.value, "key": r.key, "on_delivery": report}
             if r.partition is not None:
                 kw["partition"] = r.partition
             if r.timestamp is not None:

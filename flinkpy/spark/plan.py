@@ -171,9 +171,10 @@ class _SourceStep:
     def __call__(self, spark: Any, *, transform: Any = None, ddl: str | None = None, saved: Any = None) -> Any:
         """The source's DataFrame; ``saved``: its offset in the checkpoint location, which keeps
         a restarted query on the road it started on (Spark reads the offset back)."""
+        from flinkpy.spark.kafka import SparkKafkaSource, is_kafka_source
         from flinkpy.spark.sources import is_data_source_offset, plan_whole, read_stream, read_whole, socket_stream
 
-        src = self.node.fn
+        src = SparkKafkaSource(self.node.fn) if is_kafka_source(self.node.fn) else self.node.fn
         if not self.fusable:
             return socket_stream(spark, src.hostname, src.port, self.index)
         if self.whole and not is_data_source_offset(saved):
@@ -340,9 +341,10 @@ class _Translator:
 
     def source(self, node: StreamNode) -> Step:
         from flinkpy.connectors.socket_source import SocketTextSource
+        from flinkpy.spark import kafka
 
         src = node.fn
-        guarantee = getattr(src, "guarantee", None)
+        guarantee = "exactly-once" if kafka.is_kafka_source(src) else getattr(src, "guarantee", None)
         if isinstance(src, SocketTextSource):
             spark = "Spark socket source (no replay, as the engine's)"
             if src.delimiter != "\n":
@@ -357,12 +359,19 @@ class _Translator:
                           remedy="use a replayable source (from_collection, NumberSequenceSource, FileSource, DataGeneratorSource, RedisStreamsSource)")
         else:
             spark = "Python data source 'flinkpy' (offsets are reader positions: replayable)"
+        if kafka.is_kafka_source(src):
+            reason = kafka.check_source(src)
+            if reason:
+                raise _refuse(node, reason, remedy="on Spark: set_bounded(...), and start from earliest(), timestamp() or offsets()")
+            spark = "Python data source 'flinkpy' with confluent-kafka consumers (offsets per partition: replayable)"
         index = self.source_count
         self.source_count += 1
         parallelism = node.parallelism or self.parallelism
         for cap in (node.max_allowed_parallelism, getattr(src, "max_parallelism", lambda: None)()):
             if cap:
                 parallelism = min(parallelism, cap)
+        if kafka.is_kafka_source(src):
+            parallelism = kafka.reader_parallelism(src) or parallelism
         step = _SourceStep(node, index, parallelism, self.max_records)
         if step.whole and step.fusable:
             spark = ("read whole in one micro-batch planned on the driver (rate-micro-batch ticks -> mapInArrow; "

@@ -9,6 +9,8 @@ exactly-once end to end:
 - collect (``execute_and_collect``): one pickled file per batch in the collect directory;
 - PostgreSQL sinks: the rows and a row ``(sink id, batch id)`` in ``flinkpy_spark_batches`` in one
   transaction; a batch whose id is already recorded is skipped;
+- KafkaSink with EXACTLY_ONCE: a Kafka transaction per batch that also commits the batch id as a
+  marker (:mod:`flinkpy.spark.kafka`); a batch the marker covers is skipped;
 - print and SinkFunctions: at-least-once, as on the engine.
 
 A query attempt's first micro-batch is the first one its checkpoint has not committed. Before
@@ -248,6 +250,15 @@ def writer_for(sink: Any, sink_id: str, operator: str) -> BatchWriter:
         from flinkpy.spark.iceberg_writer import IcebergBatchWriter
 
         return IcebergBatchWriter(sink, sink_id)
+    from flinkpy.spark import kafka
+
+    if kafka.is_kafka_sink(sink):
+        reason = kafka.check_sink(sink)
+        if reason:
+            from flinkpy.spark.plan import UntranslatableError
+
+            raise UntranslatableError(operator, reason, remedy="set_topic() a fixed topic, or use AT_LEAST_ONCE")
+        return kafka.KafkaBatchWriter(sink, sink_id)
     if type(sink).__name__ in ("PostgresSink", "PostgresUpsertSink", "PostgresBatchSink") and hasattr(sink, "dsn") and hasattr(sink, "sql"):
         return PostgresWriter(sink, sink_id)
     from flinkpy.spark.plan import UntranslatableError
