@@ -41,12 +41,13 @@ def _states(handle: dict[str, Any] | None) -> list[str]:
         return []
     lines = []
     for name, desc in handle["states"].items():
+        # a sink that keeps its pending transaction's records (the Kafka sink) says how many
+        held = f", {desc['pending_records']} records in its pending transaction" if "pending_records" in desc else ""
         if "pending" in desc:  # a two-phase-commit sink: its transactions awaiting the commit
-            lines.append(f"{name} (two-phase commit, {desc['entries']} pending)")
+            lines.append(f"{name} (two-phase commit, {desc['entries']} pending){held}")
             lines += [f"  {_pending(txn)}" for txn in desc["pending"]]
         else:
-            lines.append(f"{name} ({desc['kind']}, {desc.get('entries', 'not counted')})"
-                         + (f", {desc['pending_records']} records in its pending transaction" if "pending_records" in desc else ""))
+            lines.append(f"{name} ({desc['kind']}, {desc.get('entries', 'not counted')}){held}")
     return lines
 
 

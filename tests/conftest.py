@@ -226,8 +226,17 @@ def _no_leaked_processes(tmp_path_factory: pytest.TempPathFactory):
     while time.monotonic() < deadline and leaked():
         time.sleep(poll)
     left = leaked()
+    described = [(p.pid, _cmdline(p)) for p in left]
     for p in left:
-        p.kill()
-    assert not left, f"test leaked engine processes: {[(p.pid, p.cmdline()) for p in left]}"
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    assert not left, f"test leaked engine processes: {described}"
+
+
+def _cmdline(p: psutil.Process) -> list[str] | str:
+    try:
+        return p.cmdline()
+    except psutil.Error as e:  # gone (or a zombie) since it was seen
+        return f"({type(e).__name__})"
 
 
