@@ -201,6 +201,9 @@ def _no_leaked_processes(tmp_path_factory: pytest.TempPathFactory):
     (every cluster home lives there) or that descend from this process.
     """
     base = str(tmp_path_factory.getbasetemp())
+    # a process that existed before the test is not its leak, even when it was not recognisable
+    # as ours yet (a module fixture's supervisor between its fork and its exec)
+    started = time.time()
     before = {p.pid for p in flinkpy_processes()}
     yield
 
@@ -215,7 +218,8 @@ def _no_leaked_processes(tmp_path_factory: pytest.TempPathFactory):
         out = []
         for p in flinkpy_processes():
             try:
-                if p.pid not in before and ours(p) and p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                if (p.pid not in before and p.create_time() >= started - 0.05 and ours(p) and p.is_running()
+                        and p.status() != psutil.STATUS_ZOMBIE):
                     out.append(p)
             except psutil.Error:
                 pass

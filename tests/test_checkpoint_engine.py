@@ -262,8 +262,9 @@ def test_manual_trigger_waits_its_turn_behind_a_periodic_checkpoint(cluster, tmp
     queues behind it, as in Flink, instead of failing; --timeout bounds the wait (exit 6)."""
     jid = submit(tmp_path, KEYED_JOB, "execution.checkpointing.interval=200ms", "execution.checkpointing.timeout=60s")
     wait_for(lambda: stats(jid)["counts"]["completed"] >= 1, timeout=30, message="a first checkpoint")
-    # a frozen sum task holds the next periodic checkpoint in progress for 4 s
-    paused = run_cli("fault", "pause-task", jid, "--vertex", "sums", "--subtask", "0", "--for", "4s")
+    # a frozen sum task holds the next periodic checkpoint in progress for 10 s (a loaded machine
+    # may take seconds to see it held and to start the CLI below)
+    paused = run_cli("fault", "pause-task", jid, "--vertex", "sums", "--subtask", "0", "--for", "10s")
     assert paused.returncode == 0, paused.stderr
     blocked = wait_for(lambda: stats(jid)["counts"]["in_progress"] == 1 and stats(jid)["latest"].get("completed"),
                        timeout=10, message="a checkpoint held in progress by the paused task")

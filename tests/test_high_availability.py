@@ -144,8 +144,10 @@ def test_killed_leader_a_standby_takes_over_and_the_job_ends_exactly(ha_cluster,
     stats = cli_json("checkpoint", "list", jid)
     assert stats["counts"]["completed"] >= before["completed"]
     assert stats["latest"]["restored"] is not None and stats["latest"]["restored"]["id"] >= 3
-    # the CLI keeps working with no address: `list` finds the job on the new leader
-    assert [x["jid"] for x in cli_json("list")["jobs"]] == [jid]
+    # the CLI keeps working with no address: `list` finds the job on the new leader (once the
+    # leader's address reached the home, which a loaded machine may take a moment to write)
+    wait_for(lambda: [x["jid"] for x in cli_json("list")["jobs"]] == [jid], timeout=20,
+             message="flinkpy list shows the job on the new leader")
 
     finish_exactly(jid, flinkpy_home)
 

@@ -76,6 +76,8 @@ SAMPLES: list[Message] = [
     m.TaskFailed("ValueError", "boom", "Traceback ...", "Map (1/2)"),
     m.RegisterTaskManager("tm-1", 7, "127.0.0.1", 2, "/log", "/out", epoch=3),
     m.Registered("tm-1"),
+    m.ProbeStorage("p1", "file:///shared/checkpoints", "j1", marker=".flinkpy-probe-j1"),
+    m.StorageProbed("p1", "tm-1", "cannot write file:///shared/checkpoints"),
     m.Refused("not the leader of epoch 2"),
     m.Heartbeat("tm-1", 3),
     m.TaskMetrics(1_000, {"numRecordsIn": 10, "busyTimeMsPerSecond": 250}, [{"name": "seen", "type": "counter", "value": 3}]),
