@@ -178,8 +178,7 @@ class CommitProtocol:
     def state(self) -> dict[str, Any]:
         """The checkpointed part: every batch a completed checkpoint would have to commit."""
         pending = ([self._prepared] if self._prepared else []) + self._waiting
-        return {"prefix": self.prefix, "subtask": self.subtask, "pending": [b.to_state() for b in pending],
-                "pending_records": sum(len(b.records) for b in pending)}
+        return {"prefix": self.prefix, "subtask": self.subtask, "pending": [b.to_state() for b in pending]}
 
     def complete(self, checkpoint_id: int) -> list[Action]:
         out: list[Action] = []

@@ -227,7 +227,11 @@ def pending_summary(state: Any) -> dict[str, Any] | None:
     if not isinstance(state, dict) or "prefix" not in state or not isinstance(state.get("pending"), list):
         return None
     pending = [describe_committable(c) for c in state["pending"]]
-    return {"kind": "sink", "entries": len(pending), "transaction_prefix": state["prefix"], "pending": pending}
+    summary = {"kind": "sink", "entries": len(pending), "transaction_prefix": state["prefix"], "pending": pending}
+    if all(isinstance(p.get("records"), int) for p in pending):
+        # every transaction knows its records (Iceberg's, the Kafka sink's): what a restore commits
+        summary["pending_records"] = sum(p["records"] for p in pending)
+    return summary
 
 
 def describe_committable(committable: Any) -> dict[str, Any]:
@@ -237,6 +241,10 @@ def describe_committable(committable: Any) -> dict[str, Any]:
         return dict(describe())
     if isinstance(committable, str):
         return {"transaction_id": committable}
+    if isinstance(committable, dict) and isinstance(committable.get("records"), list):
+        # a transaction kept with its records to replay (the Kafka sink's batches)
+        facts = {k: v for k, v in committable.items() if isinstance(v, (int, str))}
+        return {**facts, "records": len(committable["records"])}
     if isinstance(committable, (list, tuple)):
         return {"files": len(committable)}
     return {}

@@ -294,7 +294,4 @@ def _operator_summary(state: dict[str, Any]) -> dict[str, Any]:
         sink = state["sink"]
         # a two-phase-commit sink's state is its pending transactions: say which
         summary["sink"] = pending_summary(sink) or {"kind": "sink", "entries": len(sink) if hasattr(sink, "__len__") else 1}
-        if isinstance(sink, dict) and "pending_records" in sink:
-            # a sink that keeps its pending transaction's records (the Kafka sink): how many
-            summary["sink"]["pending_records"] = sink["pending_records"]
     return summary
