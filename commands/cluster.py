@@ -75,7 +75,7 @@ def start(
         extra.append(f"high-availability.type={ha}")
     if quorum is not None:
         extra.append(f"high-availability.zookeeper.quorum={quorum}")
-    config = load_cli_config(extra)
+    config = load_cli_config(extra, starts_processes=True)
     from flinkpy.cluster import start_cluster
 
     home = cluster_home()
@@ -123,7 +123,7 @@ def add_taskmanager(
         flinkpy cluster add-taskmanager
         flinkpy cluster add-taskmanager --slots 4 --json
     """
-    config = load_cli_config(dynamic)
+    config = load_cli_config(dynamic, starts_processes=True)
     from flinkpy.cluster import add_taskmanager as start_one
 
     if slots is None:
@@ -161,7 +161,7 @@ def add_jobmanager(dynamic: Dynamic = None, json_: JsonFlag = False) -> None:
         flinkpy cluster add-jobmanager
         flinkpy cluster add-jobmanager --json
     """
-    config = load_cli_config(dynamic)
+    config = load_cli_config(dynamic, starts_processes=True)
     from flinkpy.cluster.ha import add_jobmanager as start_one
 
     with progress("Starting a JobManager..."):

@@ -8,7 +8,6 @@ imported lazily so that ``flinkpy --help`` stays fast.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,14 +31,29 @@ def cluster_home() -> ClusterHome:
 
 def home_dir() -> Path:
     """The directory holding flinkpy.yaml; the same rule as ClusterHome.resolve()."""
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".flinkpy").expanduser()
+    from flinkpy.config import default_home
+
+    return default_home()
 
 
-def load_cli_config(overrides: list[str] | None = None) -> Config:
-    """The effective configuration for this invocation: file, environment, then -D flags."""
-    from flinkpy.config import load_config, parse_override
+#: keys each cluster process reads itself, from its host's flinkpy.yaml and environment, so
+#: that one given with -D to a command that starts processes would not act
+PER_HOST_PREFIXES = ("security.ssl.",)
+
+
+def load_cli_config(overrides: list[str] | None = None, *, starts_processes: bool = False) -> Config:
+    """The effective configuration for this invocation: file, environment, then -D flags.
+
+    ``starts_processes``: the command starts cluster processes, which read the per-host keys
+    (TLS) themselves; such a key given with -D is refused rather than silently ignored."""
+    from flinkpy.config import SCHEMA, load_config, parse_override
+    from flinkpy.errors import UsageError
 
     pairs = dict(parse_override(item) for item in overrides or [])
+    for key in pairs if starts_processes else ():
+        if key.startswith(PER_HOST_PREFIXES):
+            raise UsageError(f"-D {key}: every cluster process reads this key from its host's flinkpy.yaml or environment, not from -D",
+                             remedy=f"put it in {home_dir() / 'flinkpy.yaml'} on each host, or export {SCHEMA[key].env_var}")
     return load_config(home_dir(), overrides=pairs)
 
 

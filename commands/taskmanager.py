@@ -53,7 +53,7 @@ def start(
 
     address = parse_host_port(jobmanager, what="--jobmanager")
     timeout_s = duration_seconds(timeout, "--timeout", positive=True)
-    config = load_cli_config(dynamic)
+    config = load_cli_config(dynamic, starts_processes=True)
     home = cluster_home()
     install_secret(home, secret_file=secret_file, environ=os.environ)
     with progress(f"Starting a TaskManager for {jobmanager}..."):

@@ -234,6 +234,15 @@ SCHEMA: dict[str, Option] = {
         _option("log.file.max-size", MemorySizeType(), 100 << 20, "Size at which a cluster process's .log (and a TaskManager's .out) is rotated to .1, .2, ... (0 = never); read by each process from the cluster home's flinkpy.yaml or the environment."),
         _option("log.file.max-backups", IntType(0), 10, "Rotated .log/.out files kept per process (0 = none: the file starts afresh)."),
         _option("rest.server.numThreads", IntType(1), 32, "REST requests served at once; a connection beyond them is answered 503 at once."),
+        _option("security.ssl.internal.enabled", BoolType(), False, "TLS with mutual authentication on every connection between cluster processes (the JobManager's RPC endpoint, TaskManagers, the data channels between tasks), beside the cluster secret's challenge; needs security.ssl.internal.keystore and .truststore."),
+        _option("security.ssl.internal.keystore", StringType(), None, "PEM file with this process's certificate chain and its private key, for internal TLS (flinkpy reads PEM, not Java keystores)."),
+        _option("security.ssl.internal.key-password", StringType(), None, "Password of the private key in security.ssl.internal.keystore, when it is encrypted."),
+        _option("security.ssl.internal.truststore", StringType(), None, "PEM file of the CA certificates that sign the cluster's internal certificates: a peer must present one they signed (host names are not checked: trust comes from the CA)."),
+        _option("security.ssl.rest.enabled", BoolType(), False, "HTTPS for the REST API (the CLI, scripts and the web of metrics); needs security.ssl.rest.keystore on the JobManager and security.ssl.rest.truststore on clients."),
+        _option("security.ssl.rest.keystore", StringType(), None, "PEM file with the REST server's certificate chain and private key (and the client's, with security.ssl.rest.authentication-enabled)."),
+        _option("security.ssl.rest.key-password", StringType(), None, "Password of the private key in security.ssl.rest.keystore, when it is encrypted."),
+        _option("security.ssl.rest.truststore", StringType(), None, "PEM file of the CA certificates a REST client trusts for the JobManager's certificate (and the server for clients' certificates, with security.ssl.rest.authentication-enabled)."),
+        _option("security.ssl.rest.authentication-enabled", BoolType(), False, "Mutual TLS on the REST API: clients must present a certificate signed by a CA in security.ssl.rest.truststore (their own from security.ssl.rest.keystore)."),
         _option("jobmanager.rpc.address", StringType(), "127.0.0.1", "Address TaskManagers use to reach the JobManager (its RPC endpoint listens there)."),
         _option("jobmanager.bind-host", StringType(), None, "Local address the JobManager's RPC endpoint binds to (0.0.0.0: every interface); unset: jobmanager.rpc.address."),
         _option("jobmanager.rpc.port", PortType(), 0, "Port of the JobManager's RPC endpoint, the HOST:PORT of 'flinkpy taskmanager start --jobmanager'. 0: any free port (Flink's default is 6123: set it for a cluster across hosts)."),
@@ -450,6 +459,12 @@ def _read_file(path: Path) -> dict[str, Any]:
             remedy="write one 'key: value' per line",
         )
     return dict(_flatten(data))
+
+
+def default_home() -> Path:
+    """The cluster home a process uses when none is named: ``$FLINKPY_HOME``, else
+    ``~/.flinkpy`` (its ``flinkpy.yaml`` is the configuration of the CLI and the clients)."""
+    return Path(os.environ.get("FLINKPY_HOME") or Path.home() / ".flinkpy").expanduser()
 
 
 def load_config(

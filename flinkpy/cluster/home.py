@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from flinkpy.config import default_home
 from flinkpy.files import read_json, write_json_atomically
 from flinkpy.network.auth import read_secret
 from flinkpy.processes import running
@@ -83,9 +84,7 @@ class ClusterHome:
 
     @classmethod
     def resolve(cls, path: str | Path | None = None) -> "ClusterHome":
-        if path is None:
-            path = os.environ.get("FLINKPY_HOME") or Path.home() / ".flinkpy"
-        return cls(Path(path).expanduser())
+        return cls(default_home() if path is None else Path(path).expanduser())
 
     @property
     def log_dir(self) -> Path:

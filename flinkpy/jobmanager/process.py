@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -33,6 +34,7 @@ from flinkpy.network import auth
 from flinkpy.network.auth import read_secret
 from flinkpy.network.http_limits import HttpLimits
 from flinkpy.network.connection import Connection, handshake, listen
+from flinkpy.network.tls import internal_files, rest_files, server_context
 from flinkpy.protocol import HandlerTable, ProtocolError
 from flinkpy.protocol.deployment import FetchArtifact
 from flinkpy.protocol.messages import (
@@ -104,7 +106,7 @@ def _serve_taskmanager(dispatcher: Dispatcher, conn: Connection) -> None:
             dispatcher.taskmanager_lost(tm_id, f"TaskManager {tm_id} disconnected (process ended or connection lost)", conn)
 
 
-def _accept_loop(listener: Any, secret: bytes, dispatcher: Dispatcher) -> None:
+def _accept_loop(listener: Any, secret: bytes, dispatcher: Dispatcher, tls: ssl.SSLContext | None) -> None:
     """Accept TaskManagers; each handshake runs in its own thread, so a silent or hostile
     client cannot hold up the registration of real TaskManagers."""
     while True:
@@ -112,14 +114,17 @@ def _accept_loop(listener: Any, secret: bytes, dispatcher: Dispatcher) -> None:
             sock, _ = listener.accept()
         except OSError:
             return
-        threading.Thread(target=_authenticate_and_serve, args=(sock, secret, dispatcher), name="tm-conn", daemon=True).start()
+        threading.Thread(target=_authenticate_and_serve, args=(sock, secret, dispatcher, tls), name="tm-conn", daemon=True).start()
 
 
-def _authenticate_and_serve(sock: Any, secret: bytes, dispatcher: Dispatcher) -> None:
+def _authenticate_and_serve(sock: Any, secret: bytes, dispatcher: Dispatcher, tls: ssl.SSLContext | None) -> None:
     try:
-        conn = handshake(sock, secret)
+        conn = handshake(sock, secret, tls=tls)
     except auth.AuthenticationFailed as e:
         log.warning("refused an RPC connection: %s", e)
+        return
+    except (ssl.SSLError, OSError) as e:  # no trusted certificate (internal TLS), or gone mid-handshake
+        log.warning("refused an RPC connection: TLS handshake failed: %s", e)
         return
     _serve_taskmanager(dispatcher, conn)
 
@@ -171,6 +176,11 @@ def main(argv: list[str] | None = None) -> None:
         # rest.server.* limits: from the home's flinkpy.yaml and the environment
         config = load_config(home)
         limits = HttpLimits.from_config(config)
+        # TLS (security.ssl.*): files that cannot be used are refused before anything listens
+        internal = internal_files(config)
+        rpc_tls = server_context(internal, "security.ssl.internal") if internal is not None else None
+        rest_files_ = rest_files(config, server=True)
+        rest_tls = server_context(rest_files_, "security.ssl.rest") if rest_files_ is not None else None
     except FlinkpyError as e:
         print(f"flinkpy-jobmanager: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     rest_bind = args.rest_bind_address or args.rest_address
     rpc_bind = args.rpc_bind_host or args.rpc_address
     try:
-        rest = RestServer(dispatcher, secret_text, rest_bind, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""), limits)
+        rest = RestServer(dispatcher, secret_text, rest_bind, args.rest_port, os.environ.get("FLINKPY_LOG_FILE", ""), limits, rest_tls)
     except OSError as e:
         print(f"flinkpy-jobmanager: cannot bind the REST endpoint {rest_bind}:{args.rest_port} (rest.bind-address, rest.port): {e.strerror}",
               file=sys.stderr)
@@ -191,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"flinkpy-jobmanager: cannot bind the RPC endpoint {rpc_bind}:{args.rpc_port} (jobmanager.bind-host, jobmanager.rpc.port): {e.strerror}",
               file=sys.stderr)
         sys.exit(CANNOT_BIND_EXIT)
-    threading.Thread(target=_accept_loop, args=(rpc, secret_text.encode(), dispatcher), name="rpc-accept", daemon=True).start()
+    threading.Thread(target=_accept_loop, args=(rpc, secret_text.encode(), dispatcher, rpc_tls), name="rpc-accept", daemon=True).start()
     threading.Thread(target=_heartbeat_monitor, args=(dispatcher, min(5.0, args.heartbeat_timeout_ms / 4000.0)), name="heartbeat-monitor", daemon=True).start()
     threading.Thread(target=_checkpoint_timer, args=(dispatcher,), name="checkpoint-timer", daemon=True).start()
     rest.serve_in_background()
@@ -199,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     info = {
         "pid": os.getpid(),
         # the advertised address, not the bound one: 0.0.0.0 is no address to connect to
-        "rest_address": f"http://{url_host(args.rest_address)}:{rest_port}",
+        "rest_address": f"{'https' if rest_tls is not None else 'http'}://{url_host(args.rest_address)}:{rest_port}",
         "rest_port": rest_port,
         "rpc_host": args.rpc_address,
         "rpc_port": rpc.getsockname()[1],

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
@@ -45,10 +46,11 @@ from flinkpy.processes import running
 class RestServer(RestEndpoint):
     """The JobManager's endpoint: the routes below over its :class:`Dispatcher`."""
 
-    def __init__(self, dispatcher: Dispatcher, token: str, host: str, port: int, jobmanager_log: str = "", limits: HttpLimits | None = None):
+    def __init__(self, dispatcher: Dispatcher, token: str, host: str, port: int, jobmanager_log: str = "", limits: HttpLimits | None = None,
+                 tls: ssl.SSLContext | None = None):
         self.dispatcher = dispatcher
         self.jobmanager_log = jobmanager_log
-        super().__init__(token, host, port, limits)
+        super().__init__(token, host, port, limits, tls)
 
     def standby_message(self) -> str | None:
         return self.dispatcher.standby_message()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import pickle
 import socket
+import ssl
 import struct
 import threading
 from typing import Any
@@ -138,7 +139,10 @@ class OutputChannel:
         """Send END_OF_PARTITION, then wait for the consumer to close its end."""
         send_frame(self.sock, END_OF_PARTITION, payload)
         try:
-            self.sock.shutdown(socket.SHUT_WR)
+            if not isinstance(self.sock, ssl.SSLSocket):
+                # (a TLS socket's shutdown would drop its TLS session under the credits still
+                # arriving: END_OF_PARTITION alone tells the consumer, which then closes)
+                self.sock.shutdown(socket.SHUT_WR)
             while self.reader.feed() is not None:
                 pass
         except (OSError, ChannelBroken):
@@ -321,10 +325,13 @@ def open_input_channel(
     describe: str,
     timeout: float = 10.0,
     max_frame: int = MAX_FRAME,
+    tls: ssl.SSLContext | None = None,
 ) -> InputChannel:
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    if tls is not None:  # internal TLS: a client context (flinkpy.network.tls)
+        sock = tls.wrap_socket(sock, server_hostname=host)
     auth.connect_handshake(sock, secret, timeout)
     hello = pickle.dumps({"job_id": job_id, "edge_id": edge_id, "consumer": consumer, "producer": producer})
     send_frame(sock, HELLO, hello)
@@ -340,9 +347,12 @@ class ChannelAcceptor:
     without a byte of payload read: a stranger cannot disturb the task.
     """
 
-    def __init__(self, listener: socket.socket, secret: bytes, job_id: str, producer: int, expected: set[tuple[int, int]]):
+    def __init__(self, listener: socket.socket, secret: bytes, job_id: str, producer: int, expected: set[tuple[int, int]],
+                 tls: ssl.SSLContext | None = None):
         self.listener = listener
         self.secret = secret
+        #: internal TLS: a server context; consumers without a trusted certificate are refused
+        self.tls = tls
         self.job_id = job_id
         self.producer = producer
         self.expected = set(expected)
@@ -366,6 +376,9 @@ class ChannelAcceptor:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+            if self.tls is not None:
+                sock.settimeout(10.0)
+                sock = self.tls.wrap_socket(sock, server_side=True)
             auth.accept_handshake(sock, self.secret)
             sock.settimeout(10.0)
             reader = FrameReader(sock, chunk=4096)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import ssl
 import threading
 
 from flinkpy.network import auth
@@ -57,11 +58,14 @@ class Connection:
         self.sock.close()
 
 
-def connect(host: str, port: int, secret: bytes, timeout: float = 5.0) -> Connection:
-    """Open and authenticate a control connection."""
+def connect(host: str, port: int, secret: bytes, timeout: float = 5.0, tls: ssl.SSLContext | None = None) -> Connection:
+    """Open and authenticate a control connection (inside TLS when ``tls``, a client context,
+    is given: see :mod:`flinkpy.network.tls`)."""
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
+        if tls is not None:
+            sock = tls.wrap_socket(sock, server_hostname=host)
         auth.connect_handshake(sock, secret, timeout)
     except BaseException:
         sock.close()
@@ -93,16 +97,21 @@ def listen_from(host: str, first_port: int, *, ports: int = 1000) -> socket.sock
     raise OSError(errno.EADDRINUSE, f"no free port in {first_port}-{min(first_port + ports, 65536) - 1} on {host} (taskmanager.data.port)")
 
 
-def accept(listener: socket.socket, secret: bytes, timeout: float = 5.0) -> Connection:
+def accept(listener: socket.socket, secret: bytes, timeout: float = 5.0, tls: ssl.SSLContext | None = None) -> Connection:
     """Accept one connection and authenticate it; raises AuthenticationFailed (socket closed)."""
     sock, _ = listener.accept()
-    return handshake(sock, secret, timeout)
+    return handshake(sock, secret, timeout, tls)
 
 
-def handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0) -> Connection:
-    """Authenticate an accepted socket; raises AuthenticationFailed (socket closed)."""
+def handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0, tls: ssl.SSLContext | None = None) -> Connection:
+    """Authenticate an accepted socket (after the TLS handshake when ``tls``, a server context,
+    is given); raises AuthenticationFailed, or ``ssl.SSLError`` for a peer without a trusted
+    certificate (socket closed either way)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
+        if tls is not None:
+            sock.settimeout(timeout)
+            sock = tls.wrap_socket(sock, server_side=True)
         auth.accept_handshake(sock, secret, timeout)
     except BaseException:
         sock.close()

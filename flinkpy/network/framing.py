@@ -48,6 +48,9 @@ class FrameReader:
         self.chunk = chunk
         self.max_frame = max_frame
         self._buf = bytearray()
+        #: a TLS socket's count of decrypted bytes it holds (None for a plain socket): a select()
+        #: on the socket does not see them, so they are read with the bytes before them
+        self._tls_pending = getattr(sock, "pending", None)
 
     def feed(self) -> list[tuple[int, bytes]] | None:
         data = self.sock.recv(self.chunk)
@@ -56,6 +59,9 @@ class FrameReader:
                 raise FrameError(f"connection closed inside a frame ({len(self._buf)} bytes pending)")
             return None
         self._buf += data
+        if self._tls_pending is not None:
+            while self._tls_pending():
+                self._buf += self.sock.recv(self.chunk)
         return self.drain_buffered()
 
     def drain_buffered(self) -> list[tuple[int, bytes]]:
@@ -106,4 +112,4 @@ class FrameReader:
     @property
     def buffered(self) -> bool:
         """True when bytes are waiting in the reader (a select() on the socket would miss them)."""
-        return len(self._buf) >= HEADER_SIZE
+        return len(self._buf) >= HEADER_SIZE or (self._tls_pending is not None and self._tls_pending() > 0)

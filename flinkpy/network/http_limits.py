@@ -31,6 +31,7 @@ import io
 import logging
 import selectors
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -181,9 +182,13 @@ class LimitedHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler: Any, limits: HttpLimits) -> None:
+    def __init__(self, address: tuple[str, int], handler: Any, limits: HttpLimits, tls: ssl.SSLContext | None = None) -> None:
         # before the bind: a failed bind closes the server, and closing stops the watchdog
         self.limits = limits
+        #: HTTPS (security.ssl.rest.*): a server context; each connection's TLS handshake runs
+        #: in the selector like the reading of its headers, so a stalled one holds up no thread
+        self.tls = tls
+        self._handshaking: set[socket.socket] = set()
         self.watchdog = ReadWatchdog(limits.read_timeout_s)
         self._slots = threading.BoundedSemaphore(limits.max_threads)
         self._pending: dict[socket.socket, _Pending] = {}
@@ -230,15 +235,30 @@ class LimitedHTTPServer(ThreadingHTTPServer):
             log.warning("closing REST connection from %s: %d connections wait for their headers", self._pending[oldest].address, len(self._pending))
             self._drop(sel, oldest)
         sock.setblocking(False)
+        if self.tls is not None:
+            try:
+                sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            except OSError:
+                sock.close()
+                return
+            self._handshaking.add(sock)
         self._pending[sock] = _Pending(address, time.monotonic() + self.limits.read_timeout_s)
         sel.register(sock, selectors.EVENT_READ, address)
 
     def _read_head(self, sel: selectors.BaseSelector, sock: socket.socket) -> None:
         pending = self._pending[sock]
         try:
+            if sock in self._handshaking:
+                sock.do_handshake()  # type: ignore[attr-defined]
+                self._handshaking.discard(sock)
             data = sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+            while data and getattr(sock, "pending", lambda: 0)():  # decrypted bytes select() does not see
+                data += sock.recv(65536)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
+        except ssl.SSLError as e:
+            log.warning("closing REST connection from %s: TLS handshake failed: %s", pending.address, e)
+            data = b""
         except OSError:
             data = b""
         if not data:
@@ -257,6 +277,7 @@ class LimitedHTTPServer(ThreadingHTTPServer):
 
     def _drop(self, sel: selectors.BaseSelector, sock: socket.socket) -> None:
         self._pending.pop(sock, None)
+        self._handshaking.discard(sock)
         try:
             sel.unregister(sock)
         except (KeyError, ValueError):

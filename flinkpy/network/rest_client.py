@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -29,6 +30,7 @@ from flinkpy.errors import (
     OperationTimeoutError,
     UsageError,
 )
+from flinkpy.network.tls import rest_client_context
 
 #: a JSON object as the REST API sends it: Flink's field names, values as JSON decodes them
 JsonObject = dict[str, Any]
@@ -67,7 +69,8 @@ def normalize_address(address: str) -> str:
 class RestClient:
     """Typed calls to one JobManager's REST API, authenticated with the cluster's token."""
 
-    def __init__(self, address: str, token: str | None, timeout_s: float = 10, *, leader: Callable[[], str | None] | None = None, failover_wait_s: float = 60.0) -> None:
+    def __init__(self, address: str, token: str | None, timeout_s: float = 10, *, leader: Callable[[], str | None] | None = None, failover_wait_s: float = 60.0,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.address = normalize_address(address)
         self.token = token
         self.timeout_s = timeout_s
@@ -78,7 +81,15 @@ class RestClient:
         self.failover_wait_s = failover_wait_s
         # No proxies: HTTP(S)_PROXY from the environment would route the cluster's token
         # (and loopback traffic) through a third party.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # HTTPS (a JobManager with security.ssl.rest.enabled publishes an https:// address): the
+        # given context, else one from the security.ssl.rest.* keys of the environment
+        if tls is None and self.address.startswith("https://"):
+            tls = default_rest_context()
+        self.tls = tls
+        handlers: list[Any] = [urllib.request.ProxyHandler({})]
+        if tls is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=tls))
+        self._opener = urllib.request.build_opener(*handlers)
 
     # ------------------------------------------------------------------ generic request
 
@@ -128,9 +139,21 @@ class RestClient:
         except urllib.error.HTTPError as exc:
             raise self._http_error(method, path, exc) from None
         except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLError):
+                raise self._tls_failed(exc.reason) from None
             raise self._unreachable(exc.reason) from None
         except (TimeoutError, socket.timeout, ConnectionError) as exc:
             raise self._unreachable(exc) from None
+
+    def _tls_failed(self, reason: ssl.SSLError) -> ConfigurationError:
+        """No retry mends a certificate: a configuration error, not an unreachable cluster."""
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            what, remedy = (f"presented a certificate this client does not trust ({reason.verify_message})",
+                            "set security.ssl.rest.truststore to the PEM file of the CA that signed the JobManager's certificate")
+        else:
+            what, remedy = (f"and this client could not agree on TLS ({reason.reason or reason})",
+                            "check security.ssl.rest.* here and on the JobManager (https:// needs security.ssl.rest.enabled there)")
+        return ConfigurationError(f"the JobManager at {self.address} {what}", remedy=remedy)
 
     def _unreachable(self, reason: object) -> ClusterUnreachableError:
         if isinstance(reason, (TimeoutError, socket.timeout)):
@@ -192,6 +215,8 @@ class RestClient:
         except urllib.error.HTTPError as exc:
             raise self._http_error("GET", _log_path(component, stdout), exc) from None
         except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLError):
+                raise self._tls_failed(exc.reason) from None
             raise self._unreachable(exc.reason) from None
         except (TimeoutError, socket.timeout, ConnectionError) as exc:
             raise self._unreachable(exc) from None
@@ -343,3 +368,12 @@ def _decode(raw: bytes, content_type: str) -> Any:
     if content_type == "application/json" or (content_type != "text/plain" and raw[:1] in (b"{", b"[")):
         return json.loads(raw.decode() or "null") if raw else {}
     return raw.decode("utf-8", errors="replace")
+
+
+
+def default_rest_context() -> ssl.SSLContext:
+    """The HTTPS context of a client given none: from the ``security.ssl.rest.*`` keys of the
+    cluster home's ``flinkpy.yaml`` and the environment (``FLINKPY_SECURITY_SSL_REST_TRUSTSTORE``)."""
+    from flinkpy.config import default_home, load_config
+
+    return rest_client_context(load_config(default_home()))

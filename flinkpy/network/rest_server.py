@@ -19,6 +19,7 @@ import hmac
 import json
 import logging
 import re
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
@@ -46,7 +47,7 @@ class StreamedAnswer(abc.ABC):
 class RestEndpoint:
     """The server without routes; bind to port 0 for an ephemeral port (see ``address``)."""
 
-    def __init__(self, token: str, host: str, port: int, limits: HttpLimits | None = None) -> None:
+    def __init__(self, token: str, host: str, port: int, limits: HttpLimits | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.token = token
         self.limits = limits or HttpLimits()
         server = self
@@ -80,7 +81,7 @@ class RestEndpoint:
             def do_PUT(self) -> None:
                 server.handle(self, "PUT")
 
-        self.httpd = LimitedHTTPServer((host, port), Handler, self.limits)
+        self.httpd = LimitedHTTPServer((host, port), Handler, self.limits, tls)
         self.address = self.httpd.server_address
 
     def serve_in_background(self) -> None:

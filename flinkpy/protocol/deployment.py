@@ -85,6 +85,20 @@ class JobArtifact:
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """One kind of TLS's certificate material as PEM paths on the host (flinkpy.network.tls
+    loads them): what a task is given to open its data channels under internal TLS."""
+
+    #: this process's certificate chain and private key, in one PEM file
+    keystore: str | None
+    #: the CA certificates a peer's certificate must be signed by
+    truststore: str | None
+    key_password: str | None = None
+    #: the server asks clients for a certificate (always for internal TLS)
+    mutual: bool = True
+
+
+@dataclass(frozen=True)
 class TaskDeploymentDescriptor:
     """One execution attempt of one subtask of a job vertex (an operator chain)."""
 
@@ -120,6 +134,8 @@ class TaskDeploymentDescriptor:
     data_port: int = 0
     #: deployed during an injected storage outage: its end (epoch seconds), else 0
     storage_outage_until: float = 0.0
+    #: internal TLS (security.ssl.internal.*): the files its data channels use; None is off
+    tls: TlsFiles | None = None
 
     def describe(self) -> str:
         """``name (subtask/parallelism)``, as Flink names a subtask in its logs."""

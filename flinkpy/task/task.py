@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from flinkpy.network import channels as net
 from flinkpy.network.connection import Connection, listen_from
+from flinkpy.network.tls import client_context, server_context
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
 from flinkpy.protocol.messages import CheckpointBarrier, ConnectTask, TaskFailed, TaskFinished, TaskListening, TaskRunning
 from flinkpy.task.control import EXIT_ORPHANED, ControlHandler
@@ -95,11 +96,13 @@ class Task:
         if expected:
             listener = listen_from(d.bind_host or d.host, d.data_port)
             port = listener.getsockname()[1]
-            self.acceptor = net.ChannelAcceptor(listener, d.secret, d.job_id, d.subtask, expected)
+            tls = server_context(d.tls, "security.ssl.internal") if d.tls is not None else None
+            self.acceptor = net.ChannelAcceptor(listener, d.secret, d.job_id, d.subtask, expected, tls)
         self.ctrl.send(TaskListening(host=d.host, port=port, pid=os.getpid()))
 
     def _connect_inputs(self, peers: dict[str, tuple[str, int]]) -> None:
         d = self.descriptor
+        tls = client_context(d.tls, "security.ssl.internal") if d.tls is not None else None
         for inp in d.inputs:
             for producer in inp.producers:
                 host, port = peers[f"{inp.source_vertex}:{producer}"]
@@ -114,6 +117,7 @@ class Task:
                     initial_credit=d.config.credit,
                     describe=f"edge {inp.edge_id} from subtask {producer} of vertex {inp.source_vertex}",
                     max_frame=d.config.max_frame_size,
+                    tls=tls,
                 )
                 self.inputs.append(ch)
                 self.input_types.append(inp.type_number)

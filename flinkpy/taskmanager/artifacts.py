@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import shutil
 import socket
+import ssl
 import threading
 from pathlib import Path
 
@@ -37,10 +38,11 @@ class ArtifactUnavailableError(FlinkpyError):
     """A job's artifact could not be fetched or unpacked: its tasks cannot start here."""
 
 
-def fetch(address: tuple[str, int], secret: bytes, job_id: str, artifact: JobArtifact) -> bytes:
-    """The artifact's bytes from the JobManager at ``address``, on a connection of its own."""
+def fetch(address: tuple[str, int], secret: bytes, job_id: str, artifact: JobArtifact, tls: ssl.SSLContext | None = None) -> bytes:
+    """The artifact's bytes from the JobManager at ``address``, on a connection of its own
+    (inside TLS when ``tls``, the internal client context, is given)."""
     try:
-        conn = connect(address[0], address[1], secret, timeout=10.0)
+        conn = connect(address[0], address[1], secret, timeout=10.0, tls=tls)
     except OSError as e:
         raise ArtifactUnavailableError(f"cannot reach the JobManager at {address[0]}:{address[1]} to fetch the Python files of job {job_id}: {e}") from None
     parts: list[bytes] = []
@@ -72,7 +74,8 @@ class JobArtifacts:
         #: job id -> (sha256, the sys.path entries of its unpacked archive)
         self._unpacked: dict[str, tuple[str, list[str]]] = {}
 
-    def prepare(self, descriptor: TaskDeploymentDescriptor, address: tuple[str, int], secret: bytes) -> TaskDeploymentDescriptor:
+    def prepare(self, descriptor: TaskDeploymentDescriptor, address: tuple[str, int], secret: bytes,
+                tls: ssl.SSLContext | None = None) -> TaskDeploymentDescriptor:
         """``descriptor`` with the import roots of its job's unpacked artifact as its
         ``python_path`` (fetched from the JobManager at ``address`` unless this TaskManager
         has it already); unchanged for a job without one. The client's own paths are not kept:
@@ -85,7 +88,7 @@ class JobArtifacts:
         with self._lock:
             known = self._unpacked.get(job_id)
             if known is None or known[0] != artifact.sha256:
-                data = fetch(address, secret, job_id, artifact)
+                data = fetch(address, secret, job_id, artifact, tls)
                 dest = self.directory / job_id / artifact.sha256[:16]
                 shutil.rmtree(dest, ignore_errors=True)
                 try:

@@ -38,8 +38,9 @@ from flinkpy.errors import ConfigurationError, FlinkpyError
 from flinkpy.logfiles import rotate_process_output
 from flinkpy.network.auth import read_secret
 from flinkpy.network.connection import Connection, connect
+from flinkpy.network.tls import client_context, internal_files
 from flinkpy.protocol import HandlerTable, Message, ProtocolError
-from flinkpy.protocol.deployment import DeployTask, ReleaseJob, TaskDeploymentDescriptor
+from flinkpy.protocol.deployment import DeployTask, ReleaseJob, TaskDeploymentDescriptor, TlsFiles
 from flinkpy.protocol.messages import (
     CancelTask,
     CheckpointAck,
@@ -98,11 +99,16 @@ class TaskHandle:
 class TaskManager:
     """One worker: its slots, its task processes, and its connection to the JobManager."""
 
-    def __init__(self, tm_id: str, slots: int, home: Path, jm_host: str, jm_port: int, secret: bytes, data: Endpoint, heartbeat_s: float):
+    def __init__(self, tm_id: str, slots: int, home: Path, jm_host: str, jm_port: int, secret: bytes, data: Endpoint, heartbeat_s: float,
+                 tls: TlsFiles | None = None):
         self.tm_id = tm_id
         self.slots = slots
         self.home = home
         self.secret = secret
+        #: internal TLS (security.ssl.internal.*): the files, handed to every task, and the
+        #: context of this TaskManager's own connections to the JobManager
+        self.tls = tls
+        self.tls_client = client_context(tls, "security.ssl.internal") if tls is not None else None
         #: where the tasks' data channels listen (taskmanager.host, .bind-host, .data.port)
         self.configured_data = data
         self.data = data
@@ -112,7 +118,7 @@ class TaskManager:
         self.artifacts = JobArtifacts(home / "taskmanagers" / tm_id)
         self.jm: Connection | None = None
         if jm_host:
-            self.attach(connect(jm_host, jm_port, secret, timeout=10.0))
+            self.attach(self.dial(jm_host, jm_port, timeout=10.0))
         #: high availability: the leadership term of the JobManager we are registered with
         self.epoch: int | None = None
         self.tasks: dict[tuple[str, str], TaskHandle] = {}
@@ -143,8 +149,12 @@ class TaskManager:
 
     def connect_to_leader(self, leader: dict[str, Any]) -> None:
         """High availability: connect to the JobManager ZooKeeper names as the leader."""
-        self.attach(connect(leader["rpc_host"], int(leader["rpc_port"]), self.secret, timeout=10.0))
+        self.attach(self.dial(leader["rpc_host"], int(leader["rpc_port"]), timeout=10.0))
         self.epoch = int(leader["epoch"])
+
+    def dial(self, host: str, port: int, timeout: float) -> Connection:
+        """A control connection to the JobManager at ``host:port`` (with internal TLS when on)."""
+        return connect(host, port, self.secret, timeout=timeout, tls=self.tls_client)
 
     def attach(self, jm: Connection) -> None:
         """Talk to the JobManager over ``jm``; an address the configuration leaves unset is the
@@ -278,7 +288,7 @@ class TaskManager:
             jm = self.jm
             if jm is None:
                 return  # between leaders: the next one deploys again
-            descriptor = self.artifacts.prepare(descriptor, peer_address(jm.sock), self.secret)
+            descriptor = self.artifacts.prepare(descriptor, peer_address(jm.sock), self.secret, self.tls_client)
         except (ArtifactUnavailableError, OSError) as e:
             # no task process: one could not import the job's functions; the cause is the failure
             log.error("cannot deploy %s of job %s: %s", exec_id, descriptor.job_id, e)
@@ -301,7 +311,7 @@ class TaskManager:
             self.tasks[handle.key] = handle
         outage = self.storage_outage_until if self.storage_outage_until > time.time() else 0.0
         ctrl.send(DeployTask(dataclasses.replace(descriptor, secret=self.secret, host=self.host, bind_host=self.data.bind or self.host,
-                                                 data_port=self.data.port, storage_outage_until=outage)))
+                                                 data_port=self.data.port, storage_outage_until=outage, tls=self.tls)))
         threading.Thread(target=self._supervise, args=(handle,), name=f"task-{exec_id}", daemon=True).start()
         log.info("deployed %s (pid %d)", exec_id, proc.pid)
 
@@ -530,18 +540,21 @@ def main(argv: list[str] | None = None) -> None:
     try:
         secret = read_secret(home / "secret").encode()
         config = load_config(home)  # log.file.*: from the home's flinkpy.yaml and the environment
+        tls = internal_files(config)
+        if tls is not None:
+            client_context(tls, "security.ssl.internal")  # unreadable files: refused before anything starts
     except FlinkpyError as e:
         print(f"flinkpy-taskmanager: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
     rotate_process_output(max_bytes=config.get("log.file.max-size"), backups=config.get("log.file.max-backups"))
     data = Endpoint(args.host, args.bind_host, args.data_port)
     if args.ha:
-        tm = TaskManager(args.id, args.slots, home, "", 0, secret, data, args.heartbeat_interval_ms / 1000.0)
+        tm = TaskManager(args.id, args.slots, home, "", 0, secret, data, args.heartbeat_interval_ms / 1000.0, tls)
     else:
         fixed = args.jobmanager.rsplit(":", 1) if args.jobmanager else None
         tm = when_the_jobmanager_answers(lambda: (fixed[0], int(fixed[1])) if fixed else wait_for_jobmanager(home),
                                          lambda host, port: TaskManager(args.id, args.slots, home, host, port, secret, data,
-                                                                        args.heartbeat_interval_ms / 1000.0), args.id)
+                                                                        args.heartbeat_interval_ms / 1000.0, tls), args.id)
 
     def exit_when_tasks_are_gone() -> None:
         """Give canceled tasks a moment to end (their supervisors report them), then exit."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from flinkpy.errors import ExitCode
 from flinkpy.network.auth import AuthenticationFailed
-from flinkpy.network.connection import connect
 
 if TYPE_CHECKING:
     from flinkpy.taskmanager.process import TaskManager
@@ -47,6 +47,15 @@ def when_the_jobmanager_answers(address: Callable[[], tuple[str, int]], connect:
             # waiting does not mend a wrong secret: say so at once
             print(f"flinkpy-taskmanager: the JobManager at {host}:{port} refused TaskManager {tm_id}: {e}", file=sys.stderr)
             sys.exit(CONFIGURATION_EXIT)
+        except ssl.SSLError as e:
+            if not isinstance(e, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+                # nor does it mend a certificate one side does not trust (security.ssl.internal.*)
+                print(f"flinkpy-taskmanager: TLS with the JobManager at {host}:{port} failed for TaskManager {tm_id}: {e}; "
+                      "check security.ssl.internal.keystore and .truststore on both hosts", file=sys.stderr)
+                sys.exit(CONFIGURATION_EXIT)
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
         except OSError as e:
             if time.monotonic() >= deadline:
                 print(f"flinkpy-taskmanager: the JobManager at {host}:{port} did not answer within {JOBMANAGER_WAIT_S:.0f} s ({e})",
@@ -84,7 +93,7 @@ def serve_and_rejoin(tm: TaskManager, logs: tuple[str, str], jobmanager: Callabl
             return
         try:
             host, port = jobmanager()
-            tm.attach(connect(host, port, tm.secret, timeout=5.0))
+            tm.attach(tm.dial(host, port, timeout=5.0))
         except (OSError, ValueError, KeyError) as e:
             log.info("the JobManager is gone (%s); stopping TaskManager %s", e, tm.tm_id)
             tm.shutdown()
