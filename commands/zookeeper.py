@@ -31,9 +31,10 @@ def start(
     tick_time: Annotated[int, typer.Option("--tick-time", min=1, metavar="MS", help="ZooKeeper's tickTime in milliseconds; session timeouts are clamped to 2..20 ticks unless set below. Lower it (e.g. 200) for fast failover tests.")] = 2000,
     min_session_timeout: Annotated[Optional[int], typer.Option("--min-session-timeout", min=1, metavar="MS", help="Shortest session timeout a client gets, in milliseconds; default: 2 ticks.", show_default=False)] = None,
     max_session_timeout: Annotated[Optional[int], typer.Option("--max-session-timeout", min=1, metavar="MS", help="Longest session timeout a client gets, in milliseconds; default: 20 ticks.", show_default=False)] = None,
+    bind_address: Annotated[str, typer.Option("--bind-address", metavar="ADDR", help="Where the client ports listen: 127.0.0.1, this host's address, or 0.0.0.0 (every interface) for JobManagers and TaskManagers on other hosts.")] = "127.0.0.1",
     json_: JsonFlag = False,
 ) -> None:
-    """Start ZooKeeper in the background, on 127.0.0.1.
+    """Start ZooKeeper in the background, on 127.0.0.1 (or --bind-address).
 
     Runs the distribution's ZooKeeper (Debian's zookeeper package, or the jar named by
     FLINKPY_ZOOKEEPER_JAR) with java, one process per server, configured in
@@ -49,6 +50,7 @@ def start(
         flinkpy zookeeper start
         flinkpy zookeeper start --servers 3 --port 2181
         flinkpy zookeeper start --port 0 --tick-time 200 --json | jq -r .quorum
+        flinkpy zookeeper start --bind-address 0.0.0.0
     """
     from flinkpy.ha.zookeeper_server import start_zookeeper
 
@@ -63,6 +65,7 @@ def start(
             tick_time_ms=tick_time,
             min_session_timeout_ms=min_session_timeout,
             max_session_timeout_ms=max_session_timeout,
+            bind_address=bind_address,
         )
     if session.json:
         emit_json(info.to_dict())

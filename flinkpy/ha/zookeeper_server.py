@@ -140,13 +140,16 @@ class ZooKeeperServer:
     election_port: int | None = None
     dir: str = ""
     log: str = ""
+    #: where its client port is reached on this host (the bind address, or loopback when it
+    #: binds every interface)
+    host: str = HOST
     alive: bool | None = None
     mode: str | None = None
     version: str | None = None
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     def record(self) -> dict[str, Any]:
         d = asdict(self)
@@ -305,7 +308,7 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _config_text(*, tick_time_ms: int, data_dir: Path, client_port: int, min_session_timeout_ms: int,
-                 max_session_timeout_ms: int, ensemble: list[tuple[int, int, int]]) -> str:
+                 max_session_timeout_ms: int, ensemble: list[tuple[int, int, int]], client_address: str = HOST) -> str:
     # followers get at least 10 s to connect and sync, and 4 s of lag, whatever the tickTime
     init_limit = max(10, -(-10000 // tick_time_ms))
     sync_limit = max(5, -(-4000 // tick_time_ms))
@@ -316,7 +319,7 @@ def _config_text(*, tick_time_ms: int, data_dir: Path, client_port: int, min_ses
         f"syncLimit={sync_limit}",
         f"dataDir={data_dir}",
         f"clientPort={client_port}",
-        f"clientPortAddress={HOST}",
+        f"clientPortAddress={client_address}",
         f"minSessionTimeout={min_session_timeout_ms}",
         f"maxSessionTimeout={max_session_timeout_ms}",
         "maxClientCnxns=0",
@@ -364,7 +367,7 @@ def _client_ports(port: int, servers: int) -> list[int]:
 
 
 def _launch_server(install: ZooKeeperInstallation, root: Path, info: ZooKeeperInfo, sid: int, client_port: int,
-                   ensemble: list[tuple[int, int, int]]) -> tuple[subprocess.Popen, ZooKeeperServer]:
+                   ensemble: list[tuple[int, int, int]], bind_address: str = HOST) -> tuple[subprocess.Popen, ZooKeeperServer]:
     """Write server ``sid``'s configuration (and ``myid`` in an ensemble) and start its process."""
     server_dir = root / str(sid)
     data_dir = server_dir / "data"
@@ -375,7 +378,7 @@ def _launch_server(install: ZooKeeperInstallation, root: Path, info: ZooKeeperIn
     config.write_text(_config_text(
         tick_time_ms=info.tick_time_ms, data_dir=data_dir, client_port=client_port,
         min_session_timeout_ms=info.min_session_timeout_ms, max_session_timeout_ms=info.max_session_timeout_ms,
-        ensemble=ensemble,
+        ensemble=ensemble, client_address=bind_address,
     ))
     log = server_dir / "zookeeper.log"
     with open(log, "ab", buffering=0) as logf:
@@ -394,7 +397,7 @@ def _launch_server(install: ZooKeeperInstallation, root: Path, info: ZooKeeperIn
     server = ZooKeeperServer(
         id=sid, pid=proc.pid, client_port=client_port, create_time=create_time(proc.pid),
         peer_port=peers[1] if peers else None, election_port=peers[2] if peers else None,
-        dir=str(server_dir), log=str(log),
+        dir=str(server_dir), log=str(log), host=HOST if bind_address in (HOST, "0.0.0.0") else bind_address,
     )
     return proc, server
 
@@ -409,11 +412,13 @@ def start_zookeeper(
     max_session_timeout_ms: int | None = None,
     jar: str | os.PathLike[str] | None = None,
     timeout_s: float = 60.0,
+    bind_address: str = HOST,
 ) -> ZooKeeperInfo:
     """Start ZooKeeper in ``home`` (a ClusterHome or a directory): one server, or an ensemble of
     ``servers`` (odd) servers on loopback, as detached processes that outlive the caller.
 
-    Client ports are ``port``, ``port+1``, ...; ``port=0`` picks free ones. Peer and election
+    Client ports are ``port``, ``port+1``, ...; ``port=0`` picks free ones, listening on
+    ``bind_address`` (``0.0.0.0``: every interface, for JobManagers on other hosts). Peer and election
     ports of an ensemble are always picked free. Session timeouts default to ZooKeeper's
     2 and 20 ticks. Returns once every server answers ``ruok`` and reports its mode (standalone,
     or leader/follower: the ensemble has a quorum). Raises ConflictError (exit 9) when ZooKeeper
@@ -442,7 +447,7 @@ def start_zookeeper(
     procs: list[subprocess.Popen] = []
     try:
         for i in range(servers):
-            proc, server = _launch_server(install, root, info, i + 1, client_ports[i], ensemble)
+            proc, server = _launch_server(install, root, info, i + 1, client_ports[i], ensemble, bind_address)
             procs.append(proc)
             info.servers.append(server)
         # recorded before the wait, so that 'stop' finds servers of an interrupted start
@@ -475,10 +480,10 @@ def _wait_ready(info: ZooKeeperInfo, procs: list[subprocess.Popen], timeout_s: f
         ready = True
         for server in info.servers:
             if server.mode not in expected:
-                if four_letter_word(server.client_port, "ruok", timeout_s=0.5) != "imok":
+                if four_letter_word(server.client_port, "ruok", server.host, timeout_s=0.5) != "imok":
                     ready = False
                     continue
-                server.mode, server.version = server_mode(server.client_port, timeout_s=0.5)
+                server.mode, server.version = server_mode(server.client_port, server.host, timeout_s=0.5)
                 ready = ready and server.mode in expected
         if ready and (len(info.servers) == 1 or sum(s.mode == "leader" for s in info.servers) == 1):
             for server in info.servers:
@@ -517,7 +522,7 @@ def zookeeper_status(home: Any, timeout_s: float = 1.0) -> ZooKeeperInfo:
     for server in info.servers:
         server.alive = _alive(server)
         if server.alive:
-            server.mode, server.version = server_mode(server.client_port, timeout_s=timeout_s)
+            server.mode, server.version = server_mode(server.client_port, server.host, timeout_s=timeout_s)
     return info
 
 
