@@ -37,6 +37,7 @@ def start(
     ha: Annotated[Optional[str], typer.Option("--ha", metavar="none|zookeeper", help="High availability; default: high-availability.type (none).", show_default=False)] = None,
     quorum: Annotated[Optional[str], typer.Option("--zookeeper-quorum", metavar="HOST:PORT[,...]", help="ZooKeeper servers (high-availability.zookeeper.quorum); see 'flinkpy zookeeper start'.", show_default=False)] = None,
     jobmanagers: Annotated[int, typer.Option("--jobmanagers", min=1, metavar="N", help="JobManagers to start: one leads, the others stand by (needs --ha zookeeper).")] = 1,
+    hosts: Annotated[Optional[int], typer.Option("--hosts", min=2, metavar="N", help="A drill cluster (root only): N hosts made of network namespaces, the JobManager on one and a TaskManager on each other (--taskmanagers is N-1), to rehearse partitions with 'flinkpy fault partition'.", show_default=False)] = None,
     dynamic: Dynamic = None,
     json_: JsonFlag = False,
 ) -> None:
@@ -68,6 +69,7 @@ def start(
         flinkpy cluster start
         flinkpy cluster start --taskmanagers 2 --slots 4
         FLINKPY_HOME=/tmp/c1 flinkpy cluster start --rest-port 0 --json | jq -r .rest_address
+        sudo flinkpy cluster start --hosts 3 --slots 2
         flinkpy zookeeper start && flinkpy cluster start --ha zookeeper --zookeeper-quorum 127.0.0.1:2181 --jobmanagers 2 --taskmanagers 2
     """
     extra = list(dynamic or [])
@@ -79,15 +81,22 @@ def start(
     from flinkpy.cluster import start_cluster
 
     home = cluster_home()
-    with progress("Starting cluster..."):
-        info = start_cluster(
-            home,
-            taskmanagers=taskmanagers,
-            slots=slots if slots is not None else config.get("taskmanager.numberOfTaskSlots"),
-            rest_port=rest_port if rest_port is not None else config.get("rest.port"),
-            config=config,
-            jobmanagers=jobmanagers,
-        )
+    if hosts is not None:
+        from flinkpy.cluster.drill import start_drill_cluster
+
+        with progress(f"Starting a drill cluster on {hosts} namespace hosts..."):
+            info = start_drill_cluster(home, hosts=hosts, slots=slots if slots is not None else config.get("taskmanager.numberOfTaskSlots"),
+                                       rest_port=rest_port if rest_port is not None else config.get("rest.port"), config=config)
+    else:
+        with progress("Starting cluster..."):
+            info = start_cluster(
+                home,
+                taskmanagers=taskmanagers,
+                slots=slots if slots is not None else config.get("taskmanager.numberOfTaskSlots"),
+                rest_port=rest_port if rest_port is not None else config.get("rest.port"),
+                config=config,
+                jobmanagers=jobmanagers,
+            )
     if session.json:
         emit_json(info.to_dict())
         return
@@ -99,6 +108,8 @@ def start(
         status(f"Starting JobManager (pid {info.jobmanager_pid}).")
     for tm in info.taskmanagers:
         status(f"Starting TaskManager {tm.id} (pid {tm.pid}).")
+    for host in (info.hosts or {}).get("hosts", []):
+        status(f"Host {host['name']}: {host['address']}.")
     out().print(f"Cluster started. REST address: {info.rest_address}", markup=False)
 
 

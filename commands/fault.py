@@ -5,7 +5,8 @@ Every fault travels the way a real one would be noticed: the CLI asks the JobMan
 job's record and tells the TaskManager hosting the target to carry it out (a signal to a task
 process, a SIGSTOP/SIGCONT, an exception armed inside an operator, declined snapshots, failing
 storage writes, delayed or dropped data channels). Only ``kill-jobmanager`` acts from here, through the cluster home's pid record (with high availability: the leader ZooKeeper names):
-nothing else is left to ask. Random choices (which subtask, which TaskManager, chaos) come from
+nothing else is left to ask; and ``partition``, which cuts links between the namespace hosts of
+a drill cluster (``cluster start --hosts N``) that the cluster's processes live on. Random choices (which subtask, which TaskManager, chaos) come from
 ``--seed``, printed when it was not given so that a run can be repeated.
 """
 
@@ -290,6 +291,57 @@ def storage_outage(for_: For = "20s", jobmanager: JobManager = None, json_: Json
     seconds = _seconds(for_, "--for")
     entry = client(jobmanager).inject_cluster_fault("storage-outage", seconds=seconds)
     _report(entry, f"for {seconds:g}s: write failures in")
+
+
+@app.command("partition")
+def partition(
+    hosts: Annotated[Optional[list[str]], typer.Argument(metavar="HOST_A HOST_B", help="Two hosts of the drill cluster (see 'flinkpy cluster status'): jobmanager, tm-1, tm-2, ...", show_default=False)] = None,
+    for_: For = "30s",
+    heal: Annotated[bool, typer.Option("--heal", help="Heal every partition between the drill cluster's hosts now (no hosts named).")] = False,
+    json_: JsonFlag = False,
+) -> None:
+    """Cut the network between two hosts of a drill cluster, and heal it after --for.
+
+    Only for a cluster started with 'flinkpy cluster start --hosts N', whose JobManager and
+    TaskManagers live on hosts made of network namespaces. Packets between the two hosts are
+    dropped, as in a real partition: connections time out (nothing is refused), while both
+    hosts keep reaching the others. A detached helper heals the link after the duration;
+    --heal heals every cut at once. What to expect is in the hosts page of the documentation:
+    a TaskManager cut off from the JobManager is declared lost after heartbeat.timeout, two
+    TaskManagers cut off from each other fail the job's next checkpoint.
+
+    Exit status: 0 when the link was cut (or healed); 2 for a host that is not there; 3 when no
+    cluster runs; 8 where namespaces cannot be made.
+
+    Examples:
+
+    \b
+        flinkpy fault partition jobmanager tm-1 --for 30s
+        flinkpy fault partition tm-1 tm-2 --for 2m --json
+        flinkpy fault partition --heal
+    """
+    from commands.context import cluster_home
+    from flinkpy.cluster import drill
+
+    home = cluster_home()
+    if heal:
+        if hosts:
+            raise UsageError("--heal heals every partition: name no hosts with it", remedy="run 'flinkpy fault partition --heal'")
+        healed = drill.heal(home)
+        if session.json:
+            emit_json({"healed": healed})
+        else:
+            info(f"healed every link between {', '.join(healed)}")
+        return
+    if not hosts or len(hosts) != 2:
+        raise UsageError("name two hosts to cut apart", remedy="e.g. 'flinkpy fault partition jobmanager tm-1 --for 30s'")
+    seconds = _seconds(for_, "--for")
+    cut = drill.partition(home, hosts[0], hosts[1])
+    healer = drill.heal_later(home, cut, seconds)
+    if session.json:
+        emit_json(dict(cut.to_dict(), seconds=seconds, healer_pid=healer))
+        return
+    info(f"cut the link between {cut.a} ({cut.a_address}) and {cut.b} ({cut.b_address}) for {seconds:g}s")
 
 
 @app.command("kill-jobmanager")

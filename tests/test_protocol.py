@@ -81,6 +81,8 @@ SAMPLES: list[Message] = [
     m.Refused("not the leader of epoch 2"),
     m.Heartbeat("tm-1", 3),
     m.TaskMetrics(1_000, {"numRecordsIn": 10, "busyTimeMsPerSecond": 250}, [{"name": "seen", "type": "counter", "value": 3}]),
+    m.FinalCommitRequest(),
+    m.FinalCommitAnswer(False, "the task is RUNNING in a RESTARTING job", retry=True),
     m.TaskManagerMetrics("tm-1", 1_000, {"Status.ProcessTree.Memory.RSS": 1 << 20}),
     m.CancelTask("j1", "2_0_1"),
     m.ToTask("j1", "2_0_1", m.NotifyCheckpointComplete(3)),

@@ -53,6 +53,9 @@ class ClusterInfo:
     leader: dict[str, Any] | None = None
     #: the process that starts dead TaskManagers (and HA JobManagers) again, or None
     supervisor: ProcessInfo | None = None
+    #: a drill cluster (``cluster start --hosts N``): its network-namespace hosts, as
+    #: :meth:`flinkpy.cluster.netns.Hosts.record` gives them; None for an ordinary cluster
+    hosts: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = {
@@ -64,6 +67,8 @@ class ClusterInfo:
         }
         if self.supervisor is not None:
             doc["supervisor"] = dict(self.supervisor.to_dict(), alive=alive(self.supervisor))
+        if self.hosts is not None:
+            doc["hosts"] = [{"name": h["name"], "address": h["address"]} for h in self.hosts["hosts"]]
         if self.ha is not None:
             leader_id = (self.leader or {}).get("id")
             doc["high_availability"] = {
@@ -140,6 +145,8 @@ def cluster_record(c: ClusterInfo) -> dict[str, Any]:
         rec["jobmanagers"] = [vars(jm) for jm in c.jobmanagers]
     if c.supervisor is not None:
         rec["supervisor"] = vars(c.supervisor)
+    if c.hosts is not None:
+        rec["hosts"] = c.hosts
     return rec
 
 
@@ -175,6 +182,7 @@ def read_record(home: ClusterHome) -> ClusterInfo | None:
         jobmanagers=[ProcessInfo(**j) for j in rec.get("jobmanagers", [])],
         ha=rec.get("ha"),
         supervisor=ProcessInfo(**rec["supervisor"]) if rec.get("supervisor") else None,
+        hosts=rec.get("hosts"),
     )
 
 

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from flinkpy.cluster.home import (ClusterHome, ClusterInfo, ProcessInfo, alive, as_home, processes_started_in, read_record, record_lock,
                                   write_record)
@@ -73,7 +73,10 @@ def _launch(
     detach: bool,
     tm_stdout: "IO[Any] | int | None",
     timeout_s: float,
+    place: Callable[[str, list[str]], list[str]] = lambda process_id, argv: argv,
 ) -> tuple[ClusterInfo, list[subprocess.Popen]]:
+    """Start the JobManager and ``taskmanagers`` TaskManagers; ``place(id, argv)`` is the
+    command that runs process ``id`` where it lives (a drill cluster's namespace host)."""
     home.ensure()
     try:
         (home.path / "jobmanager.json").unlink()
@@ -81,8 +84,8 @@ def _launch(
         pass
     jm_log = home.log_dir / "jobmanager.log"
     env = {"PYTHONUNBUFFERED": "1"}
-    jm_argv = module_command("flinkpy.jobmanager.process", "--home", str(home.path), "--rest-port", str(rest_port),
-                             *jobmanager_address_argv(addresses), "--heartbeat-timeout-ms", str(heartbeat_timeout_ms))
+    jm_argv = place("jobmanager", module_command("flinkpy.jobmanager.process", "--home", str(home.path), "--rest-port", str(rest_port),
+                                                 *jobmanager_address_argv(addresses), "--heartbeat-timeout-ms", str(heartbeat_timeout_ms)))
     jm = spawn(jm_argv, jm_log, None, detach=detach, extra_env=env)
     procs = [jm]
     tm_infos: list[ProcessInfo] = []
@@ -98,8 +101,8 @@ def _launch(
             if tm_stdout is None:
                 opened = open_private(out_path)
                 out_file = opened
-            tm_argv = module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id, "--slots", str(slots),
-                                     "--heartbeat-interval-ms", str(heartbeat_interval_ms), *taskmanager_address_argv(addresses.taskmanager))
+            tm_argv = place(tm_id, module_command("flinkpy.taskmanager.process", "--home", str(home.path), "--id", tm_id, "--slots", str(slots),
+                                                  "--heartbeat-interval-ms", str(heartbeat_interval_ms), *taskmanager_address_argv(addresses.taskmanager)))
             tm = spawn(
                 tm_argv,
                 log_path, out_file, detach=detach,
@@ -390,6 +393,10 @@ def stop_cluster(home: "ClusterHome | str | Path", timeout_s: float = 30.0) -> l
             pass
     if info.ha is not None:
         shutil.rmtree(home.path / "jobmanagers", ignore_errors=True)
+    if info.hosts is not None:  # a drill cluster: its namespace hosts go with it
+        from flinkpy.cluster.netns import Hosts
+
+        Hosts.attach(info.hosts).close()
     return procs
 
 

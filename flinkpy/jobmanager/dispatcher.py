@@ -45,7 +45,8 @@ from flinkpy.jobmanager.taskmanager_registry import TaskManagerRecord, TaskManag
 from flinkpy.metrics.store import MetricStore
 from flinkpy.network.connection import Connection
 from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, JobArtifact, ResultPartitionDeployment, TaskDeploymentDescriptor
-from flinkpy.protocol.messages import CancelTask, CheckpointAck, CheckpointDecline, ConnectTask, Refused, Registered, RegisterTaskManager
+from flinkpy.protocol.messages import (CancelTask, CheckpointAck, CheckpointDecline, ConnectTask, FinalCommitAnswer, Refused, Registered,
+                                       RegisterTaskManager)
 
 if TYPE_CHECKING:
     from flinkpy.jobmanager.leadership import Leadership
@@ -294,6 +295,19 @@ class Dispatcher:
             if state == "FINISHED" and ex is not None:
                 self.checkpoints.perform(job_id, rec.checkpointing.coordinator.task_finished((ex.vertex_id, ex.subtask), now_ms()))
             self.changed.notify_all()
+
+    def final_commit(self, job_id: str, exec_id: str) -> FinalCommitAnswer:
+        """May task ``exec_id`` commit at the end of its input? Only the job's current attempt
+        of it, running, while the job runs: a stale attempt's commit would duplicate what the
+        newer attempt replays."""
+        with self.lock:
+            rec = self.jobs.get(job_id)
+            ex = rec.graph.by_exec_id(exec_id) if rec is not None else None
+            if ex is None:
+                return FinalCommitAnswer(False, f"attempt {exec_id} of job {job_id} is not the current one (a newer attempt runs)")
+            if ex.state != "RUNNING" or rec.graph.state != "RUNNING":
+                return FinalCommitAnswer(False, f"the task is {ex.state} in a {rec.graph.state} job", retry=True)
+            return FinalCommitAnswer(True)
 
     def on_task_event(self, job_id: str, exec_id: str, event: CheckpointAck | CheckpointDecline) -> None:
         self.checkpoints.on_task_event(job_id, exec_id, event)

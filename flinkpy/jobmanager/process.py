@@ -38,6 +38,7 @@ from flinkpy.network.tls import internal_files, rest_files, server_context
 from flinkpy.protocol import HandlerTable, ProtocolError
 from flinkpy.protocol.deployment import FetchArtifact
 from flinkpy.protocol.messages import (
+    FinalCommitRequest,
     FromTask,
     Heartbeat,
     RegisterTaskManager,
@@ -47,6 +48,7 @@ from flinkpy.protocol.messages import (
     TaskManagerMetrics,
     TaskMetrics,
     TaskStateChanged,
+    ToTask,
 )
 from flinkpy.signals import StopSignals
 
@@ -67,6 +69,10 @@ def _taskmanager_handlers(dispatcher: Dispatcher, conn: Connection, registered: 
             dispatcher.on_listening(m.job_id, m.exec_id, event.host, event.port, event.pid)
         elif isinstance(event, TaskMetrics):
             dispatcher.metrics.on_task(m.job_id, m.exec_id, event.timestamp, event.figures, event.user, now_ms())
+        elif isinstance(event, FinalCommitRequest):
+            # answered on the connection it came on: a stale attempt's TaskManager is no longer
+            # the one the execution graph names
+            conn.send(ToTask(job_id=m.job_id, exec_id=m.exec_id, message=dispatcher.final_commit(m.job_id, m.exec_id)))
         else:
             dispatcher.on_task_event(m.job_id, m.exec_id, event)
 

@@ -215,6 +215,26 @@ class TaskFailed(Message):
         return {"exception": self.exception, "message": self.message, "stacktrace": self.stacktrace, "task": self.task}
 
 
+@message("final_commit_request")
+@dataclass(frozen=True)
+class FinalCommitRequest(Message):
+    """Task -> JobManager (through its TaskManager): the sink reached the end of its input and
+    asks before it commits what no checkpoint will: only the job's current attempt of the task
+    may (a stale one, cut off by a partition while a newer attempt replays its input, may not)."""
+
+
+@message("final_commit_answer")
+@dataclass(frozen=True)
+class FinalCommitAnswer(Message):
+    """JobManager -> task: whether it may commit at the end of its input; why not, if not, and
+    whether to ask again (``retry``: the job is restarting or failing elsewhere, and the task
+    may yet be cancelled or carry on)."""
+
+    granted: bool
+    reason: str = ""
+    retry: bool = False
+
+
 @message("task_metrics")
 @dataclass(frozen=True)
 class TaskMetrics(Message):
@@ -228,9 +248,10 @@ class TaskMetrics(Message):
 
 
 #: what the JobManager (through the TaskManager) may send to a running task
-TaskControl = Union[TriggerCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted, InjectRaise, InjectDecline, InjectNetworkFault, StorageOutage]
+TaskControl = Union[TriggerCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted, InjectRaise, InjectDecline, InjectNetworkFault, StorageOutage,
+                    FinalCommitAnswer]
 #: what a task reports that the TaskManager passes on to the JobManager as it is
-TaskEvent = Union[TaskListening, CheckpointAck, CheckpointDecline, TaskMetrics]
+TaskEvent = Union[TaskListening, CheckpointAck, CheckpointDecline, TaskMetrics, FinalCommitRequest]
 
 # -- JobManager <-> TaskManager ------------------------------------------------------------------
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import select
+import time
 from typing import TYPE_CHECKING
 
 from flinkpy.protocol import HandlerTable
 from flinkpy.protocol.messages import (
     CheckpointBarrier,
+    FinalCommitAnswer,
+    FinalCommitRequest,
     InjectDecline,
     InjectNetworkFault,
     InjectRaise,
@@ -32,6 +35,10 @@ if TYPE_CHECKING:
 EXIT_ORPHANED = 3
 
 
+class FencedAttemptError(RuntimeError):
+    """A stale attempt of a task (a newer one runs) tried to commit at the end of its input."""
+
+
 class ControlHandler:
     """Receives and handles one control message at a time, through a table by message type."""
 
@@ -42,6 +49,8 @@ class ControlHandler:
         self.pending_triggers: list[CheckpointBarrier] = []
         #: checkpoint id -> completed (True) or aborted (False), as notified
         self.notified: dict[int, bool] = {}
+        #: the JobManager's answer to this task's final-commit request, once it came
+        self.final_commit: FinalCommitAnswer | None = None
         self.table = HandlerTable(
             f"task {task.describe}",
             {
@@ -52,6 +61,7 @@ class ControlHandler:
                 InjectDecline: self._on_decline,
                 StorageOutage: self._on_storage_outage,
                 InjectNetworkFault: self._on_network_fault,
+                FinalCommitAnswer: self._on_final_commit,
             },
         )
 
@@ -77,7 +87,27 @@ class ControlHandler:
             self.pending_triggers.clear()  # no further checkpoints of a stopping job
         return self.notified.pop(checkpoint_id)
 
+    def await_final_commit(self) -> None:
+        """The end of input of a sink: ask the JobManager whether this attempt may commit what
+        no checkpoint covers, and wait for the answer (handling other messages meanwhile). A task
+        cut off from the JobManager waits until its TaskManager ends it; a stale attempt (a newer
+        one runs) gets ``FencedAttemptError`` and commits nothing."""
+        while True:
+            self.final_commit = None
+            self.ctrl.send(FinalCommitRequest())
+            while self.final_commit is None:
+                self.handle_one()
+                self.pending_triggers.clear()  # a finishing task takes no further checkpoint
+            if self.final_commit.granted:
+                return
+            if not self.final_commit.retry:
+                raise FencedAttemptError(f"{self.task.describe} may not commit at the end of its input: {self.final_commit.reason}")
+            time.sleep(0.1)  # the job restarts elsewhere: this task is cancelled, or asks again
+
     # -- handlers ----------------------------------------------------------------------------
+
+    def _on_final_commit(self, msg: FinalCommitAnswer) -> None:
+        self.final_commit = msg
 
     def _on_trigger(self, msg: TriggerCheckpoint) -> None:
         self.pending_triggers.append(msg.barrier)

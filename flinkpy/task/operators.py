@@ -343,6 +343,9 @@ class SinkOperator(Operator):
     def __init__(self, name: str, fn: Any, output: Output, writer_context: Any):
         super().__init__(name, fn, output)
         self._writer_context = writer_context
+        #: called before the end-of-input flush commits (the engine asks its JobManager whether
+        #: this attempt may: fencing); None where nothing needs asking (the Spark runner)
+        self.before_final_commit: Callable[[], None] | None = None
 
     def set_restored_state(self, states: list[Any]) -> None:
         from dataclasses import replace
@@ -364,6 +367,8 @@ class SinkOperator(Operator):
         pass
 
     def end_input(self) -> None:
+        if self.before_final_commit is not None:
+            self.before_final_commit()
         self.writer.flush(True)
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from flinkpy.task.control import EXIT_ORPHANED, ControlHandler
 from flinkpy.task.fault_points import FaultPoints
 from flinkpy.task.input_processor import InputProcessor
 from flinkpy.task.metrics_reporter import TaskMetricsReporter
+from flinkpy.task.operators import SinkOperator
 from flinkpy.task.record_writer import RecordWriter
 from flinkpy.task.source_loop import SourceLoop
 from flinkpy.task.watermarks import MAX_WATERMARK
@@ -187,6 +188,9 @@ class Task:
             self._build_writers(payload)
             chain = OperatorChain(payload, dict(self.writers), descriptor=self.descriptor, backend_factory=self._backend)
             self.chain = chain
+            for op in chain.operators:
+                if isinstance(op, SinkOperator):
+                    op.before_final_commit = self.control.await_final_commit
             self.checkpointer = TaskCheckpointer(self.descriptor, chain, self.ctrl.send)
             chain.open()
             self.started = time.monotonic()

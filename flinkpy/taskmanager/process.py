@@ -46,6 +46,7 @@ from flinkpy.protocol.messages import (
     CheckpointAck,
     CheckpointDecline,
     ConnectTask,
+    FinalCommitRequest,
     FromTask,
     Heartbeat,
     KillTask,
@@ -337,6 +338,7 @@ class TaskManager:
                 CheckpointAck: forward,
                 CheckpointDecline: forward,
                 TaskMetrics: forward,
+                FinalCommitRequest: forward,
                 TaskRunning: lambda m: self._report(handle, "RUNNING"),
                 TaskFinished: functools.partial(self._task_finished, handle),
                 TaskFailed: functools.partial(self._task_failed, handle),
@@ -349,7 +351,7 @@ class TaskManager:
             tasks = [h.proc.pid for h in self.tasks.values()]
         return [os.getpid(), self.launcher.proc.pid, *tasks]
 
-    def _forward_from_task(self, handle: TaskHandle, msg: TaskListening | CheckpointAck | CheckpointDecline | TaskMetrics) -> None:
+    def _forward_from_task(self, handle: TaskHandle, msg: TaskListening | CheckpointAck | CheckpointDecline | TaskMetrics | FinalCommitRequest) -> None:
         self._send_jm(FromTask(job_id=handle.job_id, exec_id=handle.exec_id, message=msg))
 
     def _task_finished(self, handle: TaskHandle, msg: TaskFinished) -> None:
