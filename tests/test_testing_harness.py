@@ -17,6 +17,7 @@ from flinkpy.common import Time, Types
 from flinkpy.common.output_tag import OutputTag
 from flinkpy.datastream import (
     BroadcastProcessFunction,
+    CheckpointedFunction,
     CoProcessFunction,
     EmbeddedRocksDBStateBackend,
     KeyedBroadcastProcessFunction,
@@ -24,7 +25,7 @@ from flinkpy.datastream import (
     KeyedProcessFunction,
     ProcessFunction,
 )
-from flinkpy.datastream.state import MapStateDescriptor, ValueStateDescriptor
+from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from flinkpy.datastream.window import (
     CountTrigger,
     ProcessWindowFunction,
@@ -85,12 +86,27 @@ class AttributeCount(KeyedProcessFunction):
         yield value[0], self.sums[value[0]]
 
 
+class Batches(ProcessFunction, CheckpointedFunction):
+    """Not keyed: buffers records in operator list state and emits their sum every 3."""
+
+    def initialize_state(self, context):
+        self.buffer = context.get_operator_state_store().get_list_state(ListStateDescriptor("buffer", Types.INT()))
+
+    def process_element(self, value, ctx):
+        self.buffer.add(value)
+        items = list(self.buffer.get())
+        if len(items) == 3:
+            self.buffer.clear()
+            yield sum(items)
+
+
 def keyed(fn):
     return lambda s: s.key_by(KEY).process(fn)
 
 
 def test_keyed_process_function_with_timers_side_output_and_manual_clock():
     with OperatorHarness(keyed(SessionCount()), processing_time=1_000) as h:
+        assert h.keyed_inputs
         h.process_element(("a", 1), timestamp=5)
         h.process_element(("a", 2), timestamp=8)
         h.process_element(("b", 4), timestamp=9)
@@ -116,6 +132,7 @@ def test_process_function_on_a_stream_that_is_not_keyed():
                 yield value, now
 
     with OperatorHarness(lambda s: s.process(Stamp()), processing_time=42) as h:
+        assert not h.keyed_inputs
         h.process_elements([1, -2, 3])
         h.set_processing_time(50)
         h.process_element(4)
@@ -269,6 +286,7 @@ def test_restore_equivalence_holds_for_managed_state():
     rules = [Element(("a", 5)), Element(3, input=2), Element(("b", 2)), Element(("a", 1)), Element(1, input=2), Element(("b", 4))]
     broadcast = lambda data, r: data.key_by(KEY).connect(r.broadcast(RULES)).process(Threshold())  # noqa: E731
     assert_restore_equivalent(broadcast, rules, inputs=2, restore_parallelism=[2])
+    assert_restore_equivalent(lambda s: s.process(Batches()), [Element(i) for i in range(1, 8)])  # operator state
 
 
 def test_restore_equivalence_on_rocksdb():

@@ -99,7 +99,9 @@ def assert_restore_equivalent(
 
     ``at``: the snapshot positions, as numbers of steps done (default: before every step).
     ``restore_parallelism``: the parallelisms to restore at (default: ``parallelism`` and one
-    more, so that key groups move between subtasks). The other arguments are the harness's.
+    more, so that key groups move between subtasks; only ``parallelism`` when an input is not
+    keyed, as records spread round robin meet other records at another parallelism). The other
+    arguments are the harness's.
 
     >>> from flinkpy.testing import Element, Watermark
     >>> def build(s):
@@ -110,7 +112,6 @@ def assert_restore_equivalent(
     positions = sorted(set(range(len(steps)) if at is None else at))
     if any(not 0 <= k <= len(steps) for k in positions):
         raise ValueError(f"snapshot positions {positions} must lie in 0..{len(steps)} (steps done before the snapshot)")
-    targets = sorted(set(restore_parallelism or (parallelism, parallelism + 1)))
 
     def harness(**kw: Any) -> OperatorHarness:
         options = dict(inputs=inputs, parallelism=parallelism, max_parallelism=max_parallelism,
@@ -120,6 +121,8 @@ def assert_restore_equivalent(
 
     with harness() as reference:
         expected = reference.run(steps)
+        keyed = reference.keyed_inputs
+    targets = sorted(set(restore_parallelism or ((parallelism, parallelism + 1) if keyed else (parallelism,))))
     divergences: list[Divergence] = []
     snapshots: dict[int, Snapshot] = {}
     with harness() as snapshotting:

@@ -44,6 +44,7 @@ from flinkpy.checkpoint.storage import CheckpointStorage
 from flinkpy.errors import InvalidProgramError, UsageError
 from flinkpy.graph.job_graph import JobGraph, JobVertex
 from flinkpy.graph.pickling import dumps
+from flinkpy.graph.stream_graph import BROADCAST, CUSTOM, GLOBAL, HASH
 from flinkpy.network.channels import dumps_batch
 from flinkpy.protocol.deployment import TaskConfig, TaskDeploymentDescriptor
 from flinkpy.state.configured import create_keyed_backend
@@ -84,6 +85,9 @@ class OperatorHarness:
     ):
         if inputs not in (1, 2):
             raise UsageError(f"inputs={inputs!r}: a function has one input or two", remedy="pass inputs=1 or inputs=2")
+        if restore_from is not None and len(restore_from.watermarks) != inputs:
+            raise UsageError(f"the snapshot is of a function with {len(restore_from.watermarks)} input(s), not {inputs}",
+                             remedy=f"restore it with inputs={len(restore_from.watermarks)}")
         if max_parallelism is None:
             max_parallelism = restore_from.max_parallelism if restore_from is not None else 128
         self.inputs = inputs
@@ -107,6 +111,10 @@ class OperatorHarness:
         self._out_valve = StatusWatermarkValve(self.parallelism)
         self.subtasks = self._deploy(graph, restore_from)
         self._writers = [self._writers_of(graph, node_id) for node_id in sources]
+        if restore_from is not None and restore_from.parallelism == self.parallelism and restore_from.round_robin:
+            for writers, positions in zip(self._writers, restore_from.round_robin):
+                for (_, writer), position in zip(writers, positions):
+                    writer.round_robin_position = position
         if restore_from is not None:
             self.restored = self._collecting(lambda: [self._push_watermark(w, i + 1) for i, w in enumerate(restore_from.watermarks) if w > MIN_WATERMARK])
         else:
@@ -268,6 +276,13 @@ class OperatorHarness:
         return self._time
 
     @property
+    def keyed_inputs(self) -> bool:
+        """Whether every input reaches the subtasks by key (or broadcast): then which records
+        meet in a subtask does not depend on the parallelism. Otherwise, at parallelism > 1,
+        records are spread round robin, as a rebalance spreads them."""
+        return all(w.partitioner in (HASH, BROADCAST, CUSTOM, GLOBAL) for writers in self._writers for _, w in writers)
+
+    @property
     def current_watermark(self) -> int:
         """The function's event time: the least of its inputs' last watermarks."""
         return min(self._input_watermarks)
@@ -307,7 +322,8 @@ class OperatorHarness:
         self.storage.write_metadata_in(directory, doc)
         for s in self.subtasks:
             s.notify_complete(cid)
-        return Snapshot(cid, directory, doc, self.parallelism, self.max_parallelism, tuple(self._input_watermarks), now)
+        positions = tuple(tuple(w.round_robin_position for _, w in writers) for writers in self._writers)
+        return Snapshot(cid, directory, doc, self.parallelism, self.max_parallelism, tuple(self._input_watermarks), now, positions)
 
     def close(self) -> None:
         """Close the functions and release the state backends."""

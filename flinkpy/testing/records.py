@@ -100,3 +100,6 @@ class Snapshot:
     #: the last watermark of each input (index 0: input 1)
     watermarks: tuple[int, ...]
     processing_time: int
+    #: where each input's round-robin distribution stood (a restore at the same parallelism
+    #: goes on from there, so that the same records meet in the same subtasks)
+    round_robin: tuple[tuple[int, ...], ...] = ()
