@@ -344,3 +344,20 @@ def test_the_page_examples_run_and_its_failure_sample_is_what_the_harness_prints
     with pytest.raises(RestoreDivergence) as failure:
         assert_restore_equivalent(keyed(AttributeCount()), [Element(("a", 1)), Element(("b", 2)), Element(("a", 3)), Element(("a", 4))], restore_parallelism=[1])
     assert str(failure.value) == sample
+
+
+def test_a_snapshot_that_changes_the_output_is_caught():
+    class CountsSnapshots(ProcessFunction, CheckpointedFunction):
+        """The bug: taking a snapshot changes what the function does next."""
+
+        def initialize_state(self, context):
+            self.snapshots = 0
+
+        def snapshot_state(self, context):
+            self.snapshots += 1
+
+        def process_element(self, value, ctx):
+            yield value, self.snapshots
+
+    with pytest.raises(RestoreDivergence, match=r"taking snapshots \(the first after step 0 of 2\) changed the output: step 1 \(element 'x'\)"):
+        assert_restore_equivalent(lambda s: s.process(CountsSnapshots()), [Element("x"), Element("y")])

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from flinkpy.errors import UsageError
 from flinkpy.testing.harness import OperatorHarness
 from flinkpy.testing.records import Snapshot, Step, StepOutput, StreamRecord
 
@@ -51,7 +52,7 @@ class Divergence:
 
     def where(self, steps: int, parallelism: int) -> str:
         if self.restored_parallelism is None:
-            return f"taking a snapshot after step {self.snapshot_after} of {steps} changed the output"
+            return f"taking snapshots (the first after step {self.snapshot_after} of {steps}) changed the output"
         return (f"restored from a snapshot after step {self.snapshot_after} of {steps} (parallelism {parallelism}) "
                 f"at parallelism {self.restored_parallelism}")
 
@@ -74,8 +75,8 @@ class RestoreDivergence(AssertionError):
         if first.unexpected:
             lines.append(f"  unexpected:    {_show(first.unexpected)}")
         if len(divergences) > 1:
-            others = sorted({(d.snapshot_after, d.restored_parallelism) for d in divergences})
-            listed = ", ".join(f"after step {k} at parallelism {p}" if p is not None else f"snapshot after step {k}" for k, p in others[:SHOWN])
+            others = sorted({(d.snapshot_after, d.restored_parallelism) for d in divergences}, key=lambda kp: (kp[1] is not None, kp))
+            listed = ", ".join(f"after step {k} at parallelism {p}" if p is not None else "the run that took the snapshots" for k, p in others[:SHOWN])
             more = f" and {len(others) - SHOWN} more" if len(others) > SHOWN else ""
             lines.append(f"  {len(divergences)} of {runs} interrupted runs differ: {listed}{more}")
         lines.append("  (a common cause: state kept outside managed state, in an attribute of the function, is not in snapshots)")
@@ -111,7 +112,8 @@ def assert_restore_equivalent(
     steps = list(script)
     positions = sorted(set(range(len(steps)) if at is None else at))
     if any(not 0 <= k <= len(steps) for k in positions):
-        raise ValueError(f"snapshot positions {positions} must lie in 0..{len(steps)} (steps done before the snapshot)")
+        raise UsageError(f"at={positions}: a snapshot position is a number of steps done, in 0..{len(steps)}",
+                         remedy=f"pass positions between 0 and {len(steps)}")
 
     def harness(**kw: Any) -> OperatorHarness:
         options = dict(inputs=inputs, parallelism=parallelism, max_parallelism=max_parallelism,
@@ -132,7 +134,7 @@ def assert_restore_equivalent(
                 snapshots[i] = snapshotting.snapshot()
             if step is not None:
                 outputs.append(snapshotting.apply(step))
-    divergences += _compare(expected, outputs, steps, 0, None, None)
+    divergences += _compare(expected, outputs, steps, positions[0] if positions else 0, None, 0)[:1]
     for k in positions:
         for q in targets:
             with harness(parallelism=q, restore_from=snapshots[k], processing_time=None) as restored:

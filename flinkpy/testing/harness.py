@@ -132,20 +132,25 @@ class OperatorHarness:
         config = TaskConfig(checkpoint_dir=self.storage.base_url, state_backend=settings, buffer_timeout_ms=0)
         parameters = {k[len("$job."):]: v for k, v in graph.config.items() if k.startswith("$job.")}
         p, maxp = self.parallelism, self.max_parallelism
-        subtasks = []
-        for sub in range(p):
-            spec = None
-            if restore_from is not None:
-                spec = restore_spec(restore_from.metadata, restore_from.path, self.vertex.operator_ids, subtask=sub, parallelism=p, max_parallelism=maxp)
-            d = TaskDeploymentDescriptor(
-                job_id=self.job_id, exec_id=f"{self.job_id}-{sub}", vertex_id=self.vertex.id, vertex_name=self.vertex.name,
-                subtask=sub, parallelism=p, max_parallelism=maxp, attempt=0, payload=blob, inputs=[], outputs=[],
-                config=config, runtime_mode=graph.runtime_mode, job_parameters=parameters, restore=spec,
-            )
-            subtasks.append(LocalSubtask(
-                pickle.loads(blob), d, output=_Collector(self, sub), side_output=self._side_collector,
-                backend_factory=self._backend_factory(settings, sub), clock=self.current_processing_time, inputs=self.inputs,
-            ))
+        subtasks: list[LocalSubtask] = []
+        try:
+            for sub in range(p):
+                spec = None
+                if restore_from is not None:
+                    spec = restore_spec(restore_from.metadata, restore_from.path, self.vertex.operator_ids, subtask=sub, parallelism=p, max_parallelism=maxp)
+                d = TaskDeploymentDescriptor(
+                    job_id=self.job_id, exec_id=f"{self.job_id}-{sub}", vertex_id=self.vertex.id, vertex_name=self.vertex.name,
+                    subtask=sub, parallelism=p, max_parallelism=maxp, attempt=0, payload=blob, inputs=[], outputs=[],
+                    config=config, runtime_mode=graph.runtime_mode, job_parameters=parameters, restore=spec,
+                )
+                subtasks.append(LocalSubtask(
+                    pickle.loads(blob), d, output=_Collector(self, sub), side_output=self._side_collector,
+                    backend_factory=self._backend_factory(settings, sub), clock=self.current_processing_time, inputs=self.inputs,
+                ))
+        except BaseException:
+            for s in subtasks:  # the ones already open: their threads and backends go
+                s.close()
+            raise
         return subtasks
 
     def _backend_factory(self, settings: dict[str, str], subtask: int) -> Callable[[], Any]:
