@@ -16,6 +16,7 @@ from flinkpy.checkpoint.storage import CheckpointStorage
 from flinkpy.common import Time, Types
 from flinkpy.common.output_tag import OutputTag
 from flinkpy.datastream import (
+    AggregateFunction,
     BroadcastProcessFunction,
     CheckpointedFunction,
     CoProcessFunction,
@@ -287,6 +288,56 @@ def test_restore_equivalence_holds_for_managed_state():
     broadcast = lambda data, r: data.key_by(KEY).connect(r.broadcast(RULES)).process(Threshold())  # noqa: E731
     assert_restore_equivalent(broadcast, rules, inputs=2, restore_parallelism=[2])
     assert_restore_equivalent(lambda s: s.process(Batches()), [Element(i) for i in range(1, 8)])  # operator state
+
+
+class Mean(AggregateFunction):
+    def create_accumulator(self):
+        return 0, 0
+
+    def add(self, value, accumulator):
+        return accumulator[0] + value[1], accumulator[1] + 1
+
+    def get_result(self, accumulator):
+        return accumulator[0] / accumulator[1]
+
+    def merge(self, a, b):
+        return a[0] + b[0], a[1] + b[1]
+
+
+class Expiring(KeyedCoProcessFunction):
+    """Input 1 opens an order; input 2 closes it; an order still open 5 ms later expires."""
+
+    def open(self, ctx):
+        self.open_order = ctx.get_state(ValueStateDescriptor("open", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element1(self, value, ctx):
+        self.open_order.update(value)
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 5)
+
+    def process_element2(self, value, ctx):
+        if self.open_order.value() is not None:
+            self.open_order.clear()
+            yield "closed", value[0]
+
+    def on_timer(self, timestamp, ctx):
+        if self.open_order.value() is not None:
+            self.open_order.clear()
+            yield "expired", ctx.get_current_key()
+
+
+def test_restore_equivalence_of_an_aggregate_window_and_a_keyed_co_process_function():
+    mean = lambda s: s.key_by(KEY).window(TumblingProcessingTimeWindows.of(Time.milliseconds(100))).aggregate(Mean())  # noqa: E731
+    script = [Element(("a", 1)), Element(("b", 4)), ProcessingTime(50), Element(("a", 3)), ProcessingTime(100),
+              Element(("b", 2)), Element(("a", 6)), ProcessingTime(250)]
+    assert_restore_equivalent(mean, script, parallelism=2, restore_parallelism=[1, 3])
+    orders = [Element(("o1", 1), 1), Element(("o2", 1), 2), Watermark(2), Element(("o1", "ok"), 3, input=2), Watermark(3, input=2),
+              Element(("o3", 1), 4), Watermark(10), Element(("o3", "ok"), 8, input=2), Watermark(20, input=2)]
+    join = lambda a, b: a.key_by(KEY).connect(b.key_by(KEY)).process(Expiring())  # noqa: E731
+    with OperatorHarness(join, inputs=2) as h:
+        h.run(orders)
+        # event time is the least of both inputs': o2's timer (7) fires only at input 2's watermark 20
+        assert h.values == [("closed", "o1"), ("closed", "o3"), ("expired", "o2")]
+    assert_restore_equivalent(join, orders, inputs=2, restore_parallelism=[1, 2])
 
 
 def test_restore_equivalence_on_rocksdb():
