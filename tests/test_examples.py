@@ -85,6 +85,7 @@ def test_every_example_has_a_test():
     tested = {"word_count.py", "even_odd_sum.py", "max_two_sources.py", "showcase.py", "windowed_word_count.py", "sensor_alerts.py",
               "verification_job.py", "orders_to_postgres.py", "click_sessions.py", "orders_shipments.py",
               "fraud_rules.py",  # fraud_rules.py: tests/test_broadcast_state.py
+              "sensor_alerts_test.py",  # tests/test_testing_harness.py
               # tests/test_kafka_source.py
               "kafka_json_format.py", "kafka_csv_format.py", "kafka_avro_format.py", "kafka_bytearray_format.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested

@@ -41,7 +41,8 @@ of its own layer or above:
    cluster's home.
 10. ``client``: the one way to drive flinkpy, over both runners (submit, savepoints, analysis).
 11. ``datastream``: the user's API; ``execute()`` hands the job to the client.
-12. ``benchmarks``: measurements over everything.
+12. ``benchmarks``: measurements over everything; ``testing``: the harness that runs user
+    functions on the engine's operators in a test (it builds their graph with ``datastream``).
 
 ``commands/`` (the CLI) stands on top of all of it: flinkpy never imports it.
 
@@ -84,7 +85,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("spark",),
     ("client",),
     ("datastream",),
-    ("benchmarks",),
+    ("benchmarks", "testing"),
 ]
 
 #: (importing module, imported module) pairs against the layers, each being removed by other work

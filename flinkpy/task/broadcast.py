@@ -14,7 +14,6 @@ broadcast record has no key, but may visit every key's state in this subtask.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 from flinkpy.errors import InvalidProgramError
@@ -58,13 +57,13 @@ class _BroadcastStates:
 
 
 class _TimeMixin:
-    """Clocks for the broadcast contexts: the operator's watermark and the wall clock."""
+    """Clocks for the broadcast contexts: the operator's watermark and processing time."""
 
     _operator: Any
 
     def current_processing_time(self) -> int:
         timers = getattr(self._operator, "timers", None)
-        return timers.current_processing_time() if timers is not None else int(time.time() * 1000)
+        return timers.current_processing_time() if timers is not None else self._operator.clock()
 
     def current_watermark(self) -> int:
         timers = getattr(self._operator, "timers", None)

@@ -6,6 +6,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from flinkpy.clock import now_ms
 from flinkpy.connectors.base import ReaderContext
 from flinkpy.graph.job_graph import ChainedOperator, VertexPayload
 from flinkpy.metrics.groups import MetricRegistry
@@ -47,8 +48,12 @@ class OperatorChain:
         *,
         descriptor: TaskDeploymentDescriptor,
         backend_factory: BackendFactory,
+        clock: Callable[[], int] = now_ms,
     ):
         self.payload = payload
+        #: processing time (epoch ms) of the chain's timers and contexts: the wall clock in a
+        #: task, a manual one in flinkpy.testing
+        self.clock = clock
         self.descriptor = descriptor
         self.by_id: dict[int, Any] = {}
         self.source: Any = None
@@ -64,6 +69,7 @@ class OperatorChain:
             outputs += [writers[e] for e in spec.network_outputs]
             out = with_row_type(spec.params.get("output_type"), ops.fan_out(outputs), spec.name)
             op = self._build(spec, out, backend_factory, batch_mode)
+            op.clock = clock
             side: dict[str, list[ops.Output]] = {}
             for tag, nodes in spec.side_chained.items():
                 side.setdefault(tag, []).extend(self.by_id[n] for n in nodes)
@@ -190,7 +196,7 @@ class OperatorChain:
         for spec, op in zip(self.payload.operators, self.operators):
             if self.is_keyed(op):
                 self._restore_keyed(spec.operator_id)
-                op.timers = InternalTimerService(self.backend, op.on_event_time, op.on_processing_time)
+                op.timers = InternalTimerService(self.backend, op.on_event_time, op.on_processing_time, clock=self.clock)
                 self.timer_services.append(op.timers)
             operator_states = self.restore.operator(spec.operator_id)
             holds_broadcast = spec.kind in broadcast.KINDS

@@ -16,6 +16,7 @@ import collections
 import types
 from typing import Any, Callable
 
+from flinkpy.clock import now_ms
 from flinkpy.errors import InvalidProgramError
 from flinkpy.task.side_outputs import collect
 from flinkpy.state.heap import writable_copy
@@ -91,6 +92,10 @@ def _iterate(result: Any) -> Any:
 class Operator(Output):
     """Base: ``process(values, timestamps)`` for records, ``process_watermark`` for event time,
     ``end_input()`` once the input is exhausted."""
+
+    #: processing time in epoch milliseconds, for contexts without a timer service (the chain
+    #: sets the task's clock; a test harness a manual one)
+    clock: Callable[[], int] = staticmethod(now_ms)
 
     def __init__(self, name: str, fn: Any, output: Output):
         self.name = name
@@ -277,9 +282,7 @@ class _NoTimers:
         self._operator = operator
 
     def current_processing_time(self) -> int:
-        import time
-
-        return int(time.time() * 1000)
+        return self._operator.clock()
 
     def current_watermark(self) -> int:
         return getattr(self._operator, "watermark", -(2**63))

@@ -53,7 +53,8 @@ class RecordWriter:
         self.records_out = 0
         #: the last watermark sent downstream (the task's currentOutputWatermark)
         self.watermark = MIN_WATERMARK
-        self._rr = 0
+        #: the channel the next record of a round-robin edge (rebalance, rescale) goes to
+        self.round_robin_position = 0
         self._rng = random.Random(seed)
         if partitioner == HASH:
             if key_selector is None:
@@ -103,8 +104,8 @@ class RecordWriter:
             return [choice(n) for _ in values]
         if self.partitioner == CUSTOM:
             return [self._custom_channel(r) for r in values]
-        start = self._rr
-        self._rr = (start + len(values)) % n
+        start = self.round_robin_position
+        self.round_robin_position = (start + len(values)) % n
         return [(start + j) % n for j in range(len(values))]
 
     def _emit_with_timestamps(self, values: list, timestamps: list[int] | None) -> None:
@@ -201,12 +202,12 @@ class RecordWriter:
 
     def _emit_round_robin(self, records: list) -> None:
         n = self.n
-        start = self._rr
+        start = self.round_robin_position
         for i in range(n):
             part = records[(i - start) % n :: n]
             if part:
                 self.pending[i].extend(part)
-        self._rr = (start + len(records)) % n
+        self.round_robin_position = (start + len(records)) % n
         self.records_out += len(records)
         self._after_fanout()
 

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from typing import Any, Callable
 
+from flinkpy.clock import now_ms
 from flinkpy.state.heap import TIMER_EVENT_TABLE as EVENT
 from flinkpy.state.heap import TIMER_PROCESSING_TABLE as PROCESSING
 from flinkpy.task.watermarks import MIN_WATERMARK
 
 
 class InternalTimerService:
-    def __init__(self, backend: Any, on_event_time: Callable[[Any, Any, int], None], on_processing_time: Callable[[Any, Any, int], None], *, clock: Callable[[], float] = time.time):
+    def __init__(self, backend: Any, on_event_time: Callable[[Any, Any, int], None], on_processing_time: Callable[[Any, Any, int], None], *, clock: Callable[[], int] = now_ms):
         self.backend = backend
         self._on_event = on_event_time
         self._on_processing = on_processing_time
+        #: processing time in epoch milliseconds (a test harness gives a manual clock)
         self._clock = clock
         self.watermark = MIN_WATERMARK
         self._heaps: dict[str, list[tuple[int, int, Any, int, Any]]] = {EVENT: [], PROCESSING: []}
@@ -87,7 +88,7 @@ class InternalTimerService:
         return self.watermark
 
     def current_processing_time(self) -> int:
-        return int(self._clock() * 1000)
+        return self._clock()
 
     # -- firing ------------------------------------------------------------------------------
 
