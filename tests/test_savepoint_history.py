@@ -72,6 +72,33 @@ def test_the_configuration_keys_give_the_schedule_and_bad_values_name_their_key(
         JobOptions.parse({"execution.checkpointing.savepoint.history.max-count": "0"}, "ckpts")
 
 
+def test_the_schedule_history_and_start_point_travel_to_the_next_leader_with_the_job_history() -> None:
+    """What a leader saves of a job (Leadership._history) and a new leader applies."""
+    from flinkpy.jobmanager.checkpointing import JobCheckpointing
+    from flinkpy.jobmanager.dispatcher import JobRecord
+    from flinkpy.jobmanager.execution_graph import ExecutionGraph
+    from flinkpy.jobmanager.leadership import Leadership
+
+    meta = {"name": "job", "vertices": [{"id": 1, "name": "Source: numbers", "parallelism": 1, "max_parallelism": 128, "is_source": True}],
+            "edges": []}
+
+    def record() -> JobRecord:
+        options = JobOptions.parse({}, "ckpts")
+        graph = ExecutionGraph("0" * 32, meta, now_ms=1000)
+        return JobRecord(graph, {}, [], options, JobCheckpointing(graph, options.checkpointing, "ckpts", "sps", options.savepoint_schedule))
+
+    old = record()
+    old.checkpointing.history.reschedule(2000, interval_ms=60_000, max_count=3)
+    old.checkpointing.history.completed(entry(7))
+    old.checkpointing.history.started_from = "file:///sp/savepoint-1"
+    _, saved = Leadership._history(None, old)  # type: ignore[arg-type]
+    new = record()
+    Leadership.apply_history(new.graph, new.checkpointing, saved)
+    h = new.checkpointing.history
+    assert (h.schedule, h.entries, h.started_from, h.next_ms()) == (SavepointSchedule(60_000, 3, 86_400_000), [entry(7)],
+                                                                  "file:///sp/savepoint-1", 62_000)
+
+
 # --------------------------------------------------------------------------- against a cluster
 
 
