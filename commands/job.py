@@ -31,11 +31,14 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
     metrics.fetcher.update-interval), their rates, busy and back-pressured time and watermark
     lag, then a Kafka source's consumer lag per partition (its offset, committed offset and
     pendingRecords: the records behind the partition's end), then the restart count, restart and failover strategies, the in-place rescales
-    ('flinkpy job rescale') and the job's history (restarts, restart strategy changes, waits
-    for resources, rescales). With --json: the JobManager's document, with each vertex's
-    "metrics" (Flink's names; a source's lag is "pendingRecords"), its "partitions" (a Kafka
-    source's, each with "topic", "partition", "subtask", "currentOffset", "committedOffset"
-    and "pendingRecords"), the job's own "metrics" and its "rescales".
+    ('flinkpy job rescale'), the savepoint history (each savepoint's id, time, trigger:
+    manual, periodic, upgrade or stop, and path; what the job was started from) and the job's
+    history (restarts, restart strategy changes, waits for resources, rescales). With --json:
+    the JobManager's document, with each vertex's "metrics" (Flink's names; a source's lag is
+    "pendingRecords"), its "partitions" (a Kafka source's, each with "topic", "partition",
+    "subtask", "currentOffset", "committedOffset" and "pendingRecords"), the job's own
+    "metrics", its "rescales" and its "savepoints" ({"schedule", "history", "disposed",
+    "started-from", "restore-point"}, as 'flinkpy savepoint schedule --json').
 
     Examples:
 
@@ -79,6 +82,13 @@ def show(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = False) 
         for r in rescales:
             change = ", ".join(f"{name} {r['from'].get(name)} -> {p}" for name, p in r["to"].items() if r["from"].get(name) != p)
             console.print(f"  {fmt_time(r.get('timestamp'))}  from checkpoint {r.get('checkpoint_id')}: {change} ({r.get('duration_ms')} ms)", markup=False)
+    savepoints = doc.get("savepoints") or {}
+    if savepoints.get("history") or savepoints.get("started-from") or (savepoints.get("schedule") or {}).get("interval"):
+        from commands.savepoint import history_table
+
+        interval = (savepoints.get("schedule") or {}).get("interval")
+        console.print(f"Periodic savepoints: {'every ' + fmt_duration(interval) if interval else 'off'}", markup=False)
+        history_table(console, savepoints, wide=False)
     events = doc.get("events") or []
     if events:
         console.print("History:", markup=False)

@@ -277,9 +277,9 @@ def prune(
     Of the savepoints directly in DIR (their _metadata says savepoint), per job, newest first:
     one beyond the newest --keep N, or older than --max-age, is disposed of (its _metadata
     first, then the state files it references). Never touched: each job's newest savepoint,
-    every savepoint a job of the cluster was started from (so a running job's restart, which
-    restores from it until the job has a checkpoint of its own, never loses it), checkpoints,
-    and anything else in DIR. The cluster is asked first; with none answering the command is
+    every savepoint a job of the cluster was started from (even after it restarted from a
+    checkpoint of its own since), the snapshot a running job's restart would restore from now,
+    checkpoints, and anything else in DIR. The cluster is asked first; with none answering the command is
     refused (exit 3) unless --offline. Running it again changes nothing more.
 
     With --json: {"dir", "dry_run", "savepoints": [{"path", "job_id", "checkpoint_id",
@@ -311,7 +311,7 @@ def prune(
         except ClusterUnreachableError as exc:
             raise ClusterUnreachableError(f"{exc.message}: which savepoints its jobs were started from cannot be known",
                                           remedy="pass -m HOST:PORT, or --offline to prune without that protection") from None
-        protected = [p for p in (c.restored_from(str(j.get("jid"))) for j in jobs) if p]
+        protected = [p for j in jobs for p in c.protected_snapshots(str(j.get("jid")))]
     decisions = prune_directory(directory, keep=keep, max_age_ms=max_age_ms, now_ms=now_ms(), protected=protected, dry_run=dry_run)
     if session.json:
         emit_json({"dir": directory, "dry_run": dry_run, "savepoints": [d.to_dict() for d in decisions]})
@@ -322,6 +322,87 @@ def prune(
             out().print(f"{verb} {d.path} (job {d.job_id}, {d.reason})", markup=False)
     kept = sum(1 for d in decisions if not d.dispose)
     status(f"{sum(1 for d in decisions if d.dispose)} savepoint(s) {'to dispose of' if dry_run else 'disposed of'}, {kept} kept")
+
+
+@app.command("schedule")
+def schedule(
+    job_id: JobId,
+    every: Annotated[Optional[str], typer.Option("--every", metavar="DURATION", help="Take a savepoint of the job this often (1h, 30min, 10s), counted from now.")] = None,
+    off: Annotated[bool, typer.Option("--off", help="Take no more periodic savepoints (the history stays).")] = False,
+    max_count: Annotated[Optional[int], typer.Option("--max-count", min=1, metavar="N", help="Keep the newest N periodic savepoints; older ones are disposed of.")] = None,
+    max_age: Annotated[Optional[str], typer.Option("--max-age", metavar="DURATION", help="Dispose of periodic savepoints older than this (7d, 12h).")] = None,
+    jobmanager: JobManager = None,
+    wide: Wide = False,
+    json_: JsonFlag = False,
+) -> None:
+    """Take savepoints of a running job periodically, and show its savepoint history.
+
+    The JobManager itself triggers a savepoint of the job every --every (into the job's
+    execution.checkpointing.savepoint-dir), counted from now; --off stops that. With neither,
+    the schedule and the history are shown and nothing changes. Retention applies to periodic
+    savepoints only: beyond the newest --max-count or older than --max-age they are disposed
+    of by the JobManager, never the savepoint the job was started from nor the snapshot a
+    restart would restore from. Unset bounds keep their values (the job's
+    execution.checkpointing.savepoint.history.* settings at first). With high availability
+    the schedule survives a JobManager failover; without it, jobs do not (they are LOST).
+
+    With --json: {"jid", "schedule": {"interval", "max-count", "max-age", "next"}, "history":
+    [{"checkpoint_id", "location", "timestamp", "trigger"}], "disposed", "started-from",
+    "restore-point"} (times in ms; the history newest first).
+
+    Exit status: 0; 2 --every with --off, or a bad duration; 4 unknown job; 9 the job is not
+    running.
+
+    Examples:
+
+    \b
+        flinkpy savepoint schedule JOB_ID --every 1h --max-count 24
+        flinkpy savepoint schedule JOB_ID --off
+        flinkpy savepoint schedule JOB_ID --json | jq -r '.history[0].location'
+    """
+    from commands.context import client as connect
+    from commands.options import duration_seconds
+
+    if every is not None and off:
+        raise UsageError("--every and --off contradict each other", remedy="pass one of them")
+    interval_ms = int(duration_seconds(every, "--every", positive=True) * 1000) if every else None
+    max_age_ms = int(duration_seconds(max_age, "--max-age", positive=True) * 1000) if max_age else None
+    end = connect(jobmanager).cluster
+    changing = every is not None or off
+    if not changing and (max_count is not None or max_age is not None):
+        changing, interval_ms = True, end.savepoint_schedule(job_id)["schedule"]["interval"]
+    doc = end.set_savepoint_schedule(job_id, interval_ms, max_count=max_count, max_age_ms=max_age_ms) if changing else end.savepoint_schedule(job_id)
+    doc = {"jid": job_id, **doc}
+    if session.json:
+        emit_json(doc)
+        return
+    _print_schedule(doc, wide)
+
+
+def _print_schedule(doc: dict[str, Any], wide: bool) -> None:
+    from commands.output import fmt_duration
+
+    console = out()
+    sched = doc["schedule"]
+    if sched["interval"]:
+        console.print(f"Periodic savepoints of job {doc['jid']}: every {fmt_duration(sched['interval'])}, next at "
+                      f"{fmt_time(sched['next'])}; keeping the newest {sched['max-count']} for up to {fmt_duration(sched['max-age'])}.", markup=False)
+    else:
+        console.print(f"No periodic savepoints of job {doc['jid']}.", markup=False)
+    history_table(console, doc, wide)
+
+
+def history_table(console: Any, doc: dict[str, Any], wide: bool) -> None:
+    """A job's savepoint history (``doc`` as ``GET /jobs/<id>/savepoints/schedule`` answers)."""
+    if doc.get("started-from"):
+        console.print(f"Started from: {doc['started-from']}", markup=False)
+    rows = [[str(e["checkpoint_id"]), fmt_time(e["timestamp"]), e["trigger"], e["location"]] for e in doc.get("history") or []]
+    if not rows:
+        console.print("No savepoints taken yet.", markup=False)
+        return
+    columns = [Column("Id", justify="right"), Column("Completed", drop=1), Column("Trigger"), Column("Path", fold=True, min_width=20)]
+    title = "Savepoint history" + (f" ({doc['disposed']} periodic disposed of)" if doc.get("disposed") else "")
+    render(console, columns, rows, title=title, wide=wide)
 
 
 @app.command("plan", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -123,6 +123,10 @@ def test_killed_leader_a_standby_takes_over_and_the_job_ends_exactly(ha_cluster,
     assert first is not None and first["epoch"] >= 1
     jid = submit_even_odd(cli)
     wait_for(lambda: completed_checkpoints(jid) >= 3, timeout=30, message="3 checkpoints")
+    from flinkpy.client import Client
+
+    # a savepoint schedule set while the job runs must survive the failover too
+    Client.from_environment().cluster.set_savepoint_schedule(jid, 3_600_000, max_count=3)
     # a task failure before the failover: its exception and restart must survive the failover
     assert cli("fault", "kill-task", jid, "--vertex", "running sums", "--subtask", "0").returncode == 0
     wait_for(lambda: job(jid)["restarts"] >= 1 and running_under(jid, first["epoch"]), timeout=30, message="the task restarted")
@@ -139,6 +143,7 @@ def test_killed_leader_a_standby_takes_over_and_the_job_ends_exactly(ha_cluster,
 
     # histories survived: restarts, exceptions, checkpoint counts and the restore point
     assert j["restarts"] >= 1
+    assert (j["savepoints"]["schedule"]["interval"], j["savepoints"]["schedule"]["max-count"]) == (3_600_000, 3)
     entries = cli_json("job", "exceptions", jid)["exceptionHistory"]["entries"]
     assert any("SIGKILL" in e["message"] for e in entries), entries
     stats = cli_json("checkpoint", "list", jid)

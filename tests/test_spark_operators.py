@@ -339,6 +339,17 @@ def test_broadcast_is_refused_naming_the_operator():
     assert "'plus one' (uid 'plus-one')" in str(e.value) and "broadcast" in str(e.value) and e.value.remedy
 
 
+def test_periodic_savepoints_are_refused_naming_the_key():
+    from flinkpy.datastream import StreamExecutionEnvironment
+    from flinkpy.errors import ConfigurationError
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1, 2, 3]).print()
+    with pytest.raises(ConfigurationError, match="execution.checkpointing.savepoint.interval: periodic savepoints"):
+        translate(env, config={"execution.checkpointing.savepoint.interval": "1h"})
+    translate(env, config={"execution.checkpointing.savepoint.interval": "0"})  # 0: none, as unset
+
+
 def test_timestamps_after_a_keyed_operator_are_refused():
     from flinkpy.common import WatermarkStrategy
     from flinkpy.datastream import StreamExecutionEnvironment

@@ -264,6 +264,10 @@ def test_savepoint_upgrade_refused_by_the_plan_then_done_carries_the_state_exact
     assert phases.index("check-plan") < phases.index("stop") < phases.index("submit") < phases.index("health")
     assert "Savepoint completed. Path:" in res.stderr and "is healthy" in res.stderr
     assert job_state(old) == "FINISHED"
+    from flinkpy.client import Client
+
+    history = Client.from_environment().job(old)["savepoints"]["history"]  # the old job's savepoint history
+    assert [(e["trigger"], e["location"]) for e in history] == [("upgrade", doc["snapshot"])]
     assert finish(doc["new-jid"], out, "v2") == EXPECTED
     assert not (upgrade_cluster / "upgrades" / f"{old}.json").exists()
 

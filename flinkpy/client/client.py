@@ -198,6 +198,7 @@ class Client:
         deadline: Deadline,
         if_busy: str = "fail",
         on_busy: Callable[[], None] | None = None,
+        trigger: str | None = None,
     ) -> str:
         """Ask for a savepoint; its request id. ``if_busy="wait"``: while another savepoint
         of the job is in progress, ask again until the deadline (``on_busy`` once). A relative
@@ -205,15 +206,16 @@ class Client:
         target_dir = _resolved(target_dir)
         end = self.endpoint(job_id)
         return operations.request_operation(
-            end, job_id, lambda: end.trigger_savepoint(job_id, target_dir, format_type=format_type),
+            end, job_id, lambda: end.trigger_savepoint(job_id, target_dir, format_type=format_type, trigger=trigger),
             if_busy=if_busy, deadline=deadline, on_busy=on_busy,
         )
 
-    def stop_with_savepoint(self, job_id: str, target_dir: str | None = None, *, drain: bool = False, deadline: Deadline) -> str:
+    def stop_with_savepoint(self, job_id: str, target_dir: str | None = None, *, drain: bool = False, deadline: Deadline,
+                            trigger: str | None = None) -> str:
         """Ask for a final savepoint after which the job finishes; the request id."""
         target_dir = _resolved(target_dir)
         end = self.endpoint(job_id)
-        return operations.request_operation(end, job_id, lambda: end.stop_with_savepoint(job_id, target_dir, drain=drain),
+        return operations.request_operation(end, job_id, lambda: end.stop_with_savepoint(job_id, target_dir, drain=drain, trigger=trigger),
                                             if_busy="fail", deadline=deadline)
 
     def savepoint_status(self, job_id: str, request_id: str) -> JsonObject:
@@ -242,12 +244,23 @@ class Client:
         restored = ((doc or {}).get("latest") or {}).get("restored") or {}
         return restored.get("external_path")
 
+    def protected_snapshots(self, job_id: str) -> list[str]:
+        """What retention must not dispose of for this job: the snapshot it was last restored
+        from, the one it was started from and the one a restart would restore from now."""
+        try:
+            doc = self.job(job_id)
+        except NotFoundError:
+            return []
+        savepoints = doc.get("savepoints") or {}
+        found = [self.restored_from(job_id), savepoints.get("started-from"), savepoints.get("restore-point")]
+        return [str(p) for p in found if p]
+
     def prune_savepoints(self, job_id: str, location: str, keep: int) -> list[str]:
         """Retention after a savepoint at ``location``: dispose of the job's older savepoints
-        in the same directory beyond the newest ``keep``, never the one it was restored from."""
+        in the same directory beyond the newest ``keep``, never one it depends on."""
         from flinkpy.client.savepoints import prune_savepoints
 
-        return prune_savepoints(location, job_id, keep, [self.restored_from(job_id)])
+        return prune_savepoints(location, job_id, keep, self.protected_snapshots(job_id))
 
     # ----------------------------------------------------------------- restart strategies
 

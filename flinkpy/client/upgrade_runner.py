@@ -155,7 +155,8 @@ class UpgradeRunner:
         self._step(f"Triggering a savepoint of job {a.job_id} to check the new program against")
         deadline = Deadline(self.step_timeout_s)
         try:
-            request = self.client.trigger_savepoint(a.job_id, self.machine.spec.savepoint_dir, deadline=deadline, if_busy="wait")
+            request = self.client.trigger_savepoint(a.job_id, self.machine.spec.savepoint_dir, deadline=deadline, if_busy="wait",
+                                                   trigger="upgrade")
             return [up.SavepointTaken(self.client.wait_for_savepoint(a.job_id, request, deadline))]
         except (SavepointFailedError, ConflictError) as exc:
             return [up.SavepointFailed(exc.message)]
@@ -199,7 +200,7 @@ class UpgradeRunner:
         try:
             if request is None:
                 self._step(f"Stopping job {a.job_id} with a savepoint")
-                request = self.client.stop_with_savepoint(a.job_id, self.machine.spec.savepoint_dir, deadline=deadline)
+                request = self.client.stop_with_savepoint(a.job_id, self.machine.spec.savepoint_dir, deadline=deadline, trigger="upgrade")
                 self.machine.on(up.StopRequested(request))
                 self._save()  # before waiting: a re-run follows this very request
             location = self.client.wait_for_savepoint(a.job_id, request, deadline, what="stop-with-savepoint")

@@ -19,6 +19,7 @@ from flinkpy.clock import now_ms
 from flinkpy.errors import ConfigurationError, ConflictError, NotFoundError, OperationTimeoutError
 from flinkpy.jobmanager.checkpoint_coordinator import Action as CheckpointAction
 from flinkpy.jobmanager.execution_graph import Execution
+from flinkpy.jobmanager.savepoint_history import SavepointTrigger
 from flinkpy.jobmanager.savepoint_request import SavepointStatus
 from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline, TaskControl, ToTask
 
@@ -46,13 +47,17 @@ class CheckpointHandler:
                             r.fail(f"job {job_id} is {rec.graph.state}")
                     continue
                 cp = rec.checkpointing
+                if cp.history.due(now_ms()) and rec.graph.state == "RUNNING" and not cp.savepoint_in_progress():
+                    cp.request_periodic_savepoint(now_ms())
                 if cp.savepoints:
                     self.perform(job_id, cp.start_queued_savepoints(now_ms()))
                 if cp.periodic and not cp.manual_waiting:
                     self.perform(job_id, cp.coordinator.tick(now_ms()))
 
-    def trigger_savepoint(self, job_id: str, target_dir: str | None, *, stop: bool = False, drain: bool = False, fmt: str = "canonical") -> str:
-        """Queue a savepoint (of a stop-with-savepoint when ``stop``); returns its trigger id."""
+    def trigger_savepoint(self, job_id: str, target_dir: str | None, *, stop: bool = False, drain: bool = False, fmt: str = "canonical",
+                          trigger: str | None = None) -> str:
+        """Queue a savepoint (of a stop-with-savepoint when ``stop``); returns its trigger id.
+        ``trigger`` (manual, upgrade, stop) is what the job's savepoint history records."""
         d = self.dispatcher
         with d.lock:
             rec = d.job(job_id)
@@ -63,9 +68,32 @@ class CheckpointHandler:
             fmt = fmt.lower()
             if fmt not in SAVEPOINT_FORMATS:
                 raise ConfigurationError(f"savepoint format {fmt!r} is not known", remedy="use canonical or native")
-            trigger_id = rec.checkpointing.request_savepoint(target_dir, stop=stop, drain=drain, fmt=fmt, now=now_ms())
+            kind = _client_trigger(trigger, stop)
+            trigger_id = rec.checkpointing.request_savepoint(target_dir, stop=stop, drain=drain, fmt=fmt, now=now_ms(), trigger=kind)
             log.info("job %s: %s requested (trigger %s, target %s)", job_id, "stop with savepoint" if stop else "savepoint", trigger_id, target_dir)
             return trigger_id
+
+    def savepoints(self, job_id: str) -> dict[str, Any]:
+        """The job's savepoint schedule and history, what it was started from and what a
+        restart would restore from now (``GET /jobs/<id>``, ``GET /jobs/<id>/savepoints/schedule``)."""
+        d = self.dispatcher
+        with d.lock:
+            cp = d.job(job_id).checkpointing
+            point = cp.latest_restore_point()
+            return {**cp.history.to_json(), "restore-point": point[2] if point else None}
+
+    def schedule(self, job_id: str, *, interval_ms: int | None, max_count: int | None = None, max_age_ms: int | None = None) -> dict[str, Any]:
+        """Set (or with ``interval_ms`` None, stop) the job's periodic savepoints, from now on."""
+        d = self.dispatcher
+        with d.lock:
+            rec = d.job(job_id)
+            if rec.graph.is_terminal():
+                raise ConflictError(f"job {job_id} is {rec.graph.state}: savepoints are scheduled for running jobs", remedy="see 'flinkpy list -a'")
+            rec.checkpointing.history.reschedule(now_ms(), interval_ms=interval_ms, max_count=max_count, max_age_ms=max_age_ms)
+            log.info("job %s: periodic savepoints %s", job_id, f"every {interval_ms} ms" if interval_ms else "off")
+            rec.graph.events.append({"timestamp": now_ms(), "type": "savepoint-schedule-changed", "interval": interval_ms or None})
+            d.changed.notify_all()
+        return self.savepoints(job_id)
 
     def savepoint_status(self, job_id: str, trigger_id: str) -> dict[str, Any]:
         """A savepoint operation's status, in the shape of Flink's REST API."""
@@ -154,3 +182,14 @@ class CheckpointHandler:
             d.perform(job_id, rec.graph.fail_global("flinkpy.CheckpointException", reason, now_ms()))
 
         rec.checkpointing.perform(actions, send, later, fail_job)
+
+
+def _client_trigger(name: str | None, stop: bool) -> SavepointTrigger:
+    """What a REST client may say triggered its savepoint: manual or upgrade (a savepoint),
+    stop or upgrade (a stop with savepoint); periodic ones only the JobManager takes."""
+    allowed = ("stop", "upgrade") if stop else ("manual", "upgrade")
+    if name is None:
+        return SavepointTrigger(allowed[0])
+    if str(name).lower() not in allowed:
+        raise ConfigurationError(f"savepoint trigger {name!r} is not one a client may give here", remedy=f"use {' or '.join(allowed)}")
+    return SavepointTrigger(str(name).lower())

@@ -29,6 +29,7 @@ from flinkpy.jobmanager.checkpoint_coordinator import (
     PendingCheckpoint,
     TriggerAtSources,
 )
+from flinkpy.jobmanager.savepoint_history import SavepointEntry, SavepointHistory, SavepointSchedule, SavepointTrigger
 from flinkpy.jobmanager.savepoint_request import SavepointRequest, SavepointStatus
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ _io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="checkpoint-io")
 
 
 class JobCheckpointing:
-    def __init__(self, graph: "ExecutionGraph", options: CheckpointingOptions, checkpoint_dir: str, savepoint_dir: str):
+    def __init__(self, graph: "ExecutionGraph", options: CheckpointingOptions, checkpoint_dir: str, savepoint_dir: str,
+                 schedule: SavepointSchedule | None = None):
         self.graph = graph
         self.options = options
         self.checkpoint_dir = checkpoint_dir
@@ -66,13 +68,16 @@ class JobCheckpointing:
         self.manual_waiting = 0
         #: where savepoints go when the request names no directory
         self.savepoint_dir = savepoint_dir
+        #: the job's completed savepoints, its periodic schedule and their retention
+        self.history = SavepointHistory(schedule or SavepointSchedule.from_settings({}, "defaults"), now_ms())
         #: high availability: records checkpoint ids handed out and completed checkpoints in
         #: ZooKeeper (flinkpy.jobmanager.leadership.JobHa), or None
         self.ha: JobHa | None = None
 
     # -- savepoints ---------------------------------------------------------------------------
 
-    def request_savepoint(self, target_dir: str | None, *, stop: bool, drain: bool, fmt: str, now: int) -> str:
+    def request_savepoint(self, target_dir: str | None, *, stop: bool, drain: bool, fmt: str, now: int,
+                          trigger: SavepointTrigger | None = None) -> str:
         """Queue a savepoint (started at the next tick: a checkpoint in flight goes first)."""
         import uuid
 
@@ -85,8 +90,47 @@ class JobCheckpointing:
                 remedy="wait for it ('flinkpy savepoint status'), or pass --if-busy wait",
             )
         trigger_id = uuid.uuid4().hex
-        self.savepoints[trigger_id] = SavepointRequest(target_dir or self.savepoint_dir, stop, drain, fmt, now)
+        trigger = trigger or (SavepointTrigger.STOP if stop else SavepointTrigger.MANUAL)
+        self.savepoints[trigger_id] = SavepointRequest(target_dir or self.savepoint_dir, stop, drain, fmt, now, trigger)
         return trigger_id
+
+    def savepoint_in_progress(self) -> bool:
+        return any(r.status.is_open for r in self.savepoints.values())
+
+    def request_periodic_savepoint(self, now: int) -> None:
+        """Queue the periodic savepoint the schedule says is due (the job runs, no savepoint is
+        in progress: a busy period waits for it, then takes its turn)."""
+        self.history.triggered(now)
+        trigger_id = self.request_savepoint(None, stop=False, drain=False, fmt="canonical", now=now, trigger=SavepointTrigger.PERIODIC)
+        log.info("job %s: periodic savepoint requested (trigger %s, every %d ms)", self.graph.job_id, trigger_id,
+                 self.history.schedule.interval_ms)
+
+    def protected_snapshots(self) -> list[str]:
+        """What retention never disposes of: the snapshot the job was started from and the one
+        a restart would restore from now."""
+        point = self.latest_restore_point()
+        return [p for p in (self.history.started_from, point[2] if point else None) if p]
+
+    def _savepoint_completed(self, record: SavepointRequest, cid: int, now: int) -> None:
+        """Under the dispatcher's lock, once the coordinator counts it complete: into the
+        history, then retention of the periodic ones (their files deleted off the lock)."""
+        from flinkpy.checkpoint.retention import dispose
+
+        self.history.completed(SavepointEntry(cid, record.dir, now, record.trigger))
+        for entry in self.history.expired(now, self.protected_snapshots()):
+            self.coordinator.completed = [c for c in self.coordinator.completed if c.checkpoint_id != entry.checkpoint_id]
+            self.metadata_docs.pop(entry.checkpoint_id, None)
+
+            def remove(entry: SavepointEntry = entry) -> None:
+                try:
+                    dispose(entry.location)
+                    log.info("job %s: disposed of periodic savepoint %d at %s (savepoint history retention)",
+                             self.graph.job_id, entry.checkpoint_id, entry.location)
+                except Exception as e:  # noqa: BLE001 - storage trouble leaves a savepoint behind, nothing worse
+                    log.warning("job %s: could not dispose of savepoint %d at %s: %s", self.graph.job_id,
+                                entry.checkpoint_id, entry.location, e)
+
+            _io.submit(remove)
 
     def start_queued_savepoints(self, now: int) -> list[CheckpointAction]:
         from flinkpy.checkpoint.storage import savepoint_dir
@@ -267,10 +311,16 @@ class JobCheckpointing:
             self.outcomes[cid] = {"status": "COMPLETED", "external_path": path}
             directory = record.dir if record is not None else self.storage.checkpoint_dir(self.graph.job_id, cid)
             self.metadata_docs[cid] = (directory, doc)
-            if record is not None:
-                record.status, record.location = SavepointStatus.COMPLETED, record.dir
-                log.info("Savepoint %d of job %s completed: %s", cid, self.graph.job_id, record.dir)
-            events(lambda: self.coordinator.finalized(cid, path, now_ms()))
+
+            def completed() -> list[CheckpointAction]:
+                actions = self.coordinator.finalized(cid, path, now_ms())
+                if record is not None and any(c.checkpoint_id == cid for c in self.coordinator.completed):
+                    record.status, record.location = SavepointStatus.COMPLETED, record.dir
+                    log.info("Savepoint %d of job %s completed: %s", cid, self.graph.job_id, record.dir)
+                    self._savepoint_completed(record, cid, completion)
+                return actions
+
+            events(completed)
 
         _io.submit(write)
 

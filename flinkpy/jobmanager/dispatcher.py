@@ -183,7 +183,8 @@ class Dispatcher:
                     targets = [ProbeTarget(tm.tm_id, tm.host, tm.conn.send) for tm in self.registry.taskmanagers.values()]
                 self.storage_probes.check(targets, options.checkpoint_dir, job_id)
         graph = ExecutionGraph(job_id, meta, now_ms(), strategy=options.restart_strategy, failover=options.failover)
-        checkpointing = JobCheckpointing(graph, options.checkpointing, options.checkpoint_dir, options.savepoint_dir)
+        checkpointing = JobCheckpointing(graph, options.checkpointing, options.checkpoint_dir, options.savepoint_dir,
+                                         options.savepoint_schedule)
         restore = document.get("restore")  # a savepoint or retained checkpoint to start from
         if restore and not recovered:
             _check_channel_state(graph, restore)

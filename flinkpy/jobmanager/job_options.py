@@ -20,6 +20,7 @@ from flinkpy.checkpoint.options import CheckpointingOptions
 from flinkpy.common.restart_backoff import RestartBackoffTimeStrategy, strategy_from_config
 from flinkpy.config import SCHEMA, typed_value
 from flinkpy.errors import ConfigurationError
+from flinkpy.jobmanager.savepoint_history import SavepointSchedule
 from flinkpy.protocol.deployment import TaskConfig
 
 #: where errors say a bad value came from
@@ -81,6 +82,8 @@ class JobOptions:
     checkpointing: CheckpointingOptions
     checkpoint_dir: str
     savepoint_dir: str
+    #: periodic savepoints and the retention of them
+    savepoint_schedule: SavepointSchedule
     #: CLAIM: a retained checkpoint the job starts from becomes the job's own (deleted when subsumed)
     claim: bool
     slot_request_timeout_ms: int
@@ -102,6 +105,7 @@ class JobOptions:
             checkpointing=checkpointing,
             checkpoint_dir=checkpoint_dir,
             savepoint_dir=settings.get("execution.checkpointing.savepoint-dir") or f"{checkpoint_dir.rstrip('/')}/savepoints",
+            savepoint_schedule=SavepointSchedule.from_settings(settings, SOURCE),
             claim=str(settings.get("execution.state-recovery.claim-mode", "NO_CLAIM")).upper() == "CLAIM",
             slot_request_timeout_ms=typed_value(settings, "slot.request.timeout", source=SOURCE),
             task=task_config(settings),

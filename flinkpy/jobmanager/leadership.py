@@ -121,6 +121,8 @@ class Leadership:
             setattr(cc, name, c[name])
         cc._records.update(c["records"])
         cc.next_id = max(cc.next_id, c["next_id"])
+        if "savepoints" in doc:  # the schedule as last set, the savepoint history and the start point
+            checkpointing.history = doc["savepoints"]
 
     # -- histories ------------------------------------------------------------------------------
 
@@ -128,7 +130,9 @@ class Leadership:
         from flinkpy.jobmanager.checkpoint_coordinator import PendingCheckpoint
 
         g, cc = rec.graph, rec.checkpointing.coordinator
-        fingerprint = (len(g.events), len(g.exceptions), g.restarts, cc.num_completed, cc.num_failed, cc.num_restored, g.state)
+        h = rec.checkpointing.history
+        fingerprint = (len(g.events), len(g.exceptions), g.restarts, cc.num_completed, cc.num_failed, cc.num_restored, g.state,
+                       h.schedule, len(h.entries), h.disposed)
         doc = {
             "graph": {"exceptions": g.exceptions, "root_exception": g.root_exception, "restarts": g.restarts,
                       "events": g.events, "created": g.timestamps.get("CREATED")},
@@ -138,6 +142,7 @@ class Leadership:
                 "latest_failed": cc.latest_failed, "summary": cc.summary, "next_id": cc.next_id,
                 "records": {k: r for k, r in cc._records.items() if not isinstance(r, PendingCheckpoint)},
             },
+            "savepoints": h,
         }
         return fingerprint, pickle.dumps(doc, protocol=5)
 

@@ -21,6 +21,8 @@ Flink's REST API where Flink has one.
     GET   /jobs/<id>/faults               the job's fault journal
     POST  /cluster/faults                 inject a fault into a TaskManager or the checkpoint storage
     GET   /cluster/faults                 the cluster's fault journal
+    GET   /jobs/<id>/savepoints/schedule  the job's periodic savepoints and savepoint history
+    PUT   /jobs/<id>/savepoints/schedule  set them ({"interval": ms or null, "max-count", "max-age": ms})
     GET   /metrics, .../metrics           live metrics (Prometheus; Flink's shapes): metrics_view
 """
 
@@ -82,6 +84,8 @@ class RestServer(RestEndpoint):
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/restart-strategy", self.get_restart_strategy),
             ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/savepoints", self.trigger_savepoint),
             ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/savepoints/(?P<tid>[0-9a-f]{32})", self.savepoint_status),
+            ("GET", r"/jobs/(?P<jid>[0-9a-f]{32})/savepoints/schedule", self.savepoint_schedule),
+            ("PUT", r"/jobs/(?P<jid>[0-9a-f]{32})/savepoints/schedule", self.set_savepoint_schedule),
             ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/stop", self.stop_job),
             ("PUT", r"/jobs/(?P<jid>[0-9a-f]{32})/restart-strategy", self.put_restart_strategy),
             ("POST", r"/jobs/(?P<jid>[0-9a-f]{32})/faults", self.inject_fault),
@@ -218,6 +222,7 @@ class RestServer(RestEndpoint):
                     "restart-strategy": g.strategy.describe() if g.strategy is not None else {"type": "none"},
                     "events": list(g.events),
                     "rescales": list(g.rescales),
+                    "savepoints": d.checkpoints.savepoints(jid),
                     "metrics": metrics_view.job_figures(d.job(jid), now_ms()),
                 }
             )
@@ -342,19 +347,41 @@ class RestServer(RestEndpoint):
     def trigger_savepoint(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         doc = self.json_body(body)
         tid = self.dispatcher.checkpoints.trigger_savepoint(
-            jid, doc.get("target-directory"), stop=bool(doc.get("cancel-job")), fmt=str(doc.get("formatType") or "canonical")
+            jid, doc.get("target-directory"), stop=bool(doc.get("cancel-job")), fmt=str(doc.get("formatType") or "canonical"),
+            trigger=doc.get("trigger"),
         )
         return 202, {"request-id": tid}
 
     def stop_job(self, jid: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         doc = self.json_body(body)
         tid = self.dispatcher.checkpoints.trigger_savepoint(
-            jid, doc.get("targetDirectory"), stop=True, drain=bool(doc.get("drain")), fmt=str(doc.get("formatType") or "canonical")
+            jid, doc.get("targetDirectory"), stop=True, drain=bool(doc.get("drain")), fmt=str(doc.get("formatType") or "canonical"),
+            trigger=doc.get("trigger"),
         )
         return 202, {"request-id": tid}
 
     def savepoint_status(self, jid: str, tid: str, **_: Any) -> dict[str, Any]:
         return self.dispatcher.checkpoints.savepoint_status(jid, tid)
+
+    def savepoint_schedule(self, jid: str, **_: Any) -> dict[str, Any]:
+        return self.dispatcher.checkpoints.savepoints(jid)
+
+    def set_savepoint_schedule(self, jid: str, body: bytes, **_: Any) -> dict[str, Any]:
+        doc = self.json_body(body)
+
+        def bound(key: str, low: int) -> int | None:
+            value = doc.get(key)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InvalidProgramError(f"{key}: {value!r} is not an integer >= {low}",
+                                          remedy='send {"interval": MS or null, "max-count": N, "max-age": MS}')
+            return value
+
+        if "interval" not in doc:
+            raise InvalidProgramError("no interval given", remedy='send {"interval": MS} (null: no periodic savepoints)')
+        return self.dispatcher.checkpoints.schedule(jid, interval_ms=bound("interval", 0), max_count=bound("max-count", 1),
+                                                    max_age_ms=bound("max-age", 1))
 
     def get_restart_strategy(self, jid: str, **_: Any) -> dict[str, Any]:
         return self.dispatcher.restarts.strategy(jid)

@@ -18,6 +18,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from flinkpy.jobmanager.savepoint_history import SavepointTrigger
+
 
 class SavepointStatus(enum.Enum):
     QUEUED = "QUEUED"
@@ -40,6 +42,8 @@ class SavepointRequest:
     #: ``canonical`` or ``native``
     format: str
     requested_ms: int
+    #: who asked for it (kept in the job's savepoint history)
+    trigger: SavepointTrigger = SavepointTrigger.MANUAL
     status: SavepointStatus = SavepointStatus.QUEUED
     checkpoint_id: int | None = None
     #: the savepoint's own directory, once it started

@@ -72,6 +72,8 @@ class Scheduler:
             directory, metadata = restore_from
             checkpointing.initial_restore = (directory, metadata)
             own = metadata.get("job_id") == job_id  # a JobManager failover recovers the job's own checkpoint
+            if not own:  # what it was started from (a new leader restores its own checkpoint instead)
+                checkpointing.history.started_from = directory
             checkpointing.coordinator.restored(
                 int(metadata.get("checkpoint_id", 0)), directory, now_ms(), is_savepoint=metadata.get("kind") == "savepoint",
                 metadata=metadata, owned=own or rec.options.claim, foreign=not own,

@@ -313,15 +313,32 @@ class RestClient:
 
     # ------------------------------------------------------------------ savepoints and stop
 
-    def trigger_savepoint(self, jid: str, target_dir: str | None, *, format_type: str = "CANONICAL") -> str:
-        """Ask for a savepoint; the request id of the asynchronous operation."""
-        body = {"target-directory": target_dir, "formatType": format_type, "cancel-job": False}
+    def trigger_savepoint(self, jid: str, target_dir: str | None, *, format_type: str = "CANONICAL", trigger: str | None = None) -> str:
+        """Ask for a savepoint; the request id of the asynchronous operation. ``trigger``
+        (manual or upgrade) is what the job's savepoint history records."""
+        body: JsonObject = {"target-directory": target_dir, "formatType": format_type, "cancel-job": False}
+        if trigger:
+            body["trigger"] = trigger
         return str(self.request("POST", f"/jobs/{_quote(jid)}/savepoints", body=body)["request-id"])
 
-    def stop_with_savepoint(self, jid: str, target_dir: str | None, *, drain: bool = False) -> str:
-        """Ask for a final savepoint after which the job finishes; the request id."""
-        body = {"targetDirectory": target_dir, "drain": drain}
+    def stop_with_savepoint(self, jid: str, target_dir: str | None, *, drain: bool = False, trigger: str | None = None) -> str:
+        """Ask for a final savepoint after which the job finishes; the request id. ``trigger``:
+        stop or upgrade."""
+        body: JsonObject = {"targetDirectory": target_dir, "drain": drain}
+        if trigger:
+            body["trigger"] = trigger
         return str(self.request("POST", f"/jobs/{_quote(jid)}/stop", body=body)["request-id"])
+
+    def savepoint_schedule(self, jid: str) -> JsonObject:
+        """The job's periodic savepoints and savepoint history."""
+        return self.request("GET", f"/jobs/{_quote(jid)}/savepoints/schedule")
+
+    def set_savepoint_schedule(self, jid: str, interval_ms: int | None, *, max_count: int | None = None,
+                               max_age_ms: int | None = None) -> JsonObject:
+        """Take a savepoint of the job every ``interval_ms`` from now on (None: stop); the
+        retention bounds left None stay as they were."""
+        body = {"interval": interval_ms, "max-count": max_count, "max-age": max_age_ms}
+        return self.request("PUT", f"/jobs/{_quote(jid)}/savepoints/schedule", body=body)
 
     def savepoint_status(self, jid: str, request_id: str) -> JsonObject:
         """The operation document of a savepoint or stop request: ``{"status": {"id"}, "operation"}``."""

@@ -579,9 +579,22 @@ def translate(stream_graph_or_env: Any, *, config: dict[str, Any] | None = None,
         mode = settings["execution.runtime-mode"].upper()
     if mode == "AUTOMATIC":
         mode = "BATCH" if bounded else "STREAMING"
+    _refuse_periodic_savepoints(settings)
     max_records = int(settings.get(MAX_RECORDS_KEY, "0") or 0)
     params = {k[len("$job."):]: v for k, v in settings.items() if k.startswith("$job.")}
     t = _Translator(graph, parallelism=parallelism, batch_mode=(mode == "BATCH"), max_records=max_records, params=params)
     branches, stages, routes = t.translate()
     return SparkPlan(branches, stages, routes, job_name=job_name or settings.get("pipeline.name") or "Flink Streaming Job",
                      bounded=bounded, sources=t.source_count, max_records=max_records, runtime_mode=mode)
+
+
+def _refuse_periodic_savepoints(settings: dict[str, str]) -> None:
+    """Periodic savepoints are taken by the engine's JobManager; a Spark job would never take one."""
+    from flinkpy.config import typed_value
+    from flinkpy.errors import ConfigurationError
+    from flinkpy.jobmanager.savepoint_history import INTERVAL_KEY
+
+    if typed_value(settings, INTERVAL_KEY, source="the job's configuration"):
+        raise ConfigurationError(f"{INTERVAL_KEY}: periodic savepoints are taken by the JobManager of flinkpy's engine, "
+                                 "and a job on the Spark runner has none",
+                                 remedy="unset it for this job, or take savepoints with 'flinkpy savepoint trigger'")
