@@ -26,6 +26,7 @@ import pytest
 
 from conftest import module_cluster, run_cli, wait_for
 from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask, operator_state
+from flinkpy.client.restore_plan import plan_restore
 from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from flinkpy.errors import ConflictError, ExitCode, NotFoundError, UsageError
 from flinkpy.state.canonical import FrameWriter
@@ -48,6 +49,7 @@ import json, os, sys, time
 from flinkpy.common import Types, WatermarkStrategy
 from flinkpy.datastream import KeyedProcessFunction, MapFunction, StreamExecutionEnvironment
 from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+from flinkpy.client.restore_plan import plan_restore
 from flinkpy.datastream.state import ValueStateDescriptor
 
 count, out_dir, tag, sums_uid, max_parallelism = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -299,11 +301,12 @@ def test_renamed_uid_is_refused_then_resumes_exactly_after_rewrite(stopped: dict
     partial = dict(SavepointReader.read(sp).read_keyed_state("sums", "sum"))
     assert partial and all(0 < v < expected_sums(COUNT)[str(k)] for k, v in partial.items()), partial  # stopped half way
 
-    args = [str(program), str(COUNT), str(out), "renamed", "running-sums", "128"]
-    refused = run_cli("run", "-s", sp, *args, timeout=90)
+    args = [str(COUNT), str(out), "renamed", "running-sums", "128"]
+    refused = run_cli("run", "-s", sp, str(program), *args, timeout=90)
     assert refused.returncode == ExitCode.INVALID_PROGRAM, refused.stderr
     assert "allowNonRestoredState" in refused.stderr and "sums" in refused.stderr
 
+    assert not plan_restore(sp, str(program), args)["restorable"]  # `savepoint plan` says so too
     new_sp = str(stopped["base"] / "renamed-sp")
     res = run_cli("savepoint", "rewrite", "--json", sp, new_sp, "--rename-uid", "sums=running-sums")
     assert res.returncode == 0, res.stderr
@@ -314,7 +317,8 @@ def test_renamed_uid_is_refused_then_resumes_exactly_after_rewrite(stopped: dict
     assert again.returncode == ExitCode.CONFLICT and "already exists" in again.stderr
     assert json.loads(again.stdout)["error"]["exit_code"] == ExitCode.CONFLICT
 
-    resumed = run_cli("run", "-s", new_sp, *args, timeout=90)
+    assert plan_restore(new_sp, str(program), args)["restorable"]
+    resumed = run_cli("run", "-s", new_sp, str(program), *args, timeout=90)
     assert resumed.returncode == 0, resumed.stderr
     assert outputs(out, "renamed") == expected_sums(COUNT)
 
@@ -334,8 +338,13 @@ def test_python_api_transform_bootstrap_and_max_parallelism_then_restore(stopped
               .write(new_sp))
     assert {o.uid: o.action for o in result.operators}["bonus"] == "bootstrapped"
     assert CheckpointStorage(new_sp).verify(new_sp).restorable
+    args = [str(COUNT), str(out), "api", "sums", "64", "bonus"]
+    plan = plan_restore(new_sp, str(program), args)  # `savepoint plan`, in this process
+    assert plan["restorable"], plan["problems"]
+    status = {op["uid"]: (op["status"], op["old_max_parallelism"]) for op in plan["operators"]}
+    assert status["sums"] == ("restored", 64) and status["bonus"] == ("restored", 64), status
 
-    resumed = run_cli("run", "-s", new_sp, str(program), str(COUNT), str(out), "api", "sums", "64", "bonus", timeout=90)
+    resumed = run_cli("run", "-s", new_sp, str(program), *args, timeout=90)
     assert resumed.returncode == 0, resumed.stderr
     expected = {k: v + 7 + bonus[int(k)] for k, v in expected_sums(COUNT).items()}
     assert outputs(out, "api") == expected
