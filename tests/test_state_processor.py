@@ -18,6 +18,7 @@ import json
 import os
 import pickle
 import random
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,22 @@ def test_keyed_state_and_timers_read_transformed_and_reassigned_to_another_max_p
                 assert first <= kg <= last
                 for key, _ in entries:
                     assert assign_to_key_group(key[0] if name == "_timers.event" else key, 32) == kg
+
+
+def test_a_retained_incremental_checkpoint_is_rewritten_into_a_self_contained_savepoint(tmp_path: Path) -> None:
+    from test_state_analyze import _incremental_and_full
+
+    incremental, full = _incremental_and_full(tmp_path)
+    want = {name: sorted(SavepointReader.read(str(full)).read_keyed_state("sums", name), key=repr) for name in ("count", "seen", "attrs")}
+    out = tmp_path / "sp"
+    result = SavepointWriter.from_existing_savepoint(str(incremental)).change_operator_identifier("sums", "counts").write(str(out))
+    assert result.operators[0].action == "renamed from sums"
+    shutil.rmtree(incremental.parent)  # the checkpoint and its shared files gone: the savepoint needs neither
+    reader = SavepointReader.read(str(out))
+    (sub,) = reader.operator("counts")["subtasks"]
+    assert "shared" not in sub["keyed_state"] and "format" not in sub["keyed_state"]
+    assert reader.metadata["kind"] == "savepoint" and CheckpointStorage(str(out)).verify(str(out)).restorable
+    assert {name: sorted(reader.read_keyed_state("counts", name), key=repr) for name in want} == want
 
 
 def test_writer_refusals_leave_nothing_behind(tmp_path: Path) -> None:
