@@ -412,8 +412,8 @@ def rewrite(
     Exit status: 0 written; 2 a bad flag value (--rename-uid without '=', a max parallelism
     out of range or below an operator's parallelism, or entries bound to their key group); 4 no
     snapshot at SRC, or no operator with a uid given; 8 the state holds classes that are
-    decoded only with --trusted; 9 DST exists, SRC is damaged or an unaligned checkpoint, or a
-    new uid is already taken.
+    decoded only with --trusted; 9 DST exists, SRC is damaged, an unaligned checkpoint or a Spark
+    runner's savepoint, or a new uid is already taken.
 
     Examples:
 

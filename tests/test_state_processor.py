@@ -261,6 +261,10 @@ def test_writer_refusals_leave_nothing_behind(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="appears twice"):
         SavepointWriter.new_savepoint().bootstrap_keyed_state("a", "v", [(1, 1), (1, 2)]).write(str(tmp_path / "dup"))
     assert not (tmp_path / "dup").exists()  # a failed write removes what it wrote
+    (tmp_path / "killed").mkdir()  # what a rewrite killed half way leaves: files, no _metadata
+    (tmp_path / "killed" / "a-0-keyed").write_bytes(b"half")
+    with pytest.raises(ConflictError, match="interrupted"):
+        SavepointWriter.from_existing_savepoint(str(sp)).write(str(tmp_path / "killed"))
     # an entry filed under a key group its key does not hash to cannot move to another max parallelism
     bound = tmp_path / "bound"
     wrong = (assign_to_key_group("k", 128) + 1) % 128

@@ -87,9 +87,14 @@ def find_operator(metadata: Mapping[str, Any], ident: str, where: str) -> dict[s
     for op in operators:
         if op["operator_id"] == ident:
             return op
+    raise unknown_operator(operators, ident, where)
+
+
+def unknown_operator(operators: list[Mapping[str, Any]], ident: str, where: str) -> NotFoundError:
+    """The error for a uid none of ``operators`` has: it lists theirs."""
     known = ", ".join(op.get("uid") or f"(no uid, id {op['operator_id']})" for op in operators) or "none"
-    raise NotFoundError(f"no operator with uid {ident!r} in the snapshot at {where} (its operators: {known})",
-                        remedy="name an operator by its uid, or by the operator id 'flinkpy checkpoint inspect' shows")
+    return NotFoundError(f"no operator with uid {ident!r} in the snapshot at {where} (its operators: {known})",
+                         remedy="name an operator by its uid, or by the operator id 'flinkpy checkpoint inspect' shows")
 
 
 def operator_info(op: Mapping[str, Any]) -> OperatorInfo:

@@ -34,15 +34,17 @@ written out as canonical files, so the savepoint depends on nothing outside its 
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import re
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flinkpy.checkpoint.metadata import KEYED_STATE_KINDS, new_metadata, new_operator, new_subtask
+from flinkpy.checkpoint.metadata import KEYED_STATE_KINDS, METADATA_FILE, new_metadata, new_operator, new_subtask
 from flinkpy.checkpoint.storage import CheckpointStorage
 from flinkpy.clock import now_ms
 from flinkpy.errors import ConflictError, UsageError
@@ -50,7 +52,7 @@ from flinkpy.state.incremental import is_incremental
 from flinkpy.state.key_groups import assign_to_key_group, check_max_parallelism
 from flinkpy.state.operator import kind_of
 from flinkpy.state_processor.keyed import KeyedSpool, regroup
-from flinkpy.state_processor.reader import SavepointReader, find_operator, keyed_handles
+from flinkpy.state_processor.reader import SavepointReader, keyed_handles, unknown_operator
 
 #: fn(key, value) -> new value, or None to drop the key
 KeyedTransform = Callable[[Any, Any], Any]
@@ -141,6 +143,12 @@ class SavepointWriter:
         """Edits of the savepoint or retained checkpoint at ``path`` (any fsspec URL). ``trusted``:
         decode state with Python's own unpickler (the job's classes), for snapshots you trust."""
         reader = SavepointReader.read(path, trusted=trusted, storage_options=storage_options, command=command)
+        if reader.metadata.get("runner") is not None:
+            raise ConflictError(
+                f"{reader.path} is a savepoint of the {reader.metadata['runner']} runner: its state is that runner's own "
+                "files, which the state processor does not rewrite",
+                remedy="rewrite a savepoint of flinkpy's engine",
+            )
         channel = [op["name"] for op in reader.metadata["operators"] if any(s.get("channel_state") for s in op["subtasks"])]
         if channel:
             raise ConflictError(
@@ -159,20 +167,12 @@ class SavepointWriter:
     # ----------------------------------------------------------------- edits
 
     def _find(self, ident: str) -> _Operator:
-        for op in self._operators:
-            if op.uid == ident:
-                return op
-        for op in self._operators:
-            if op.operator_id == ident:
-                return op
-        where = self._reader.path if self._reader else "the new savepoint"
-        return self._missing(ident, where)
-
-    def _missing(self, ident: str, where: str) -> Any:
-        doc = {"operators": [o.source or {"operator_id": o.operator_id, "uid": o.uid} for o in self._operators]}
-        for op, live in zip(doc["operators"], self._operators):
-            op["uid"], op["operator_id"] = live.uid, live.operator_id
-        return find_operator(doc, ident, where)  # raises NotFoundError naming the operators there
+        """The operator (as edited so far) whose uid, or else operator id, is ``ident``."""
+        by_uid = [op for op in self._operators if op.uid == ident] or [op for op in self._operators if op.operator_id == ident]
+        if by_uid:
+            return by_uid[0]
+        current = [{"uid": op.uid, "operator_id": op.operator_id} for op in self._operators]
+        raise unknown_operator(current, ident, self._reader.path if self._reader else "the new savepoint")
 
     def remove_operator(self, uid: str) -> SavepointWriter:
         """Leave the state of operator ``uid`` (or operator id) out of the new savepoint."""
@@ -261,6 +261,9 @@ class SavepointWriter:
         directory = target.base_url
         fs, fs_path = target.filesystem(directory)
         if fs.exists(fs_path):
+            if fs.isdir(fs_path) and not fs.exists(f"{fs_path.rstrip('/')}/{METADATA_FILE}") and fs.ls(fs_path):
+                raise ConflictError(f"{directory} already exists and holds no {METADATA_FILE}: the files of a rewrite that was interrupted",
+                                    remedy=f"remove {directory} and run the rewrite again")
             raise ConflictError(f"{directory} already exists", remedy="write the new savepoint to a path that does not exist yet")
         job = _Job(self, target, directory)
         try:
@@ -327,9 +330,6 @@ class _Job:
             savepoint_format="canonical", mode=src["mode"] if src else "EXACTLY_ONCE", max_parallelism=self.w._max_parallelism,
         )
         if src is not None:
-            for key in ("runner",):  # what else the source said of itself, kept as it was
-                if key in src:
-                    doc[key] = src[key]
             doc["rewritten_from"] = self.reader.path
         return doc
 
@@ -376,9 +376,6 @@ class _Job:
 
     def _copy(self, op: _Operator, handle: Mapping[str, Any], subtask: int, suffix: str) -> dict[str, Any]:
         """Copy one state file byte for byte (streamed through a local file, checked on the way)."""
-        import os
-        import tempfile
-
         assert self.reader is not None
         fd, local = tempfile.mkstemp(prefix="flinkpy-copy-")
         os.close(fd)
