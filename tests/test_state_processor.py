@@ -21,6 +21,7 @@ import random
 import shutil
 import textwrap
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from conftest import module_cluster, run_cli, wait_for
 from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask, operator_state
 from flinkpy.client.restore_plan import plan_restore
 from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from flinkpy.errors import ConflictError, ExitCode, NotFoundError, UsageError
+from flinkpy.errors import ConfigurationError, ConflictError, ExitCode, NotFoundError, UsageError
 from flinkpy.state.canonical import FrameWriter
 from flinkpy.state.heap import TIMER_EVENT_TABLE, HeapKeyedStateBackend
 from flinkpy.state.key_groups import assign_to_key_group, key_group_range_for_operator
@@ -247,6 +248,29 @@ def test_a_retained_incremental_checkpoint_is_rewritten_into_a_self_contained_sa
     assert "shared" not in sub["keyed_state"] and "format" not in sub["keyed_state"]
     assert reader.metadata["kind"] == "savepoint" and CheckpointStorage(str(out)).verify(str(out)).restorable
     assert {name: sorted(reader.read_keyed_state("counts", name), key=repr) for name in want} == want
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A value of the job's own class: decoded only when the snapshot is trusted."""
+
+    celsius: float
+
+
+def test_classes_of_the_job_are_decoded_only_when_trusted_and_copies_need_no_decoding(tmp_path: Path) -> None:
+    sp = tmp_path / "sp"
+    SavepointWriter.new_savepoint().bootstrap_keyed_state("sensors", "last", [("s1", Reading(20.5))]).write(str(sp))
+    with pytest.raises(ConfigurationError, match="Reading") as refused:
+        SavepointReader.read(str(sp)).keyed_value("sensors", "last", "s1")
+    assert refused.value.exit_code == ExitCode.CONFIGURATION and "--trusted" in str(refused.value)
+    assert SavepointReader.read(str(sp), trusted=True).keyed_value("sensors", "last", "s1") == Reading(20.5)
+    # renaming copies the files as they are: nothing is decoded, so nothing needs trust
+    SavepointWriter.from_existing_savepoint(str(sp)).change_operator_identifier("sensors", "probes").write(str(tmp_path / "renamed"))
+    with pytest.raises(ConfigurationError, match="flinkpy.state_processor"):
+        SavepointWriter.from_existing_savepoint(str(sp)).with_max_parallelism(64).write(str(tmp_path / "rekeyed"))
+    assert not (tmp_path / "rekeyed").exists()
+    SavepointWriter.from_existing_savepoint(str(sp), trusted=True).with_max_parallelism(64).write(str(tmp_path / "rekeyed"))
+    assert dict(SavepointReader.read(str(tmp_path / "rekeyed"), trusted=True).read_keyed_state("sensors", "last")) == {"s1": Reading(20.5)}
 
 
 def test_writer_refusals_leave_nothing_behind(tmp_path: Path) -> None:
