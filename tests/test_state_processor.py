@@ -305,8 +305,9 @@ def test_writer_refusals_leave_nothing_behind(tmp_path: Path) -> None:
         job_id="e" * 32, job_name="w", checkpoint_id=1, trigger_timestamp=1, completion_timestamp=1, kind="savepoint",
         savepoint_format="canonical", operators=[new_operator(operator_id="w", uid="w", name="windows", vertex_id=1, parallelism=1,
                                                               max_parallelism=128, subtasks=[new_subtask(0, keyed_state=keyed)])]))
-    res = run_cli("savepoint", "rewrite", str(bound), str(tmp_path / "bound2"), "--max-parallelism", "64")
-    assert res.returncode == ExitCode.USAGE and "key group" in res.stderr, res.stderr
+    with pytest.raises(UsageError, match="belongs to the key group") as refused:
+        SavepointWriter.from_existing_savepoint(str(bound)).with_max_parallelism(64).write(str(tmp_path / "bound2"))
+    assert refused.value.exit_code == ExitCode.USAGE
     assert not (tmp_path / "bound2").exists()
 
 
