@@ -36,6 +36,7 @@ from flinkpy.state.heap import TIMER_EVENT_TABLE, HeapKeyedStateBackend
 from flinkpy.state.key_groups import assign_to_key_group, key_group_range_for_operator
 from flinkpy.state.operator import OperatorStateBackend
 from flinkpy.state_processor import SavepointReader, SavepointWriter
+from flinkpy.task.window_slicing import GROUP_TIMER_KEY
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -289,14 +290,15 @@ def test_writer_refusals_leave_nothing_behind(tmp_path: Path) -> None:
     (tmp_path / "killed" / "a-0-keyed").write_bytes(b"half")
     with pytest.raises(ConflictError, match="interrupted"):
         SavepointWriter.from_existing_savepoint(str(sp)).write(str(tmp_path / "killed"))
-    # an entry filed under a key group its key does not hash to cannot move to another max parallelism
+    # state of a key group rather than of a key (the sliced windows' per-key-group timers, filed even
+    # under the key group their key hashes to) cannot move to another max parallelism
     bound = tmp_path / "bound"
-    wrong = (assign_to_key_group("k", 128) + 1) % 128
+    group = assign_to_key_group(GROUP_TIMER_KEY, 128)
     storage = CheckpointStorage(str(bound))
 
     def produce(f: Any) -> None:
         writer = FrameWriter(f, {"fired": {"kind": "value"}})
-        writer.add("fired", wrong, "k", 1)
+        writer.add("fired", group, GROUP_TIMER_KEY, 1)
         writer.close()
 
     handle, _ = storage.write_state_stream(str(bound), "w-0-keyed", produce)

@@ -14,11 +14,12 @@ True
 >>> regroup("count", "user-7", (kg + 1) % 128, old_max=128, new_max=256)
 Traceback (most recent call last):
 ...
-flinkpy.state_processor.keyed.KeyGroupBoundError: state 'count' holds an entry filed under key group ...
+flinkpy.state_processor.keyed.KeyGroupBoundError: state 'count' holds an entry of key group ... that belongs to the key group rather than to a key ...
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -37,6 +38,15 @@ from flinkpy.state.key_groups import (
 _TIMER_TABLES = frozenset({TIMER_EVENT_TABLE, TIMER_PROCESSING_TABLE})
 
 
+@functools.lru_cache(maxsize=1)
+def _group_keys() -> frozenset[Any]:
+    """The engine's keys that stand for a key group, not a key (imported when first needed: the
+    window operators are a heavy import this module otherwise does without)."""
+    from flinkpy.task.window_slicing import GROUP_TIMER_KEY
+
+    return frozenset({GROUP_TIMER_KEY})
+
+
 class KeyGroupBoundError(UsageError):
     """An entry is bound to its key group rather than to its key: it cannot be re-assigned."""
 
@@ -53,11 +63,11 @@ def regroup(state: str, key: Any, key_group: int, *, old_max: int, new_max: int)
     if old_max == new_max:
         return key_group
     owner = user_key(state, key)
-    if assign_to_key_group(owner, old_max) != key_group:
+    if owner in _group_keys() or assign_to_key_group(owner, old_max) != key_group:
         raise KeyGroupBoundError(
-            f"state {state!r} holds an entry filed under key group {key_group} that its key {owner!r} does not "
-            f"hash to at max parallelism {old_max}: it belongs to the key group, not to a key (the sliced "
-            "windows' per-key-group timers are such state), so it cannot be moved to another max parallelism",
+            f"state {state!r} holds an entry of key group {key_group} that belongs to the key group rather than to "
+            f"a key ({owner!r}; the sliced windows' per-key-group timers are such state), so it cannot be moved "
+            "to another max parallelism",
             remedy="change the max parallelism from a savepoint taken when such operators hold no state, or drop that operator",
         )
     return assign_to_key_group(owner, new_max)
