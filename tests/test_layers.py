@@ -34,7 +34,8 @@ of its own layer or above:
 5. ``checkpoint`` (storage, ``_metadata`` and snapshot analysis, over state), ``connectors``
    (sources and sinks), ``ha`` (HA services and the ZooKeeper test server).
 6. ``task``: one subtask's process, running the operator chain.
-7. ``taskmanager`` and ``jobmanager``: the engine's two kinds of processes.
+7. ``taskmanager`` and ``jobmanager``: the engine's two kinds of processes; and
+   ``state_processor``: reading and rewriting snapshots offline (over checkpoint and state).
 8. ``cluster``: starting, finding and stopping the processes of a local (or HA) cluster.
 9. ``spark``: the Spark runner, a runner beside the engine; it reuses the engine's operators
    (``task``), the restart strategies (``common``), the REST endpoint (``network``) and a
@@ -80,7 +81,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("network", "faults", "graph", "state", "formats"),
     ("checkpoint", "connectors", "ha"),
     ("task",),
-    ("taskmanager", "jobmanager"),
+    ("taskmanager", "jobmanager", "state_processor"),
     ("cluster",),
     ("spark",),
     ("client",),

@@ -90,6 +90,7 @@ with Python's own unpickler, for state that holds the job's own classes (importa
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import pickle
@@ -213,37 +214,56 @@ def to_dataframe(result: Mapping[str, Any]) -> Any:
 
 class StateFileReader:
     """Reads and decodes the state files of one checkpoint, one at a time (none is kept, so
-    memory holds one subtask's state at most). Picklable: Spark tasks use it too."""
+    memory holds one subtask's state at most). Picklable: Spark tasks use it too.
 
-    def __init__(self, storage: CheckpointStorage, dir_url: str, *, trusted: bool = False):
+    ``command`` names the command a refused file is to be given ``--trusted`` again (errors say
+    what to run); the state processor reads through this class as well."""
+
+    def __init__(self, storage: CheckpointStorage, dir_url: str, *, trusted: bool = False, command: str = "flinkpy state analyze"):
         self.storage = storage
         self.dir_url = dir_url
         #: decode with pickle's own unpickler (any class) instead of flinkpy.state.safe_pickle
         self.trusted = trusted
+        self.command = command
 
     def url(self, handle: Mapping[str, Any]) -> str:
         return f"{self.dir_url.rstrip('/')}/{handle['path']}"
 
     def load(self, handle: Mapping[str, Any]) -> Any:
-        from flinkpy.state import safe_pickle
         from flinkpy.state.incremental import is_incremental, read_keyed_state
 
-        try:
+        with self.decoding(handle):
             if is_incremental(handle):  # native store files: read out key group by key group
                 return read_keyed_state(self.storage, self.dir_url, handle, restricted=not self.trusted)
             data = self.storage.read_state(self.dir_url, handle)  # checks size and checksum again
             # a keyed-state file's document, or an operator-state object
-            return canonical.loads(data, pickle.load if self.trusted else safe_pickle.load)
+            return canonical.loads(data, self.unpickle)
+
+    @property
+    def unpickle(self) -> Any:
+        """The function that decodes one pickle: restricted unless ``trusted``."""
+        from flinkpy.state import safe_pickle
+
+        return pickle.load if self.trusted else safe_pickle.load
+
+    @contextlib.contextmanager
+    def decoding(self, handle: Mapping[str, Any]) -> Iterator[None]:
+        """Around decoding the file of ``handle``: a refused class, a class that cannot be
+        imported and a file that does not decode become errors that name the file and the remedy."""
+        from flinkpy.state import safe_pickle
+
+        try:
+            yield
         except safe_pickle.UntrustedClassError as exc:
             raise ConfigurationError(
-                f"{self.url(handle)}: {exc.message}; state analyze does not load it, because unpickling "
+                f"{self.url(handle)}: {exc.message}; {self.command} does not load it, because unpickling "
                 "a class runs code the file names",
-                remedy="if you trust this snapshot, analyze it again with --trusted (and the job's modules on PYTHONPATH)",
+                remedy=f"if you trust this snapshot, run '{self.command}' again with --trusted (and the job's modules on PYTHONPATH)",
             ) from None
         except (ImportError, AttributeError) as exc:
             raise ConfigurationError(
                 f"{self.url(handle)}: its state holds objects whose class cannot be imported here: {exc}",
-                remedy="put the directory of the job's modules on PYTHONPATH and analyze again",
+                remedy=f"put the directory of the job's modules on PYTHONPATH and run '{self.command}' again",
             ) from None
         except Exception as exc:  # noqa: BLE001 - a file that matched its checksum but does not decode
             raise CorruptCheckpointError(self.url(handle), f"not a flinkpy state file: {type(exc).__name__}: {exc}") from None

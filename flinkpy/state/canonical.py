@@ -78,17 +78,18 @@ class FrameWriter:
         return dict(self._counts)
 
 
-def read_frames(f: IO[bytes]) -> tuple[dict[str, dict[str, Any]], Iterator[Frame]]:
+def read_frames(f: IO[bytes], unpickle: Callable[[IO[bytes]], Any] = pickle.load) -> tuple[dict[str, dict[str, Any]], Iterator[Frame]]:
     """The states (name → kind and TTL) of a canonical file and an iterator over its frames.
 
     A whole-document file gives its key groups as one frame each. A framed file that ends before
-    its end marker raises ``FlinkpyError`` when the iterator reaches the cut.
+    its end marker raises ``FlinkpyError`` when the iterator reaches the cut. ``unpickle``
+    decodes each pickle (as in :func:`load`).
     """
-    first = pickle.load(f)
+    first = unpickle(f)
     if not (isinstance(first, dict) and first.get("framed")):
         return document_frames(first)
     check_snapshot_version(first)
-    return {n: dict(s) for n, s in first["states"].items()}, _frames(f)
+    return {n: dict(s) for n, s in first["states"].items()}, _frames(f, unpickle)
 
 
 def _frames(f: IO[bytes], unpickle: Callable[[IO[bytes]], Any] = pickle.load) -> Iterator[Frame]:
