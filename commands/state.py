@@ -277,9 +277,9 @@ def _print_diff(result: dict[str, Any], wide: bool) -> None:
             rows.append([Text(label if i == 0 else ""), par if i == 0 else "", Text(st["name"]), str(st["added"]), str(st["removed"]),
                          str(st["changed"]), str(st["unchanged"]), f"{fmt_size(st['bytes_a'])} -> {fmt_size(st['bytes_b'])}"])
     if rows:
-        columns = [Column("Operator", fold=True), Column("Parallelism", drop=2), Column("State", fold=True), Column("Added", justify="right"),
+        columns = [Column("Operator", fold=True), Column("Parallelism", drop=3), Column("State", fold=True), Column("Added", justify="right"),
                    Column("Removed", justify="right"), Column("Changed", justify="right"), Column("Same", justify="right", drop=1),
-                   Column("Bytes", justify="right", drop=3)]
+                   Column("Bytes", justify="right", drop=2)]
         render(console, columns, rows, title="Keyed state", wide=wide)
     op_rows = [[Text(_label(op)), Text(s["name"]), f"{s['entries_a']} -> {s['entries_b']}", f"{fmt_size(s['bytes_a'])} -> {fmt_size(s['bytes_b'])}",
                 "yes" if s["changed"] else "no"] for op in result["operators"] for s in op["operator_state"]]
