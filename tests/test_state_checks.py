@@ -1,6 +1,6 @@
 """`flinkpy state diff` and `flinkpy savepoint plan --check-code` on savepoints of real jobs.
 
-One cluster per module (2 TaskManagers x 3 slots) runs the same keyed job twice at once: A at
+One cluster per module (1 TaskManager with 5 slots) runs the same keyed job twice at once: A at
 parallelism 2 and max parallelism 128 over the numbers 1..400, B at parallelism 3 and max
 parallelism 64 over 1..1000 without key k3. Each keeps, per key, a count and the first and
 latest number it saw as a `readings.Reading` (a dataclass in a module beside the job). Each runs
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,17 +35,25 @@ JOB = textwrap.dedent(
     f"""
     import sys
     from flinkpy.common import WatermarkStrategy
-    from flinkpy.datastream import FlatMapFunction, KeyedProcessFunction, StreamExecutionEnvironment
+    from flinkpy.datastream import CheckpointedFunction, FlatMapFunction, KeyedProcessFunction, StreamExecutionEnvironment
     from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
-    from flinkpy.datastream.state import ValueStateDescriptor
+    from flinkpy.datastream.state import ListStateDescriptor, ValueStateDescriptor
     from readings import Reading, key_of
 
     LIMIT, MAX_PARALLELISM, SKIP = int(sys.argv[1]), int(sys.argv[2]), set(sys.argv[3:])
 
 
-    class Select(FlatMapFunction):
+    class Select(FlatMapFunction, CheckpointedFunction):
+        def initialize_state(self, context):
+            self.state = context.get_operator_state_store().get_list_state(ListStateDescriptor("passed", None))
+            self.passed = sum(self.state.get())
+
+        def snapshot_state(self, context):
+            self.state.update([self.passed])
+
         def flat_map(self, n):
             if n <= LIMIT and key_of(n) not in SKIP:
+                self.passed += 1
                 yield (key_of(n), n)
 
 
@@ -121,7 +130,7 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         (d / "job.py").write_text(JOB)
         (d / "readings.py").write_text(READINGS.replace("FIELD", field))
         dirs[name] = d
-    with module_cluster(tmp_path_factory, "state-checks-home", taskmanagers=2, slots=3) as home:
+    with module_cluster(tmp_path_factory, "state-checks-home", taskmanagers=1, slots=5) as home:
         runs = {"a": (2, ["400", "128"], 400), "b": (3, ["1000", "64", DROPPED], 1000)}
         jids = {}
         for side, (p, args, _) in runs.items():
@@ -151,16 +160,21 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {**paths, **dirs}
 
 
-def _diff(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    res = run_cli("state", "diff", "--json", *args, env=env)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+@pytest.fixture
+def trusted_program(snapshots: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The old program's modules importable in this process (for a --trusted diff), and gone after."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(snapshots["old"]))
+    yield
+    sys.modules.pop("readings", None)
 
 
-def test_diff_compares_by_key_across_parallelism_and_max_parallelism(snapshots: dict[str, Path]) -> None:
+def test_diff_compares_by_key_across_parallelism_and_max_parallelism(snapshots: dict[str, Path], trusted_program: None) -> None:
+    from flinkpy.client.analysis import diff
+
     a, b = expected(400, set()), expected(1000, {DROPPED})
-    env = {"PYTHONPATH": f"{snapshots['old']}:{Path.cwd()}"}
-    doc = _diff("--trusted", "--top", "3", str(snapshots["a"]), str(snapshots["b"]), env=env)
+    doc = json.loads(json.dumps(diff(str(snapshots["a"]), str(snapshots["b"]), top=3, trusted=True)))
     assert (doc["a"]["max_parallelism"], doc["b"]["max_parallelism"]) == (128, 64)
     track = next(op for op in doc["operators"] if op["uid"] == "track")
     assert (track["parallelism_a"], track["parallelism_b"]) == (2, 3) and track["status"] == "both"
@@ -181,25 +195,34 @@ def test_diff_compares_by_key_across_parallelism_and_max_parallelism(snapshots: 
     assert len(deltas) == 3 and deltas == sorted(deltas, reverse=True) and all(d > 0 for d in deltas)
     assert {g["state"] for g in doc["grown"]} == {"count", "first", "latest"}
     assert len(doc["top_keys"]) == 3 and all(k["bytes_delta"] > 0 for k in doc["top_keys"])
+    # operator state: one count per source subtask, 2 in A and 3 in B
+    select = next(op for op in doc["operators"] if op["uid"] == "select")
+    assert [(s["name"], s["entries_a"], s["entries_b"], s["changed"]) for s in select["operator_state"]] == [("passed", 2, 3, True)]
+    assert select["states"] == []
 
-    # the same snapshot against itself: identical; --uid narrows to one operator
-    same = _diff("--trusted", "--uid", "track", str(snapshots["b"]), str(snapshots["b"]), env=env)
-    assert same["identical"] is True and [op["uid"] for op in same["operators"]] == ["track"]
-    assert same["totals"]["unchanged"] == 3 * len(b) and same["totals"]["changed"] == 0
+    # the same snapshot against itself: identical
+    same = diff(str(snapshots["b"]), str(snapshots["b"]), trusted=True)
+    assert same["identical"] is True and same["totals"]["unchanged"] == 3 * len(b) and same["totals"]["changed"] == 0
+    assert not any(s["changed"] for op in same["operators"] for s in op["operator_state"])
 
-    # for people: a table and a verdict line
-    res = run_cli("state", "diff", "--trusted", "--uid", "track", str(snapshots["a"]), str(snapshots["b"]), env=env)
+    # for people, one operator: a table and a verdict line
+    res = run_cli("state", "diff", "--trusted", "--uid", "track", str(snapshots["a"]), str(snapshots["b"]),
+                  env={"PYTHONPATH": f"{snapshots['old']}:{Path.cwd()}"})
     assert res.returncode == 0, res.stderr
     assert "States that grew most" in res.stdout and "The state differs." in res.stdout
+    assert "track [uid track]" in res.stdout and "select" not in res.stdout
 
 
-def test_diff_refuses_what_it_cannot_compare(snapshots: dict[str, Path]) -> None:
+def test_diff_refuses_what_it_cannot_compare(snapshots: dict[str, Path], trusted_program: None) -> None:
+    from flinkpy.client.analysis import diff
+    from flinkpy.errors import NotFoundError
+
     # the job's own class without --trusted: refused by name (exit 8), nothing decoded
-    res = run_cli("state", "diff", str(snapshots["a"]), str(snapshots["b"]))
+    res = run_cli("state", "diff", "--json", str(snapshots["a"]), str(snapshots["b"]))
     assert res.returncode == ExitCode.CONFIGURATION and "readings.Reading" in res.stderr, res.stderr
-    res = run_cli("state", "diff", "--trusted", "--uid", "nope", str(snapshots["a"]), str(snapshots["a"]),
-                  env={"PYTHONPATH": f"{snapshots['old']}:{Path.cwd()}"})
-    assert res.returncode == ExitCode.NOT_FOUND and "uid nope" in res.stderr, res.stderr
+    assert json.loads(res.stdout)["error"]["exit_code"] == ExitCode.CONFIGURATION
+    with pytest.raises(NotFoundError, match="uid nope"):
+        diff(str(snapshots["a"]), str(snapshots["a"]), uid="nope", trusted=True)
 
 
 def test_check_code_names_the_renamed_field_of_every_key(snapshots: dict[str, Path]) -> None:
@@ -218,15 +241,90 @@ def test_check_code_names_the_renamed_field_of_every_key(snapshots: dict[str, Pa
     assert set(failures) == renamed | missing  # count holds plain ints: it restores
     assert checked["values_failed"] == 2 * len(keys)
     assert "readings.Reading" in res.stderr and "'n'" in res.stderr
-    # the check runs in a process of its own: the caller never imports the program's modules
+    # the check runs in a process of its own: the caller never imports the program's modules;
+    # the program that wrote the savepoint decodes every value
     import sys
 
     from flinkpy.client.restore_plan import check_code
 
-    assert check_code(str(snapshots["a"]), str(snapshots["new"] / "job.py"))["values_failed"] == 2 * len(keys)
+    assert "readings" not in sys.modules
+    checked = check_code(str(snapshots["a"]), str(snapshots["old"] / "job.py"))
+    assert (checked["values_failed"], checked["failures"]) == (0, [])
+    assert checked["values_checked"] == 3 * len(keys) + 2  # three states per key, and A's two operator-state items
     assert "readings" not in sys.modules
 
-    # the program that wrote the savepoint decodes every value
-    res = run_cli("savepoint", "plan", "--check-code", str(snapshots["a"]), str(snapshots["old"] / "job.py"), "400", "128")
-    assert res.returncode == 0, res.stderr
-    assert "every one restores" in res.stdout and "Restore would succeed." in res.stdout
+
+OLD_SHAPES = """
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+@dataclass
+class Counted:
+    n: int
+
+
+class Pair(NamedTuple):
+    a: int
+    b: int
+
+
+class Slotted:
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+
+class Gone:
+    pass
+"""
+
+NEW_SHAPES = """
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+@dataclass
+class Counted:
+    n: int
+    unit: str = "s"                                   # added with a default: restores
+    tags: list = field(default_factory=list)          # added with a factory: no value when restored
+
+
+class Pair(NamedTuple):
+    a: int
+
+
+class Slotted:
+    __slots__ = ("y",)
+"""
+
+
+def test_the_checking_unpickler_names_each_shape_change_and_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a cluster: every value of one pickle is checked, a failure does not end the rest."""
+    import pickle
+    import sys
+
+    from flinkpy.checkpoint.code_check import loads, value_problems
+
+    for name, text in (("old", OLD_SHAPES), ("new", NEW_SHAPES)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "shapes_drill.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path / "old"))
+    import shapes_drill as old
+
+    saved = pickle.dumps({"counted": old.Counted(1), "pair": old.Pair(1, 2), "slotted": old.Slotted(3), "gone": old.Gone(), "plain": [1, "x"]},
+                         protocol=5)
+    del sys.modules["shapes_drill"]
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "new"), *[p for p in sys.path if p != str(tmp_path / "old")]])
+    try:
+        value = loads(saved)
+        per_key = {key: list(value_problems(v)) for key, v in value.items()}
+    finally:
+        sys.modules.pop("shapes_drill", None)
+    assert per_key["plain"] == []
+    assert [p.split(":")[0] for p in per_key["gone"]] == ["shapes_drill.Gone cannot be imported"]
+    assert per_key["pair"][0].startswith("shapes_drill.Pair: TypeError")
+    assert per_key["slotted"][0].startswith("shapes_drill.Slotted: AttributeError")
+    assert len(per_key["counted"]) == 1 and "field 'tags'" in per_key["counted"][0]  # 'unit' has its default
