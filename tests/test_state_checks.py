@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from conftest import module_cluster, run_cli, wait_for
+from conftest import checkpoint_past, module_cluster, run_cli, wait_for
 from flinkpy.errors import ExitCode
 
 pytestmark = pytest.mark.timeout(120)
@@ -112,16 +113,9 @@ def expected(limit: int, skip: set[str]) -> dict[str, tuple[int, int, int]]:
     return state
 
 
-def _past(offsets: list[Any], limit: int) -> bool:
-    return bool(offsets) and all(o and all(int(a) > limit for a, b in o["ranges"] if int(a) < int(b)) for o in offsets)
-
-
 @pytest.fixture(scope="module")
 def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Savepoints A and B, and the old and new program directories."""
-    from flinkpy.checkpoint import CheckpointStorage
-    from flinkpy.errors import FlinkpyError
-
     base = tmp_path_factory.mktemp("state-checks")
     dirs = {}
     for name, field in (("old", "n"), ("new", "number")):
@@ -132,31 +126,21 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         dirs[name] = d
     with module_cluster(tmp_path_factory, "state-checks-home", taskmanagers=1, slots=5) as home:
         runs = {"a": (2, ["400", "128"], 400), "b": (3, ["1000", "64", DROPPED], 1000)}
-        jids = {}
-        for side, (p, args, _) in runs.items():
+
+        def savepoint(side: str) -> Path:
+            p, args, limit = runs[side]
             res = run_cli("run", "-d", "-p", str(p), "--json", str(dirs["old"] / "job.py"), *args)
             assert res.returncode == 0, res.stderr
-            jids[side] = json.loads(res.stdout)["jobs"][0]["jid"]
-        storage = CheckpointStorage(str(home / "checkpoints"))
-
-        def covered(side: str) -> bool:
-            jid, limit = jids[side], runs[side][2]
-            for cid in reversed(storage.list_checkpoints(jid)):
-                try:
-                    doc = storage.read_metadata(storage.checkpoint_dir(jid, cid))
-                except FlinkpyError:  # discarded while we read it: a newer one exists
-                    continue
-                source = next(op for op in doc["operators"] if op["uid"] == "numbers")
-                return _past([s["source_offsets"] for s in source["subtasks"]], limit)
-            return False
-
-        paths = {}
-        for side in runs:
-            wait_for(lambda: covered(side), timeout=60, interval=0.05, message=f"a checkpoint of {side} past its limit")
-            stop = run_cli("stop", "--json", "--savepoint-path", str(base / f"savepoints-{side}"), jids[side])
+            jid = json.loads(res.stdout)["jobs"][0]["jid"]
+            wait_for(lambda: checkpoint_past(home / "checkpoints", jid, limit), timeout=60, interval=0.05,
+                     message=f"a checkpoint of job {jid} ({side}) past {limit}")
+            stop = run_cli("stop", "--json", "--savepoint-path", str(base / f"savepoints-{side}"), jid)
             assert stop.returncode == 0, stop.stderr
-            location = json.loads(stop.stdout)["location"]
-            paths[side] = Path(location.removeprefix("file://"))
+            return Path(json.loads(stop.stdout)["location"].removeprefix("file://"))
+
+        # both jobs at once, each from its own thread: the module's setup is most of its time
+        with ThreadPoolExecutor(2) as pool:
+            paths = dict(zip(runs, pool.map(savepoint, runs)))
     return {**paths, **dirs}
 
 
