@@ -145,6 +145,26 @@ def module_cluster(tmp_path_factory: pytest.TempPathFactory, name: str, *, taskm
             yield path
 
 
+def checkpoint_past(checkpoints: Path | str, job_id: str, limit: int, *, source_uid: str = "numbers") -> bool:
+    """Whether the newest readable completed checkpoint of ``job_id`` under ``checkpoints`` has
+    every subtask of its NumberSequenceSource ``source_uid`` past ``limit`` (each remaining
+    range starts after it): its state then covers every number up to ``limit``. Poll it with
+    ``wait_for``."""
+    from flinkpy.checkpoint import CheckpointStorage
+    from flinkpy.errors import FlinkpyError
+
+    storage = CheckpointStorage(str(checkpoints))
+    for cid in reversed(storage.list_checkpoints(job_id)):
+        try:
+            doc = storage.read_metadata(storage.checkpoint_dir(job_id, cid))
+        except FlinkpyError:  # discarded while we read it: a newer one exists
+            continue
+        source = next(op for op in doc["operators"] if op["uid"] == source_uid)
+        offsets = [s["source_offsets"] for s in source["subtasks"]]
+        return bool(offsets) and all(o and all(int(a) > limit for a, b in o["ranges"] if int(a) < int(b)) for o in offsets)
+    return False
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     if env:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import all_gone_after, run_cli, wait_for
+from conftest import all_gone_after, checkpoint_past, run_cli, wait_for
 from flinkpy.errors import ExitCode
 from flinkpy.state.key_groups import assign_to_key_group, compute_operator_index_for_key_group
 
@@ -111,17 +111,10 @@ def expected() -> dict[str, Any]:
     }
 
 
-def _read_past_m(offsets: list[Any]) -> bool:
-    """Every source subtask's remaining ranges start after M (its snapshot covers 1..M)."""
-    return bool(offsets) and all(o and all(int(first) > M for first, stop in o["ranges"] if int(first) < int(stop)) for o in offsets)
-
-
 @pytest.fixture(scope="module")
 def savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The savepoint directory of the skewed job (its cluster is gone by the time tests run)."""
-    from flinkpy.checkpoint import CheckpointStorage
     from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
-    from flinkpy.errors import FlinkpyError
 
     base = tmp_path_factory.mktemp("state-analyze")
     home = ClusterHome(base / "home")
@@ -135,19 +128,8 @@ def savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         res = run_cli("run", "-d", "-p", str(PARALLELISM), "--json", str(job), env=env)
         assert res.returncode == 0, res.stderr
         jid = json.loads(res.stdout)["jobs"][0]["jid"]
-        storage = CheckpointStorage(str(base / "home" / "checkpoints"))
-
-        def covered() -> bool:
-            for cid in reversed(storage.list_checkpoints(jid)):
-                try:
-                    doc = storage.read_metadata(storage.checkpoint_dir(jid, cid))
-                except FlinkpyError:  # discarded while we read it: a newer one exists
-                    continue
-                source = next(op for op in doc["operators"] if op["uid"] == "numbers")
-                return _read_past_m([s["source_offsets"] for s in source["subtasks"]])
-            return False
-
-        wait_for(covered, timeout=60, interval=0.05, message=f"a completed checkpoint of job {jid} past number {M}")
+        wait_for(lambda: checkpoint_past(base / "home" / "checkpoints", jid, M), timeout=60, interval=0.05,
+                 message=f"a completed checkpoint of job {jid} past number {M}")
         stop = run_cli("stop", "--json", "--savepoint-path", str(base / "savepoints"), jid, env=env)
         assert stop.returncode == 0, stop.stderr
         location = json.loads(stop.stdout)["location"]

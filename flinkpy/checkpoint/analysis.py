@@ -285,6 +285,37 @@ def keyed_entries(snapshot: Any, url: str) -> Iterator[tuple[str, str, int | Non
     stored. Each state first yields ``(state, kind, None, None, 0, 0)``, so a state without
     keys is still seen. ``url`` names the file in errors.
     """
+    for name, kind, kg, mapping in key_group_maps(snapshot, url):
+        if kg is None:
+            yield name, kind, None, None, 0, 0
+            continue
+        for key, (n, size) in _per_key(name, kind, mapping):
+            yield name, kind, kg, key, n, size
+
+
+def keyed_values(snapshot: Any, url: str) -> Iterator[tuple[str, str, int | None, Any, Any]]:
+    """``(state, kind, key_group, key, value)`` for every key of every state of one keyed-state
+    file, in :func:`keyed_entries`' order (each state first as ``(state, kind, None, None,
+    None)``). A timer table's key is the user key, and its value the dict of that key's timers
+    (``(key, namespace, timestamp) -> payload``), so that timers compare per key."""
+    for name, kind, kg, mapping in key_group_maps(snapshot, url):
+        if kg is None:
+            yield name, kind, None, None, None
+        elif name in _TIMER_STATES:
+            per_key: dict[Any, dict[Any, Any]] = {}
+            for timer, value in mapping.items():
+                per_key.setdefault(timer[0] if isinstance(timer, tuple) and timer else timer, {})[timer] = value
+            for key, timers in per_key.items():
+                yield name, kind, kg, key, timers
+        else:
+            for key, value in mapping.items():
+                yield name, kind, kg, key, value
+
+
+def key_group_maps(snapshot: Any, url: str) -> Iterator[tuple[str, str, int | None, Mapping[Any, Any]]]:
+    """``(state, kind, key_group, {key: value})`` of each non-empty key group of each state of a
+    decoded keyed-state file, key groups ascending; each state first as ``(state, kind, None,
+    {})``. Refuses (``CorruptCheckpointError``) a snapshot version this flinkpy does not read."""
     if not isinstance(snapshot, dict) or snapshot.get("version") != SNAPSHOT_VERSION:
         version = snapshot.get("version") if isinstance(snapshot, dict) else None
         raise CorruptCheckpointError(
@@ -294,25 +325,29 @@ def keyed_entries(snapshot: Any, url: str) -> Iterator[tuple[str, str, int | Non
         )
     for name, entry in snapshot["states"].items():
         kind = entry["kind"]
-        yield name, kind, None, None, 0, 0
+        yield name, kind, None, {}
         for kg, mapping in sorted(entry["key_groups"].items(), key=lambda item: int(item[0])):
             if mapping:
-                for key, (n, size) in _per_key(name, kind, mapping):
-                    yield name, kind, int(kg), key, n, size
+                yield name, kind, int(kg), mapping
 
 
 def operator_states(state: Any) -> Iterator[tuple[str, str, int, int]]:
     """(name, kind, entries, bytes) of each state in an operator-state file (see task.checkpointing)."""
+    for name, kind, items in operator_state_values(state):
+        yield name, kind, (len(items) if hasattr(items, "__len__") else 1), _size(items)
+
+
+def operator_state_values(state: Any) -> Iterator[tuple[str, str, Any]]:
+    """(name, kind, items) of each state in a decoded operator-state file: a list state's items,
+    a sink's snapshot (kind ``sink``), an async operator's requests in flight."""
     if not isinstance(state, dict):
         return
     for name, s in (state.get("functions") or {}).get("states", {}).items():
-        items = s.get("items", [])
-        yield name, operator_state_kind(s.get("mode")), len(items), _size(items)
+        yield name, operator_state_kind(s.get("mode")), s.get("items", [])
     if "sink" in state:
-        sink = state["sink"]
-        yield "sink", "sink", len(sink) if hasattr(sink, "__len__") else 1, _size(sink)
+        yield "sink", "sink", state["sink"]
     if "async" in state:  # an async wait operator's requests in flight
-        yield "async-requests", "list", len(state["async"]), _size(state["async"])
+        yield "async-requests", "list", state["async"]
 
 
 def _size(obj: Any) -> int:

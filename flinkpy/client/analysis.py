@@ -3,7 +3,8 @@
 ``analyze(path)`` reports what a checkpoint's or savepoint's state holds, by operator, state and
 key group (:mod:`flinkpy.checkpoint.analysis` defines the report and its figures);
 ``engine="spark"`` computes the same report in Spark tasks (:mod:`flinkpy.spark.analysis`), for
-snapshots too large for one process. The choice lives here, with the client, because the client
+snapshots too large for one process. ``diff(a, b)`` compares two snapshots key by key
+(:mod:`flinkpy.checkpoint.state_diff`). The choice lives here, with the client, because the client
 stands over both runners; the engines themselves never import each other.
 
 >>> analyze("/nonexistent", engine="hadoop")
@@ -19,12 +20,13 @@ from typing import Any
 
 from flinkpy.checkpoint import analysis as local
 from flinkpy.checkpoint.analysis import COLUMNS, key_group_rows, to_dataframe
+from flinkpy.checkpoint.state_diff import diff
 from flinkpy.errors import UsageError
 
 #: ``--engine`` values: ``local`` (this process) and ``spark`` (Spark tasks, see flinkpy.spark.analysis)
 ENGINES = ("local", "spark")
 
-__all__ = ["COLUMNS", "ENGINES", "analyze", "key_group_rows", "to_dataframe"]
+__all__ = ["COLUMNS", "ENGINES", "analyze", "diff", "key_group_rows", "to_dataframe"]
 
 
 def analyze(

@@ -232,6 +232,45 @@ def compare(metadata: dict[str, Any], plan: dict[str, Any], *, allow_non_restore
     }
 
 
+def check_code(savepoint_path: str, job_path: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+    """Decode every state value of the snapshot with the classes of the program ``job_path``, in
+    a process of its own (``python -m flinkpy.checkpoint.code_check``, the program's directory
+    first on its ``sys.path``, as in a task), so the program's modules are never imported here.
+
+    Returns that module's document: ``{"path", "values_checked", "failures"}``. Raises the
+    error the check met (``NotFoundError``, ``CorruptCheckpointError``, ...: the same exit
+    codes) when it could not check, ``OperationTimeoutError`` after ``timeout_s``.
+    """
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from flinkpy import errors
+
+    job_dir = str(Path(job_path).resolve().parent)
+    cmd = [sys.executable, "-m", "flinkpy.checkpoint.code_check", savepoint_path, "--sys-path", job_dir]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise errors.OperationTimeoutError(f"decoding the state of {savepoint_path} took more than {timeout_s} s") from None
+    try:
+        doc = json.loads(done.stdout)
+    except ValueError:
+        raise errors.InvalidProgramError(
+            f"decoding the state of {savepoint_path} with the classes of {job_path} failed (exit {done.returncode})",
+            remedy="run with --debug for its output", details=done.stderr) from None
+    if "error" in doc:
+        err = doc["error"]
+        cls = getattr(errors, err["kind"], None)
+        if isinstance(cls, type) and issubclass(cls, errors.FlinkpyError) and cls.exit_code == err["exit_code"]:
+            raise cls(err["message"], remedy=err["remedy"])
+        exc = errors.FlinkpyError(err["message"], remedy=err["remedy"])  # e.g. a damaged file (exit 9)
+        exc.exit_code = err["exit_code"]
+        raise exc
+    return doc
+
+
 def plan_restore(
     savepoint_path: str,
     job_path: str,
@@ -239,6 +278,7 @@ def plan_restore(
     *,
     parallelism: int | None = None,
     allow_non_restored_state: bool = False,
+    code_check: bool = False,
 ) -> dict[str, Any]:
     """The dry-run plan of restoring ``job_path`` (run with ``args``) from ``savepoint_path``.
 
@@ -246,6 +286,8 @@ def plan_restore(
     is missing or bad), checks that every state file it references is there with the size and
     sha256 it records (``damaged_files``: a plan that says "would succeed" must not meet a
     missing file at restore), and runs the program up to execute() to get its plan; no cluster.
+    With ``code_check``, also :func:`check_code`: ``"code_check"`` holds its document, and
+    each failure is a problem that makes the plan not restorable.
     """
     from flinkpy.client.program import plan_program
 
@@ -261,6 +303,14 @@ def plan_restore(
     if damaged:
         doc["problems"] = [f"{p['path']}: {p['problem']}" for p in damaged] + doc["problems"]
         doc["restorable"] = False
+    doc["code_check"] = None
+    if code_check and not damaged:
+        doc["code_check"] = checked = check_code(dir_url, job_path)
+        for f in checked["failures"]:
+            label = f["operator"] + (f" [uid {f['uid']}]" if f["uid"] else f" [id {f['operator_id']}]")
+            doc["problems"].append(f"{f['keys']} value(s) of state {f['state']!r} of operator {label} would not restore "
+                                   f"with the program's classes: {f['error']} (e.g. {', '.join(f['examples'])})")
+        doc["restorable"] = doc["restorable"] and not checked["failures"]
     return {
         "files_checked": files.files_checked,
         "bytes_checked": files.bytes_checked,
