@@ -177,7 +177,7 @@ def figures(result: dict[str, Any]) -> list[Figure]:
             out += cells("scaling", f"{label}, p={p}", f, [
                 ("rate", "rate", rate), ("of the loop", "ratio", Unit.RATIO), ("speed-up over p=1", "speedup", Unit.RATIO),
                 ("runtime", "runtime_s", Unit.S),
-            ], spreads={"runtime_s": "runtimes_s"})
+            ], spreads={"runtime_s": "runtimes_s"} if len(f["runtimes_s"]) > 1 else None)
     cp = result.get("checkpointed")
     if cp:
         out += cells("scaling", f"running sums, {cores} cores, p={cp['parallelism']}, exactly-once checkpoints every 1 s", cp, [
