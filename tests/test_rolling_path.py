@@ -16,9 +16,10 @@ from flinkpy.benchmarks import peers_form
 from flinkpy.benchmarks.__main__ import parse_args
 from flinkpy.benchmarks.workloads import add_counts, make_lines, run_job, word_key
 from flinkpy.common.functions import SinkFunction
+from flinkpy.connectors.base import ReaderContext
 from flinkpy.connectors.function_sink import FunctionSink
-from flinkpy.state.heap import HeapKeyedStateBackend
-from flinkpy.task.operators import KeyedReduceOperator, Output
+from flinkpy.state.heap import HeapKeyedStateBackend, writable_copy
+from flinkpy.task.operators import Discard, KeyedReduceOperator, Output, SinkOperator
 
 
 class Collect(Output):
@@ -111,6 +112,62 @@ def test_function_sink_invokes_once_per_record_in_order() -> None:
     plain: list[int] = []
     FunctionSink(plain.append).create_writer(None).write([5, 6])  # type: ignore[arg-type]
     assert plain == [5, 6]
+
+
+def _sink_operator(fn: Any) -> SinkOperator:
+    sink = SinkOperator("sink", FunctionSink(fn), Discard(), ReaderContext(subtask_index=0, parallelism=1))
+    sink.open(None)
+    return sink
+
+
+def test_keyed_reduce_hands_each_update_to_a_sink_function_as_it_makes_it() -> None:
+    """A SinkFunction chained after a keyed reduce is called from the reduce's own loop, with no
+    batch built between them: each update reaches invoke() before the next record is reduced,
+    in order, with a None context; a snapshot between batches keeps the values of its time."""
+    events: list[tuple[str, Any]] = []
+
+    class Logged(SinkFunction):
+        def invoke(self, value: Any, context: Any) -> None:
+            events.append(("invoke", value, context))
+
+    def logged_add(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
+        events.append(("reduce", b))
+        return add_counts(a, b)
+
+    backend = HeapKeyedStateBackend(128, range(128))
+    op = KeyedReduceOperator("reduce", logged_add, _sink_operator(Logged()), word_key, backend, False)
+    op.open(None)
+    op.process([("a", 1), ("a", 1), ("b", 1)], None)
+    frozen = backend.snapshot_sync()
+    op.process([("a", 5)], None)
+    assert events == [("invoke", ("a", 1), None), ("reduce", ("a", 1)), ("invoke", ("a", 2), None), ("invoke", ("b", 1), None),
+                      ("reduce", ("a", 5)), ("invoke", ("a", 7), None)]
+    assert _counts(frozen) == {"a": ("a", 2), "b": ("b", 1)}
+    assert _counts(backend.snapshot_sync()) == {"a": ("a", 7), "b": ("b", 1)}
+
+
+def test_keyed_reduce_still_hands_batches_to_a_plain_callable_sink() -> None:
+    """A plain callable takes one argument, not invoke's two: it keeps the batch path."""
+    seen: list[Any] = []
+    sink = _sink_operator(seen.append)
+    assert sink.per_record is None
+    op = KeyedReduceOperator("reduce", add_counts, sink, word_key, HeapKeyedStateBackend(128, range(128)), False)
+    op.open(None)
+    op.process([("a", 1), ("a", 1)], None)
+    assert seen == [("a", 1), ("a", 2)]
+
+
+def test_writable_copy_shares_immutable_values_and_copies_the_others() -> None:
+    """Values of immutable types (tuples of them too) are shared; any other value, a tuple
+    holding a list included, is copied, so a change in place cannot reach the snapshot."""
+    inner = [1]
+    m = {"i": 1, "t": ("a", 2), "l": [3], "n": ("b", inner), "f": frozenset({1})}
+    copy = writable_copy(m)
+    assert copy == m
+    assert copy["t"] is m["t"] and copy["f"] is m["f"]
+    assert copy["l"] is not m["l"] and copy["n"][1] is not inner
+    only_immutable = {"a": ("a", 1), "b": 2.5, "c": None}
+    assert writable_copy(only_immutable) == only_immutable
 
 
 def test_peers_form_is_a_benchmark_part_and_its_loops_count() -> None:

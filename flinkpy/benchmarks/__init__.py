@@ -33,6 +33,12 @@ server the caller runs (see flinkpy.benchmarks.rabbitmq).
 the same batches to a table by hand with pyiceberg (see flinkpy.benchmarks.iceberg; needs the
 iceberg extra).
 
+``--only scaling --parallelism 1,2,4,8`` runs running sums over 1..10,000,000 keyed by ``n % 1024``
+(a number sequence, a map, a reduce, a filter printing each key's final sum) and W1 from 16 files
+at each parallelism, on a cluster with a slot per parallel pipeline, and prints each one's net
+runtime (the CLI's "Job Runtime"), rate, ratio to the loop and speed-up over p=1 (see
+flinkpy.benchmarks.scaling).
+
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
 
@@ -63,6 +69,6 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`,
 :mod:`~flinkpy.benchmarks.two_input`, :mod:`~flinkpy.benchmarks.peers_form`,
 :mod:`~flinkpy.benchmarks.backpressure`, :mod:`~flinkpy.benchmarks.async_io`,
-:mod:`~flinkpy.benchmarks.rabbitmq`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.rabbitmq`, :mod:`~flinkpy.benchmarks.scaling`; ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

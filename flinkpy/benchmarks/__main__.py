@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, iceberg, kafka, metrics_cost, peers_form, two_input
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, iceberg, kafka, metrics_cost, peers_form, scaling, two_input
 from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
@@ -23,7 +23,10 @@ from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
 PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
-         "async", "rabbitmq", "startup", "iceberg", "kafka"]
+         "async", "rabbitmq", "startup", "iceberg", "kafka", "scaling"]
+
+#: the numbers the scaling part's running sums add up (a tenth with --quick)
+SCALING_COUNT = 10_000_000
 
 #: runs of `flinkpy run examples/word_count.py` behind the startup part's median and maximum
 STARTUP_RUNS = 20
@@ -43,12 +46,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--only", choices=PARTS,
                     help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; "
                          "kafka: exactly-once word counts from topic to topic against confluent-kafka and Quix Streams "
-                         "(pip install noida-db quixstreams); both only run when asked)")
+                         "(pip install noida-db quixstreams); scaling: running sums keyed by n %% 1024 and W1 at each "
+                         "--parallelism; these three only run when asked)")
     ap.add_argument("--rabbitmq-url", metavar="URL",
                     help="with --only rabbitmq: the RabbitMQ server to read from, amqp://user:password@host:port/vhost (it is not started for you)")
+    ap.add_argument("--parallelism", type=parallelisms, default=[1, 2, 4, 8], metavar="P[,P...]",
+                    help="with --only scaling: the parallelisms to run at (default 1,2,4,8; the speed-up is over the first, when it is 1)")
     ap.add_argument("--keys", type=lambda v: [int(float(k)) for k in v.split(",")], metavar="N[,N...]",
                     help="with --only backends: the state sizes of the large-state step (default 1e5,1e6,1e7; quick 1e4,1e5,1e6)")
     return ap.parse_args(argv)
+
+
+def parallelisms(value: str) -> list[int]:
+    """``--parallelism``'s value: positive integers, comma-separated, in the order given."""
+    try:
+        out = [int(p) for p in value.split(",")]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give positive integers separated by commas, e.g. 1,2,4,8")
+    return out
 
 
 def log(msg: str) -> None:
@@ -56,7 +73,7 @@ def log(msg: str) -> None:
 
 
 def wanted(args: argparse.Namespace, part: str) -> bool:
-    """Whether a part that runs by default (all but spark, kafka, backends and backpressure) is to run."""
+    """Whether a part that runs by default (all but spark, kafka, backends, backpressure and scaling) is to run."""
     return not args.only or args.only == part
 
 
@@ -368,6 +385,8 @@ def report_parts(results: dict[str, Any]) -> None:
         print(line)
     for line in kafka.report(results.get("kafka", {})):
         print(line)
+    for line in scaling.report(results.get("scaling", {})):
+        print(line)
     if "startup" in results:
         st = results["startup"]
         print(f"flinkpy run examples/word_count.py -> first output, {len(st['runs_s'])} runs: median {st['median_s']:.2f} s, "
@@ -407,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     n_words = sum(len(line.split()) for line in lines)
     if args.only == "kafka":
         results["kafka"] = kafka.measure(args.runs, log, quick=args.quick)
+    elif args.only == "scaling":
+        results["scaling"] = scaling.measure(args.parallelism, lines, n_words, SCALING_COUNT // scale, args.runs, run_job, log)
     elif args.only != "startup":
         measure_on_cluster(args, results, lines, n_words, w2_count)
     if wanted(args, "failover"):

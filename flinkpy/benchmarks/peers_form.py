@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from flinkpy.benchmarks.report import Figure, Unit, cells
-from flinkpy.benchmarks.workloads import WORKLOAD_ROWS, add, add_counts, parity, split, to_pair, word_key
+from flinkpy.benchmarks.workloads import WORKLOAD_ROWS, add, add_counts, parity, split, spread_lines, to_pair, word_key
 from flinkpy.common.functions import SinkFunction
 
 #: how many files W1's lines are spread over, as in the peers' form
@@ -54,12 +54,7 @@ class CountingSink(SinkFunction):
 
 def write_files(lines: list[str], directory: Path) -> list[str]:
     """W1's lines spread round-robin over :data:`FILES` files."""
-    paths = []
-    for i in range(FILES):
-        p = directory / f"peers-words-{i:02d}.txt"
-        p.write_text("\n".join(lines[i::FILES]) + "\n")
-        paths.append(str(p))
-    return paths
+    return spread_lines(lines, directory, FILES, "peers-words")
 
 
 def loop_w1(lines: list[str]) -> tuple[int, float]:

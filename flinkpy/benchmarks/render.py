@@ -166,6 +166,13 @@ TABLES: list[Table] = [
           "what any engine of processes can reach on the machine. Bytewax's core is Rust but calls the Python "
           "functions per record; Spark starts a JVM before any work; PyFlink runs the Python functions beside a "
           "JVM.", "engine"),
+    Table("scaling", "Scaling with parallelism",
+          "From `python -m flinkpy.benchmarks --only scaling`: running sums keyed by n % 1024 (a number sequence, a map, "
+          "a reduce, a filter printing each key's final sum) and W1 read from 16 files, at each parallelism, on the "
+          "machine the row names. Times are the jobs' net runtimes, the CLI's \"Job Runtime\"; the loop calls the same "
+          "functions in one process. A keyed job at parallelism p is 2p processes: the speed-up is bounded by half the "
+          "cores, and on a machine of fewer cores more parallelism only adds processes, channels and hash partitioning.",
+          "job and machine"),
     Table("scale-up", "Scaling with cores",
           "Running sums keyed by n % 1024 on a 16-core machine. Each parallel pipeline is two processes, so p=8 "
           "fills the cores and more parallelism adds little; the sandbox the machine runs in makes system calls "
@@ -314,6 +321,41 @@ INTRO = (
 )
 
 
+#: sections that no run measures (how the design behaves past what was measured), after the tables
+NOTES: list[tuple[str, str]] = [
+    ("Past 16 cores", (
+        "A job at parallelism p runs one process per task, 2p for a source chain feeding a keyed chain, and a "
+        "hash edge between them is p x p channels, each its own TCP connection: every source task holds p data "
+        "sockets and every keyed task p, besides its control connection to the TaskManager. Sockets per process "
+        "grow with p and per job with p squared; the file-descriptor limit of the TaskManager's user "
+        "(`ulimit -n`) bounds p before memory does.\n\n"
+        "Memory per task is an interpreter with the job's modules (forked from a zygote, so the code's pages are "
+        "shared until written), its state, and its channels' buffers: an input channel holds at most its credit, "
+        "`taskmanager.network.memory.buffers-per-channel` plus a quarter of "
+        "`taskmanager.network.memory.floating-buffers-per-gate` buffers of `taskmanager.memory.segment-size`, and "
+        "an output channel queues what its credit does not yet allow. A keyed task's in-flight memory so grows "
+        "linearly with p and the job's with p squared; buffer debloating "
+        "(`taskmanager.network.memory.buffer-debloat.enabled`) shrinks the buffers when the throughput does not "
+        "need them.\n\n"
+        "Where the design stops scaling: a source task splits its records over p channels, so at a fixed rate "
+        "each channel's buffer fills p times slower and more buffers leave on the buffer timeout, half full, "
+        "which costs a frame, a pickle and a send each; a keyed task reads p sockets, and its share of the "
+        "partitioning work stays while its share of the records shrinks. Beyond one process per core the tasks "
+        "only take turns. Exactly-once alignment waits for the slowest of p channels, so its time grows with "
+        "the skew between them. The JobManager's work per checkpoint (a trigger per source, an "
+        "acknowledgement per task, one `_metadata` entry per subtask) grows with p, not with p squared, and "
+        "stays far from a checkpoint interval of a second at the parallelisms one machine can run."
+    )),
+]
+
+
+def render_notes() -> list[str]:
+    out: list[str] = []
+    for title, text in NOTES:
+        out += [f"## {title}", "", *[line for para in text.split("\n\n") for line in (para, "")]]
+    return out
+
+
 def render(reports: list[Report]) -> str:
     """The performance page for ``reports`` (Markdown)."""
     runs = ordered_runs(reports)
@@ -338,6 +380,7 @@ def render(reports: list[Report]) -> str:
     for table in tables:
         figures = {k: v for k, v in latest.items() if k[0] == table.key}
         out += render_table(table, figures, runs)
+    out += render_notes()
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -57,6 +57,16 @@ def make_lines(n_lines: int, words_per_line: int = 10, vocabulary: int = 10_000,
     return [" ".join(words[i : i + words_per_line]) for i in range(0, len(words), words_per_line)]
 
 
+def spread_lines(lines: list[str], directory: Path, files: int, stem: str) -> list[str]:
+    """``lines`` spread round-robin over ``files`` text files ``<stem>-NN.txt`` in ``directory``."""
+    paths = []
+    for i in range(files):
+        p = directory / f"{stem}-{i:02d}.txt"
+        p.write_text("\n".join(lines[i::files]) + "\n")
+        paths.append(str(p))
+    return paths
+
+
 # -- the loops -------------------------------------------------------------------------------
 
 

@@ -22,6 +22,9 @@ class _FunctionWriter(SinkWriter):
     def __init__(self, fn: Any):
         self.fn = fn
         self._invoke = getattr(fn, "invoke", None)
+        #: a SinkFunction's invoke, which an upstream operator may call per record
+        #: (flinkpy.task.operators.Output.per_record); a plain callable takes batches only
+        self.per_record = self._invoke
 
     def open(self, runtime_context: Any) -> None:
         """A SinkFunction is a rich function: open() before the first record."""
