@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, figures, iceberg, kafka, metrics_cost, peers_form, scaling, two_input
+from flinkpy.benchmarks import (async_io, backends, backpressure, bytewax_windows, figures, iceberg, kafka, metrics_cost, partitions, peers_form,
+                                scaling, two_input)
 from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
@@ -23,7 +24,7 @@ from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
 PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
-         "async", "rabbitmq", "startup", "iceberg", "kafka", "scaling"]
+         "async", "rabbitmq", "startup", "iceberg", "kafka", "scaling", "partitions"]
 
 #: the numbers the scaling part's running sums add up (a tenth with --quick)
 SCALING_COUNT = 10_000_000
@@ -47,7 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; "
                          "kafka: exactly-once word counts from topic to topic against confluent-kafka and Quix Streams "
                          "(pip install noida-db quixstreams); scaling: running sums keyed by n %% 1024 and W1 at each "
-                         "--parallelism; these three only run when asked)")
+                         "--parallelism; partitions: a cluster across network-namespace hosts (root), TLS's cost and the "
+                         "recovery after partitions; these four only run when asked)")
     ap.add_argument("--rabbitmq-url", metavar="URL",
                     help="with --only rabbitmq: the RabbitMQ server to read from, amqp://user:password@host:port/vhost (it is not started for you)")
     ap.add_argument("--parallelism", type=parallelisms, default=[1, 2, 4, 8], metavar="P[,P...]",
@@ -387,6 +389,8 @@ def report_parts(results: dict[str, Any]) -> None:
         print(line)
     for line in scaling.report(results.get("scaling", {})):
         print(line)
+    for line in partitions.report(results.get("partitions", {})):
+        print(line)
     if "startup" in results:
         st = results["startup"]
         print(f"flinkpy run examples/word_count.py -> first output, {len(st['runs_s'])} runs: median {st['median_s']:.2f} s, "
@@ -428,6 +432,12 @@ def main(argv: list[str] | None = None) -> int:
         results["kafka"] = kafka.measure(args.runs, log, quick=args.quick)
     elif args.only == "scaling":
         results["scaling"] = scaling.measure(args.parallelism, lines, n_words, SCALING_COUNT // scale, args.runs, run_job, log)
+    elif args.only == "partitions":
+        reason = partitions.unavailable()
+        if reason is not None:
+            log(f"python -m flinkpy.benchmarks: error: --only partitions needs network namespaces and trustme: {reason}")
+            return 2
+        results["partitions"] = partitions.measure(args.runs, run_job, log, quick=args.quick)
     elif args.only != "startup":
         measure_on_cluster(args, results, lines, n_words, w2_count)
     if wanted(args, "failover"):

@@ -8,7 +8,7 @@ import os
 import platform
 from typing import Any
 
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, iceberg, kafka, metrics_cost, peers_form, scaling
+from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, iceberg, kafka, metrics_cost, partitions, peers_form, scaling
 from flinkpy.benchmarks.report import Figure, Machine, Run, Unit, cells, summary
 from flinkpy.benchmarks.windows import WINDOW_ROWS
 from flinkpy.benchmarks.workloads import WORKLOAD_ROWS
@@ -145,6 +145,7 @@ def collect(results: dict[str, Any]) -> list[Figure]:
     out += iceberg.figures(results.get("iceberg", {}))
     out += kafka.figures(results.get("kafka", {}))
     out += scaling.figures(results.get("scaling", {}))
+    out += partitions.figures(results.get("partitions", {}))
     if "spark" in results:
         from flinkpy.benchmarks.spark import figures as spark_figures
 

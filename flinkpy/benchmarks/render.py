@@ -173,6 +173,12 @@ TABLES: list[Table] = [
           "functions in one process. A keyed job at parallelism p is 2p processes: the speed-up is bounded by half the "
           "cores, and on a machine of fewer cores more parallelism only adds processes, channels and hash partitioning.",
           "job and machine"),
+    Table("partitions", "Across hosts: TLS and partitions",
+          "From `python -m flinkpy.benchmarks --only partitions` (root): a drill cluster whose JobManager and two "
+          "TaskManagers live on network-namespace hosts. Throughput: a keyed count at p=2 whose records cross between "
+          "the TaskManagers' hosts, with internal TLS off and on, in turns. Recovery: an endless job checkpointing every "
+          "200 ms, timed from the cut to every subtask running again (and, for the cut between TaskManagers, a "
+          "checkpoint completed after it), with heartbeat.timeout 2 s.", "measurement"),
     Table("scale-up", "Scaling with cores",
           "Running sums keyed by n % 1024 on a 16-core machine. Each parallel pipeline is two processes, so p=8 "
           "fills the cores and more parallelism adds little; the sandbox the machine runs in makes system calls "
