@@ -23,7 +23,7 @@ from conftest import EXAMPLES, run_cli
 
 pytest.importorskip("pyspark", reason="PySpark is not installed (pip install -e '.[spark]')")
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
 
 THREE_JOBS = '''
 import json
