@@ -330,9 +330,9 @@ def _env():
     return StreamExecutionEnvironment.get_execution_environment()
 
 
-@pytest.mark.parametrize("kind", ["broadcast_process", "keyed_broadcast_process", "interval_join"])
+@pytest.mark.parametrize("kind", ["broadcast_process", "keyed_broadcast_process"])
 def test_the_kinds_other_branches_build_are_refused_with_a_reason(kind):
-    """broadcast state and interval joins (node kinds reserved for them) stay on the engine."""
+    """broadcast state stays on the engine (interval joins run: tests/test_spark_program_shapes.py)."""
     from flinkpy.graph.stream_graph import BROADCAST, StreamRef
 
     env = _env()
@@ -345,7 +345,7 @@ def test_the_kinds_other_branches_build_are_refused_with_a_reason(kind):
         translate(env, config={})
     message = str(e.value)
     assert "'rules' (uid 'rules-1')" in message and "have no Spark translation" not in message
-    assert ("broadcast state" in message) if "broadcast" in kind else ("interval join" in message)
+    assert "broadcast state" in message
     assert "flinkpy's engine" in e.value.remedy
 
 

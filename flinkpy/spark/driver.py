@@ -136,6 +136,8 @@ class SparkDriver:
         #: what the executors answered to the check before the query started (see shipping)
         self.executors: list[dict[str, Any]] = []
         self.ship_dir = registry.jobs_dir(self.home.path) / f"{self.job_id}.pyfiles"
+        #: how many times the job file calls execute() (this driver runs the call ``spec["job_index"]``)
+        self.job_count: int | None = None
 
     # ------------------------------------------------------------------ registry
 
@@ -147,7 +149,7 @@ class SparkDriver:
                 "create_time": self.create_time, "control": self.control_address, "start-time": sup.timestamps["CREATED"],
                 "master": self.master, "checkpoint_location": self.location, "submitted": self.submitted,
                 "summary": sup.summary(now_ms()), "error": self.error, "application_id": self.application_id,
-                "executors": self.executors,
+                "executors": self.executors, "job_count": self.job_count,
             }
             if sup.is_terminal():
                 rec["final"] = {"job": self._job_document_locked(), "exceptions": sup.exceptions_document(),
@@ -286,7 +288,7 @@ class SparkDriver:
         from flinkpy.spark.standalone import check_master
 
         check_master(self.master)
-        plan, name, job_config = _load_plan(self.spec, self.config)
+        plan, name, job_config, self.job_count = _load_plan(self.spec, self.config)
         self.plan = plan
         self.config.update(job_config)
         self.parallelism = int(job_config.get("parallelism.default") or self.spec.get("parallelism")
@@ -469,29 +471,39 @@ class SparkDriver:
             pass
 
 
-def _load_plan(spec: dict[str, Any], config: dict[str, str]) -> tuple[Any, str, dict[str, str]]:
-    """(SparkPlan, job name, the job's own settings) from the job file."""
+def _load_plan(spec: dict[str, Any], config: dict[str, str]) -> tuple[Any, str, dict[str, str], int]:
+    """(SparkPlan, job name, the job's own settings, how many jobs the file has) of the job of
+    the file's ``execute()`` call number ``spec["job_index"]`` (from 0).
+
+    A file that calls ``execute()`` several times runs its jobs one after the other, as on the
+    engine: a driver each (:mod:`flinkpy.spark.control_launch`), each driver running the file
+    again to capture its own. Every job is translated here, so the first driver refuses a file
+    with any job Spark cannot run, before anything starts."""
+    from flinkpy.errors import InvalidProgramError
     from flinkpy.spark.capture import capture_job
     from flinkpy.spark.plan import translate
 
     jobs = capture_job(spec["job_file"], list(spec.get("args") or []), config=config, parallelism=spec.get("parallelism"))
     if not jobs:
-        from flinkpy.errors import InvalidProgramError
-
         raise InvalidProgramError(f"the job program {spec['job_file']} did not call execute()",
                                   remedy="build the pipeline and call env.execute()")
-    if len(jobs) > 1:
-        from flinkpy.errors import InvalidProgramError
-
-        raise InvalidProgramError(f"the job program {spec['job_file']} calls execute() {len(jobs)} times; the Spark runner runs one job per file",
-                                  remedy="split the program into one job file per execute()")
-    job = jobs[0]
+    index = int(spec.get("job_index") or 0)
+    expected = spec.get("job_count")
+    if expected is not None and int(expected) != len(jobs):
+        raise InvalidProgramError(f"the job program {spec['job_file']} calls execute() {len(jobs)} times now, {expected} times when "
+                                  "its first job started: its jobs cannot be told apart",
+                                  remedy="make the program call execute() the same number of times on every run")
+    if len(jobs) > 1 and spec.get("savepoint_path"):
+        raise InvalidProgramError(f"the job program {spec['job_file']} calls execute() {len(jobs)} times, and a savepoint is the state "
+                                  "of one Spark query: it cannot restore several",
+                                  remedy="restore the job from a file with one execute(), or run the file without -s")
+    plans = [translate(job.env, job_name=job.job_name) for job in jobs]
+    job = jobs[index]
     # the environment carries the configuration and what the program set itself
     # (enable_checkpointing, set_restart_strategy, set_parallelism)
-    plan = translate(job.env, job_name=job.job_name)
     settings = dict(job.settings)
     settings["parallelism.default"] = str(getattr(job.env, "_parallelism", 0) or settings.get("parallelism.default", 1))
-    return plan, job.job_name, settings
+    return plans[index], job.job_name, settings, len(jobs)
 
 
 def _error_doc(e: BaseException) -> dict[str, Any]:

@@ -52,7 +52,7 @@ KEY_GROUPS = 32
 
 @dataclass
 class KeyedSpec:
-    kind: str  # keyed_reduce | keyed_process | keyed_map | keyed_flat_map | keyed_filter | window | keyed_co_*
+    kind: str  # keyed_reduce | keyed_process | keyed_map | keyed_flat_map | keyed_filter | window | keyed_co_* | interval_join
     name: str
     fn: Any
     key_selector: Callable
@@ -75,6 +75,8 @@ class KeyedSpec:
     #: the routes that feed its second input (their rows go to ``process2``)
     key_selector2: Callable | None = None
     second: frozenset[int] = frozenset()
+    #: an interval join's bounds and late-record side outputs (the engine operator's arguments)
+    params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.time_mode:
@@ -114,7 +116,7 @@ def on_group_state(spec: KeyedSpec) -> bool:
 
 def uses_timers(spec: KeyedSpec) -> bool:
     """Whether the operator can have timers (the others skip every timer round trip to Spark)."""
-    return spec.kind in ("keyed_process", "keyed_co_process", "window") or (spec.kind == "keyed_reduce" and spec.batch_mode)
+    return spec.kind in ("keyed_process", "keyed_co_process", "interval_join", "window") or (spec.kind == "keyed_reduce" and spec.batch_mode)
 _FINAL_NS = "__flinkpy_end_of_input__"
 
 

@@ -44,7 +44,8 @@ non-keyed operator, the second input's rows handed to ``process2``; a keyed one 
 k2)``) is a keyed operator whose routes in carry each input's own key, so both inputs' records of
 a key meet in one group, with its state and timers. Its event time is, as on the engine, the lower
 of its two inputs' watermarks: each as far as the group's rows tell, from Spark's watermark (a
-bound of both) at the start of the micro-batch. Broadcast state and interval joins are refused
+bound of both) at the start of the micro-batch; an interval join is such an operator too (the
+engine's IntervalJoinOperator). Broadcast state is refused
 (see ``_REFUSED``); ``partition_custom`` is not applied (:meth:`_Translator.note_custom_partitioning`).
 
 A job with one path from its sources to one sink (W1, W2, most jobs) needs no routes: its plan
@@ -80,7 +81,7 @@ MAX_RECORDS_KEY = "execution.spark.max-records-per-batch"
 
 #: two-input operators of connected streams (``connect``): not keyed, then keyed (``key_by(k1, k2)``)
 _TWO_INPUT = ("co_map", "co_flat_map", "co_process")
-_KEYED_TWO_INPUT = ("keyed_co_process", "keyed_co_map", "keyed_co_flat_map")
+_KEYED_TWO_INPUT = ("keyed_co_process", "keyed_co_map", "keyed_co_flat_map", "interval_join")
 _STATELESS = ("map", "flat_map", "filter", "process", "timestamps") + _TWO_INPUT
 _KEYED = ("keyed_reduce", "keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "window") + _KEYED_TWO_INPUT
 _ON_THE_ENGINE = "run the job on flinkpy's engine (without --runner spark)"
@@ -104,14 +105,6 @@ _REFUSED: dict[str, tuple[str, str]] = {
     ),
     "broadcast_process": _BROADCAST_STATE,
     "keyed_broadcast_process": _BROADCAST_STATE,
-    "interval_join": (
-        "an interval join's result depends on how far event time has advanced when each record arrives: a record behind "
-        "the watermark is dropped as late, and a buffered record is dropped once the watermark passes its interval. On the "
-        "engine the watermark moves between records; on Spark it moves once per micro-batch, so the same input would drop "
-        "other records as late there and join different pairs",
-        _ON_THE_ENGINE + ", or write the join as a KeyedCoProcessFunction (a.connect(b).key_by(k1, k2).process(...)), "
-        "which runs on Spark",
-    ),
 }
 #: the position of the sinks in the pipeline: after every chain level (2d) and keyed depth (2d-1)
 _SINK = 1 << 30
@@ -158,7 +151,10 @@ class _SourceStep:
         """Whether the source is read in one micro-batch planned on the driver when the query
         starts (:func:`flinkpy.spark.sources.plan_whole`): a bounded source with no batch limit."""
         from flinkpy.connectors.base import Boundedness
+        from flinkpy.connectors.function_source import FunctionSource
 
+        if isinstance(self.node.fn, FunctionSource):  # still running when the query starts: read as its journal grows
+            return False
         return self.max_records <= 0 and getattr(self.node.fn, "boundedness", Boundedness.BOUNDED) == Boundedness.BOUNDED
 
     @property
@@ -168,13 +164,20 @@ class _SourceStep:
 
         return not isinstance(self.node.fn, SocketTextSource)
 
-    def __call__(self, spark: Any, *, transform: Any = None, ddl: str | None = None, saved: Any = None) -> Any:
-        """The source's DataFrame; ``saved``: its offset in the checkpoint location, which keeps
-        a restarted query on the road it started on (Spark reads the offset back)."""
+    def __call__(self, spark: Any, *, transform: Any = None, ddl: str | None = None, saved: Any = None, location: str = "") -> Any:
+        """The source's DataFrame; ``saved``: its offset in the checkpoint location (``location``),
+        which keeps a restarted query on the road it started on (Spark reads the offset back)."""
+        from flinkpy.connectors.function_source import FunctionSource
         from flinkpy.spark.kafka import SparkKafkaSource, is_kafka_source
         from flinkpy.spark.sources import is_data_source_offset, plan_whole, read_stream, read_whole, socket_stream
 
         src = SparkKafkaSource(self.node.fn) if is_kafka_source(self.node.fn) else self.node.fn
+        if isinstance(src, FunctionSource):  # run on the driver, read from its journal
+            from flinkpy.spark.function_journal import JournalSource, journal_path, start_journal
+
+            path = journal_path(location, self.index)
+            start_journal(src.fn, path)
+            src = JournalSource(path)
         if not self.fusable:
             return socket_stream(spark, src.hostname, src.port, self.index)
         if self.whole and not is_data_source_offset(saved):
@@ -343,9 +346,14 @@ class _Translator:
         from flinkpy.connectors.socket_source import SocketTextSource
         from flinkpy.spark import kafka
 
+        from flinkpy.connectors.function_source import FunctionSource
+
         src = node.fn
         guarantee = "exactly-once" if kafka.is_kafka_source(src) else getattr(src, "guarantee", None)
-        if isinstance(src, SocketTextSource):
+        if isinstance(src, FunctionSource):
+            spark = ("SourceFunction run once on the driver, what it collects journaled in the checkpoint location; "
+                     "Python data source 'flinkpy' over the journal (offsets are journal positions: replayable)")
+        elif isinstance(src, SocketTextSource):
             spark = "Spark socket source (no replay, as the engine's)"
             if src.delimiter != "\n":
                 raise _refuse(node, "Spark's socket source splits lines at newlines only", remedy="use the default delimiter")
@@ -401,6 +409,7 @@ class _Translator:
                              uid=node.uid, routes=tuple(main), side_routes={t: tuple(rs) for t, rs in side.items()}, depth=depth,
                              prefix=struct.pack(">H", i) if routed else b"", row_type=node.params.get("output_type"),
                              key_selector2=node.params.get("key_selector2"),
+                             params={k: node.params[k] for k in ("lower_bound", "upper_bound", "late_tags") if k in node.params},
                              second=frozenset(self.edge_route[id(e)].id for e in self.graph.inputs_of(node.id) if e.type_number == 2))
             specs.append(spec)
             groups = KEY_GROUPS if by_key_group(spec) else 0

@@ -154,6 +154,13 @@ class FlinkpyKeyedProcessor(_Processor):
         from flinkpy.task.operators import KeyedProcessOperator
         from flinkpy.task.two_input import KEYED, KeyedCoProcessOperator
 
+        if self.spec.kind == "interval_join":  # the right input's rows go to process2
+            from flinkpy.task.interval_join import IntervalJoinOperator
+
+            p = self.spec.params
+            return IntervalJoinOperator(self.spec.name, self.spec.fn, out, self.spec.key_selector, self.backend, self.spec.batch_mode,
+                                        key2=self.spec.key_selector2, lower=p["lower_bound"], upper=p["upper_bound"],
+                                        late_tags=p.get("late_tags", (None, None)))
         if self.spec.kind in KEYED:  # connected keyed streams: process2 for the second input's rows
             return KeyedCoProcessOperator(self.spec.name, self.spec.fn, out, self.spec.key_selector, self.backend, self.spec.batch_mode,
                                           method=KEYED[self.spec.kind], key2=self.spec.key_selector2)

@@ -170,7 +170,7 @@ class SparkPlan:
             writer = next(iter(writers.values()))
         sources = set(range(self.source_count)) if self.bounded else set()
         self.sink_driver = SinkDriver(writer, sources, checkpoint_location)
-        df = self._dataframe(spark, _saved_offsets(checkpoint_location))
+        df = self._dataframe(spark, _saved_offsets(checkpoint_location), checkpoint_location)
         stream = df.writeStream.foreachBatch(self.sink_driver).option("checkpointLocation", checkpoint_location).queryName(query_name)
         if not trigger_interval_ms and self.processing_time:
             from flinkpy.spark.time_mode import PROCESSING_TIME_TRIGGER_MS
@@ -184,19 +184,20 @@ class SparkPlan:
             self._monitor.start()
         return query
 
-    def _dataframe(self, spark: Any, saved: list[Any]) -> Any:
-        """The query's DataFrame; ``saved``: the sources' offsets in the checkpoint location (a
-        restarted or restored query), in the order of the branches, as Spark lists its sources."""
+    def _dataframe(self, spark: Any, saved: list[Any], location: str) -> Any:
+        """The query's DataFrame; ``saved``: the sources' offsets in the checkpoint location
+        ``location`` (a restarted or restored query), in the order of the branches, as Spark lists
+        its sources."""
         frames = []
         for position, branch in enumerate(self.branches):
             steps = list(branch)
             source, offset = steps[0], saved[position] if position < len(saved) else None
             if _fusable(steps):  # the source's reader runs its chain level itself
                 function, ddl = _chain_function(steps[1].payload)
-                df = _with_watermark(source.payload(spark, transform=function, ddl=ddl, saved=offset), source.watermark or steps[1].watermark)
+                df = _with_watermark(source.payload(spark, transform=function, ddl=ddl, saved=offset, location=location), source.watermark or steps[1].watermark)
                 steps = steps[2:]
             else:
-                df = _with_watermark(source.payload(spark, saved=offset), source.watermark)
+                df = _with_watermark(source.payload(spark, saved=offset, location=location), source.watermark)
                 steps = steps[1:]
             for step in steps:
                 df = _apply(spark, step, df)

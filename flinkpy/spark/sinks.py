@@ -11,6 +11,8 @@ exactly-once end to end:
   transaction; a batch whose id is already recorded is skipped;
 - KafkaSink with EXACTLY_ONCE: a Kafka transaction per batch that also commits the batch id as a
   marker (:mod:`flinkpy.spark.kafka`); a batch the marker covers is skipped;
+- Redis sinks: appends and the batch id in one transaction, upserts rewritten by a replay
+  (:mod:`flinkpy.spark.redis_writer`);
 - print and SinkFunctions: at-least-once, as on the engine.
 
 A query attempt's first micro-batch is the first one its checkpoint has not committed. Before
@@ -259,6 +261,16 @@ def writer_for(sink: Any, sink_id: str, operator: str) -> BatchWriter:
 
             raise UntranslatableError(operator, reason, remedy="set_topic() a fixed topic, or use AT_LEAST_ONCE")
         return kafka.KafkaBatchWriter(sink, sink_id)
+    from flinkpy.connectors.redis_sinks import RedisStreamsSink, RedisUpsertSink
+
+    if isinstance(sink, RedisStreamsSink):
+        from flinkpy.spark.redis_writer import RedisBatchWriter
+
+        return RedisBatchWriter(sink, sink_id)
+    if isinstance(sink, RedisUpsertSink):
+        from flinkpy.spark.redis_writer import RedisUpsertBatchWriter
+
+        return RedisUpsertBatchWriter(sink)
     if type(sink).__name__ in ("PostgresSink", "PostgresUpsertSink", "PostgresBatchSink") and hasattr(sink, "dsn") and hasattr(sink, "sql"):
         return PostgresWriter(sink, sink_id)
     from flinkpy.spark.plan import UntranslatableError

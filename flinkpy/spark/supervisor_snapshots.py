@@ -161,9 +161,15 @@ def _sha256(path: str) -> str:
     return "sha256:" + h.hexdigest()
 
 
+#: the directory of SourceFunctions' journals in a checkpoint location (flinkpy.spark.function_journal)
+JOURNALS = "source-functions"
+
+
 def _files(location: str) -> list[dict[str, Any]]:
     out = []
     for root, _dirs, files in os.walk(location):
+        if os.path.relpath(root, location).split(os.sep)[0] == JOURNALS:
+            continue  # SourceFunctions' journals grow while their functions run (a partial last frame is cut on restore)
         for f in sorted(files):
             full = os.path.join(root, f)
             rel = posixpath.join(SPARK_DIR, os.path.relpath(full, location).replace(os.sep, "/"))
