@@ -1,6 +1,7 @@
 """A drill cluster (``flinkpy cluster start --hosts N``) and ``flinkpy fault partition``: an
 operator rehearses a partition on one machine, the verification job loses nothing, and
-``cluster stop`` leaves no namespace behind.
+``cluster stop`` leaves no namespace behind; and a seeded schedule of partitions and kills
+(short here, long with FLINKPY_PARTITION_SOAK=long).
 
 Skipped with the reason where namespaces cannot be made (not root); never on CI.
 """
@@ -8,7 +9,10 @@ Skipped with the reason where namespaces cannot be made (not root); never on CI.
 from __future__ import annotations
 
 import json
+import os
+import random
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +88,72 @@ def test_a_partition_rehearsed_on_a_drill_cluster_loses_nothing_and_stop_removes
 def test_partition_without_a_drill_cluster_says_what_to_start(tmp_path: Path) -> None:
     res = run_cli("fault", "partition", "jobmanager", "tm-1", env={"FLINKPY_HOME": str(tmp_path), "FLINKPY_JOBMANAGER": ""})
     assert res.returncode == ExitCode.UNREACHABLE and "cluster start --hosts 3" in res.stderr, res.stderr
+
+
+@pytest.mark.timeout(900)
+def test_a_seeded_schedule_of_partitions_and_kills_loses_nothing(tmp_path: Path) -> None:
+    """Partitions (JobManager from a TaskManager, TaskManager from TaskManager) mixed with
+    TaskManager kills, in an order and with durations a seed decides: three faults in the
+    suite, 24 with FLINKPY_PARTITION_SOAK=long (FLINKPY_PARTITION_SEED repeats a schedule).
+    Nothing lost, nothing twice, and a report of the faults, restarts and recovery times."""
+    from flinkpy.network.rest_client import RestClient
+
+    long = os.environ.get("FLINKPY_PARTITION_SOAK") == "long"
+    seed = int(os.environ.get("FLINKPY_PARTITION_SEED") or random.randrange(1 << 30))
+    print(f"partition schedule: seed {seed} (repeat with FLINKPY_PARTITION_SEED={seed})")
+    rng = random.Random(seed)
+    faults = 24 if long else 3
+    keys = 4
+    per_key = (faults * 6 + 8) * 1000 // keys  # the input outlasts the schedule at 1000 records/s
+    env = {"FLINKPY_HOME": str(tmp_path / "home"), "FLINKPY_JOBMANAGER": ""}
+    started = _ok("cluster", "start", "--hosts", "3", "--slots", "2", "--rest-port", "0", "-D", "heartbeat.interval=300ms",
+                  "-D", "heartbeat.timeout=2s", env=env)
+    rest = RestClient(started["rest_address"], (tmp_path / "home" / "secret").read_text().strip())
+    report: list[str] = []
+    try:
+        out = tmp_path / "out"
+        jid = _ok("run", "--json", "-d", "-p", "2", "-D", "execution.checkpointing.interval=300ms",
+                  "-D", "execution.checkpointing.timeout=3s", "-D", "restart-strategy.type=fixed-delay",
+                  "-D", "restart-strategy.fixed-delay.attempts=1000", "-D", "restart-strategy.fixed-delay.delay=300ms",
+                  str(ROOT / "examples" / "verification_job.py"), "--keys", str(keys), "--per-key", str(per_key), "--rate", "1000",
+                  "--out", str(out), env=env)["jobs"][0]["jid"]
+
+        def running_with_checkpoint_after(completed: int) -> bool:
+            doc = rest.job(jid)
+            subs = [s for v in doc["vertices"] for s in v["subtasks"]]
+            return (doc["state"] == "RUNNING" and all(s["status"] == "RUNNING" for s in subs)
+                    and rest.request("GET", f"/jobs/{jid}/checkpoints")["counts"]["completed"] > completed)
+
+        wait_for(lambda: running_with_checkpoint_after(1), timeout=60, message="the job running with a checkpoint")
+        for n in range(faults):
+            kind = rng.choice(["jobmanager-taskmanager", "taskmanager-taskmanager", "kill-taskmanager"])
+            tm = rng.choice(["tm-1", "tm-2"])
+            millis = rng.randrange(1000, 4000, 100)
+            completed = rest.request("GET", f"/jobs/{jid}/checkpoints")["counts"]["completed"]
+            restarts = rest.job(jid)["restarts"]
+            at = time.monotonic()
+            if kind == "jobmanager-taskmanager":
+                _ok("fault", "partition", "jobmanager", tm, "--for", f"{millis}ms", env=env)
+            elif kind == "taskmanager-taskmanager":
+                _ok("fault", "partition", "tm-1", "tm-2", "--for", f"{millis}ms", env=env)
+            else:
+                _ok("fault", "kill-taskmanager", tm, env=env)
+            if rest.job(jid)["state"] in ("FINISHED", "FAILED", "CANCELED"):
+                break
+            wait_for(lambda: rest.job(jid)["state"] in ("FINISHED", "FAILED", "CANCELED")
+                     or running_with_checkpoint_after(completed), timeout=120, interval=0.1, message=f"recovery from fault {n + 1}")
+            report.append(f"fault {n + 1}: {kind} ({tm if kind != 'taskmanager-taskmanager' else 'tm-1, tm-2'}"
+                          f"{'' if kind == 'kill-taskmanager' else f', {millis} ms'}): running with a new checkpoint "
+                          f"{time.monotonic() - at:.1f} s later, {rest.job(jid)['restarts'] - restarts} restart(s)")
+            # every TaskManager back before the next fault (a killed one is started again)
+            wait_for(lambda: rest.overview()["taskmanagers"] == 2, timeout=60, message="both TaskManagers registered")
+        final = wait_for(lambda: (j := rest.job(jid))["state"] in ("FINISHED", "FAILED", "CANCELED") and j, timeout=300,
+                         message="the job finished")
+        report.append(f"job {final['state']} after {final['restarts']} restart(s)")
+        print("\n".join(report))
+        assert final["state"] == "FINISHED", final
+        verdict = run_cli("verify", str(out), "--keys", str(keys), "--per-key", str(per_key), "--json", env=env)
+        result = json.loads(verdict.stdout)
+        assert (result["lost"], result["duplicated"], result["mismatched"]) == (0, 0, 0), (seed, result)
+    finally:
+        run_cli("cluster", "stop", env=env, timeout=60)

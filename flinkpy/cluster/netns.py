@@ -157,23 +157,32 @@ class Hosts:
 
         No drop action is available here (no ``gact``, no iptables), so what each receives from
         the other is classified (``u32``) into an ``htb`` class of 8 bit/s with a one-packet
-        queue: after at most one packet it is dropped, silently, as in a real partition. It
-        takes the place of :meth:`throttle` on both links."""
+        queue: after at most one packet it is dropped, silently, as in a real partition. A link
+        may be cut from several hosts at once: each cut is one filter, numbered (its ``prio``)
+        by the host it drops, so that :meth:`rejoin` lifts that cut alone. It takes the place
+        of :meth:`throttle` on both links."""
         for into, source in ((a, b), (b, a)):
             link = self.hosts[into].link
-            for args in (["qdisc", "replace", "dev", link, "root", "handle", "1:", "htb", "default", "1"],
-                         ["class", "replace", "dev", link, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit"],
-                         ["class", "replace", "dev", link, "parent", "1:", "classid", "1:2", "htb", "rate", "8bit", "ceil", "8bit",
-                          "burst", "1b", "cburst", "1b"],
-                         ["qdisc", "replace", "dev", link, "parent", "1:2", "handle", "20:", "pfifo", "limit", "1"],
-                         ["filter", "add", "dev", link, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "src",
-                          f"{self.hosts[source].address}/32", "flowid", "1:2"]):
+            shown = subprocess.run(["tc", "qdisc", "show", "dev", link, "root"], capture_output=True, text=True, timeout=10).stdout
+            steps = [] if " htb 1: " in f" {shown}" else [["qdisc", "replace", "dev", link, "root", "handle", "1:", "htb", "default", "1"],
+                                                        ["class", "replace", "dev", link, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit"],
+                                                        ["class", "replace", "dev", link, "parent", "1:", "classid", "1:2", "htb", "rate", "8bit",
+                                                         "ceil", "8bit", "burst", "1b", "cburst", "1b"],
+                                                        ["qdisc", "replace", "dev", link, "parent", "1:2", "handle", "20:", "pfifo", "limit", "1"]]
+            steps.append(["filter", "replace", "dev", link, "parent", "1:", "protocol", "ip", "prio", str(self._number(source)), "u32",
+                          "match", "ip", "src", f"{self.hosts[source].address}/32", "flowid", "1:2"])
+            for args in steps:
                 subprocess.run(["tc", *args], check=True, capture_output=True, timeout=10)
 
     def rejoin(self, a: str, b: str) -> None:
-        """Undo :meth:`partition` (and any throttle) on both links."""
-        self.unthrottle(a)
-        self.unthrottle(b)
+        """Undo :meth:`partition` of ``a`` and ``b`` (the links' other cuts stay)."""
+        for into, source in ((a, b), (b, a)):
+            subprocess.run(["tc", "filter", "del", "dev", self.hosts[into].link, "parent", "1:", "prio", str(self._number(source))],
+                           capture_output=True, timeout=10)
+
+    def _number(self, name: str) -> int:
+        """The host's number (1, 2, ...: the order it was added in)."""
+        return list(self.hosts).index(name) + 1
 
     def popen(self, name: str, argv: list[str], **kwargs: object) -> subprocess.Popen:
         """Start ``argv`` inside host ``name``; :meth:`close` ends it if it is still running."""
