@@ -333,6 +333,9 @@ def plan(
     allow_non_restored: Annotated[
         bool, typer.Option("-n", "--allowNonRestoredState", "--allow-non-restored-state", help="Allow state of operators the program no longer has to be dropped.")
     ] = False,
+    runner: Annotated[
+        Optional[str], typer.Option("--runner", metavar="RUNNER", help="Plan a move to this runner: engine or spark (the state of a savepoint of either).")
+    ] = None,
     wide: Wide = False,
     json_: JsonFlag = False,
 ) -> None:
@@ -353,6 +356,13 @@ def plan(
     and checks its size and sha256 against _metadata (as 'flinkpy checkpoint verify' does);
     a missing or damaged file is listed in "damaged_files" and refuses the restore.
 
+    With --runner engine|spark it plans moving the job between flinkpy's engine and Spark
+    (a savepoint of either restored on the other): per operator, which state moves (a
+    source's positions, a keyed reduce's running values, a sink's pre-committed output) and
+    which would not, with the reason; anything that would not move refuses the move. --json:
+    {"savepoint", "kind", "from_runner", "runner", "movable", "operators": [{"operator", "uid",
+    "operator_id", "state", "move", "reason"}], "problems", "restore"}.
+
     Exit status: 0 the restore would succeed; 7 it would be refused (the reasons on stderr);
     4 no savepoint at PATH or no JOB.py; 9 the savepoint's _metadata is unreadable or does not
     match its checksum, or a state file is missing or damaged.
@@ -362,6 +372,7 @@ def plan(
     \b
         flinkpy savepoint plan ./savepoint-3f2a9c-1b2c3d4e5f60 examples/even_odd_sum.py
         flinkpy savepoint plan -p 3 --json s3://bucket/sp/savepoint-x job.py --count 100
+        flinkpy savepoint plan --runner spark ./savepoint-3f2a9c-1b2c3d4e5f60 job.py
     """
     from pathlib import Path
 
@@ -369,6 +380,9 @@ def plan(
 
     if not Path(job).is_file():
         raise NotFoundError(f"job file {job} does not exist", remedy="pass the path of a Python job file")
+    if runner is not None:
+        _plan_move(path, job, list(args or []), runner=runner, parallelism=parallelism, allow_non_restored=allow_non_restored, wide=wide)
+        return
     doc = plan_restore(path, job, list(args or []), parallelism=parallelism, allow_non_restored_state=allow_non_restored)
     for warning in doc["warnings"]:
         sys.stderr.write(f"{PROG}: warning: {warning}\n")
@@ -381,6 +395,30 @@ def plan(
             sys.stderr.write(f"{PROG}: error: {problem}\n")
         sys.stderr.flush()
         raise typer.Exit(ExitCode.CONFLICT if doc["damaged_files"] else ExitCode.INVALID_PROGRAM)
+
+
+def _plan_move(path: str, job: str, args: list[str], *, runner: str, parallelism: Optional[int], allow_non_restored: bool, wide: bool) -> None:
+    from flinkpy.client.runner_move import plan_runner_move
+
+    doc = plan_runner_move(path, job, args, runner=runner, parallelism=parallelism, allow_non_restored_state=allow_non_restored)
+    if session.json:
+        emit_json(doc)
+    else:
+        console = out()
+        console.print(f"Moving {job} from the {doc['from_runner']}'s {doc['kind']} at {doc['savepoint']} to the {doc['runner']}",
+                      markup=False, soft_wrap=True)
+        rows = [[op["operator"] + (f" [uid {op['uid']}]" if op["uid"] else ""), op["state"], op["move"], op["reason"] or "-"]
+                for op in doc["operators"]]
+        render(console, [Column("Operator", fold=True), Column("State", fold=True), Column("Move"), Column("Reason", fold=True, drop=1)],
+               rows, title="State", wide=wide)
+        if doc["restore"] is not None:
+            _print_plan(doc["restore"], wide)
+        console.print("the move would succeed" if doc["movable"] else "the move would be refused", markup=False)
+    if not doc["movable"]:
+        for problem in doc["problems"]:
+            sys.stderr.write(f"{PROG}: error: {problem}\n")
+        sys.stderr.flush()
+        raise typer.Exit(ExitCode.INVALID_PROGRAM)
 
 
 def _print_plan(doc: dict[str, Any], wide: bool) -> None:

@@ -75,6 +75,9 @@ class KeyedSpec:
     #: the routes that feed its second input (their rows go to ``process2``)
     key_selector2: Callable | None = None
     second: frozenset[int] = frozenset()
+    #: a keyed reduce by key group: running values moved from an engine snapshot, by Spark key
+    #: group (:mod:`.state_move`); a group without Spark state of its own starts from its seed
+    seed: dict[int, dict] | None = None
 
     def __post_init__(self) -> None:
         if not self.time_mode:
@@ -115,6 +118,15 @@ def on_group_state(spec: KeyedSpec) -> bool:
 def uses_timers(spec: KeyedSpec) -> bool:
     """Whether the operator can have timers (the others skip every timer round trip to Spark)."""
     return spec.kind in ("keyed_process", "keyed_co_process", "window") or (spec.kind == "keyed_reduce" and spec.batch_mode)
+def seeded(spec: KeyedSpec, grouping_key: bytes) -> dict:
+    """The running values a key group without Spark state starts from: its moved seed, or none."""
+    if not spec.seed:
+        return {}
+    from flinkpy.spark.state_move import group_index
+
+    return dict(spec.seed.get(group_index(grouping_key), {}))
+
+
 _FINAL_NS = "__flinkpy_end_of_input__"
 
 
@@ -330,7 +342,7 @@ def group_state_reduce(spec: KeyedSpec) -> Callable[[tuple, Iterator[Any], Any],
             if srcs:
                 yield _final_frame(srcs)
             return
-        table: dict = pickle.loads(state.get[0]) if state.exists else {}
+        table: dict = pickle.loads(state.get[0]) if state.exists else seeded(spec, key[0])
         out, out_ts = _reduce_bundles(table, f, key_of, [v for v, kd in zip(pdf["value"].tolist(), pdf["kind"].tolist()) if kd == BUNDLE])
         state.update((pickle.dumps(table, protocol=5),))
         if out:
