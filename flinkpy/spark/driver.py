@@ -154,7 +154,9 @@ class SparkDriver:
                 rec["final"] = {"job": self._job_document_locked(), "exceptions": sup.exceptions_document(),
                                 "execution-result": sup.execution_result(), "checkpoints": self._checkpoints_locked(10),
                                 "restart-strategy": sup.restart_strategy(),
-                                "faults": {"jid": self.job_id, "faults": journal_view(self.faults, sup.state, sup.restarts)}}
+                                "faults": {"jid": self.job_id, "faults": journal_view(self.faults, sup.state, sup.restarts)},
+                                # a stop-with-savepoint's status, for a client that asks after the driver exited
+                                **{f"savepoints/{tid}": d for tid, d in self.savepoints.items()}}
             return rec
 
     def publish(self) -> None:

@@ -375,11 +375,11 @@ def engine_operators(program: Iterable[ProgramOperator], states: Mapping[str, Mo
             for key, value in moved.running_values.items():
                 groups.setdefault(assign_to_key_group(key, max_parallelism), {})[key] = value
             buf = io.BytesIO()
-            canonical.write_document(buf, {"version": _snapshot_version(), "states": {
+            counts = canonical.write_document(buf, {"version": _snapshot_version(), "states": {
                 REDUCE_STATE: {"kind": "value", "key_groups": groups}}})
             handle = write(f"{p.operator_id}-moved-keyed", buf.getvalue())
-            subtasks.append(new_subtask(0, keyed_state=keyed_state(handle, (0, max_parallelism - 1),
-                                                                  {REDUCE_STATE: {"kind": "value"}})))
+            summary = {REDUCE_STATE: {"kind": "value", "entries": counts.get(REDUCE_STATE, 0)}}
+            subtasks.append(new_subtask(0, keyed_state=keyed_state(handle, (0, max_parallelism - 1), summary)))
         for i, position_i in enumerate(moved.source_positions):
             if i < len(subtasks):
                 subtasks[i]["source_offsets"] = position_i
