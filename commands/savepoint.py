@@ -405,12 +405,14 @@ def _plan_move(path: str, job: str, args: list[str], *, runner: str, parallelism
         emit_json(doc)
     else:
         console = out()
-        console.print(f"Moving {job} from the {doc['from_runner']}'s {doc['kind']} at {doc['savepoint']} to the {doc['runner']}",
+        names = {"engine": ("the engine's", "the engine"), "spark": ("Spark's", "Spark")}
+        console.print(f"Moving {job} from {names[doc['from_runner']][0]} {doc['kind']} at {doc['savepoint']} to {names[doc['runner']][1]}",
                       markup=False, soft_wrap=True)
         rows = [[op["operator"] + (f" [uid {op['uid']}]" if op["uid"] else ""), op["state"], op["move"], op["reason"] or "-"]
                 for op in doc["operators"]]
-        render(console, [Column("Operator", fold=True), Column("State", fold=True), Column("Move"), Column("Reason", fold=True, drop=1)],
-               rows, title="State", wide=wide)
+        if rows:
+            render(console, [Column("Operator", fold=True), Column("State", fold=True), Column("Move"), Column("Reason", fold=True, drop=1)],
+                   rows, title="State", wide=wide)
         if doc["restore"] is not None:
             _print_plan(doc["restore"], wide)
         console.print("the move would succeed" if doc["movable"] else "the move would be refused", markup=False)

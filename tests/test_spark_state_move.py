@@ -203,6 +203,13 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     assert 0 < first < count, first
     plan = _cli_json("savepoint", "plan", "--runner", "spark", on_engine, *slow)
     assert plan["movable"] and {o["state"] for o in plan["operators"]} >= {"source positions", "running values per key"}, plan
+    # the same uid on a keyed process function: its keyed state would not move, and the plan says so
+    (tmp_path / "process_job.py").write_text(JOB.replace(".sum(1)", ".process(Tally())").replace(
+        "count, out, pause =", "from flinkpy.datastream import KeyedProcessFunction\n\n\nclass Tally(KeyedProcessFunction):\n"
+        "    def process_element(self, value, ctx):\n        yield value\n\n\ncount, out, pause ="))
+    refused = run_cli("savepoint", "plan", "--runner", "spark", on_engine, str(tmp_path / "process_job.py"), *slow[1:], timeout=120)
+    assert refused.returncode == 7, refused.stderr
+    assert "error: operator 'running sums': it is a keyed_process whose keyed state (_reduce)" in refused.stderr
 
     # on Spark at parallelism 1 (Spark's 32 key groups), a few micro-batches, then stopped again
     spark_jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-s", on_engine,

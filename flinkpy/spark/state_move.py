@@ -174,9 +174,8 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
                 decide("running values per key")
             else:
                 decide(f"keyed state ({names})",
-                       f"it is a {target.kind} whose keyed state ({names}) Spark keeps per key in its state store with its "
-                       "timers and window contents; a state store can only be written by the query itself, so this state "
-                       "cannot be handed to Spark: only a keyed reduce's running values move")
+                       f"it is a {target.kind} whose keyed state ({names}) Spark would keep per key in its state store, which "
+                       "only the query itself can write: only a keyed reduce's running values move to Spark")
         for part in sorted(parts):
             if part == "sink":
                 decide("pre-committed output", "" if target.kind == "sink" else f"a {target.kind} holds sink state")
