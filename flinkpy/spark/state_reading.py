@@ -15,9 +15,12 @@ reduce's running values are read from Spark's state store with Spark's state dat
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from flinkpy.spark.state_move import Move, MoveDecision, MovedState, decode_positions, merge_group_tables, program_operators
+
+log = logging.getLogger(__name__)
 
 
 def _refused(p: Any, what: str, reason: str) -> MoveDecision:
@@ -127,7 +130,12 @@ def move_out(spark: Any, plan: Any, location: str, doc: dict[str, Any], url: str
     from flinkpy.spark import state_move
 
     storage = CheckpointStorage(url)
-    states, refused = read_moved_state(spark, plan, location, doc["spark"])
+    try:
+        states, refused = read_moved_state(spark, plan, location, doc["spark"])
+    except Exception as e:  # noqa: BLE001 - the Spark savepoint stands; only the engine's layout is missing
+        log.warning("savepoint %s: the engine's layout of its state could not be written: %s: %s", url, type(e).__name__, e)
+        states, refused = {}, [state_move.MoveDecision("Spark state store", None, "spark-state", "Spark's state", state_move.Move.REFUSED,
+                                                       f"it could not be read back for the engine: {type(e).__name__}: {e}")]
     doc["moved"] = {"runner": state_move.ENGINE, "refused": [r.to_json() for r in refused]}
     if refused:
         return
