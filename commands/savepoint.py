@@ -418,6 +418,9 @@ def plan(
         bool,
         typer.Option("--check-code", help="Also decode every state value of the savepoint with JOB.py's classes, in a separate process, and list what would fail to restore."),
     ] = False,
+    runner: Annotated[
+        Optional[str], typer.Option("--runner", metavar="RUNNER", help="Plan a move to this runner: engine or spark (the state of a savepoint of either).")
+    ] = None,
     wide: Wide = False,
     json_: JsonFlag = False,
 ) -> None:
@@ -450,6 +453,13 @@ def plan(
     "keys", "examples"}]}. Decoding runs the snapshot's pickles as a restore would: check
     savepoints you would restore.
 
+    With --runner engine|spark it plans moving the job between flinkpy's engine and Spark
+    (a savepoint of either restored on the other): per operator, which state moves (a
+    source's positions, a keyed reduce's running values, a sink's pre-committed output) and
+    which would not, with the reason; anything that would not move refuses the move. --json:
+    {"savepoint", "kind", "from_runner", "runner", "movable", "operators": [{"operator", "uid",
+    "operator_id", "state", "move", "reason"}], "problems", "restore"}.
+
     Exit status: 0 the restore would succeed; 7 it would be refused (the reasons on stderr),
     also when --check-code finds values that would not restore; 4 no savepoint at PATH or no
     JOB.py; 9 the savepoint's _metadata is unreadable or does not match its checksum, or a
@@ -461,6 +471,7 @@ def plan(
         flinkpy savepoint plan ./savepoint-3f2a9c-1b2c3d4e5f60 examples/even_odd_sum.py
         flinkpy savepoint plan -p 3 --json s3://bucket/sp/savepoint-x job.py --count 100
         flinkpy savepoint plan --check-code ./savepoint-3f2a9c-1b2c3d4e5f60 new_job.py
+        flinkpy savepoint plan --runner spark ./savepoint-3f2a9c-1b2c3d4e5f60 job.py
     """
     from pathlib import Path
 
@@ -468,6 +479,12 @@ def plan(
 
     if not Path(job).is_file():
         raise NotFoundError(f"job file {job} does not exist", remedy="pass the path of a Python job file")
+    if runner is not None:
+        if check_code:
+            raise UsageError("--check-code checks a restore on the engine, --runner plans a move: give one of them",
+                             remedy="run 'flinkpy savepoint plan' once with each")
+        _plan_move(path, job, list(args or []), runner=runner, parallelism=parallelism, allow_non_restored=allow_non_restored, wide=wide)
+        return
     doc = plan_restore(path, job, list(args or []), parallelism=parallelism, allow_non_restored_state=allow_non_restored,
                        code_check=check_code)
     for warning in doc["warnings"]:
@@ -550,6 +567,32 @@ def rewrite(
         label = (d["name"] or "?") + (f" [uid {d['uid']}]" if d["uid"] else f" [id {d['operator_id']}]")
         console.print(f"{label}: dropped", markup=False, soft_wrap=True)
     console.print(f"Savepoint written. Path: {result.path}", markup=False, soft_wrap=True)
+
+
+def _plan_move(path: str, job: str, args: list[str], *, runner: str, parallelism: Optional[int], allow_non_restored: bool, wide: bool) -> None:
+    from flinkpy.client.runner_move import plan_runner_move
+
+    doc = plan_runner_move(path, job, args, runner=runner, parallelism=parallelism, allow_non_restored_state=allow_non_restored)
+    if session.json:
+        emit_json(doc)
+    else:
+        console = out()
+        names = {"engine": ("the engine's", "the engine"), "spark": ("Spark's", "Spark")}
+        console.print(f"Moving {job} from {names[doc['from_runner']][0]} {doc['kind']} at {doc['savepoint']} to {names[doc['runner']][1]}",
+                      markup=False, soft_wrap=True)
+        rows = [[op["operator"] + (f" [uid {op['uid']}]" if op["uid"] else ""), op["state"], op["move"], op["reason"] or "-"]
+                for op in doc["operators"]]
+        if rows:
+            render(console, [Column("Operator", fold=True), Column("State", fold=True), Column("Move"), Column("Reason", fold=True, drop=1)],
+                   rows, title="State", wide=wide)
+        if doc["restore"] is not None:
+            _print_plan(doc["restore"], wide)
+        console.print("the move would succeed" if doc["movable"] else "the move would be refused", markup=False)
+    if not doc["movable"]:
+        for problem in doc["problems"]:
+            sys.stderr.write(f"{PROG}: error: {problem}\n")
+        sys.stderr.flush()
+        raise typer.Exit(ExitCode.INVALID_PROGRAM)
 
 
 def _print_plan(doc: dict[str, Any], wide: bool) -> None:

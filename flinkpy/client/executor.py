@@ -51,9 +51,13 @@ def _restore_point(job: JobGraph, path: str, allow_non_restored: bool) -> list[A
     storage = CheckpointStorage(path)
     directory, _ = storage.locate(path)
     metadata = storage.read_metadata(path)
-    if metadata.get("runner") == "spark":
+    moved = metadata.get("moved") if metadata.get("runner") == "spark" else {}
+    if moved is None or (moved and moved.get("refused")):
+        # a Spark savepoint carries the engine's layout of its state unless some could not move
+        reasons = "; ".join(f"operator {r['operator']!r}: {r['reason']}" for r in (moved or {}).get("refused", []))
         raise InvalidProgramError(
-            f"{directory} is a savepoint of a Spark job: flinkpy's engine cannot read Spark's state",
+            f"{directory} is a savepoint of a Spark job whose state the engine cannot take: "
+            + (reasons or "it was written before Spark savepoints carried the engine's layout"),
             remedy="restore it with --runner spark",
         )
     ids = {op_id: (v, i) for v in job.vertices.values() for i, op_id in enumerate(v.operator_ids)}

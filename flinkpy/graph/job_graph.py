@@ -303,6 +303,11 @@ def _wire(
     return edges
 
 
+def operator_ids(graph: StreamGraph) -> dict[int, str]:
+    """Each node's operator id as the engine gives it (snapshots are matched by it)."""
+    return _operator_ids(graph, graph.topological_order())
+
+
 def _operator_ids(graph: StreamGraph, order: list[int]) -> dict[int, str]:
     """The uid where the user set one; otherwise a hash of the operator's kind, name, position
     and inputs — stable for the same program, but changed by edits upstream (hence: set uids)."""

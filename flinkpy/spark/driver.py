@@ -40,6 +40,7 @@ from flinkpy.errors import ConflictError, ExitCode, FlinkpyError, NotFoundError
 from flinkpy.faults import FaultRecord, journal_view
 from flinkpy.signals import StopSignals
 from flinkpy.spark import control_registry as registry
+from flinkpy.spark import state_reading
 from flinkpy.spark import supervisor_snapshots as snapshots
 from flinkpy.spark.supervisor import GiveUp, SparkJobSupervisor
 from flinkpy.units import parse_duration_ms
@@ -155,7 +156,9 @@ class SparkDriver:
                 rec["final"] = {"job": self._job_document_locked(), "exceptions": sup.exceptions_document(),
                                 "execution-result": sup.execution_result(), "checkpoints": self._checkpoints_locked(10),
                                 "restart-strategy": sup.restart_strategy(),
-                                "faults": {"jid": self.job_id, "faults": journal_view(self.faults, sup.state, sup.restarts)}}
+                                "faults": {"jid": self.job_id, "faults": journal_view(self.faults, sup.state, sup.restarts)},
+                                # a stop-with-savepoint's status, for a client that asks after the driver exited
+                                **{f"savepoints/{tid}": d for tid, d in self.savepoints.items()}}
             return rec
 
     def publish(self) -> None:
@@ -300,12 +303,19 @@ class SparkDriver:
             self.supervisor.strategy = strategy_from_config(
                 {k: v for k, v in self.config.items() if k.startswith("restart-strategy.")}, checkpointing_enabled=bool(interval))
         if self.spec.get("savepoint_path"):
-            directory, doc = snapshots.read_savepoint(self.spec["savepoint_path"])
-            snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory, key_groups=plan.key_groups)
-            snapshots.restore_savepoint(directory, doc, self.location)
-            self.restored = {"id": doc["checkpoint_id"], "is_savepoint": True, "external_path": directory,
+            directory, doc = snapshots.read_snapshot(self.spec["savepoint_path"])
+            if doc.get("runner") == snapshots.RUNNER:
+                snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory, key_groups=plan.key_groups)
+                snapshots.restore_savepoint(directory, doc, self.location)
+                batch = doc["spark"]["batch_id"]
+            else:  # a snapshot of the engine: its state moves (flinkpy.spark.state_move)
+                moved = state_reading.move_in(plan, directory, doc, allow_non_restored_state=bool(self.spec.get("allow_non_restored_state")))
+                log.info("job %s: moved the state of %s from the engine's %s %s", self.job_id, ", ".join(moved) or "no operator",
+                         doc["kind"], directory)
+                batch = None
+            self.restored = {"id": doc["checkpoint_id"], "is_savepoint": doc["kind"] == "savepoint", "external_path": directory,
                              "restore_timestamp": now_ms()}
-            self.supervisor.note(now_ms(), "restored", **{"from": directory, "kind": "savepoint", "batch": doc["spark"]["batch_id"]})
+            self.supervisor.note(now_ms(), "restored", **{"from": directory, "kind": doc["kind"], "batch": batch})
 
     def start_session(self) -> None:
         from flinkpy.spark.session import spark_session
@@ -436,7 +446,8 @@ class SparkDriver:
         try:
             doc = snapshots.savepoint_metadata(self.location, job_id=self.job_id, job_name=self.name, trigger_ms=trigger,
                                                parallelism=self.parallelism, master=self.master, key_groups=self.plan.key_groups)
-            location = snapshots.write_savepoint(self.location, target, doc, job_id=self.job_id)
+            location = snapshots.write_savepoint(self.location, target, doc, job_id=self.job_id,
+                                                 engine=lambda url: state_reading.move_out(self.spark, self.plan, self.location, doc, url))
         except Exception as e:  # noqa: BLE001
             self._finish_savepoint(tid, None, f"{type(e).__name__}: {e}")
             if failure is not None:

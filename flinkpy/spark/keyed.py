@@ -77,6 +77,9 @@ class KeyedSpec:
     second: frozenset[int] = frozenset()
     #: an interval join's bounds and late-record side outputs (the engine operator's arguments)
     params: dict[str, Any] = field(default_factory=dict)
+    #: a keyed reduce by key group: running values moved from an engine snapshot, by Spark key
+    #: group (:mod:`.state_move`); a group without Spark state of its own starts from its seed
+    seed: dict[int, dict] | None = None
 
     def __post_init__(self) -> None:
         if not self.time_mode:
@@ -117,6 +120,17 @@ def on_group_state(spec: KeyedSpec) -> bool:
 def uses_timers(spec: KeyedSpec) -> bool:
     """Whether the operator can have timers (the others skip every timer round trip to Spark)."""
     return spec.kind in ("keyed_process", "keyed_co_process", "interval_join", "window") or (spec.kind == "keyed_reduce" and spec.batch_mode)
+
+
+def seeded(spec: KeyedSpec, grouping_key: bytes) -> dict:
+    """The running values a key group without Spark state starts from: its moved seed, or none."""
+    if not spec.seed:
+        return {}
+    from flinkpy.spark.state_move import group_index
+
+    return dict(spec.seed.get(group_index(grouping_key), {}))
+
+
 _FINAL_NS = "__flinkpy_end_of_input__"
 
 
@@ -332,7 +346,7 @@ def group_state_reduce(spec: KeyedSpec) -> Callable[[tuple, Iterator[Any], Any],
             if srcs:
                 yield _final_frame(srcs)
             return
-        table: dict = pickle.loads(state.get[0]) if state.exists else {}
+        table: dict = pickle.loads(state.get[0]) if state.exists else seeded(spec, key[0])
         out, out_ts = _reduce_bundles(table, f, key_of, [v for v, kd in zip(pdf["value"].tolist(), pdf["kind"].tolist()) if kd == BUNDLE])
         state.update((pickle.dumps(table, protocol=5),))
         if out:

@@ -145,6 +145,8 @@ class _SourceStep:
         self.bundled = False
         #: OutputTag id -> routes of the source's side output readers
         self.side_routes: dict[str, list[int]] = {}
+        #: reader positions moved from an engine snapshot (:mod:`.state_move`), or None
+        self.positions: list | None = None
 
     @property
     def whole(self) -> bool:
@@ -178,6 +180,10 @@ class _SourceStep:
             path = journal_path(location, self.index)
             start_journal(src.fn, path)
             src = JournalSource(path)
+        if self.positions is not None:
+            from flinkpy.spark.state_move import RestoredSource
+
+            src = RestoredSource(src, self.positions)
         if not self.fusable:
             return socket_stream(spark, src.hostname, src.port, self.index)
         if self.whole and not is_data_source_offset(saved):
@@ -593,8 +599,11 @@ def translate(stream_graph_or_env: Any, *, config: dict[str, Any] | None = None,
     params = {k[len("$job."):]: v for k, v in settings.items() if k.startswith("$job.")}
     t = _Translator(graph, parallelism=parallelism, batch_mode=(mode == "BATCH"), max_records=max_records, params=params)
     branches, stages, routes = t.translate()
-    return SparkPlan(branches, stages, routes, job_name=job_name or settings.get("pipeline.name") or "Flink Streaming Job",
+    plan = SparkPlan(branches, stages, routes, job_name=job_name or settings.get("pipeline.name") or "Flink Streaming Job",
                      bounded=bounded, sources=t.source_count, max_records=max_records, runtime_mode=mode)
+    plan.graph = graph
+    plan.max_parallelism = int(getattr(stream_graph_or_env, "_max_parallelism", 0) or settings.get("pipeline.max-parallelism") or 128)
+    return plan
 
 
 def _refuse_periodic_savepoints(settings: dict[str, str]) -> None:

@@ -25,6 +25,7 @@ from flinkpy.spark.keyed import (
     _RoutedOut,
     _SidePort,
     by_key_group,
+    seeded,
     uses_timers,
 )
 from flinkpy.spark.levels import PASS_PREFIX
@@ -257,7 +258,7 @@ class KeyGroupReduce(_Processor):
 
     def records(self, key: bytes, pdf: Any, watermark: int) -> Iterator[Any]:
         row = self.table.get()
-        table: dict = {} if row is None else pickle.loads(row[0])
+        table: dict = seeded(self.spec, key) if row is None else pickle.loads(row[0])
         out, out_ts = _reduce_bundles(table, self.f, self.spec.key_selector, pdf["value"].tolist())
         self.table.update((pickle.dumps(table, protocol=5),))
         if self.spec.batch_mode:  # the final values once event time ended (the input's end)

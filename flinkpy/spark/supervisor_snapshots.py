@@ -27,7 +27,7 @@ import posixpath
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from flinkpy.errors import InvalidProgramError, NotFoundError
 
@@ -212,9 +212,12 @@ def savepoint_metadata(location: str, *, job_id: str, job_name: str, trigger_ms:
     return doc
 
 
-def write_savepoint(location: str, target_dir: str, doc: dict[str, Any], *, job_id: str) -> str:
-    """Copy the quiet checkpoint location under ``target_dir`` (any fsspec URL); `_metadata`
-    last, so a directory without it is never taken for a savepoint. Returns its URL."""
+def write_savepoint(location: str, target_dir: str, doc: dict[str, Any], *, job_id: str,
+                    engine: Callable[[str], None] | None = None) -> str:
+    """Copy the quiet checkpoint location under ``target_dir`` (any fsspec URL); ``engine(url)``
+    then adds the engine's layout of the state to the directory and ``doc`` (see
+    :mod:`flinkpy.spark.state_move`); `_metadata` last, so a directory without it is never taken
+    for a savepoint. Returns its URL."""
     from flinkpy.checkpoint.storage import CheckpointStorage, savepoint_dir
 
     url = savepoint_dir(target_dir, job_id)
@@ -222,23 +225,19 @@ def write_savepoint(location: str, target_dir: str, doc: dict[str, Any], *, job_
     fs, path = storage.filesystem(url)
     fs.makedirs(path, exist_ok=True)
     fs.put(location.rstrip("/") + "/", f"{path.rstrip('/')}/{SPARK_DIR}", recursive=True)
+    if engine is not None:
+        engine(url)
     storage.write_metadata_in(url, doc)
     return url
 
 
-def read_savepoint(path: str) -> tuple[str, dict[str, Any]]:
-    """(directory URL, `_metadata`) of a Spark savepoint; refuses a flinkpy engine snapshot."""
+def read_snapshot(path: str) -> tuple[str, dict[str, Any]]:
+    """(directory URL, `_metadata`) of a savepoint or retained checkpoint of either runner."""
     from flinkpy.checkpoint.storage import CheckpointStorage
 
     storage = CheckpointStorage(path)
     directory, _ = storage.locate(path)
-    doc = storage.read_metadata(path)
-    if doc.get("runner") != RUNNER:
-        raise InvalidProgramError(
-            f"{directory} is a {doc['kind']} of flinkpy's own engine, not of a Spark job: Spark cannot read its state",
-            remedy="restore it without --runner spark, or start the Spark job from a Spark savepoint",
-        )
-    return directory, doc
+    return directory, storage.read_metadata(path)
 
 
 #: the key groups of a Spark keyed reduce before savepoints recorded them

@@ -1,0 +1,70 @@
+"""Whether a snapshot's state would move to a runner: ``flinkpy savepoint plan --runner``.
+
+Answers before anything starts (or stops: a savepoint or retained checkpoint of the running job
+is enough) what of a snapshot's state the job file would get back on ``runner`` — flinkpy's
+engine or Spark — and refuses, naming each operator with its reason, what would not move (see
+:mod:`flinkpy.spark.state_move`). A move onto the engine also gets the engine's own restore plan
+(:func:`flinkpy.client.restore_plan.plan_restore`), since a Spark savepoint carries the engine's
+layout of its state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flinkpy.checkpoint.storage import CheckpointStorage
+from flinkpy.errors import InvalidProgramError, UsageError
+
+RUNNERS = ("engine", "spark")
+
+
+def _spark_plan(job_path: str, args: list[str], parallelism: int | None) -> Any:
+    from flinkpy.spark.capture import capture_job
+    from flinkpy.spark.plan import translate
+
+    jobs = capture_job(job_path, list(args), parallelism=parallelism)
+    if len(jobs) != 1:
+        raise InvalidProgramError(f"the job program {job_path} calls execute() {len(jobs)} times; a plan needs exactly one job",
+                                  remedy="plan a file with one execute()")
+    return translate(jobs[0].env, job_name=jobs[0].job_name)
+
+
+def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, runner: str, parallelism: int | None = None,
+                     allow_non_restored_state: bool = False) -> dict[str, Any]:
+    """The plan document: ``{"savepoint", "kind", "from_runner", "runner", "movable", "operators":
+    [{"operator", "uid", "operator_id", "state", "move", "reason"}], "problems", "restore"}``."""
+    from flinkpy.spark import state_move
+
+    if runner not in RUNNERS:
+        raise UsageError(f"unknown runner {runner!r}", remedy="use --runner engine or --runner spark")
+    storage = CheckpointStorage(savepoint_path)
+    directory, _ = storage.locate(savepoint_path)
+    doc = storage.read_metadata(savepoint_path)
+    source = state_move.SPARK if doc.get("runner") == state_move.SPARK else state_move.ENGINE
+    restore: dict[str, Any] | None = None
+    if runner == state_move.SPARK and source == state_move.SPARK:
+        plan = state_move.MovePlan(runner, ())  # Spark's own restore: its checkpoint location is copied back
+    elif runner == state_move.SPARK:
+        program = state_move.program_operators(_spark_plan(job_path, args, parallelism))
+        plan = state_move.plan_move(doc, program, runner=runner, allow_non_restored_state=allow_non_restored_state)
+    else:
+        from flinkpy.client.restore_plan import plan_restore
+
+        plan = state_move.plan_move(doc, [], runner=runner)
+        if source == state_move.SPARK and doc.get("moved") is None:
+            plan = state_move.MovePlan(runner, (state_move.MoveDecision(
+                "Spark state store", None, "spark-state", "Spark's state", state_move.Move.REFUSED,
+                "the savepoint was written before Spark savepoints carried the engine's layout; take a new one"),))
+        if plan.movable:
+            restore = plan_restore(savepoint_path, job_path, list(args), parallelism=parallelism,
+                                   allow_non_restored_state=allow_non_restored_state)
+    problems = plan.problems + (list(restore["problems"]) if restore and not restore["restorable"] else [])
+    return {
+        "savepoint": directory,
+        "kind": doc["kind"],
+        "from_runner": source,
+        **plan.to_json(),
+        "movable": plan.movable and (restore is None or bool(restore["restorable"])),
+        "problems": problems,
+        "restore": restore,
+    }

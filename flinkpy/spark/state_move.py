@@ -1,0 +1,417 @@
+"""Moving a job's state between flinkpy's engine and the Spark runner: one converter.
+
+The two runners keep state differently. The engine's snapshot is per operator id and subtask:
+keyed state files by key group (``max_parallelism`` of them, 128 by default), operator state
+(a sink's pre-committed output, functions' list state) and each source subtask's reader
+position, all described by `_metadata`. The Spark runner's is Spark's checkpoint location: the
+source offsets of the last committed micro-batch (each subtask's reader position inside) and
+Spark's state store, where a keyed reduce keeps ``{key: running value}`` per Spark key group
+(:data:`~flinkpy.spark.keyed.KEY_GROUPS` of them).
+
+What both have in common is small and typed here: a :class:`MovedState` per operator — the
+running values of a keyed reduce by key, the reader positions of a source (every old subtask's:
+a reader restored with them takes its share, at any parallelism, as on the engine), and a
+sink's pre-committed output. Everything else is decided per operator by :func:`plan_move`,
+which says what moves and refuses, naming the operator, what would not:
+
+- engine -> Spark: a source's positions become its readers' restored state on Spark
+  (:class:`RestoredSource`); a keyed reduce's running values become the initial value of each
+  Spark key group's state (:func:`seed_groups`), read where the group has no Spark state yet;
+  a sink's pre-committed output is committed by the sink's own writer before the query starts
+  (the engine's recovery contract). Keyed state of process functions and windows (their
+  timers and window contents) and functions' operator state are refused: Spark's state store
+  cannot be written from outside a query, and such state would need each key woken with its
+  timers.
+- Spark -> engine: when a Spark job takes a savepoint, the driver also writes the engine's
+  layout into it (:func:`engine_operators`): the sources' positions from the committed batch's
+  offsets and the keyed reduces' running values read back from Spark's state store, under the
+  engine's operator ids. The engine restores such a savepoint as one of its own, at any
+  parallelism; what the driver could not convert is listed in its ``"moved"`` section, and the
+  engine's restore plan refuses it.
+
+Pure functions over typed records; reading and writing files happens in the callers (the Spark
+driver, the client).
+
+>>> plan = plan_move({"operators": [{"operator_id": "sums", "name": "sums", "uid": "sums", "subtasks": [
+...     {"subtask": 0, "keyed_state": {"states": {"_reduce": {"kind": "value"}}}, "operator_state": None,
+...      "source_offsets": None}]}]}, [ProgramOperator("sums", "sums", "sums", "keyed_reduce", True)], runner="spark")
+>>> [(d.operator, d.move.value) for d in plan.decisions], plan.movable
+([('sums', 'moves')], True)
+"""
+
+from __future__ import annotations
+
+import enum
+import pickle
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from flinkpy.errors import InvalidProgramError
+
+#: the engine's KeyedReduceOperator keeps each key's running value in this value state
+REDUCE_STATE = "_reduce"
+ENGINE, SPARK = "engine", "spark"
+
+
+class Move(enum.Enum):
+    MOVES = "moves"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class ProgramOperator:
+    """One operator of the program that would be restored, as the converter needs to know it."""
+
+    operator_id: str
+    name: str
+    uid: str | None
+    kind: str
+    #: on Spark, a keyed reduce kept per key group (its running values move both ways)
+    key_group_reduce: bool = False
+    #: a source whose readers restore from positions (not Kafka on Spark, not a socket)
+    restorable_source: bool = False
+
+
+@dataclass(frozen=True)
+class MoveDecision:
+    operator: str
+    uid: str | None
+    operator_id: str
+    what: str
+    move: Move
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": self.operator, "uid": self.uid, "operator_id": self.operator_id, "state": self.what,
+                "move": self.move.value, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class MovePlan:
+    runner: str
+    decisions: tuple[MoveDecision, ...]
+
+    @property
+    def movable(self) -> bool:
+        return all(d.move is Move.MOVES for d in self.decisions)
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"operator {d.operator!r}: {d.reason}" for d in self.decisions if d.move is Move.REFUSED]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runner": self.runner, "movable": self.movable, "operators": [d.to_json() for d in self.decisions],
+                "problems": self.problems}
+
+
+@dataclass
+class MovedState:
+    """One operator's state in the runners' common terms (see the module docstring)."""
+
+    operator_id: str
+    #: a keyed reduce's running value per key
+    running_values: dict[Any, Any] | None = None
+    #: a source's reader positions, one per old subtask
+    source_positions: list[Any] = field(default_factory=list)
+    #: a sink's pre-committed output, one per old subtask (None: nothing held)
+    sink_states: list[Any] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _snapshot_contents(op: Mapping[str, Any]) -> tuple[dict[str, str], set[str], bool]:
+    """(keyed state name -> kind, operator state parts, has source positions) of a `_metadata` operator."""
+    keyed: dict[str, str] = {}
+    parts: set[str] = set()
+    positions = False
+    for s in op.get("subtasks", []):
+        handle = s.get("keyed_state") or {}
+        for name, entry in (handle.get("states") or {}).items():
+            entry = entry if isinstance(entry, Mapping) else {}
+            if entry.get("entries", 1):  # an empty state (a reduce's timer tables) holds nothing to move
+                keyed[name] = entry.get("kind", "?")
+        states = (s.get("operator_state") or {}).get("states") or {}
+        parts.update(states)
+        positions = positions or s.get("source_offsets") is not None
+    return keyed, parts, positions
+
+
+def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, runner: str,
+              allow_non_restored_state: bool = False) -> MovePlan:
+    """What of the engine snapshot ``doc`` (its `_metadata`) moves into ``program`` on ``runner``
+    "spark"; a Spark savepoint's own refusals for the engine (its ``"moved"`` section)."""
+    by_id = {p.operator_id: p for p in program}
+    decisions: list[MoveDecision] = []
+    if runner == ENGINE:
+        for r in (doc.get("moved") or {}).get("refused", []):
+            decisions.append(MoveDecision(r["operator"], r.get("uid"), r.get("operator_id", ""), r.get("state", ""), Move.REFUSED, r["reason"]))
+        return MovePlan(runner, tuple(decisions))
+    for op in doc.get("operators", []):
+        keyed, parts, positions = _snapshot_contents(op)
+        if not keyed and not parts and not positions:
+            continue
+        target = by_id.get(op["operator_id"])
+        name = target.name if target else (op.get("name") or op["operator_id"])
+        uid = target.uid if target else op.get("uid")
+
+        def decide(what: str, reason: str = "") -> None:
+            decisions.append(MoveDecision(name, uid, op["operator_id"], what, Move.REFUSED if reason else Move.MOVES, reason))
+
+        if target is None:
+            if not allow_non_restored_state:
+                decide("state of an operator the program no longer has",
+                       "the program has no operator with this id (set the same uid), or pass -n to drop its state")
+            continue
+        if positions:
+            decide("source positions", "" if target.restorable_source else
+                   "its reader positions cannot be handed to this source on Spark (Kafka offsets move through the topic's "
+                   "committed offsets, a socket has none)")
+        if keyed:
+            names = ", ".join(sorted(keyed))
+            if set(keyed) == {REDUCE_STATE} and target.kind == "keyed_reduce" and target.key_group_reduce:
+                decide("running values per key")
+            else:
+                decide(f"keyed state ({names})",
+                       f"it is a {target.kind} whose keyed state ({names}) Spark would keep per key in its state store, which "
+                       "only the query itself can write: only a keyed reduce's running values move to Spark")
+        for part in sorted(parts):
+            if part == "sink":
+                decide("pre-committed output", "" if target.kind == "sink" else f"a {target.kind} holds sink state")
+            else:
+                decide(f"operator state ({part})",
+                       f"its operator state ({part}) has no place on Spark, where a function's list state is not kept")
+    return MovePlan(runner, tuple(decisions))
+
+
+def program_operators(plan: Any) -> list[ProgramOperator]:
+    """The operators of a translated Spark plan (:class:`~flinkpy.spark.query.SparkPlan`), with
+    the engine's operator ids, in the program's order."""
+    from flinkpy.graph.job_graph import operator_ids
+    from flinkpy.spark.keyed import by_key_group
+
+    graph = plan.graph
+    ids = operator_ids(graph)
+    reduces = {id(node) for step in plan.stages if step.kind == "keyed"
+               for node, spec in zip(step.operators, step.payload.specs) if by_key_group(spec)}
+    sources = {id(step.payload.node) for branch in plan.branches for step in branch
+               if step.kind == "source" and _restorable(step.payload)}
+    return [ProgramOperator(ids[n], node.name, node.uid, "source" if node.is_source else "sink" if node.is_sink else node.kind,
+                            key_group_reduce=id(node) in reduces, restorable_source=id(node) in sources)
+            for n in graph.topological_order() for node in [graph.nodes[n]]]
+
+
+def _restorable(step: Any) -> bool:
+    from flinkpy.spark.kafka import is_kafka_source
+
+    return step.fusable and not is_kafka_source(step.node.fn)
+
+
+def apply_moved(plan: Any, states: Mapping[str, MovedState]) -> None:
+    """Hand moved state to a translated plan before its query first starts: sources' positions
+    to their source steps, keyed reduces' running values to their specs as seeds."""
+    from flinkpy.graph.job_graph import operator_ids
+    from flinkpy.spark.keyed import KEY_GROUPS
+
+    ids = operator_ids(plan.graph)
+    for branch in plan.branches:
+        for step in branch:
+            if step.kind == "source":
+                moved = states.get(ids[step.payload.node.id])
+                if moved is not None and moved.source_positions:
+                    step.payload.positions = list(moved.source_positions)
+    for step in plan.stages:
+        if step.kind == "keyed":
+            for node, spec in zip(step.operators, step.payload.specs):
+                moved = states.get(ids[node.id])
+                if moved is not None and moved.running_values is not None:
+                    spec.seed = seed_groups(moved.running_values, KEY_GROUPS)
+
+
+def sinks_of(plan: Any) -> dict[str, Any]:
+    """The program's sinks by engine operator id (a moved sink state is settled by its writer)."""
+    from flinkpy.graph.job_graph import operator_ids
+
+    ids = operator_ids(plan.graph)
+    return {ids[n]: node.fn for n, node in plan.graph.nodes.items() if node.is_sink}
+
+
+def settle_sinks(sinks: Mapping[str, Any], states: Mapping[str, MovedState]) -> list[str]:
+    """Commit what an engine snapshot's sinks had pre-committed, as the engine's restore does:
+    each old subtask's writer is created with its state (it commits that, and aborts the rest)
+    and closed before Spark writes anything. Returns the operator ids settled."""
+    from flinkpy.connectors.base import ReaderContext
+
+    done = []
+    for operator_id, sink in sinks.items():
+        moved = states.get(operator_id)
+        if moved is None or not moved.sink_states:
+            continue
+        n = len(moved.sink_states)
+        for i, state in enumerate(moved.sink_states):
+            if state is None:
+                continue
+            writer = sink.create_writer(ReaderContext(subtask_index=i, parallelism=n, operator_name="moved sink",
+                                                      restored_state=[state]))
+            writer.close()
+        done.append(operator_id)
+    return done
+
+
+# --------------------------------------------------------------------------- engine -> Spark
+
+
+def engine_states(doc: Mapping[str, Any], load: Callable[[Mapping[str, Any]], Any]) -> dict[str, MovedState]:
+    """The movable state of an engine snapshot, by operator id; ``load(handle)`` reads a state
+    file (a keyed-state document, or an operator-state object)."""
+    out: dict[str, MovedState] = {}
+    for op in doc.get("operators", []):
+        moved = MovedState(op["operator_id"])
+        subtasks = sorted(op.get("subtasks", []), key=lambda s: s["subtask"])
+        for s in subtasks:
+            handle = s.get("keyed_state")
+            if handle and REDUCE_STATE in (handle.get("states") or {}):
+                snapshot = load(handle)
+                groups = snapshot["states"].get(REDUCE_STATE, {}).get("key_groups", {})
+                values = moved.running_values if moved.running_values is not None else {}
+                for mapping in groups.values():
+                    values.update(mapping)
+                moved.running_values = values
+            if s.get("source_offsets") is not None:
+                moved.source_positions.append(s["source_offsets"])
+        sinks = [s.get("operator_state") for s in subtasks]
+        if any(h and "sink" in (h.get("states") or {}) for h in sinks):
+            for h in sinks:
+                state = load(h) if h else None
+                moved.sink_states.append(state.get("sink") if isinstance(state, Mapping) else None)
+        if moved.running_values is not None or moved.source_positions or moved.sink_states:
+            out[op["operator_id"]] = moved
+    return out
+
+
+def seed_groups(values: Mapping[Any, Any], key_groups: int) -> dict[int, dict[Any, Any]]:
+    """Running values by key into Spark's key groups (the grouping the chain before a keyed
+    reduce uses: :class:`~flinkpy.state.key_groups.KeyGroupAssigner`).
+
+    >>> seed_groups({"a": 1, "b": 2}, 1)
+    {0: {'a': 1, 'b': 2}}
+    """
+    from flinkpy.state.key_groups import KeyGroupAssigner
+
+    assign = KeyGroupAssigner(key_groups)
+    out: dict[int, dict[Any, Any]] = {}
+    for key, value in values.items():
+        out.setdefault(assign(key), {})[key] = value
+    return out
+
+
+def group_index(grouping_key: bytes) -> int:
+    """The key group of a Spark grouping key of a keyed reduce (its last two bytes)."""
+    return struct.unpack(">H", grouping_key[-2:])[0]
+
+
+class RestoredSource:
+    """A source whose readers start from moved positions where they have none of their own (a
+    query's first micro-batch); after that Spark's offsets carry the readers' own state."""
+
+    def __init__(self, source: Any, positions: list[Any]) -> None:
+        self.source = source
+        self.positions = list(positions)
+
+    def create_reader(self, ctx: Any) -> Any:
+        from dataclasses import replace
+
+        if not ctx.restored_state:
+            ctx = replace(ctx, restored_state=list(self.positions))
+        return self.source.create_reader(ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("source", "positions"):
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+    def __repr__(self) -> str:
+        return f"RestoredSource({self.source!r})"
+
+
+# --------------------------------------------------------------------------- Spark -> engine
+
+
+def decode_positions(offset: Any) -> list[Any] | None:
+    """The reader positions in a flinkpy data source's Spark offset (one per subtask), or None
+    where the offset is not one (a bounded source read whole, Kafka, a socket)."""
+    from flinkpy.spark.sources import decode, is_data_source_offset
+
+    if not is_data_source_offset(offset):
+        return None
+    out = []
+    for k in sorted((k for k in offset if k.isdigit()), key=int):
+        state = offset[k]["s"]
+        out.append(decode(state) if state else None)
+    return out
+
+
+def engine_operators(program: Iterable[ProgramOperator], states: Mapping[str, MovedState], *, max_parallelism: int,
+                     write: Callable[[str, bytes], dict[str, Any]]) -> list[dict[str, Any]]:
+    """`_metadata` operator entries of ``states`` in the engine's layout; ``write(name, data)``
+    stores a state file and returns its handle. A keyed reduce's values go into one file of
+    every key group, which the engine's restore splits at any parallelism."""
+    import io
+
+    from flinkpy.checkpoint.metadata import keyed_state, new_operator, new_subtask
+    from flinkpy.state import canonical
+    from flinkpy.state.key_groups import assign_to_key_group
+
+    out = []
+    for position, p in enumerate(program):
+        moved = states.get(p.operator_id)
+        if moved is None:
+            continue
+        subtasks = []
+        if moved.running_values is not None:
+            groups: dict[int, dict[Any, Any]] = {}
+            for key, value in moved.running_values.items():
+                groups.setdefault(assign_to_key_group(key, max_parallelism), {})[key] = value
+            buf = io.BytesIO()
+            counts = canonical.write_document(buf, {"version": _snapshot_version(), "states": {
+                REDUCE_STATE: {"kind": "value", "key_groups": groups}}})
+            handle = write(f"{p.operator_id}-moved-keyed", buf.getvalue())
+            summary = {REDUCE_STATE: {"kind": "value", "entries": counts.get(REDUCE_STATE, 0)}}
+            subtasks.append(new_subtask(0, keyed_state=keyed_state(handle, (0, max_parallelism - 1), summary)))
+        for i, position_i in enumerate(moved.source_positions):
+            if i < len(subtasks):
+                subtasks[i]["source_offsets"] = position_i
+            else:
+                subtasks.append(new_subtask(i, source_offsets=position_i))
+        if subtasks:
+            out.append(new_operator(operator_id=p.operator_id, uid=p.uid, name=p.name, vertex_id=position,
+                                    parallelism=len(subtasks), max_parallelism=max_parallelism, subtasks=subtasks))
+    return out
+
+
+def _snapshot_version() -> int:
+    from flinkpy.state.backend import SNAPSHOT_VERSION
+
+    return SNAPSHOT_VERSION
+
+
+def merge_group_tables(blobs: Iterable[bytes]) -> dict[Any, Any]:
+    """``{key: running value}`` of a keyed reduce from its Spark key groups' pickled tables."""
+    out: dict[Any, Any] = {}
+    for blob in blobs:
+        out.update(pickle.loads(blob))
+    return out
+
+
+def refuse(plan: MovePlan, *, where: str) -> None:
+    """Raise the refusal of a move that is not possible (the first few operators named)."""
+    if plan.movable:
+        return
+    problems = plan.problems
+    raise InvalidProgramError(
+        f"the state of {where} cannot move to the {plan.runner} runner: " + "; ".join(problems[:3])
+        + ("; ..." if len(problems) > 3 else ""),
+        remedy=f"run 'flinkpy savepoint plan --runner {plan.runner} {where} JOB.py' for every operator; "
+        "change or drop (-n with a new uid) what cannot move, or keep the job on the runner it runs on",
+    )

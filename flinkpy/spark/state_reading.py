@@ -1,0 +1,145 @@
+"""The I/O edges of :mod:`flinkpy.spark.state_move`: moving state into a Spark job
+(:func:`move_in`: an engine snapshot's files read into the plan before its query starts) and out
+of one (:func:`move_out`: a Spark savepoint given the engine's layout of its state).
+
+Out of Spark, a stopped query's state is read back into the runners' common terms.
+
+Source positions come from the offsets of the last committed micro-batch (each subtask's reader
+state is inside a flinkpy data source's offset; a bounded source read whole in one micro-batch
+has read everything once that batch committed, so its end positions are planned again). A keyed
+reduce's running values are read from Spark's state store with Spark's state data source
+(``spark.read.format("statestore")``), one row per Spark key group holding its pickled
+``{key: running value}``. Whatever cannot be read so is returned as a refusal naming the operator.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from flinkpy.spark.state_move import Move, MoveDecision, MovedState, decode_positions, merge_group_tables, program_operators
+
+log = logging.getLogger(__name__)
+
+
+def _refused(p: Any, what: str, reason: str) -> MoveDecision:
+    return MoveDecision(p.name, p.uid, p.operator_id, what, Move.REFUSED, reason)
+
+
+def _whole_positions(step: Any) -> list[Any]:
+    """The end positions of a bounded source read whole in its query's first micro-batch."""
+    from flinkpy.spark.sources import SourceOffsets
+
+    offsets = SourceOffsets(step.node.fn, index=step.index, parallelism=step.parallelism)
+    end = offsets.plan(offsets.initial(), 1 << 62)
+    return decode_positions(end) or []
+
+
+def _binary(row: Any) -> bytes | None:
+    """The first binary field of a (nested) state row: the pickled table."""
+    if row is None:
+        return None
+    if isinstance(row, (bytes, bytearray)):
+        return bytes(row)
+    for value in row:
+        found = _binary(value) if not isinstance(value, (int, float, str)) else None
+        if found is not None:
+            return found
+    return None
+
+
+def _group_tables(spark: Any, location: str, operator: int, level: Any) -> list[bytes]:
+    from flinkpy.spark.processors import KeyGroupReduce
+
+    reader = spark.read.format("statestore").option("operatorId", operator)
+    if not level.on_group_state:
+        reader = reader.option("stateVarName", KeyGroupReduce.STATE)
+    rows = reader.load(location).select("value").collect()
+    return [blob for blob in (_binary(r["value"]) for r in rows) if blob is not None]
+
+
+def read_moved_state(spark: Any, plan: Any, location: str, spark_doc: dict[str, Any]) -> tuple[dict[str, MovedState], list[MoveDecision]]:
+    """(moved state by engine operator id, refusals) of the stopped query at ``location``;
+    ``spark_doc``: the savepoint's "spark" section (batch id and source offsets)."""
+    program = {p.operator_id: p for p in program_operators(plan)}
+    from flinkpy.graph.job_graph import operator_ids
+    from flinkpy.spark.keyed import by_key_group
+
+    ids = operator_ids(plan.graph)
+    states: dict[str, MovedState] = {}
+    refused: list[MoveDecision] = []
+    committed = spark_doc.get("batch_id", -1) >= 0
+    offsets = spark_doc.get("source_offsets") or []
+    for branch in plan.branches:
+        step = branch[0].payload
+        p = program[ids[step.node.id]]
+        if not committed:
+            continue
+        saved = offsets[step.index] if step.index < len(offsets) else None
+        if not p.restorable_source:
+            refused.append(_refused(p, "source positions", "its Spark offsets are not reader positions the engine can restore"))
+            continue
+        positions = decode_positions(saved)
+        if positions is None:
+            positions = _whole_positions(step)
+        try:
+            json.dumps(positions)
+        except (TypeError, ValueError):
+            refused.append(_refused(p, "source positions", "its reader positions are not JSON, which the engine's _metadata keeps them in"))
+            continue
+        states[p.operator_id] = MovedState(p.operator_id, source_positions=[x for x in positions if x is not None])
+    keyed = [s for s in plan.stages if s.kind == "keyed"]
+    for operator, step in enumerate(keyed):
+        level = step.payload
+        for node, spec in zip(step.operators, level.specs):
+            p = program[ids[node.id]]
+            if not by_key_group(spec) or level.routed:
+                why = ("it shares its Spark operator with other keyed operators" if by_key_group(spec) else
+                       f"it is a {spec.kind} whose state, timers and window contents Spark keeps per key in its state store "
+                       "under names of its own; only a keyed reduce's running values are converted")
+                refused.append(_refused(p, "keyed state", why))
+                continue
+            values = merge_group_tables(_group_tables(spark, location, operator, level)) if committed else {}
+            states[p.operator_id] = MovedState(p.operator_id, running_values=values)
+    return states, refused
+
+
+def move_in(plan: Any, directory: str, doc: dict[str, Any], *, allow_non_restored_state: bool) -> list[str]:
+    """Restore an engine snapshot into ``plan`` before its query first starts (refused, naming
+    the operators, when some state cannot move). Returns the operator ids whose state moved."""
+    from flinkpy.checkpoint.analysis import StateFileReader
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.spark import state_move
+
+    program = state_move.program_operators(plan)
+    state_move.refuse(state_move.plan_move(doc, program, runner=state_move.SPARK, allow_non_restored_state=allow_non_restored_state),
+                      where=directory)
+    reader = StateFileReader(CheckpointStorage(directory), directory, trusted=True)
+    states = state_move.engine_states(doc, reader.load)
+    state_move.apply_moved(plan, states)
+    state_move.settle_sinks(state_move.sinks_of(plan), states)
+    return sorted(states)
+
+
+def move_out(spark: Any, plan: Any, location: str, doc: dict[str, Any], url: str) -> None:
+    """Add the engine's layout to a Spark savepoint being written at ``url`` (see
+    :mod:`flinkpy.spark.state_move`): its `_metadata` operators become the engine's, or, where
+    some state cannot be converted, stay Spark's (the engine then refuses it) with the reasons."""
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.spark import state_move
+
+    storage = CheckpointStorage(url)
+    try:
+        states, refused = read_moved_state(spark, plan, location, doc["spark"])
+    except Exception as e:  # noqa: BLE001 - the Spark savepoint stands; only the engine's layout is missing
+        log.warning("savepoint %s: the engine's layout of its state could not be written: %s: %s", url, type(e).__name__, e)
+        states, refused = {}, [state_move.MoveDecision("Spark state store", None, "spark-state", "Spark's state", state_move.Move.REFUSED,
+                                                       f"it could not be read back for the engine: {type(e).__name__}: {e}")]
+    doc["moved"] = {"runner": state_move.ENGINE, "refused": [r.to_json() for r in refused]}
+    if refused:
+        return
+    program = state_move.program_operators(plan)
+    doc["operators"] = state_move.engine_operators(program, states, max_parallelism=plan.max_parallelism,
+                                                   write=lambda name, data: storage.write_state_in(url, name, data))
+    doc["max_parallelism"] = plan.max_parallelism
