@@ -150,7 +150,7 @@ def _summary(shape: str, records: int, sides: dict[str, dict[str, list[dict[str,
     return {
         "shape": SHAPES[shape], "records": records, "flinkpy_on_spark": on_spark, "hand_written": by_hand,
         "rate_ratio": statistics.median(per_run) if per_run else None,
-        "rate_ratio_spread": [min(per_run), max(per_run)] if per_run else None,
+        "rate_ratio_spread": [min(per_run), max(per_run)] if len(per_run) > 1 else None,
         "whole_ratio": _ratio(on_spark["whole_rate"], by_hand["whole_rate"]),
         "startup_ratio": _ratio(on_spark["startup_s"], by_hand["startup_s"]),  # time: flinkpy / hand
         "first_result_ratio": _ratio(on_spark["first_result_s"], by_hand["first_result_s"]),  # time: flinkpy / hand
