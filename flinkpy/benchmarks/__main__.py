@@ -24,7 +24,7 @@ from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
 PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
-         "async", "rabbitmq", "startup", "iceberg", "kafka", "scaling", "partitions"]
+         "async", "rabbitmq", "startup", "iceberg", "kafka", "scaling", "partitions", "spark-shapes"]
 
 #: the numbers the scaling part's running sums add up (a tenth with --quick)
 SCALING_COUNT = 10_000_000
@@ -46,10 +46,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "(schema: flinkpy.benchmarks.report; python -m flinkpy.benchmarks.render turns reports into a page)")
     ap.add_argument("--only", choices=PARTS,
                     help="run one part only (spark: W1 and W2 on the Spark runner, as hand-written PySpark and on flinkpy at p=2; "
+                         "spark-shapes: job shapes as whole flinkpy run --runner spark processes against hand-written PySpark processes; "
                          "kafka: exactly-once word counts from topic to topic against confluent-kafka and Quix Streams "
                          "(pip install noida-db quixstreams); scaling: running sums keyed by n %% 1024 and W1 at each "
                          "--parallelism; partitions: a cluster across network-namespace hosts (root), TLS's cost and the "
-                         "recovery after partitions; these four only run when asked)")
+                         "recovery after partitions; these five only run when asked)")
+    ap.add_argument("--shapes", type=lambda v: v.split(","), metavar="SHAPE[,SHAPE...]",
+                    help="with --only spark-shapes: the shapes to run (default all: w1, w2, wc-sum-print, ints-sum-print)")
     ap.add_argument("--rabbitmq-url", metavar="URL",
                     help="with --only rabbitmq: the RabbitMQ server to read from, amqp://user:password@host:port/vhost (it is not started for you)")
     ap.add_argument("--parallelism", type=parallelisms, default=[1, 2, 4, 8], metavar="P[,P...]",
@@ -438,6 +441,10 @@ def main(argv: list[str] | None = None) -> int:
             log(f"python -m flinkpy.benchmarks: error: --only partitions needs network namespaces and trustme: {reason}")
             return 2
         results["partitions"] = partitions.measure(args.runs, run_job, log, quick=args.quick)
+    elif args.only == "spark-shapes":  # whole processes of their own: no embedded cluster
+        from flinkpy.benchmarks import spark_shapes
+
+        results["spark_shapes"] = spark_shapes.measure(lines, n_words, w2_count, args.runs, log, args.shapes)
     elif args.only != "startup":
         measure_on_cluster(args, results, lines, n_words, w2_count)
     if wanted(args, "failover"):
@@ -460,6 +467,11 @@ def main(argv: list[str] | None = None) -> int:
         from flinkpy.benchmarks.spark import report
 
         print(report(results["spark"]))
+        return status
+    if "spark_shapes" in results:
+        from flinkpy.benchmarks.spark_shapes import report as shapes_report
+
+        print(shapes_report(results["spark_shapes"]))
         return status
     report_workloads(results)
     report_parts(results)

@@ -150,6 +150,10 @@ def collect(results: dict[str, Any]) -> list[Figure]:
         from flinkpy.benchmarks.spark import figures as spark_figures
 
         out += spark_figures(results["spark"])
+    if "spark_shapes" in results:
+        from flinkpy.benchmarks.spark_shapes import figures as shape_figures
+
+        out += shape_figures(results["spark_shapes"])
     return out
 
 
@@ -163,7 +167,7 @@ def versions(results: dict[str, Any]) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    packages = ["flinkpy"] + (["pyspark"] if "spark" in results else [])
+    packages = ["flinkpy"] + (["pyspark"] if "spark" in results or "spark_shapes" in results else [])
     if results.get("kafka"):
         packages += ["confluent-kafka", "noida-db", "quixstreams"]
     for package in packages:

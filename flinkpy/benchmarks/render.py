@@ -159,6 +159,14 @@ TABLES: list[Table] = [
     Table("spark-phases", "Where a Spark query's time goes",
           "Spark's progress reports per phase, summed over a query's micro-batches. The session's start and one "
           "warm-up query each way are paid before the timed runs and not counted in their rates.", "query"),
+    Table("spark-shapes", "Job shapes on the Spark runner, as whole processes",
+          "Each shape as a user runs it: flinkpy run --runner spark --spark-master local[2] -p 2 on the job file, "
+          "against the hand-written query (a Python UDF for the split, Column expressions elsewhere, update mode, "
+          "checkpointing on, availableNow) run as its own Python process, both timed from start to exit. Start-up is "
+          "the same command on a tiny input, reported apart; rates are records in per second of the full run's wall "
+          "time less that start-up, and ratios are taken run by run, the two sides in turns. flinkpy's job emits "
+          "every running value to its filter and sink, Spark's aggregation each changed key once per micro-batch; "
+          "the job calls its Python functions for every record, the hand-written ints never leave the JVM.", "shape"),
     Table("peers", "Peers on their own",
           "Each engine runs W1 and W2 at p=1 its usual way. The loop calls the user functions per record in one "
           "process; the fused loop updates a dict with no function calls; the bare two-process pipe (one process "

@@ -273,13 +273,17 @@ def _bundles(selector: Callable, key_groups: int) -> Callable[..., Any]:
         group_of = {k: assign(k) for k in set(keys)}
         groups = list(map(group_of.__getitem__, keys))
         order = sorted(range(len(groups)), key=groups.__getitem__)
+        # in the common batch no record has a timestamp and all share one watermark: then
+        # neither is gathered per record
+        untimed = ts.count(None) == n
+        one_w = w.count(w[0]) == n
         for g, members in itertools.groupby(order, key=groups.__getitem__):
-            idx = list(map(rec.__getitem__, members))
+            idx = list(members) if type(rec) is range else list(map(rec.__getitem__, members))
             records = list(map(at, idx))
-            stamps = list(map(ts.__getitem__, idx))
+            stamps = None if untimed else list(map(ts.__getitem__, idx))
             first = idx[0]
-            row = ((records, stamps if stamps.count(None) != len(stamps) else None), None, max(map(w.__getitem__, idx)),
-                   seq.at(first), BUNDLE, src[first], group_keys[g])
+            row = ((records, stamps if stamps is not None and stamps.count(None) != len(stamps) else None), None,
+                   w[first] if one_w else max(map(w.__getitem__, idx)), seq.at(first), BUNDLE, src[first], group_keys[g])
             for col, x in zip(cols, row):
                 col.append(x)
         return to_batch(*cols[:6], cols[6])

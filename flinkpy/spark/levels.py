@@ -81,6 +81,12 @@ class LevelSpec:
             out.extend(r for r in port.routes + port.side_routes if r not in self.internal)
         return sorted(set(out))
 
+    @property
+    def linear(self) -> bool:
+        """Whether each operator here feeds one consumer and no side output is read: a bundle's
+        records can then run through together, their outputs in their inputs' order."""
+        return not self.second and all(len(self.outputs[n]) <= 1 and not self.side_outputs[n] for n in self.order)
+
 
 class _SecondInput:
     """The second input of a two-input operator (co_map, co_flat_map, co_process) as a place to send
@@ -232,8 +238,12 @@ class _Rows:
         for col, x in zip(self.cols, (value, ts, w, seq, kind, route, key)):
             col.append(x)
 
-    def drain(self, emitter: _Emitter, seq_at: Callable[[int], bytes]) -> int:
-        """The emitter's records as rows (the ``j``-th with ordering key ``seq_at(j)``); their count."""
+    def drain(self, emitter: _Emitter, seq_at: Callable[[int], bytes], bundle: bytes | None = None) -> int:
+        """The emitter's records as rows (the ``j``-th with ordering key ``seq_at(j)``); their count.
+        With ``bundle`` (the ordering key of the bundle they came from, all under one watermark),
+        records on a route that no keyed operator reads next leave as one bundle row per route."""
+        if bundle is not None and emitter.values and not self.spec.keyed:
+            return self._rebundle(emitter, bundle)
         dumps = pickle.dumps
         spec = self.spec
         value_c, ts_c, w_c, seq_c, kind_c, src_c, key_c = self.cols
@@ -258,6 +268,22 @@ class _Rows:
         emitter.clear()
         return n
 
+    def _rebundle(self, emitter: _Emitter, seq: bytes) -> int:
+        """The emitter's records (one bundle's outputs, to the sinks) as a bundle row per route."""
+        by_route: dict[int, tuple[list, list]] = {}
+        for v, t, r in zip(emitter.values, emitter.ts, emitter.routes):
+            records, stamps = by_route.setdefault(r, ([], []))
+            records.append(v)
+            stamps.append(t)
+        w = emitter.w[0]
+        for r, (records, stamps) in by_route.items():
+            timed = stamps.count(None) != len(stamps)
+            for col, x in zip(self.cols, (pickle.dumps((records, stamps if timed else None), protocol=5), None, w, seq, BUNDLE, r, None)):
+                col.append(x)
+        n = len(emitter.values)
+        emitter.clear()
+        return n
+
     def batch(self) -> Any:
         for bk, (records, stamps, seq, w, r) in self.bundles.items():
             timed = any(t is not None for t in stamps)
@@ -273,7 +299,10 @@ def routed_chain_function(spec: LevelSpec) -> Callable[[Iterator[Any]], Iterator
     At level 0 a batch holds one source subtask's rows in their order, so outputs are numbered
     from the batch's first ordering key, as in :func:`chain_function`. After a keyed depth a batch
     mixes many keys' rows in no particular order: each record then runs through on its own and
-    its outputs extend its own ordering key, so a key's order survives the next shuffle.
+    its outputs extend its own ordering key, so a key's order survives the next shuffle — except
+    where the level is :attr:`~LevelSpec.linear`: a bundle's records (a keyed reduce's updates, in
+    order) then run through as one list, its outputs numbered from the bundle's ordering key, and
+    those bound for the sinks leave as one bundle row (one Python call per bundle, not per record).
     """
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
@@ -290,7 +319,7 @@ def routed_chain_function(spec: LevelSpec) -> Callable[[Iterator[Any]], Iterator
                 if spec.level == 0:
                     _level0(batch, heads, emitter, unstamped, ports, stampers, rows)
                 else:
-                    _after_keyed(batch, heads, emitter, unstamped, rows)
+                    _after_keyed(batch, heads, emitter, unstamped, rows, spec.linear)
                 yield rows.batch()
         finally:
             for op in chain:
@@ -349,7 +378,7 @@ def _level0(batch: Any, heads: dict[int, Any], emitter: _Emitter, unstamped: lis
             rows.raw(b"", None, after, child_seq(first_seq, produced), WATERMARK, srcs[0])
 
 
-def _after_keyed(batch: Any, heads: dict[int, Any], emitter: _Emitter, unstamped: list[_Port], rows: _Rows) -> None:
+def _after_keyed(batch: Any, heads: dict[int, Any], emitter: _Emitter, unstamped: list[_Port], rows: _Rows, linear: bool) -> None:
     cols = batch.to_pydict()
     values, tss, ws, seqs, kinds, srcs = cols["value"], cols["ts"], cols["w"], cols["seq"], cols["kind"], cols["src"]
     loads = pickle.loads
@@ -362,6 +391,10 @@ def _after_keyed(batch: Any, heads: dict[int, Any], emitter: _Emitter, unstamped
             p.watermark = w
         if k == BUNDLE:
             records, stamps = unbundle(v)
+            if linear:  # the bundle at once: its j-th output extends its ordering key by j
+                head.process(records, None if stamps.count(None) == len(stamps) else stamps)
+                rows.drain(emitter, lambda q, s=s: child_seq(s, q), bundle=s)
+                continue
             for m, (rec, st) in enumerate(zip(records, stamps)):
                 head.process([rec], None if st is None else [st])
                 own = child_seq(s, m)

@@ -563,6 +563,8 @@ class _Translator:
                 entries[r.id] = r.target.id
         spec = self._level_spec(depth, nodes, entries, {}, next_level[1] if next_level else None)
         spark = "mapInArrow (Python over Arrow record batches, record by record: each output keeps its input's order key)"
+        if spec.linear:
+            spark = "mapInArrow (Python over Arrow record batches, a keyed reduce's update bundles at once: outputs in their inputs' order)"
         if spec.keyed:
             spark += "; computes the keys"
         notes = []
