@@ -32,18 +32,28 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def pem_files(directory: Path, ca: trustme.CA, name: str) -> TlsFiles:
-    """A keystore (certificate chain and key) issued by ``ca`` and a truststore of ``ca``."""
+    """A keystore (certificate chain and key) issued by ``ca`` and a truststore of ``ca``; the
+    chain and the key also as files of their own (``.crt``, ``.key``)."""
     directory.mkdir(parents=True, exist_ok=True)
     keystore, truststore = directory / f"{name}.pem", directory / f"{name}-ca.pem"
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(keystore))
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(keystore))
+    # the same certificate as a chain file and a key file of their own
+    chain, key = directory / f"{name}.crt", directory / f"{name}.key"
+    chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    cert.private_key_pem.write_to_path(str(key))
     ca.cert_pem.write_to_path(str(truststore))
-    return TlsFiles(str(keystore), str(truststore))
+    return TlsFiles(str(keystore), str(truststore), key=str(key))
 
 
 def tls_yaml(files: TlsFiles) -> str:
+    """Both kinds on; REST's certificate chain and key in files of their own when ``files`` has
+    a key file (as cert-manager hands them out), internal's in one keystore."""
+    rest_key = f"security.ssl.rest.key: {files.key}\n" if files.key else ""
+    rest_chain = str(Path(files.keystore).with_suffix(".crt")) if files.key else files.keystore
     return (f"security.ssl.internal.enabled: true\nsecurity.ssl.internal.keystore: {files.keystore}\n"
             f"security.ssl.internal.truststore: {files.truststore}\n"
-            f"security.ssl.rest.enabled: true\nsecurity.ssl.rest.keystore: {files.keystore}\n"
+            f"security.ssl.rest.enabled: true\nsecurity.ssl.rest.keystore: {rest_chain}\n{rest_key}"
             f"security.ssl.rest.truststore: {files.truststore}\n")
 
 

@@ -32,7 +32,7 @@ def internal_files(config: Any) -> TlsFiles | None:
     if not config.get("security.ssl.internal.enabled"):
         return None
     files = TlsFiles(config.get("security.ssl.internal.keystore"), config.get("security.ssl.internal.truststore"),
-                     config.get("security.ssl.internal.key-password"))
+                     config.get("security.ssl.internal.key-password"), key=config.get("security.ssl.internal.key"))
     for key, value in (("keystore", files.keystore), ("truststore", files.truststore)):
         if not value:
             raise ConfigurationError(f"security.ssl.internal.enabled is true but security.ssl.internal.{key} is not set",
@@ -48,7 +48,7 @@ def rest_files(config: Any, *, server: bool) -> TlsFiles | None:
         return None
     mutual = bool(config.get("security.ssl.rest.authentication-enabled"))
     files = TlsFiles(config.get("security.ssl.rest.keystore"), config.get("security.ssl.rest.truststore"),
-                     config.get("security.ssl.rest.key-password"), mutual)
+                     config.get("security.ssl.rest.key-password"), mutual, key=config.get("security.ssl.rest.key"))
     needed = ["keystore"] + (["truststore"] if mutual else []) if server else ["truststore"] + (["keystore"] if mutual else [])
     for key in needed:
         if not getattr(files, key):
@@ -67,7 +67,7 @@ def rest_client_context(config: Any) -> ssl.SSLContext:
     if not truststore:
         return ssl.create_default_context()
     files = TlsFiles(config.get("security.ssl.rest.keystore"), truststore, config.get("security.ssl.rest.key-password"),
-                     bool(config.get("security.ssl.rest.authentication-enabled")))
+                     bool(config.get("security.ssl.rest.authentication-enabled")), key=config.get("security.ssl.rest.key"))
     return client_context(files, "security.ssl.rest")
 
 
@@ -97,10 +97,12 @@ def client_context(files: TlsFiles, what: str, *, check_hostname: bool = False) 
 
 def _load_chain(ctx: ssl.SSLContext, files: TlsFiles, what: str) -> None:
     path = _existing(files.keystore, f"{what}.keystore")
+    key = _existing(files.key, f"{what}.key") if files.key else None
     try:
-        ctx.load_cert_chain(path, password=files.key_password)
+        ctx.load_cert_chain(path, keyfile=key, password=files.key_password)
     except (ssl.SSLError, ValueError) as e:
-        raise ConfigurationError(f"{what}.keystore {path} holds no PEM certificate chain and private key flinkpy can use ({e})",
+        given = f"{what}.keystore {path} and {what}.key {key} are no" if key else f"{what}.keystore {path} holds no"
+        raise ConfigurationError(f"{given} PEM certificate chain and private key flinkpy can use ({e})",
                                  remedy="give a PEM file with the certificate chain and its private key (and set the key password if it is encrypted)") from None
 
 

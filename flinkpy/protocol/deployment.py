@@ -96,6 +96,8 @@ class TlsFiles:
     key_password: str | None = None
     #: the server asks clients for a certificate (always for internal TLS)
     mutual: bool = True
+    #: the private key, in a PEM file of its own (None: it is in the keystore)
+    key: str | None = None
 
 
 @dataclass(frozen=True)
