@@ -12,6 +12,10 @@ TaskManagers on hosts of their own, so that a job's data channels cross between 
   RUNNING again on the other TaskManager; and the link between the two TaskManagers cut for
   3 s (``execution.checkpointing.timeout`` 2 s): from the cut to every subtask RUNNING again
   with a checkpoint completed after it, the job having restarted until the link healed.
+- **JobManager failover by partition**: ZooKeeper, two JobManagers (high availability, session
+  timeout 2 s) and a TaskManager each on a host; the leader cut off from ZooKeeper: from the cut
+  to every subtask RUNNING under the other JobManager (the leader steps down when its session
+  is suspended, the standby is elected when it expires). Needs a ZooKeeper installation.
 """
 
 from __future__ import annotations
@@ -101,6 +105,16 @@ def measure(runs: int, run_job: Callable[..., float], log: Callable[[str], None]
         with _drill(Path(tmp) / "tm-tm", None, slots=1) as (address, token, home):
             jid = _submit_endless(home, Path(tmp))
             result["tm_tm_ms"] = [_recover_from(home, address, token, jid, "tm-1", 3.0, log, other="tm-2") for _ in range(runs)]
+        from flinkpy.ha.zookeeper_server import find_installation
+
+        try:
+            find_installation(None)
+        except Exception as e:  # noqa: BLE001 - no ZooKeeper here: the other figures stand
+            log(f"partitions: JobManager failover by partition skipped ({e})")
+        else:
+            log("partitions: the leading JobManager cut off from ZooKeeper ...")
+            result["session_timeout_s"] = SESSION_TIMEOUT_S
+            result["jm_zk_ms"] = _zookeeper_failovers(Path(tmp) / "ha", runs, log)
     return result
 
 
@@ -224,6 +238,91 @@ def _wait(predicate: Callable[[], Any], timeout_s: float) -> Any:
     raise TimeoutError(f"not within {timeout_s:.0f} s")
 
 
+# -- the JobManager cut off from ZooKeeper ----------------------------------------------------
+
+#: the ZooKeeper session timeout of the JobManagers in the failover measurement
+SESSION_TIMEOUT_S = 2.0
+
+
+def _zookeeper_failovers(base: Path, runs: int, log: Callable[[str], None]) -> list[float]:
+    """ZooKeeper, two JobManagers and a TaskManager on hosts of their own; each run cuts the
+    leader off from ZooKeeper and times the job's recovery under the other JobManager."""
+    import json
+    import subprocess
+    import sys
+
+    from flinkpy.cluster import ClusterHome
+    from flinkpy.cluster.netns import Hosts
+    from flinkpy.ha.services import HaConfig
+    from flinkpy.network.rest_client import RestClient
+    from flinkpy.processes import module_command
+
+    hosts = Hosts(gateway=True)
+    home = base / "home"
+    env = dict(os.environ, FLINKPY_HOME=str(base / "zk"), PYTHONUNBUFFERED="1")
+    try:
+        for name in ("zk", "jm1", "jm2", "tm"):
+            hosts.add(name)
+        started = hosts.run("zk", [sys.executable, "-m", "commands.main", "zookeeper", "start", "--port", "0", "--tick-time", "200",
+                                   "--bind-address", "0.0.0.0", "--json"], capture_output=True, text=True, env=env, timeout=120)
+        if started.returncode != 0:
+            raise RuntimeError(f"ZooKeeper did not start: {started.stderr.strip()}")
+        port = json.loads(started.stdout)["servers"][0]["client_port"]
+        ha = HaConfig(quorum=f"{hosts['zk'].address}:{port}", cluster_id="bench", storage_dir=str(base / "ha"),
+                      session_timeout_s=SESSION_TIMEOUT_S, connection_timeout_s=60.0)
+        ClusterHome(home).ensure()
+        (home / "jobmanagers").mkdir()
+        for jm in ("jm1", "jm2"):
+            address = hosts[jm].address
+            argv = module_command("flinkpy.jobmanager.process", "--home", str(home), "--id", jm, "--rest-port", "0",
+                                  "--rest-address", address, "--rpc-address", address, "--ha", json.dumps(ha.to_dict()))
+            with open(home / "log" / f"jobmanager-{jm}.log", "ab") as out:
+                hosts.popen(jm, argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            _wait(lambda: (home / "jobmanagers" / f"{jm}.json").exists(), 60)
+        argv = module_command("flinkpy.taskmanager.process", "--home", str(home), "--id", "tm", "--slots", "2",
+                              "--heartbeat-interval-ms", "300", "--ha", json.dumps(ha.to_dict()))
+        with open(home / "log" / "taskmanager-tm.log", "ab") as out:
+            hosts.popen("tm", argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+        def leader() -> str | None:
+            for jm in ("jm1", "jm2"):
+                address = json.loads((home / "jobmanagers" / f"{jm}.json").read_text())["rest_address"]
+                try:
+                    if RestClient(address, ClusterHome(home).token(), timeout_s=2).overview()["taskmanagers"] >= 1:
+                        return jm
+                except Exception:  # noqa: BLE001 - a standby answers 503
+                    pass
+            return None
+
+        def rest(jm: str) -> Any:
+            address = json.loads((home / "jobmanagers" / f"{jm}.json").read_text())["rest_address"]
+            return RestClient(address, ClusterHome(home).token(), timeout_s=2)
+
+        first = _wait(leader, 120)
+        os.environ["FLINKPY_JOBMANAGER"] = json.loads((home / "jobmanagers" / f"{first}.json").read_text())["rest_address"]
+        try:
+            jid = _submit_endless(home, base)
+        finally:
+            os.environ.pop("FLINKPY_JOBMANAGER", None)
+        times = []
+        for _ in range(runs):
+            old = _wait(leader, 120)
+            new = "jm2" if old == "jm1" else "jm1"
+            _wait(lambda: _running(rest(old), jid) is not None, 120)
+            cut_ms = time.time() * 1000
+            hosts.partition(old, "zk")
+            try:
+                running_ms = _wait(lambda: _running(rest(new), jid, after_ms=cut_ms), 120)
+            finally:
+                hosts.rejoin(old, "zk")
+            times.append(running_ms - cut_ms)
+            log(f"partitions: {old} cut off from ZooKeeper: the job running under {new} {times[-1]:.0f} ms after the cut")
+        return times
+    finally:
+        hosts.run("zk", [sys.executable, "-m", "commands.main", "zookeeper", "stop"], env=env, capture_output=True, timeout=60)
+        hosts.close()
+
+
 # -- report -----------------------------------------------------------------------------------
 
 
@@ -237,7 +336,9 @@ def report(result: dict[str, Any]) -> list[str]:
         f"{statistics.median(result['jm_tm_ms']):.0f} ms median ({', '.join(f'{t:.0f}' for t in result['jm_tm_ms'])})",
         f"two TaskManagers cut for 3 s: running again with a checkpoint after {statistics.median(result['tm_tm_ms']):.0f} ms "
         f"median ({', '.join(f'{t:.0f}' for t in result['tm_tm_ms'])})",
-    ]
+    ] + ([f"leading JobManager cut off from ZooKeeper (session timeout {result['session_timeout_s']:g} s): the job running under "
+          f"the other after {statistics.median(result['jm_zk_ms']):.0f} ms median ({', '.join(f'{t:.0f}' for t in result['jm_zk_ms'])})"]
+         if result.get("jm_zk_ms") else [])
 
 
 def figures(result: dict[str, Any]) -> list[Figure]:
@@ -252,4 +353,7 @@ def figures(result: dict[str, Any]) -> list[Figure]:
                    "cut to running again", result["jm_tm_ms"], Unit.MS)
     out += summary("partitions", "two TaskManagers cut from each other for 3 s (checkpoint timeout 2 s)",
                    "cut to running again with a checkpoint", result["tm_tm_ms"], Unit.MS)
+    if result.get("jm_zk_ms"):
+        out += summary("partitions", f"leading JobManager cut off from ZooKeeper (session timeout {result['session_timeout_s']:g} s)",
+                       "cut to running again", result["jm_zk_ms"], Unit.MS)
     return out

@@ -186,7 +186,8 @@ TABLES: list[Table] = [
           "TaskManagers live on network-namespace hosts. Throughput: a keyed count at p=2 whose records cross between "
           "the TaskManagers' hosts, with internal TLS off and on, in turns. Recovery: an endless job checkpointing every "
           "200 ms, timed from the cut to every subtask running again (and, for the cut between TaskManagers, a "
-          "checkpoint completed after it), with heartbeat.timeout 2 s.", "measurement"),
+          "checkpoint completed after it), with heartbeat.timeout 2 s; and, with ZooKeeper and two JobManagers on hosts of "
+          "their own, the leader cut off from ZooKeeper, timed from the cut to the job running under the other one.", "measurement"),
     Table("scale-up", "Scaling with cores",
           "Running sums keyed by n % 1024 on a 16-core machine. Each parallel pipeline is two processes, so p=8 "
           "fills the cores and more parallelism adds little; the sandbox the machine runs in makes system calls "
