@@ -34,14 +34,17 @@ class FaultTarget(enum.Enum):
     SPARK_EXECUTOR = "spark-executor"
     #: the (leading) JobManager
     JOBMANAGER = "jobmanager"
+    #: the network between two hosts of a drill cluster (``cluster start --hosts N``)
+    LINK = "link"
 
     @property
     def endpoint(self) -> str:
         """Where the request goes: ``job`` (POST /jobs/<jid>/faults), ``cluster`` (POST
-        /cluster/faults) or ``client`` (the CLI acts itself, through the home's pid record)."""
+        /cluster/faults) or ``client`` (the CLI acts itself, through the home's pid record or the
+        drill cluster's hosts)."""
         if self in (FaultTarget.TASKMANAGER, FaultTarget.STORAGE):
             return "cluster"
-        return "client" if self is FaultTarget.JOBMANAGER else "job"
+        return "client" if self in (FaultTarget.JOBMANAGER, FaultTarget.LINK) else "job"
 
 
 class Runner(enum.Enum):
@@ -81,6 +84,7 @@ KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("storage-outage", FaultTarget.STORAGE, ("seconds",), _FLINKPY),
     FaultKind("kill-executor", FaultTarget.SPARK_EXECUTOR, ("executor",), frozenset({Runner.SPARK})),
     FaultKind("kill-jobmanager", FaultTarget.JOBMANAGER, (), _FLINKPY),
+    FaultKind("partition", FaultTarget.LINK, ("seconds",), _FLINKPY),
 )}
 
 
