@@ -73,6 +73,8 @@ SECTIONS: list[tuple[str, tuple[str, ...], str]] = [
     ("Network buffers", ("taskmanager.network.", "taskmanager.memory."),
      "Credit-based flow control between tasks: buffer sizes, credit per channel, buffer debloating."),
     ("REST API", ("rest.",), "The JobManager's REST endpoint, the only door of the CLI."),
+    ("Security", ("security.",),
+     "TLS from PEM files: between the cluster's processes (internal) and on the REST API; each process reads these keys from its host's flinkpy.yaml or environment."),
     ("High availability", ("high-availability.",),
      "Standby JobManagers and leader election through ZooKeeper."),
     ("Metrics", ("metrics.",), "Live metrics that tasks report to the JobManager."),
