@@ -159,7 +159,8 @@ def _certificates(directory: Path) -> tuple[str, str]:
     return str(keystore), str(truststore)
 
 
-def _submit_endless(home: Path, tmp: Path) -> str:
+def _submit_endless(home: Path, tmp: Path, address: str | None = None) -> str:
+    """The endless job, submitted to the cluster of ``home`` (or the JobManager at ``address``)."""
     from flinkpy.client.program import run_program
 
     job = tmp / "endless.py"
@@ -168,7 +169,7 @@ def _submit_endless(home: Path, tmp: Path) -> str:
     os.environ["FLINKPY_HOME"] = str(home)
     os.environ.pop("FLINKPY_JOBMANAGER", None)
     try:
-        (submitted,) = run_program(str(job), [], detached=True)
+        (submitted,) = run_program(str(job), [], detached=True, address=address)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -299,11 +300,7 @@ def _zookeeper_failovers(base: Path, runs: int, log: Callable[[str], None]) -> l
             return RestClient(address, ClusterHome(home).token(), timeout_s=2)
 
         first = _wait(leader, 120)
-        os.environ["FLINKPY_JOBMANAGER"] = json.loads((home / "jobmanagers" / f"{first}.json").read_text())["rest_address"]
-        try:
-            jid = _submit_endless(home, base)
-        finally:
-            os.environ.pop("FLINKPY_JOBMANAGER", None)
+        jid = _submit_endless(home, base, json.loads((home / "jobmanagers" / f"{first}.json").read_text())["rest_address"])
         times = []
         for _ in range(runs):
             old = _wait(leader, 120)
