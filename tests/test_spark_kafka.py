@@ -121,7 +121,9 @@ def test_a_replayed_micro_batch_is_not_written_twice(kafka) -> None:  # noqa: F8
 
 @pytest.mark.timeout(360)
 def test_kafka_job_on_spark_is_exact_across_a_killed_python_worker(kafka, spark_env: Path, flinkpy_home: Path) -> None:  # noqa: F811
-    count = 320  # four micro-batches of 20 per partition, ~1 s of Python work each
+    # six micro-batches of 20 per partition, ~1 s of Python work each: time for a kill to land
+    # on a Python worker before the input ends, even on a loaded machine
+    count = 480
     source, expected = _write_input(kafka, count)
     sink = kafka.new_topic(partitions=1, prefix="spark-out")
     (spark_env / "kafka_sums.py").write_text(KAFKA_JOB)
