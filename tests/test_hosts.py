@@ -105,7 +105,9 @@ def test_tasks_exchange_data_on_the_taskmanagers_host_and_data_ports(two_hosts: 
     job.write_text(
         "from flinkpy.datastream import StreamExecutionEnvironment\n"
         "env = StreamExecutionEnvironment.get_execution_environment()\n"
-        "env.from_collection(list(range(20000))).map(lambda x: (x % 7, 1)).key_by(lambda t: t[0])"
+        # paced (about 2 s of input), so that the tasks' listeners are up when the test looks
+        "env.from_collection(list(range(20000))).map(lambda x: (__import__('time').sleep(0.0001), (x % 7, 1))[1])"
+        ".key_by(lambda t: t[0])"
         ".reduce(lambda a, b: (a[0], a[1] + b[1])).print()\n"
         "env.execute('across hosts')\n"
     )
