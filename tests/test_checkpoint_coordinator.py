@@ -479,3 +479,44 @@ def test_no_claim_neither_builds_on_nor_deletes_the_restored_checkpoint():
     actions = _complete(cc, 8, {SOURCE: ["s/z"]}, 100)
     assert not [a for a in actions if isinstance(a, Discard)]
     assert not [a for a in cc.shutdown(200, job_state="FINISHED") if isinstance(a, Discard) and a.foreign]
+
+
+# -- the final checkpoint ----------------------------------------------------------------------
+
+
+def test_the_end_of_every_sources_input_triggers_the_final_checkpoint_at_once():
+    cc = CheckpointCoordinator(CheckpointingOptions(interval_ms=60_000), [SOURCE, (1, 1), MAP], [SOURCE, (1, 1)])
+    assert triggered(cc.tick(0)) == [1]
+    for task in (SOURCE, (1, 1), MAP):
+        cc.acknowledge(task, 1, {}, {}, 5)
+    cc.finalized(1, "memory://ck/job/chk-1", 6)
+    assert cc.end_of_data(SOURCE, 10) == []  # the other source still reads
+    assert cc.end_of_data(MAP, 11) == []  # not a source: it does not count
+    (trigger,) = cc.end_of_data((1, 1), 12)  # long before the interval is due
+    assert trigger == TriggerAtSources(2, 12, "checkpoint", "EXACTLY_ONCE", [SOURCE, (1, 1)], final=True)
+    for task in (SOURCE, (1, 1), MAP):
+        cc.acknowledge(task, 2, {}, {}, 20)
+    assert cc.finalized(2, "memory://ck/job/chk-2", 21)[0] == NotifyComplete(2, final=True)
+    assert cc.tick(120_000) == []  # nothing after the final checkpoint
+
+
+def test_a_failed_final_checkpoint_is_taken_again_and_a_restart_before_it_waits_for_the_sources():
+    cc = coordinator(interval_ms=100)
+    assert triggered(cc.tick(0)) == [1]
+    assert cc.end_of_data(SOURCE, 10) == []  # checkpoint 1 is in flight (max_concurrent 1)
+    assert complete(cc, 1, 20)[0] == NotifyComplete(1, final=False)
+    (trigger,) = cc.tick(100)
+    assert (trigger.checkpoint_id, trigger.final) == (2, True)
+    cc.decline(MAP, 2, "injected", 110)
+    assert cc.tick(150) == []  # tried again after the interval, like any checkpoint
+    (trigger,) = cc.tick(200)
+    assert (trigger.checkpoint_id, trigger.final) == (3, True)
+    cc.failover(TASKS, 210)  # the source reads again from checkpoint 1: not final until it ends again
+    (trigger,) = cc.tick(300)
+    assert (trigger.checkpoint_id, trigger.final) == (4, False)
+    assert complete(cc, 4, 310)[0] == NotifyComplete(4, final=False)
+    (trigger,) = cc.end_of_data(SOURCE, 320)
+    assert (trigger.checkpoint_id, trigger.final) == (5, True)
+    assert complete(cc, 5, 330)[0] == NotifyComplete(5, final=True)
+    cc.failover([SINK], 340)  # restarted after it: it restores the final checkpoint and finishes
+    assert cc.final.completed and cc.tick(1000) == []

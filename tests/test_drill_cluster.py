@@ -61,7 +61,8 @@ def test_a_partition_rehearsed_on_a_drill_cluster_loses_nothing_and_stop_removes
 
         # the TaskManager of a sink subtask is cut off from the JobManager for longer than the
         # input lasts: its stale sink reaches the end of its input while the restarted one
-        # replays, and must not commit (fenced by attempt: it asks the JobManager, unreachable)
+        # replays, and must not commit (it commits only at the final checkpoint's completion,
+        # which only the JobManager, unreachable, announces, and only to current attempts)
         sinks = [s for v in _ok("job", "show", jid, env=env)["vertices"] if "sink" in v["name"].lower() for s in v["subtasks"]]
         victim = sinks[0]["taskmanager-id"]
         cut = _ok("fault", "partition", "jobmanager", victim, "--for", "25s", env=env)

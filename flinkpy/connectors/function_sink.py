@@ -32,6 +32,12 @@ class _FunctionWriter(SinkWriter):
         if self._invoke is not None and callable(opener):
             opener(runtime_context)
 
+    def flush(self, end_of_input: bool) -> None:
+        """A SinkFunction hears the end of a bounded input: ``finish()``, once, before ``close()``."""
+        finisher = getattr(self.fn, "finish", None)
+        if end_of_input and self._invoke is not None and callable(finisher):
+            finisher()
+
     def close(self) -> None:
         closer = getattr(self.fn, "close", None)
         if self._invoke is not None and callable(closer):

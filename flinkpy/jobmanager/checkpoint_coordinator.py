@@ -1,7 +1,7 @@
 """CheckpointCoordinator: when to checkpoint, when a checkpoint is done, when to give up.
 
 A pure state machine, like the ExecutionGraph: events go in (a clock tick, an acknowledgement, a
-decline, a task finished, the metadata was written), actions come out (trigger checkpoint N at
+decline, a source's input ended, a task finished, the metadata was written), actions come out (trigger checkpoint N at
 the sources, write the metadata of N, notify completion, abort, discard files, fail the job). It
 reads no clock and touches no file: ``now_ms`` is passed to every event, so timeouts, the minimum
 pause and failure counting are tested with a manual clock.
@@ -15,7 +15,8 @@ The life of a checkpoint::
 Declines, timeouts and failed metadata writes of *checkpoints* count as failures: more than
 ``tolerable_failures`` of them in a row fail the job, and any completed checkpoint resets the
 count. Savepoints are the operator's business: their failures are reported but never fail the
-job, and they are neither subsumed nor discarded by retention.
+job, and they are neither subsumed nor discarded by retention. Once every source's input ended,
+the next checkpoint is the job's final one (:mod:`flinkpy.jobmanager.final_checkpoint`).
 
 >>> opts = CheckpointingOptions(interval_ms=1000)
 >>> cc = CheckpointCoordinator(opts, tasks=[(1, 0), (2, 0)], sources=[(1, 0)])
@@ -26,7 +27,7 @@ job, and they are neither subsumed nor discarded by retention.
 >>> [type(a).__name__ for a in cc.acknowledge((2, 0), 1, {}, {"state_size": 2}, 50)]
 ['Finalize']
 >>> cc.finalized(1, "memory://ck/job/chk-1", 60)
-[NotifyComplete(checkpoint_id=1)]
+[NotifyComplete(checkpoint_id=1, final=False)]
 >>> cc.latest_completed.state_size
 12
 """
@@ -40,6 +41,10 @@ from typing import Any, Iterable, Mapping
 from flinkpy.checkpoint.options import CheckpointingOptions
 from flinkpy.checkpoint.shared_state import SharedStateRegistry, metadata_shared_files, shared_files
 from flinkpy.errors import ConflictError
+from flinkpy.jobmanager.checkpoint_actions import (  # noqa: F401 - the actions are part of the coordinator's interface
+    Abort, Action, Discard, FailJob, Finalize, NotifyComplete, SweepShared, TriggerAtSources,
+)
+from flinkpy.jobmanager.final_checkpoint import FinalCheckpoint
 
 TaskKey = tuple[int, int]  # (vertex id, subtask index)
 
@@ -159,69 +164,6 @@ class RunningSummary:
         return self.total // self.count if self.count else 0
 
 
-# -- actions ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TriggerAtSources:
-    """Send 'start checkpoint N' to these source subtasks (they inject barrier N)."""
-
-    checkpoint_id: int
-    timestamp: int
-    kind: str
-    mode: str
-    sources: list[TaskKey]
-
-
-@dataclass(frozen=True)
-class Finalize:
-    """Every task acknowledged: write ``_metadata``, then call ``finalized`` or ``finalize_failed``."""
-
-    checkpoint: PendingCheckpoint
-
-
-@dataclass(frozen=True)
-class NotifyComplete:
-    checkpoint_id: int
-
-
-@dataclass(frozen=True)
-class Abort:
-    """Tell the tasks to drop checkpoint N (release alignment, delete their partial uploads)."""
-
-    checkpoint_id: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Discard:
-    """Delete the files of checkpoint N: its directory, or only partial files when path is None;
-    and the shared files (incremental checkpoints) no retained checkpoint references any more.
-
-    ``foreign`` marks a claimed checkpoint of another job: its directory is ``external_path``."""
-
-    checkpoint_id: int
-    external_path: str | None
-    shared: tuple[str, ...] = ()
-    foreign: bool = False
-
-
-@dataclass(frozen=True)
-class SweepShared:
-    """The job ended: delete every file under its ``shared/`` directory except ``keep`` (uploads
-    of tasks killed mid-checkpoint that no checkpoint ever registered)."""
-
-    keep: frozenset[str]
-
-
-@dataclass(frozen=True)
-class FailJob:
-    reason: str
-
-
-Action = TriggerAtSources | Finalize | NotifyComplete | Abort | Discard | SweepShared | FailJob
-
-
 class CheckpointTriggerRefused(ConflictError):
     """A manual trigger cannot start now; ``reason`` says why (and the message what to do)."""
 
@@ -266,6 +208,7 @@ class CheckpointCoordinator:
         self.completed: list[CompletedCheckpoint] = []
         self.consecutive_failures = 0
         self.finished_tasks: set[TaskKey] = set()
+        self.final = FinalCheckpoint(self.sources)
         self.is_shut_down = False
         #: set by a cancel that asks to keep the latest completed checkpoint whatever the
         #: retention setting (``flinkpy upgrade --mode last-state`` restores the next job from it)
@@ -320,8 +263,16 @@ class CheckpointCoordinator:
             )
             actions += self._fail(cp, reason, now_ms)
         if self._periodic_due(now_ms):
-            actions += self._trigger(now_ms, "checkpoint")
+            actions += self._trigger(now_ms, "checkpoint", final=self.final.due)
         return actions
+
+    def end_of_data(self, task: TaskKey, now_ms: int) -> list[Action]:
+        """A source's input ended; once every source's has, the final checkpoint starts at once
+        (when another one is in flight, at the first tick after it)."""
+        self.final.source_ended(task)
+        if self.final.due and not self.is_shut_down and not self.finished_tasks and len(self.pending) < self.options.max_concurrent:
+            return self._trigger(now_ms, "checkpoint", final=True)
+        return []
 
     def trigger(self, now_ms: int, *, kind: str = "checkpoint", reason: str = "manual") -> tuple[int, list[Action]]:
         """Start a checkpoint or savepoint now, regardless of the interval and the minimum pause.
@@ -402,7 +353,7 @@ class CheckpointCoordinator:
         else:
             self.latest_completed_checkpoint = done
             self.consecutive_failures = 0
-        actions: list[Action] = [NotifyComplete(checkpoint_id)]
+        actions: list[Action] = [NotifyComplete(checkpoint_id, final=self.final.ended(checkpoint_id, completed=True))]
         for older in sorted(i for i, p in self.pending.items() if i < checkpoint_id and not p.is_savepoint):
             actions += self._end(self.pending[older], "subsumed", now_ms, counted=False)
         checkpoints = [c for c in self.completed if not c.is_savepoint]
@@ -481,8 +432,10 @@ class CheckpointCoordinator:
         actions: list[Action] = []
         for cp in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
             actions += self._end(cp, "failover: tasks are restarting", now_ms, counted=False)
+        tasks = [tuple(t) for t in tasks]  # type: ignore[misc]
         for task in tasks:
-            self.finished_tasks.discard(tuple(task))  # type: ignore[arg-type]
+            self.finished_tasks.discard(task)  # type: ignore[arg-type]
+        self.final.restarting(tasks)  # type: ignore[arg-type]
         return actions
 
     def restored(
@@ -526,7 +479,7 @@ class CheckpointCoordinator:
 
     def _periodic_due(self, now_ms: int) -> bool:
         opts = self.options
-        if opts.interval_ms is None or self.is_shut_down or self.finished_tasks:
+        if opts.interval_ms is None or self.is_shut_down or self.finished_tasks or self.final.completed:
             return False
         if len(self.pending) >= opts.max_concurrent:
             return False
@@ -539,14 +492,16 @@ class CheckpointCoordinator:
             return False
         return True
 
-    def _trigger(self, now_ms: int, kind: str) -> list[Action]:
+    def _trigger(self, now_ms: int, kind: str, *, final: bool = False) -> list[Action]:
         cid = self.next_id
         self.next_id += 1
         self._last_trigger_ms = now_ms
         cp = PendingCheckpoint(cid, kind, now_ms, self.tasks)
         self.pending[cid] = cp
         self._remember(cp)
-        return [TriggerAtSources(cid, now_ms, kind, self.options.mode, list(self.sources))]
+        if final:
+            self.final.triggered(cid)
+        return [TriggerAtSources(cid, now_ms, kind, self.options.mode, list(self.sources), final=final)]
 
     def _fail(self, cp: PendingCheckpoint, reason: str, now_ms: int) -> list[Action]:
         counted = not cp.is_savepoint
@@ -567,6 +522,7 @@ class CheckpointCoordinator:
 
     def _end(self, cp: PendingCheckpoint, reason: str, now_ms: int, *, counted: bool) -> list[Action]:
         del self.pending[cp.checkpoint_id]
+        self.final.ended(cp.checkpoint_id, completed=False)
         failed = FailedCheckpoint(
             checkpoint_id=cp.checkpoint_id,
             kind=cp.kind,

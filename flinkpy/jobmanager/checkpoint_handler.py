@@ -21,7 +21,7 @@ from flinkpy.jobmanager.checkpoint_coordinator import Action as CheckpointAction
 from flinkpy.jobmanager.execution_graph import Execution
 from flinkpy.jobmanager.savepoint_history import SavepointTrigger
 from flinkpy.jobmanager.savepoint_request import SavepointStatus
-from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline, TaskControl, ToTask
+from flinkpy.protocol.messages import CheckpointAck, CheckpointDecline, TaskControl, TaskEndOfData, ToTask
 
 if TYPE_CHECKING:
     from flinkpy.jobmanager.dispatcher import Dispatcher
@@ -147,8 +147,9 @@ class CheckpointHandler:
             self.perform(job_id, actions)
             return cid
 
-    def on_task_event(self, job_id: str, exec_id: str, event: CheckpointAck | CheckpointDecline) -> None:
-        """A task acknowledged (``checkpoint_ack``) or declined (``checkpoint_decline``) a checkpoint."""
+    def on_task_event(self, job_id: str, exec_id: str, event: CheckpointAck | CheckpointDecline | TaskEndOfData) -> None:
+        """A task acknowledged (``checkpoint_ack``) or declined (``checkpoint_decline``) a
+        checkpoint, or a source's input ended (``end_of_data``)."""
         d = self.dispatcher
         with d.lock:
             rec = d.jobs.get(job_id)
@@ -157,7 +158,9 @@ class CheckpointHandler:
                 return
             coord = rec.checkpointing.coordinator
             key = (ex.vertex_id, ex.subtask)
-            if isinstance(event, CheckpointAck):
+            if isinstance(event, TaskEndOfData):
+                actions = coord.end_of_data(key, now_ms())
+            elif isinstance(event, CheckpointAck):
                 actions = coord.acknowledge(key, event.checkpoint_id, {"state": event.state}, event.metrics, now_ms())
             else:
                 actions = coord.decline(key, event.checkpoint_id, event.reason, now_ms())

@@ -237,10 +237,13 @@ class JobCheckpointing:
                 if self.ha is not None and not self.ha.reserve(a.checkpoint_id):
                     continue  # fenced: no longer the leader; the checkpoint times out unheard
                 log.info("Triggering checkpoint %d (type=%s) for job %s.", a.checkpoint_id, a.kind.upper(), g.job_id)
-                timed = self.unaligned and a.kind == "checkpoint" and self.options.aligned_timeout_ms > 0
+                # the final checkpoint's barriers are aligned: each must follow its channel's end
+                # of data, so that every task snapshots after its operators ended their input
+                unaligned = self.unaligned and a.kind == "checkpoint" and not a.final
+                timed = unaligned and self.options.aligned_timeout_ms > 0
                 barrier = msgs.CheckpointBarrier(a.checkpoint_id, a.timestamp, mode=a.mode, kind=a.kind,
-                                                 unaligned=self.unaligned and a.kind == "checkpoint" and not timed,
-                                                 aligned_timeout_ms=self.options.aligned_timeout_ms if timed else 0)
+                                                 unaligned=unaligned and not timed,
+                                                 aligned_timeout_ms=self.options.aligned_timeout_ms if timed else 0, final=a.final)
                 if a.kind == "checkpoint":
                     barrier = dataclasses.replace(barrier, base=self.coordinator.base_checkpoint_id)  # incremental snapshots build on it
                 record = self.savepoint_of(a.checkpoint_id)
@@ -253,7 +256,7 @@ class JobCheckpointing:
             elif isinstance(a, NotifyComplete):
                 for ex in g.executions.values():
                     if ex.state == "RUNNING":
-                        send(ex, msgs.NotifyCheckpointComplete(a.checkpoint_id))
+                        send(ex, msgs.NotifyCheckpointComplete(a.checkpoint_id, final=a.final))
             elif isinstance(a, Abort):
                 log.info("Checkpoint %d of job %s aborted: %s", a.checkpoint_id, g.job_id, a.reason)
                 self.outcomes[a.checkpoint_id] = {"status": "FAILED", "reason": a.reason}

@@ -46,7 +46,7 @@ from flinkpy.metrics.store import MetricStore
 from flinkpy.network.connection import Connection
 from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, JobArtifact, ResultPartitionDeployment, TaskDeploymentDescriptor
 from flinkpy.protocol.messages import (CancelTask, CheckpointAck, CheckpointDecline, ConnectTask, FinalCommitAnswer, Refused, Registered,
-                                       RegisterTaskManager)
+                                       RegisterTaskManager, TaskEndOfData)
 
 if TYPE_CHECKING:
     from flinkpy.jobmanager.leadership import Leadership
@@ -310,7 +310,7 @@ class Dispatcher:
                 return FinalCommitAnswer(False, f"the task is {ex.state} in a {rec.graph.state} job", retry=True)
             return FinalCommitAnswer(True)
 
-    def on_task_event(self, job_id: str, exec_id: str, event: CheckpointAck | CheckpointDecline) -> None:
+    def on_task_event(self, job_id: str, exec_id: str, event: CheckpointAck | CheckpointDecline | TaskEndOfData) -> None:
         self.checkpoints.on_task_event(job_id, exec_id, event)
 
     def tick(self) -> None:
@@ -382,11 +382,21 @@ class Dispatcher:
             runtime_mode=g.meta.get("runtime_mode", "STREAMING"),
             config=dataclasses.replace(rec.options.task, checkpoint_dir=rec.checkpointing.checkpoint_dir,
                                        checkpointing_mode=rec.checkpointing.options.mode,
-                                       unaligned=rec.checkpointing.unaligned),
+                                       unaligned=rec.checkpointing.unaligned,
+                                       final_checkpoint=_waits_for_final_checkpoint(rec, g)),
             job_parameters=dict(rec.options.job_parameters),
             restore=rec.checkpointing.restore_spec(ex),
             artifact=rec.artifact,
         )
+
+
+def _waits_for_final_checkpoint(rec: Any, graph: ExecutionGraph) -> bool:
+    """Whether a task deployed now waits, at the end of its input, for the job's final
+    checkpoint (:mod:`flinkpy.jobmanager.final_checkpoint`): in a streaming job with periodic
+    checkpoints, unless that checkpoint completed already (a task restarted after it restores
+    it, and finishes at once)."""
+    return (rec.checkpointing.options.interval_ms is not None and graph.meta.get("runtime_mode", "STREAMING") == "STREAMING"
+            and not rec.checkpointing.coordinator.final.completed)
 
 
 def _check_channel_state(graph: ExecutionGraph, restore: Any) -> None:

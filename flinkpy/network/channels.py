@@ -38,6 +38,9 @@ WATERMARK = 6
 DATA_TS = 7  # a batch with event timestamps: pickled [records, timestamps]
 WATERMARK_STATUS = 8  # one byte: 1 = the producer is idle, 0 = active again
 BUFFER_SIZE = 9  # consumer -> producer (buffer debloating): uint32, the buffer size to cut to
+#: the producer's input ended (its operators have ended theirs); the channel stays open for the
+#: final checkpoint's barrier, and END_OF_PARTITION follows once that checkpoint completed
+END_OF_DATA = 10
 #: END_OF_PARTITION payload of a job stopped with a savepoint without draining: event time
 #: does not advance to the end (windows stay open in the savepoint)
 STOPPED = b"stop"

@@ -61,6 +61,10 @@ class TaskConfig:
     checkpointing_mode: str = "EXACTLY_ONCE"
     #: unaligned checkpoints: output channels queue instead of blocking, barriers overtake
     unaligned: bool = False
+    #: periodic checkpoints in a streaming job: at the end of its input a task ends its operators,
+    #: sends END_OF_DATA and stays until the job's final checkpoint completed (sinks commit the
+    #: rest of their output there, not on their own); otherwise it finishes at once
+    final_checkpoint: bool = False
     #: time between two metric reports (``metrics.fetcher.update-interval``); 0: no reports
     metrics_interval_ms: int = 0
     #: buffer debloating (``taskmanager.network.memory.buffer-debloat.*``): the target time in

@@ -43,6 +43,9 @@ class CheckpointBarrier:
     #: an aligned checkpoint's barrier that a task whose alignment lasts this long (ms) switches
     #: to unaligned (``execution.checkpointing.aligned-checkpoint-timeout``); 0: never switches
     aligned_timeout_ms: int = 0
+    #: the job's final checkpoint: every source's input has ended, and the barrier follows the
+    #: end of data in every channel (always aligned); its completion lets the tasks finish
+    final: bool = False
 
 
 @message("trigger_checkpoint")
@@ -56,9 +59,11 @@ class TriggerCheckpoint(Message):
 @message("notify_checkpoint_complete")
 @dataclass(frozen=True)
 class NotifyCheckpointComplete(Message):
-    """JobManager -> task: every task acknowledged the checkpoint (sinks commit now)."""
+    """JobManager -> task: every task acknowledged the checkpoint (sinks commit now); ``final``:
+    it was the job's final checkpoint, taken after the end of all input: the tasks may finish."""
 
     checkpoint_id: int
+    final: bool = False
 
 
 @message("notify_checkpoint_aborted")
@@ -213,6 +218,14 @@ class TaskFailed(Message):
     def info(self) -> dict[str, Any]:
         """The failure as the ExecutionGraph records it."""
         return {"exception": self.exception, "message": self.message, "stacktrace": self.stacktrace, "task": self.task}
+
+
+@message("end_of_data")
+@dataclass(frozen=True)
+class TaskEndOfData(Message):
+    """Task -> JobManager (through its TaskManager): this source's input ended and its operators
+    ended theirs; the task waits for the job's final checkpoint (taken once every source has
+    said so) to complete before it finishes."""
 
 
 @message("final_commit_request")

@@ -258,6 +258,13 @@ class OperatorChain:
         for op in self.operators:
             op.end_input()
 
+    def finish_sinks(self) -> None:
+        """The job's final checkpoint (or the savepoint that stopped it) completed: the sinks'
+        writers hear that their input ended; nothing is left for them to commit."""
+        for op in self.operators:
+            if isinstance(op, ops.SinkOperator):
+                op.finish()
+
     def close(self) -> None:
         for op in self.operators:
             op.close()

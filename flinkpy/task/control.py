@@ -116,6 +116,8 @@ class ControlHandler:
         self.notified[msg.checkpoint_id] = True
         self.task.checkpointer.notify_complete(msg.checkpoint_id)
         self.task.faults.reach("after-complete", msg.checkpoint_id)
+        if msg.final:
+            self.task.final_done = True
 
     def _on_aborted(self, msg: NotifyCheckpointAborted) -> None:
         self.notified[msg.checkpoint_id] = False

@@ -69,6 +69,12 @@ class InputProcessor:
         self.idle_since = 0.0
         #: an upstream task stopped with a savepoint without draining
         self.stopped_without_drain = False
+        #: channels whose producer ended its data (END_OF_DATA): the task ends its own once
+        #: every channel has (final-checkpoint mode)
+        self._ended: set[int] = set()
+        #: the timer services whose processing-time timers the loop fires (none after the end
+        #: of data: what they would emit no final checkpoint would cover)
+        self._timers: list[Any] = []
 
     def run(self) -> None:
         """Process every input channel to its end; control messages are handled in between."""
@@ -80,6 +86,7 @@ class InputProcessor:
             if control.ctrl.buffered:
                 control.handle_one()
                 continue
+            timers = self._timers
             timeout, next_timer = wait_timeout(timeout_s, writers, timers, emitters, next_wm)
             for ch in self.inputs:
                 if ch.owed:
@@ -125,6 +132,7 @@ class InputProcessor:
         self._selector.register(self.task.ctrl.sock, selectors.EVENT_READ, CONTROL)
         self.register_async(self._selector)
         config, chain = self.task.descriptor.config, self.task.chain
+        self._timers = chain.timer_services
         return (self.task.control, config.buffer_timeout_ms / 1000.0, config.auto_watermark_ms / 1000.0,
                 list(self.task.writers.values()), chain.timer_services, chain.watermark_emitters, self.task.debloat)
 
@@ -187,6 +195,8 @@ class InputProcessor:
             self._on_barrier(i, pickle.loads(data))
         elif kind == net.END_OF_PARTITION:
             self._on_end_of_partition(i, data)
+        elif kind == net.END_OF_DATA:
+            self._on_end_of_data(i)
         else:
             raise net.ChannelBroken(f"unexpected frame kind {kind} on {ch.describe}")
 
@@ -209,6 +219,15 @@ class InputProcessor:
             self.stopped_without_drain = True
         self._after_valve(self.valve.on_end_of_partition(i, advance=not stopped))
         self._on_decision(self.aligner.on_end_of_partition(i, now_ms()), None)
+
+    def _on_end_of_data(self, i: int) -> None:
+        """Channel ``i``'s producer ended its data; when every channel's has, so does this task
+        (its operators end their input, its consumers get END_OF_DATA), and it waits, still
+        reading barriers, for the final checkpoint and the ends of partition."""
+        self._ended.add(i)
+        if not self.task.ended_data and all(j in self._ended or ch.finished for j, ch in enumerate(self.inputs)):
+            self._timers = []
+            self.task.end_of_data()
 
     def _after_valve(self, advanced: int | None) -> None:
         """The task's event time advanced, or its inputs went idle / active."""

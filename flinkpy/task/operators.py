@@ -354,6 +354,9 @@ class SinkOperator(Operator):
         #: called before the end-of-input flush commits (the engine asks its JobManager whether
         #: this attempt may: fencing); None where nothing needs asking (the Spark runner)
         self.before_final_commit: Callable[[], None] | None = None
+        #: the job takes a final checkpoint after the end of data: the end of input only writes
+        #: out what is buffered, that checkpoint pre-commits and commits the rest
+        self.commits_at_final_checkpoint = False
 
     def set_restored_state(self, states: list[Any]) -> None:
         from dataclasses import replace
@@ -376,8 +379,16 @@ class SinkOperator(Operator):
         pass
 
     def end_input(self) -> None:
+        if self.commits_at_final_checkpoint:
+            self.writer.flush(False)
+            return
         if self.before_final_commit is not None:
             self.before_final_commit()
+        self.writer.flush(True)
+
+    def finish(self) -> None:
+        """After the final checkpoint completed: the writer hears that its input ended; what it
+        had to commit, that checkpoint committed."""
         self.writer.flush(True)
 
     def close(self) -> None:

@@ -10,7 +10,10 @@ connection. The life of a task (:class:`flinkpy.task.task.Task`):
    consumers, open the operators, report ``TaskRunning``;
 4. run: a source polls its reader (:mod:`.source_loop`); other tasks read frames from their
    input channels (:mod:`.input_processor`); control messages go to :mod:`.control`;
-5. at the end of input: end the operators, flush, send END_OF_PARTITION, report ``TaskFinished``.
+5. at the end of input: end the operators and send END_OF_DATA; with periodic checkpoints, wait
+   (still taking checkpoints) until the job's final checkpoint completed
+   (:mod:`flinkpy.jobmanager.final_checkpoint`); then flush, send END_OF_PARTITION, report
+   ``TaskFinished``.
 
 Any exception is reported as ``TaskFailed`` with the user's traceback, naming job, task and
 subtask. If the TaskManager dies the control connection closes and the task exits at once (and

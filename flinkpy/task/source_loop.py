@@ -103,6 +103,8 @@ class SourceLoop:
                     continue
                 batch = reader.poll(batch_size)
                 if batch is None:
+                    if self.task.descriptor.config.final_checkpoint:
+                        self._end_of_data(reader)
                     break
                 now = monotonic()
                 if type(batch) is StampedBatch and (batch or batch.watermark is not None):
@@ -142,6 +144,31 @@ class SourceLoop:
                         w.flush_if_due(now)
         finally:
             reader.close()
+
+    def _end_of_data(self, reader: Any) -> None:
+        """The reader's input ended: event time ends, the task ends its data, and the source
+        stays until the job's final checkpoint completed (it takes that checkpoint's trigger and
+        any before it here, with the reader at the end of its input) or a stop-with-savepoint
+        stopped the job."""
+        task = self.task
+        task.chain.head.process_watermark(MAX_WATERMARK)
+        task.end_of_data()
+        control = task.control
+        ctrl_sock = control.ctrl.sock
+        queuing = [ch for w in task.writers.values() for ch in w.channels] if task.descriptor.config.unaligned else []
+        while not task.final_done:
+            if control.pending():
+                control.handle_one()
+                if self._take_checkpoints(reader):
+                    return
+            elif queuing and any(ch.queue for ch in queuing):
+                self._wait_for_credit(queuing, ctrl_sock)
+            else:
+                waited = time.monotonic()
+                self.idle_since = waited
+                select.select([ctrl_sock], [], [], 1.0)
+                self.idle_since = 0.0
+                self.idle_s += time.monotonic() - waited
 
     def _wait_for_credit(self, channels: list[Any], ctrl_sock: Any) -> None:
         """Outputs unavailable (a buffer waits for credit): no poll until credit comes; a

@@ -21,7 +21,7 @@ from flinkpy.network import channels as net
 from flinkpy.network.connection import Connection, listen_from
 from flinkpy.network.tls import client_context, server_context
 from flinkpy.protocol.deployment import TaskDeploymentDescriptor
-from flinkpy.protocol.messages import CheckpointBarrier, ConnectTask, TaskFailed, TaskFinished, TaskListening, TaskRunning
+from flinkpy.protocol.messages import CheckpointBarrier, ConnectTask, TaskEndOfData, TaskFailed, TaskFinished, TaskListening, TaskRunning
 from flinkpy.task.control import EXIT_ORPHANED, ControlHandler
 from flinkpy.task.fault_points import FaultPoints
 from flinkpy.task.input_processor import InputProcessor
@@ -68,6 +68,12 @@ class Task:
         self.reporter: TaskMetricsReporter | None = None
         #: buffer debloating of the input channels (None: off, or a source without inputs)
         self.debloat: net.InputGateDebloat | None = None
+        #: the task's input ended and its operators ended theirs (final-checkpoint mode)
+        self.ended_data = False
+        #: the job's final checkpoint completed (the JobManager said so): the task may finish
+        self.final_done = False
+        #: the stop-with-savepoint this task took part in (its completion also ends the wait)
+        self.stop_savepoint: int | None = None
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -190,7 +196,10 @@ class Task:
             self.chain = chain
             for op in chain.operators:
                 if isinstance(op, SinkOperator):
-                    op.before_final_commit = self.control.await_final_commit
+                    if self.descriptor.config.final_checkpoint:
+                        op.commits_at_final_checkpoint = True
+                    else:
+                        op.before_final_commit = self.control.await_final_commit
             self.checkpointer = TaskCheckpointer(self.descriptor, chain, self.ctrl.send)
             chain.open()
             self.started = time.monotonic()
@@ -205,7 +214,7 @@ class Task:
             if chain.source is not None:
                 self.loop = SourceLoop(self)
                 self.loop.run()
-                if not self.loop.stopped_without_drain:
+                if not self.loop.stopped_without_drain and not self.ended_data:
                     chain.head.process_watermark(MAX_WATERMARK)  # the end of a bounded input: event time ends
             else:
                 if self.descriptor.config.unaligned:
@@ -217,6 +226,8 @@ class Task:
                     if restored:
                         self.input_processor.replay(restored.get("inputs", {}))
                 self.loop.run()
+                if self.ended_data:
+                    self._await_final_checkpoint()
             self._finish()
             return 0
         except BaseException as e:  # noqa: BLE001 - everything is reported, then the process ends
@@ -225,14 +236,37 @@ class Task:
             self._report_failure(e)
             return 1
 
+    def end_of_data(self) -> None:
+        """The task's input ended (final-checkpoint mode): its operators end theirs, its
+        consumers get END_OF_DATA, and a source tells the JobManager; the task stays, for the
+        barriers of the final checkpoint, until that checkpoint completed."""
+        self.ended_data = True
+        self.chain.end_input()
+        for w in self.writers.values():
+            w.broadcast_event(net.END_OF_DATA)
+        if self.chain.source is not None:
+            self.ctrl.send(TaskEndOfData())
+
+    def _await_final_checkpoint(self) -> None:
+        """Every input reached its end of partition after the end of data: wait until the final
+        checkpoint's completion reached this task too (the producers finish when it reached
+        them), or the stop-with-savepoint it took part in completed."""
+        control = self.control
+        while not self.final_done and not (self.stop_savepoint is not None and control.notified.get(self.stop_savepoint)):
+            control.handle_one()
+
     def _finish(self) -> None:
-        """The end of input: end the operators, flush, send END_OF_PARTITION, report."""
+        """The end of input: end the operators (unless they ended at the end of data), flush,
+        send END_OF_PARTITION, report."""
         chain = self.chain
         stopped = self.loop is not None and self.loop.stopped_without_drain
         if stopped:
             for op in chain.async_operators:
                 op.abandon()  # their requests are in the savepoint
-        chain.end_input()
+        if not self.ended_data:
+            chain.end_input()  # (a stop-with-savepoint: the job ends without a final checkpoint)
+        if self.descriptor.config.final_checkpoint:
+            chain.finish_sinks()  # the final checkpoint or the savepoint committed their output
         for w in self.writers.values():
             w.finish(stopped=stopped)
         self.checkpointer.close()
@@ -250,6 +284,8 @@ class Task:
         payload = pickle.dumps(barrier)
         for w in self.writers.values():
             w.broadcast_event(net.BARRIER, payload)
+        if barrier.stop:
+            self.stop_savepoint = barrier.checkpoint_id
         self.checkpointer.snapshot(
             barrier.checkpoint_id, barrier.timestamp, source_offsets=source_offsets,
             alignment_ms=alignment_ms, alignment_bytes=alignment_bytes, directory=barrier.directory,

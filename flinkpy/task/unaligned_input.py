@@ -91,6 +91,7 @@ class UnalignedInputProcessor(InputProcessor):
             if control.ctrl.buffered:
                 control.handle_one()
                 continue
+            timers = self._timers
             blocked = any(o.queue for o in outputs)
             if not blocked and self._has_work():
                 timeout: float | None = 0.0

@@ -64,6 +64,7 @@ from flinkpy.protocol.messages import (
     TaskFailed,
     TaskFinished,
     TaskListening,
+    TaskEndOfData,
     TaskMetrics,
     TaskRunning,
     TaskStateChanged,
@@ -339,6 +340,7 @@ class TaskManager:
                 CheckpointDecline: forward,
                 TaskMetrics: forward,
                 FinalCommitRequest: forward,
+                TaskEndOfData: forward,
                 TaskRunning: lambda m: self._report(handle, "RUNNING"),
                 TaskFinished: functools.partial(self._task_finished, handle),
                 TaskFailed: functools.partial(self._task_failed, handle),
@@ -351,7 +353,7 @@ class TaskManager:
             tasks = [h.proc.pid for h in self.tasks.values()]
         return [os.getpid(), self.launcher.proc.pid, *tasks]
 
-    def _forward_from_task(self, handle: TaskHandle, msg: TaskListening | CheckpointAck | CheckpointDecline | TaskMetrics | FinalCommitRequest) -> None:
+    def _forward_from_task(self, handle: TaskHandle, msg: TaskListening | CheckpointAck | CheckpointDecline | TaskMetrics | FinalCommitRequest | TaskEndOfData) -> None:
         self._send_jm(FromTask(job_id=handle.job_id, exec_id=handle.exec_id, message=msg))
 
     def _task_finished(self, handle: TaskHandle, msg: TaskFinished) -> None:
