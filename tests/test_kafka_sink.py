@@ -28,7 +28,7 @@ from flinkpy.client import Client, Deadline
 from flinkpy.common import SimpleStringSchema
 from flinkpy.connectors.base import ReaderContext
 from flinkpy.connectors.kafka_client import KafkaTopicNotFoundError
-from flinkpy.connectors.kafka_commit import Begin, CommitProtocol, Commit, ProducerRecord, Prepare, Send
+from flinkpy.connectors.kafka_commit import Batch, Begin, CommitProtocol, Commit, ProducerRecord, Prepare, Send, recovery_plan, replay
 from flinkpy.connectors.two_phase_commit import pending_summary
 from flinkpy.connectors.verification import check
 from flinkpy.datastream.connectors.base import DeliveryGuarantee
@@ -87,7 +87,28 @@ def test_records_held_across_an_aborted_checkpoint_commit_with_the_next() -> Non
     assert p.snapshot(4) == [] and p.complete(4) == []  # nothing left to write
 
 
+def test_a_one_topic_sink_keeps_values_and_restores_either_form() -> None:
+    """Without a key or topic selector a batch holds the values alone (in the checkpoint too);
+    a checkpoint of the earlier form, a tuple per record, restores all the same."""
+    p = CommitProtocol("px", 0, token=iter(range(1, 100)).__next__, topic="t")
+    assert p.write([b"a", b"b"]) == [Begin(), Send([b"a", b"b"], "t")]
+    assert p.snapshot(1) == [Prepare(1, "px-0", "t")]
+    state = p.state()
+    assert state["pending"][0]["values"] == [b"a", b"b"] and pending_summary(state)["pending_records"] == 2
+    earlier = {"prefix": "px", "subtask": 1, "pending": [
+        {"checkpoint": 1, "token": 5, "group": "px-1", "records": [("t", b"c", None, None, None, None)]}]}
+    plan = recovery_plan("px", 0, [state, earlier])
+    assert [replay(b) for b in plan.batches] == [
+        [Begin(), Send([b"a", b"b"], "t"), Prepare(1, "px-0", "t"), Commit()],
+        [Begin(), Send([ProducerRecord("t", b"c")]), Prepare(5, "px-1", "t"), Commit()]]
+
+
 # -- the writer against noida-db ---------------------------------------------------------------
+
+
+def kept(state: dict) -> list[list[bytes]]:
+    """The values of the records each pending batch of a writer's state would replay."""
+    return [[r if isinstance(r, bytes) else r.value for r in Batch.from_state(b).records] for b in state["pending"]]
 
 
 def test_records_show_only_when_their_checkpoint_completes(kafka) -> None:
@@ -95,7 +116,7 @@ def test_records_show_only_when_their_checkpoint_completes(kafka) -> None:
     w = writer(sink(kafka, topic))
     w.write([f"r{i}" for i in range(10)])
     state = w.snapshot_state(1)
-    assert values(kafka, topic) == [] and len(state["pending"][0]["records"]) == 10
+    assert values(kafka, topic) == [] and len(kept(state)[0]) == 10
     w.write(["late"])  # after the barrier: not checkpoint 1's
     w.notify_checkpoint_complete(1)
     assert values(kafka, topic) == sorted(f"r{i}" for i in range(10))
@@ -120,7 +141,7 @@ def test_a_crash_between_completion_and_commit_commits_the_checkpoint_once(kafka
     assert values(kafka, topic) == ["a", "b", "c"]
     again.write(["d"])
     again.notify_checkpoint_complete(2)  # (nothing pending: d waits for a snapshot)
-    assert again.snapshot_state(2)["pending"][0]["records"][0][1] == b"d"
+    assert kept(again.snapshot_state(2)) == [[b"d"]]
     again.notify_checkpoint_complete(2)
     assert values(kafka, topic) == ["a", "b", "c", "d"]
     for x in (w, restored, again):

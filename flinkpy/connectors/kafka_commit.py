@@ -66,11 +66,19 @@ class Begin:
     """Begin a transaction on the subtask's producer."""
 
 
+#: what a batch holds per record: a whole :class:`ProducerRecord`, or, for a sink with one fixed
+#: topic and no key (:attr:`Batch.topic`), the serialised value alone: a bytes object per
+#: record instead of a tuple of six is what keeps a checkpoint interval's records cheap to hold,
+#: to checkpoint and to produce
+Record = ProducerRecord | bytes | None
+
+
 @dataclass(frozen=True)
 class Send:
-    """Produce these records into the open transaction."""
+    """Produce these records into the open transaction (values alone go to ``topic``)."""
 
-    records: list[ProducerRecord] = field(repr=False)
+    records: list[Record] = field(repr=False)
+    topic: str | None = None
 
     def __repr__(self) -> str:
         return f"Send(records={len(self.records)})"
@@ -101,34 +109,46 @@ class Batch:
     checkpoint_id: int
     token: int
     group: str
-    records: list[ProducerRecord]
+    #: whole ProducerRecords, or (with ``topic``) serialised values for that topic
+    records: list[Record]
     #: already in Kafka (in the prepared transaction), or only here (held, written at completion)
     sent: bool
+    #: the one topic of a batch of values; None for a batch of whole records
+    topic: str | None = None
 
     @property
     def marker_topic(self) -> str:
-        return self.records[0].topic
+        return self.topic if self.topic is not None else self.records[0].topic  # type: ignore[union-attr]
 
     def to_state(self) -> dict[str, Any]:
-        return {"checkpoint": self.checkpoint_id, "token": self.token, "group": self.group,
-                "records": [tuple(r) for r in self.records]}
+        """The batch in the checkpoint: ``values`` (with ``topic``) or ``records`` (tuples).
+        The list is never changed once a batch holds it, so it is not copied for the upload."""
+        head = {"checkpoint": self.checkpoint_id, "token": self.token, "group": self.group}
+        if self.topic is not None:
+            return {**head, "topic": self.topic, "values": self.records}
+        return {**head, "records": [tuple(r) for r in self.records]}  # type: ignore[arg-type]
 
     @staticmethod
     def from_state(d: dict[str, Any]) -> Batch:
-        return Batch(int(d["checkpoint"]), int(d["token"]), d["group"], [ProducerRecord(*r) for r in d["records"]], sent=False)
+        head = (int(d["checkpoint"]), int(d["token"]), d["group"])
+        if "values" in d:
+            return Batch(*head, list(d["values"]), sent=False, topic=d["topic"])
+        return Batch(*head, [ProducerRecord(*r) for r in d["records"]], sent=False)
 
 
 def _replay(b: Batch) -> list[Action]:
-    return [Begin(), Send(b.records), Prepare(b.token, b.group, b.marker_topic), Commit()]
+    return [Begin(), Send(b.records, b.topic), Prepare(b.token, b.group, b.marker_topic), Commit()]
 
 
 class CommitProtocol:
     """One subtask's transactions (see the module docstring); methods return the actions the
     writer carries out, in order."""
 
-    def __init__(self, prefix: str, subtask: int, token: Callable[[], int] | None = None) -> None:
+    def __init__(self, prefix: str, subtask: int, token: Callable[[], int] | None = None, *, topic: str | None = None) -> None:
         self.prefix = prefix
         self.subtask = subtask
+        #: set: the records written are serialised values for this one topic (see :data:`Record`)
+        self.topic = topic
         self._token = token or (lambda: secrets.randbits(62) or 1)
         #: records in the open transaction, not yet pre-committed
         self._open: list[ProducerRecord] = []
@@ -162,16 +182,16 @@ class CommitProtocol:
             self._txn_open = True
             out.append(Begin())
         self._open.extend(records)
-        return out + [Send(list(records))]
+        return out + [Send(list(records), self.topic)]
 
     def snapshot(self, checkpoint_id: int) -> list[Action]:
         out: list[Action] = []
         if self._open:
-            b = Batch(checkpoint_id, self._token(), self.group, self._open, sent=True)
+            b = Batch(checkpoint_id, self._token(), self.group, self._open, sent=True, topic=self.topic)
             self._prepared, self._open = b, []
             out.append(Prepare(b.token, b.group, b.marker_topic))
         if self._held:
-            self._waiting.append(Batch(checkpoint_id, self._token(), self.group, self._held, sent=False))
+            self._waiting.append(Batch(checkpoint_id, self._token(), self.group, self._held, sent=False, topic=self.topic))
             self._held = []
         return out
 

@@ -37,6 +37,7 @@ from flinkpy.connectors.kafka_commit import (
     CommitProtocol,
     ProducerRecord,
     Prepare,
+    Record,
     Send,
     recovery_plan,
     replay,
@@ -73,8 +74,9 @@ class KafkaWriter(SinkWriter):
     def producer(self, **extra: Any) -> Any:
         ck = kafka_module()
         try:
-            # delivery callbacks for failures only: one Python call per record otherwise
-            return ck.Producer({"delivery.report.only.error": True, **self._conf, **extra})
+            # delivery callbacks for failures only (one Python call per record otherwise), and
+            # one callback for the producer rather than one handed to each produce()
+            return ck.Producer({"delivery.report.only.error": True, **self._conf, **extra, "on_delivery": self._on_delivery})
         except ck.KafkaException as e:
             raise ConfigurationError(f"{self.where}: the producer configuration is refused: {e.args[0].str()}",
                                      remedy="fix or remove the property it names (set_property)") from None
@@ -100,37 +102,49 @@ class KafkaWriter(SinkWriter):
                 remedy="create it (or let the brokers auto-create topics), or correct set_topic()",
             )
 
-    def serialize(self, records: list) -> list[ProducerRecord]:
-        return [self._sink.serializer.serialize(r) for r in records]
+    def serialize(self, records: list) -> list[Record]:
+        return self._sink.serializer.serialize_all(records)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
             self._errors.append((msg.topic(), err))
 
-    def produce(self, records: list[ProducerRecord]) -> None:
+    def produce(self, records: list[Record], topic: str | None = None) -> None:
+        """Produce ``records``: whole ProducerRecords, or values (bytes) for ``topic`` (the
+        sink's fixed topic unless given)."""
         p = self._producer
-        report = self._on_delivery
+        fixed = topic if topic is not None else self._sink.serializer.topic
         for r in records:
-            if r.partition is None and r.timestamp is None and not r.headers:
+            if not isinstance(r, ProducerRecord):  # a value of a sink with one topic and no key
+                try:
+                    p.produce(fixed, r)
+                    continue
+                except BufferError:
+                    r = ProducerRecord(fixed, r)  # type: ignore[arg-type]
+            elif r.partition is None and r.timestamp is None and not r.headers:
                 try:  # the common record: no dict of keywords built for it
-                    p.produce(r.topic, r.value, r.key, on_delivery=report)
+                    p.produce(r.topic, r.value, r.key)
                     continue
                 except BufferError:
                     pass
-            kw: dict[str, Any] = {"value": r.value, "key": r.key, "on_delivery": report}
-            if r.partition is not None:
-                kw["partition"] = r.partition
-            if r.timestamp is not None:
-                kw["timestamp"] = r.timestamp
-            if r.headers:
-                kw["headers"] = r.headers
-            while True:
-                try:
-                    p.produce(r.topic, **kw)
-                    break
-                except BufferError:
-                    p.poll(0.05)  # the local queue is full: wait for deliveries
+            self._produce_waiting(r)
         p.poll(0)
+
+    def _produce_waiting(self, r: ProducerRecord) -> None:
+        """One record, waiting for room while the producer's local queue is full."""
+        kw: dict[str, Any] = {"value": r.value, "key": r.key}
+        if r.partition is not None:
+            kw["partition"] = r.partition
+        if r.timestamp is not None:
+            kw["timestamp"] = r.timestamp
+        if r.headers:
+            kw["headers"] = r.headers
+        while True:
+            try:
+                self._producer.produce(r.topic, **kw)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # the local queue is full: wait for deliveries
 
     def flush_all(self, doing: str) -> None:
         remaining = self._producer.flush(self.timeout_s)
@@ -163,7 +177,8 @@ class ExactlyOnceKafkaWriter(KafkaWriter):
     def __init__(self, sink: KafkaSink, ctx: ReaderContext) -> None:
         super().__init__(sink, ctx)
         prefix = sink.transactional_id_prefix or default_transaction_prefix(ctx, salt=f"kafka/{sink.serializer.topic}")
-        self.protocol = CommitProtocol(prefix, ctx.subtask_index)
+        serializer = sink.serializer
+        self.protocol = CommitProtocol(prefix, ctx.subtask_index, topic=serializer.topic if serializer.values_only else None)
         self._groups: dict[str, Any] = {}
         self._in_txn = False
 
@@ -213,7 +228,7 @@ class ExactlyOnceKafkaWriter(KafkaWriter):
                     p.begin_transaction()
                     self._in_txn = True
                 elif isinstance(a, Send):
-                    self.produce(a.records)
+                    self.produce(a.records, a.topic)
                 elif isinstance(a, Prepare):
                     offsets = [ck.TopicPartition(a.marker_topic, 0, a.token)]
                     p.send_offsets_to_transaction(offsets, self._group(a.group).consumer_group_metadata(), self.timeout_s)

@@ -241,10 +241,11 @@ def describe_committable(committable: Any) -> dict[str, Any]:
         return dict(describe())
     if isinstance(committable, str):
         return {"transaction_id": committable}
-    if isinstance(committable, dict) and isinstance(committable.get("records"), list):
-        # a transaction kept with its records to replay (the Kafka sink's batches)
+    kept = committable.get("records", committable.get("values")) if isinstance(committable, dict) else None
+    if isinstance(kept, list):
+        # a transaction kept with its records (or, for one topic, their values) to replay: the Kafka sink's batches
         facts = {k: v for k, v in committable.items() if isinstance(v, (int, str))}
-        return {**facts, "records": len(committable["records"])}
+        return {**facts, "records": len(kept)}
     if isinstance(committable, (list, tuple)):
         return {"files": len(committable)}
     return {}

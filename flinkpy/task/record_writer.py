@@ -81,6 +81,8 @@ class RecordWriter:
     def process(self, values: list, timestamps: list[int] | None) -> None:
         if timestamps is None and not self.timestamped:
             self.emit(values)
+        elif self.partitioner == HASH and self.n > 1:
+            self._emit_hash_timestamped(values, timestamps)
         else:
             self._emit_with_timestamps(values, timestamps)
 
@@ -177,6 +179,31 @@ class RecordWriter:
             if kg is None:
                 kg = self._assign(k)
             pending[table[kg]].append(r)
+        self.records_out += len(records)
+        self._after_fanout()
+
+    def _emit_hash_timestamped(self, records: list, timestamps: list[int] | None) -> None:
+        """``_emit_hash`` for records with timestamps (a Kafka source's, say): one pass, each
+        key's group from the memo, each record and its timestamp appended to its channel's
+        buffers (the general path computes every channel first, then buckets in a second pass)."""
+        if not records:
+            return
+        self.timestamped = True
+        pending, pending_ts = self.pending, self.pending_ts
+        for i, pts in enumerate(pending_ts):
+            if pts is None:
+                pending_ts[i] = [None] * len(pending[i])
+        values_of = [buf.append for buf in pending]
+        stamps_of = [pts.append for pts in pending_ts]  # type: ignore[union-attr]
+        key, assign, memo, table = self._key, self._assign, self._assign.memo, self._kg_to_channel
+        for r, t in zip(records, timestamps if timestamps is not None else [None] * len(records)):
+            k = key(r)
+            try:
+                channel = table[memo[k]]
+            except (KeyError, TypeError):  # not memoised yet, or unhashable: the assigner decides
+                channel = table[assign(k)]
+            values_of[channel](r)
+            stamps_of[channel](t)
         self.records_out += len(records)
         self._after_fanout()
 
