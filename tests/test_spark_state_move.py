@@ -210,6 +210,13 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     refused = run_cli("savepoint", "plan", "--runner", "spark", on_engine, str(tmp_path / "process_job.py"), *slow[1:], timeout=120)
     assert refused.returncode == 7, refused.stderr
     assert "error: operator 'running sums': it is a keyed_process whose keyed state (_reduce)" in refused.stderr
+    # -n on Spark: the state of operators the program no longer has (new uids) stays behind instead of refusing the run
+    (tmp_path / "new_uids.py").write_text(JOB.replace('uid("sums")', 'uid("totals")').replace('uid("sink")', 'uid("file")'))
+    new_uids = [str(tmp_path / "new_uids.py"), str(count), str(tmp_path / "out-n"), "0.02"]
+    refused = run_cli("run", "-d", "--runner", "spark", "-p", "1", "-s", on_engine, *new_uids, timeout=120)
+    assert refused.returncode == 7 and "pass -n to drop its state" in refused.stderr, refused.stderr
+    left_behind = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-n", "-s", on_engine, *new_uids)["jobs"][0]["jid"]
+    _kill_driver(home, left_behind)
 
     # on Spark at parallelism 1 (Spark's 32 key groups), a few micro-batches, then stopped again
     spark_jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-s", on_engine,
@@ -222,6 +229,9 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
         _kill_driver(home, spark_jid)
     second = len(_records(out))
     assert second < count, "the Spark job should be stopped before its input ends"
+    # -n with a Spark savepoint: nothing it could act on (Spark restores its query's state whole)
+    refused = run_cli("run", "--runner", "spark", "-p", "1", "-n", "-s", on_spark, *slow, timeout=120)
+    assert refused.returncode == 2 and "holds its query's state as a whole" in refused.stderr, refused.stderr
     meta = json.loads((Path(on_spark.removeprefix("file://")) / "_metadata").read_text())
     assert meta["runner"] == "spark" and meta["moved"]["refused"] == []
     plan = _cli_json("savepoint", "plan", "--runner", "engine", on_spark, *slow)
