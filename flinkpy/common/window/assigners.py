@@ -50,31 +50,11 @@ def _offset(size: int, offset: Time | Duration | int | None, name: str) -> int:
     return off
 
 
-class _Tumbling(WindowAssigner):
-    def __init__(self, size: int, offset: int) -> None:
-        if size <= 0:
-            raise InvalidProgramError(f"{type(self).__name__} needs a positive size, got {size} ms")
-        self.size = size
-        self.offset = offset
+class _EventTime:
+    """The event-time side of an assigner: a record's windows by its timestamp; fired by the watermark."""
 
-    def _windows_at(self, ts: int) -> list[Window]:
-        start = TimeWindow.get_window_start_with_offset(ts, self.offset, self.size)
-        return [TimeWindow(start, start + self.size)]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.size})" if not self.offset else f"{type(self).__name__}({self.size}, {self.offset})"
-
-
-class TumblingEventTimeWindows(_Tumbling):
-    """Fixed-size, non-overlapping event-time windows, aligned to the epoch plus ``offset``."""
-
-    @staticmethod
-    def of(size: Time | Duration | int, offset: Time | Duration | int | None = None) -> TumblingEventTimeWindows:
-        ms = to_millis(size, "size")
-        return TumblingEventTimeWindows(ms, _offset(ms, offset, "TumblingEventTimeWindows"))
-
-    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
-        return self._windows_at(timestamp)  # type: ignore[arg-type]
+    def _time(self, timestamp: int | None, context: Any) -> int:
+        return timestamp  # type: ignore[return-value]
 
     def get_default_trigger(self, env: Any = None) -> Trigger:
         return EventTimeTrigger()
@@ -83,22 +63,50 @@ class TumblingEventTimeWindows(_Tumbling):
         return True
 
 
-class TumblingProcessingTimeWindows(_Tumbling):
-    """Fixed-size, non-overlapping windows of the processing-time clock."""
+class _ProcessingTime:
+    """The processing-time side: a record's windows by the clock when it arrives; fired by the clock."""
 
-    @staticmethod
-    def of(size: Time | Duration | int, offset: Time | Duration | int | None = None) -> TumblingProcessingTimeWindows:
-        ms = to_millis(size, "size")
-        return TumblingProcessingTimeWindows(ms, _offset(ms, offset, "TumblingProcessingTimeWindows"))
-
-    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
-        return self._windows_at(context.get_current_processing_time())
+    def _time(self, timestamp: int | None, context: Any) -> int:
+        return context.get_current_processing_time()
 
     def get_default_trigger(self, env: Any = None) -> Trigger:
         return ProcessingTimeTrigger()
 
     def is_event_time(self) -> bool:
         return False
+
+
+class _Tumbling(WindowAssigner):
+    def __init__(self, size: int, offset: int) -> None:
+        if size <= 0:
+            raise InvalidProgramError(f"{type(self).__name__} needs a positive size, got {size} ms")
+        self.size = size
+        self.offset = offset
+
+    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
+        start = TimeWindow.get_window_start_with_offset(self._time(timestamp, context), self.offset, self.size)  # type: ignore[attr-defined]
+        return [TimeWindow(start, start + self.size)]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.size})" if not self.offset else f"{type(self).__name__}({self.size}, {self.offset})"
+
+
+class TumblingEventTimeWindows(_EventTime, _Tumbling):
+    """Fixed-size, non-overlapping event-time windows, aligned to the epoch plus ``offset``."""
+
+    @staticmethod
+    def of(size: Time | Duration | int, offset: Time | Duration | int | None = None) -> TumblingEventTimeWindows:
+        ms = to_millis(size, "size")
+        return TumblingEventTimeWindows(ms, _offset(ms, offset, "TumblingEventTimeWindows"))
+
+
+class TumblingProcessingTimeWindows(_ProcessingTime, _Tumbling):
+    """Fixed-size, non-overlapping windows of the processing-time clock."""
+
+    @staticmethod
+    def of(size: Time | Duration | int, offset: Time | Duration | int | None = None) -> TumblingProcessingTimeWindows:
+        ms = to_millis(size, "size")
+        return TumblingProcessingTimeWindows(ms, _offset(ms, offset, "TumblingProcessingTimeWindows"))
 
 
 class _Sliding(WindowAssigner):
@@ -109,7 +117,8 @@ class _Sliding(WindowAssigner):
         self.slide = slide
         self.offset = offset
 
-    def _windows_at(self, ts: int) -> list[Window]:
+    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
+        ts = self._time(timestamp, context)  # type: ignore[attr-defined]
         start = TimeWindow.get_window_start_with_offset(ts, self.offset, self.slide)
         windows: list[Window] = []
         while start > ts - self.size:
@@ -121,7 +130,7 @@ class _Sliding(WindowAssigner):
         return f"{type(self).__name__}({self.size}, {self.slide})"
 
 
-class SlidingEventTimeWindows(_Sliding):
+class SlidingEventTimeWindows(_EventTime, _Sliding):
     """Windows of ``size`` starting every ``slide`` of event time; an element is in
     ``size / slide`` of them."""
 
@@ -130,32 +139,14 @@ class SlidingEventTimeWindows(_Sliding):
         s = to_millis(slide, "slide")
         return SlidingEventTimeWindows(to_millis(size, "size"), s, _offset(s, offset, "SlidingEventTimeWindows"))
 
-    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
-        return self._windows_at(timestamp)  # type: ignore[arg-type]
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return EventTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return True
-
-
-class SlidingProcessingTimeWindows(_Sliding):
+class SlidingProcessingTimeWindows(_ProcessingTime, _Sliding):
     """Sliding windows of the processing-time clock."""
 
     @staticmethod
     def of(size: Time | Duration | int, slide: Time | Duration | int, offset: Time | Duration | int | None = None) -> SlidingProcessingTimeWindows:
         s = to_millis(slide, "slide")
         return SlidingProcessingTimeWindows(to_millis(size, "size"), s, _offset(s, offset, "SlidingProcessingTimeWindows"))
-
-    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
-        return self._windows_at(context.get_current_processing_time())
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return False
 
 
 class SessionWindowTimeGapExtractor(abc.ABC):
@@ -183,7 +174,8 @@ class _Sessions(MergingWindowAssigner):
         self.gap = gap
         self.extractor = extractor
 
-    def _session(self, element: Any, ts: int) -> list[Window]:
+    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
+        ts = self._time(timestamp, context)  # type: ignore[attr-defined]
         gap = self.gap if self.extractor is None else _gap_of(self.extractor, element)
         return [TimeWindow(ts, ts + gap)]  # type: ignore[operator]
 
@@ -194,7 +186,7 @@ class _Sessions(MergingWindowAssigner):
         return f"{type(self).__name__}({self.gap if self.extractor is None else 'dynamic'})"
 
 
-class EventTimeSessionWindows(_Sessions):
+class EventTimeSessionWindows(_EventTime, _Sessions):
     """Event-time sessions: a window per burst of elements, closed after ``gap`` of silence."""
 
     @staticmethod
@@ -205,21 +197,12 @@ class EventTimeSessionWindows(_Sessions):
     def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor | Callable[[Any], int]) -> DynamicEventTimeSessionWindows:
         return DynamicEventTimeSessionWindows(extractor=extractor)
 
-    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
-        return self._session(element, timestamp)  # type: ignore[arg-type]
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return EventTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return True
-
 
 class DynamicEventTimeSessionWindows(EventTimeSessionWindows):
     """Event-time sessions whose gap is chosen per element."""
 
 
-class ProcessingTimeSessionWindows(_Sessions):
+class ProcessingTimeSessionWindows(_ProcessingTime, _Sessions):
     """Processing-time sessions."""
 
     @staticmethod
@@ -229,15 +212,6 @@ class ProcessingTimeSessionWindows(_Sessions):
     @staticmethod
     def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor | Callable[[Any], int]) -> DynamicProcessingTimeSessionWindows:
         return DynamicProcessingTimeSessionWindows(extractor=extractor)
-
-    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Window]:
-        return self._session(element, context.get_current_processing_time())
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return False
 
 
 class DynamicProcessingTimeSessionWindows(ProcessingTimeSessionWindows):

@@ -265,7 +265,8 @@ class PurgingTrigger(Trigger):
 
 
 class _ContinuousTrigger(Trigger):
-    """Shared part of the continuous triggers: the next periodic firing time, kept in state."""
+    """Shared part of the continuous triggers: the next periodic firing time, kept in state, and
+    its timer on the trigger's clock (``_register`` and ``_delete``)."""
 
     _FIRE_TIME = ReducingStateDescriptor("fire-time", min)
 
@@ -274,8 +275,46 @@ class _ContinuousTrigger(Trigger):
         if self.interval <= 0:
             raise InvalidProgramError(f"{type(self).__name__} needs a positive interval, got {self.interval} ms")
 
+    @abc.abstractmethod
+    def _register(self, ctx: Trigger.TriggerContext, time: int) -> None:
+        ...
+
+    @abc.abstractmethod
+    def _delete(self, ctx: Trigger.TriggerContext, time: int) -> None:
+        ...
+
+    def _start_period(self, ctx: Trigger.TriggerContext, time: int) -> None:
+        """The first firing after ``time``, unless the window has one already."""
+        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
+        if fire_time.get() is None:
+            next_fire = time - time % self.interval + self.interval
+            self._register(ctx, next_fire)
+            fire_time.add(next_fire)
+
+    def _on_timer(self, time: int, ctx: Trigger.TriggerContext) -> TriggerResult:
+        """FIRE when ``time`` is the window's periodic firing, and set the next one."""
+        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
+        if fire_time.get() == time:
+            fire_time.clear()
+            fire_time.add(time + self.interval)
+            self._register(ctx, time + self.interval)
+            return TriggerResult.FIRE
+        return TriggerResult.CONTINUE
+
     def can_merge(self) -> bool:
         return True
+
+    def on_merge(self, window: Window, ctx: Trigger.OnMergeContext) -> None:
+        ctx.merge_partitioned_state(self._FIRE_TIME)
+        next_fire = ctx.get_partitioned_state(self._FIRE_TIME).get()
+        if next_fire is not None:
+            self._register(ctx, next_fire)
+
+    def clear(self, window: Window, ctx: Trigger.TriggerContext) -> None:
+        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
+        if fire_time.get() is not None:
+            self._delete(ctx, fire_time.get())
+            fire_time.clear()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.interval})"
@@ -288,42 +327,27 @@ class ContinuousEventTimeTrigger(_ContinuousTrigger):
     def of(interval: Time | Duration | int) -> ContinuousEventTimeTrigger:
         return ContinuousEventTimeTrigger(interval)
 
+    def _register(self, ctx: Trigger.TriggerContext, time: int) -> None:
+        ctx.register_event_time_timer(time)
+
+    def _delete(self, ctx: Trigger.TriggerContext, time: int) -> None:
+        ctx.delete_event_time_timer(time)
+
     def on_element(self, element: Any, timestamp: int | None, window: Window, ctx: Trigger.TriggerContext) -> TriggerResult:
         if window.max_timestamp() <= ctx.get_current_watermark():
             return TriggerResult.FIRE
         ctx.register_event_time_timer(window.max_timestamp())
-        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
-        if fire_time.get() is None and timestamp is not None:
-            next_fire = timestamp - timestamp % self.interval + self.interval
-            ctx.register_event_time_timer(next_fire)
-            fire_time.add(next_fire)
+        if timestamp is not None:
+            self._start_period(ctx, timestamp)
         return TriggerResult.CONTINUE
 
     def on_event_time(self, time: int, window: Window, ctx: Trigger.TriggerContext) -> TriggerResult:
         if time == window.max_timestamp():
             return TriggerResult.FIRE
-        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
-        if fire_time.get() == time:
-            fire_time.clear()
-            fire_time.add(time + self.interval)
-            ctx.register_event_time_timer(time + self.interval)
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
+        return self._on_timer(time, ctx)
 
     def on_processing_time(self, time: int, window: Window, ctx: Trigger.TriggerContext) -> TriggerResult:
         return TriggerResult.CONTINUE
-
-    def on_merge(self, window: Window, ctx: Trigger.OnMergeContext) -> None:
-        ctx.merge_partitioned_state(self._FIRE_TIME)
-        next_fire = ctx.get_partitioned_state(self._FIRE_TIME).get()
-        if next_fire is not None:
-            ctx.register_event_time_timer(next_fire)
-
-    def clear(self, window: Window, ctx: Trigger.TriggerContext) -> None:
-        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
-        if fire_time.get() is not None:
-            ctx.delete_event_time_timer(fire_time.get())
-            fire_time.clear()
 
 
 class ContinuousProcessingTimeTrigger(_ContinuousTrigger):
@@ -333,35 +357,18 @@ class ContinuousProcessingTimeTrigger(_ContinuousTrigger):
     def of(interval: Time | Duration | int) -> ContinuousProcessingTimeTrigger:
         return ContinuousProcessingTimeTrigger(interval)
 
+    def _register(self, ctx: Trigger.TriggerContext, time: int) -> None:
+        ctx.register_processing_time_timer(time)
+
+    def _delete(self, ctx: Trigger.TriggerContext, time: int) -> None:
+        ctx.delete_processing_time_timer(time)
+
     def on_element(self, element: Any, timestamp: int | None, window: Window, ctx: Trigger.TriggerContext) -> TriggerResult:
-        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
-        if fire_time.get() is None:
-            now = ctx.get_current_processing_time()
-            next_fire = now - now % self.interval + self.interval
-            ctx.register_processing_time_timer(next_fire)
-            fire_time.add(next_fire)
+        self._start_period(ctx, ctx.get_current_processing_time())
         return TriggerResult.CONTINUE
 
     def on_event_time(self, time: int, window: Window, ctx: Trigger.TriggerContext) -> TriggerResult:
         return TriggerResult.CONTINUE
 
     def on_processing_time(self, time: int, window: Window, ctx: Trigger.TriggerContext) -> TriggerResult:
-        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
-        if fire_time.get() == time:
-            fire_time.clear()
-            fire_time.add(time + self.interval)
-            ctx.register_processing_time_timer(time + self.interval)
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
-
-    def on_merge(self, window: Window, ctx: Trigger.OnMergeContext) -> None:
-        ctx.merge_partitioned_state(self._FIRE_TIME)
-        next_fire = ctx.get_partitioned_state(self._FIRE_TIME).get()
-        if next_fire is not None:
-            ctx.register_processing_time_timer(next_fire)
-
-    def clear(self, window: Window, ctx: Trigger.TriggerContext) -> None:
-        fire_time = ctx.get_partitioned_state(self._FIRE_TIME)
-        if fire_time.get() is not None:
-            ctx.delete_processing_time_timer(fire_time.get())
-            fire_time.clear()
+        return self._on_timer(time, ctx)
