@@ -104,6 +104,17 @@ def test_running_values_regroup_between_the_engine_and_spark_key_groups_with_not
     assert back["numbers"].source_positions == [{"a": 1}, {"b": 2}]
 
 
+def test_a_spark_savepoint_refuses_allow_non_restored_state() -> None:
+    """-n has nothing to act on when a Spark savepoint restores on Spark: the driver refuses it."""
+    from flinkpy.errors import UsageError
+    from flinkpy.spark.supervisor_snapshots import check_restore
+
+    doc = {"spark": {"shuffle_partitions": 2, "key_groups": 32}}
+    check_restore(doc, shuffle_partitions=2, where="sp-1", key_groups=32)
+    with pytest.raises(UsageError, match="-n/--allow-non-restored-state: the Spark savepoint sp-1 holds its query's state as a whole"):
+        check_restore(doc, shuffle_partitions=2, where="sp-1", key_groups=32, allow_non_restored_state=True)
+
+
 # --------------------------------------------------------------------------- engine -> Spark -> engine
 
 pytest.importorskip("pyspark", reason="PySpark is not installed")
@@ -213,8 +224,6 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     # -n on Spark: the state of operators the program no longer has (new uids) stays behind instead of refusing the run
     (tmp_path / "new_uids.py").write_text(JOB.replace('uid("sums")', 'uid("totals")').replace('uid("sink")', 'uid("file")'))
     new_uids = [str(tmp_path / "new_uids.py"), str(count), str(tmp_path / "out-n"), "0.02"]
-    refused = run_cli("run", "-d", "--runner", "spark", "-p", "1", "-s", on_engine, *new_uids, timeout=120)
-    assert refused.returncode == 7 and "pass -n to drop its state" in refused.stderr, refused.stderr
     left_behind = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-n", "-s", on_engine, *new_uids)["jobs"][0]["jid"]
     _kill_driver(home, left_behind)
 
@@ -229,9 +238,6 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
         _kill_driver(home, spark_jid)
     second = len(_records(out))
     assert second < count, "the Spark job should be stopped before its input ends"
-    # -n with a Spark savepoint: nothing it could act on (Spark restores its query's state whole)
-    refused = run_cli("run", "--runner", "spark", "-p", "1", "-n", "-s", on_spark, *slow, timeout=120)
-    assert refused.returncode == 2 and "holds its query's state as a whole" in refused.stderr, refused.stderr
     meta = json.loads((Path(on_spark.removeprefix("file://")) / "_metadata").read_text())
     assert meta["runner"] == "spark" and meta["moved"]["refused"] == []
     plan = _cli_json("savepoint", "plan", "--runner", "engine", on_spark, *slow)
