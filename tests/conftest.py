@@ -186,6 +186,27 @@ def cli() -> Callable[..., subprocess.CompletedProcess]:
     return run_cli
 
 
+def run_cli_in(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``flinkpy ARGS`` in the home ``home``, with none of this process's FLINKPY_ variables and
+    no colour (``env`` adds to that): what the CLI does on a machine that knows nothing else."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLINKPY_")}
+    environ.update({"FLINKPY_HOME": str(home), "NO_COLOR": "1"}, **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "commands.main", *args],
+        capture_output=True, text=True, env=environ, stdin=subprocess.DEVNULL, timeout=60,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], code: int) -> str:
+    """The one line a refused command prints (``flinkpy: error: ...``, no traceback), once it
+    exited with ``code``."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flinkpy: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
 def cli_json(*args: str, **kw: Any) -> Any:
     res = run_cli(*args, "--json", **kw) if "--" not in args else run_cli(*args, **kw)
     assert res.returncode == 0, f"flinkpy {' '.join(args)} exited {res.returncode}: {res.stderr}"

@@ -7,7 +7,6 @@ never by sleeping. Expected values are derived independently from the files on d
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -15,16 +14,14 @@ import re
 import textwrap
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
-
-import psutil
+from typing import Any
 
 import pytest
 
-from conftest import run_cli, wait_for
+from conftest import run_cli, running_cluster, wait_for
 from commands.context import token_of
 from flinkpy.network.rest_client import RestClient
-from flinkpy.cluster import ClusterHome, start_cluster, stop_cluster
+from flinkpy.cluster import ClusterHome
 from flinkpy.connectors.number_sequence import split_ranges
 from flinkpy.errors import ExitCode
 
@@ -285,33 +282,12 @@ def test_manual_trigger_waits_its_turn_behind_a_periodic_checkpoint(cluster, tmp
 # --------------------------------------------------------------------------- clusters of our own
 
 
-@contextlib.contextmanager
-def own_cluster(home: Path, *, taskmanagers: int = 2, slots: int = 2) -> Iterator[Any]:
-    """A cluster started here (conftest's ``cluster`` fixture, but with this test's environment
-    and shape), stopped afterwards with a check that none of its processes is left behind."""
-    cluster_home = ClusterHome(home)
-    info = start_cluster(cluster_home, taskmanagers=taskmanagers, slots=slots, rest_port=0)
-    tree = []
-    try:
-        yield info
-    finally:
-        for pid in [info.jobmanager_pid] + [tm.pid for tm in info.taskmanagers]:
-            try:
-                root = psutil.Process(pid)
-                tree += [root, *root.children(recursive=True)]
-            except psutil.Error:
-                pass
-        stop_cluster(cluster_home, timeout_s=10)
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        assert not alive, f"processes left behind after cluster stop: {alive}"
-
-
 @pytest.mark.timeout(90)
 def test_two_jobs_on_one_taskmanager_checkpoint_independently(flinkpy_home: Path, tmp_path: Path) -> None:
     """Two jobs whose tasks share a TaskManager: each one's triggers, notifications and cancel
     must reach its own tasks. (Both jobs have the same shape, so their executions have the
     same vertex id, subtask and attempt.)"""
-    with own_cluster(flinkpy_home, taskmanagers=1, slots=4):
+    with running_cluster(flinkpy_home, taskmanagers=1, slots=4):
         first = submit(tmp_path, PLAIN_JOB, "execution.checkpointing.interval=100ms", parallelism=1)
         wait_for(lambda: stats(first)["counts"]["completed"] >= 2, timeout=30, message="first job's checkpoints")
         second = submit(tmp_path, PLAIN_JOB, "execution.checkpointing.interval=100ms", parallelism=1)
@@ -414,7 +390,7 @@ def test_checkpoints_on_s3(flinkpy_home: Path, tmp_path: Path, monkeypatch: pyte
             monkeypatch.setenv(name, value)
         s3 = boto3.client("s3", endpoint_url=endpoint)
         s3.create_bucket(Bucket="bucket")
-        with own_cluster(flinkpy_home):
+        with running_cluster(flinkpy_home, taskmanagers=2, slots=2):
             jid = submit(
                 tmp_path, KEYED_JOB,
                 "execution.checkpointing.interval=200ms",

@@ -14,16 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import one_error_line, run_cli_in as flinkpy
 from flinkpy.errors import ExitCode
-
-
-def flinkpy(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLINKPY_")}
-    environ.update({"FLINKPY_HOME": str(home), "NO_COLOR": "1"}, **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "commands.main", *args],
-        capture_output=True, text=True, env=environ, stdin=subprocess.DEVNULL, timeout=60,
-    )
 
 
 @pytest.fixture
@@ -31,14 +23,6 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     path.mkdir()
     return path
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
-    assert result.returncode == code, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("flinkpy: error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 def test_help(home: Path) -> None:
@@ -49,7 +33,7 @@ def test_help(home: Path) -> None:
 
 
 def test_list_without_cluster_exits_3(home: Path) -> None:
-    line = assert_one_line_error(flinkpy(home, "list"), ExitCode.UNREACHABLE)
+    line = one_error_line(flinkpy(home, "list"), ExitCode.UNREACHABLE)
     assert "no cluster is running" in line and "flinkpy cluster start" in line
 
 
@@ -62,28 +46,28 @@ def test_list_json_error_document(home: Path) -> None:
 
 
 def test_refused_address_exits_3(home: Path) -> None:
-    line = assert_one_line_error(flinkpy(home, "list", "-m", "127.0.0.1:1"), ExitCode.UNREACHABLE)
+    line = one_error_line(flinkpy(home, "list", "-m", "127.0.0.1:1"), ExitCode.UNREACHABLE)
     assert "127.0.0.1:1" in line
 
 
 def test_bad_flag_value_exits_2(home: Path) -> None:
-    line = assert_one_line_error(flinkpy(home, "cluster", "start", "--slots", "zero"), ExitCode.USAGE)
+    line = one_error_line(flinkpy(home, "cluster", "start", "--slots", "zero"), ExitCode.USAGE)
     assert "--slots" in line
 
 
 def test_unknown_flag_exits_2(home: Path) -> None:
-    assert_one_line_error(flinkpy(home, "list", "--bogus"), ExitCode.USAGE)
+    one_error_line(flinkpy(home, "list", "--bogus"), ExitCode.USAGE)
 
 
 def test_run_missing_file_exits_4(home: Path) -> None:
-    line = assert_one_line_error(flinkpy(home, "run", str(home / "missing.py")), ExitCode.NOT_FOUND)
+    line = one_error_line(flinkpy(home, "run", str(home / "missing.py")), ExitCode.NOT_FOUND)
     assert "missing.py" in line
 
 
 def test_run_syntax_error_exits_7_naming_file_and_line(home: Path) -> None:
     job = home / "broken.py"
     job.write_text("from flinkpy.datastream import StreamExecutionEnvironment\n\ndef oops(:\n    pass\n")
-    line = assert_one_line_error(flinkpy(home, "run", str(job)), ExitCode.INVALID_PROGRAM)
+    line = one_error_line(flinkpy(home, "run", str(job)), ExitCode.INVALID_PROGRAM)
     assert "broken.py" in line and "3" in line
 
 
@@ -96,7 +80,7 @@ def test_debug_shows_traceback(home: Path) -> None:
 def test_bad_dynamic_property_exits_8(home: Path) -> None:
     job = home / "job.py"
     job.write_text("raise SystemExit('must not run')\n")
-    line = assert_one_line_error(flinkpy(home, "run", "-D", "parallelism.defualt=2", str(job)), ExitCode.CONFIGURATION)
+    line = one_error_line(flinkpy(home, "run", "-D", "parallelism.defualt=2", str(job)), ExitCode.CONFIGURATION)
     assert "parallelism.default" in line
 
 
@@ -110,7 +94,7 @@ def test_bad_config_file_exits_8_with_json(home: Path) -> None:
 
 def test_bad_env_config_exits_8(home: Path) -> None:
     result = flinkpy(home, "cluster", "start", env={"FLINKPY_TASKMANAGER_NUMBEROFTASKSLOTS": "-1"})
-    assert_one_line_error(result, ExitCode.CONFIGURATION)
+    one_error_line(result, ExitCode.CONFIGURATION)
 
 
 @pytest.mark.timeout(60)
@@ -123,5 +107,5 @@ def test_missing_object_store_credentials_exit_8_naming_what_to_set(home: Path, 
     for args in (["savepoint", "list", "s3://no-bucket/savepoints"], ["checkpoint", "verify", "s3://no-bucket/cp/chk-1"]):
         result = subprocess.run([sys.executable, "-m", "commands.main", *args], capture_output=True, text=True, env=env,
                                 stdin=subprocess.DEVNULL, timeout=50)
-        line = assert_one_line_error(result, ExitCode.CONFIGURATION)
+        line = one_error_line(result, ExitCode.CONFIGURATION)
         assert "no credentials" in line and "AWS_ACCESS_KEY_ID" in line and "bug" not in line, line

@@ -13,21 +13,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import netns
 from conftest import ROOT, wait_for
-from flinkpy.cluster.home import ClusterHome
-from flinkpy.ha.services import HaConfig
-from flinkpy.processes import module_command
+from flinkpy.cluster.ha_hosts import HaHosts
 
 pytestmark = pytest.mark.skipif(netns.required() is not None, reason=str(netns.required()))
 
@@ -35,31 +31,23 @@ EXAMPLES = ROOT / "examples"
 KEYS, PER_KEY = 4, 2500
 
 
-class HaDrill:
-    def __init__(self, hosts: netns.Hosts, base: Path) -> None:
-        self.hosts, self.base = hosts, base
-        self.home = base / "home"
+class HaDrill(HaHosts):
+    """ZooKeeper and two JobManagers, each on a host, and the CLI on the TaskManager's host."""
 
     def cli(self, *args: str, jm: str = "", check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         """``flinkpy ARGS`` run on the TaskManager's host (it reaches both JobManagers), talking
         to JobManager ``jm``."""
-        env = dict(os.environ, FLINKPY_HOME=str(self.home), FLINKPY_JOBMANAGER=self.rest(jm) if jm else "", PYTHONPATH=str(ROOT))
+        env = dict(os.environ, FLINKPY_HOME=str(self.home), FLINKPY_JOBMANAGER=self.rest_address(jm) if jm else "", PYTHONPATH=str(ROOT))
         res = self.hosts.run("tm", [sys.executable, "-m", "commands.main", *args], capture_output=True, text=True, env=env,
                              cwd=str(ROOT), timeout=timeout)
         if check:
             assert res.returncode == 0, f"flinkpy {' '.join(args)} exited {res.returncode}: {res.stderr}"
         return res
 
-    def rest(self, jm: str) -> str:
-        return json.loads((self.home / "jobmanagers" / f"{jm}.json").read_text())["rest_address"]
-
     def job_state(self, jm: str, jid: str) -> str | None:
         """The job's state as JobManager ``jm`` tells it (None: it serves no jobs, a standby)."""
         res = self.cli("job", "show", jid, "--json", jm=jm, check=False, timeout=20)
         return json.loads(res.stdout)["state"] if res.returncode == 0 else None
-
-    def log(self, jm: str) -> str:
-        return (self.home / "log" / f"jobmanager-{jm}.log").read_text(errors="replace")
 
 
 def _logged_at(text: str, pattern: str) -> datetime:
@@ -71,48 +59,18 @@ def _logged_at(text: str, pattern: str) -> datetime:
 
 @pytest.mark.timeout(300)
 def test_the_leader_cut_off_from_zookeeper_steps_down_before_a_standby_restores_the_job(tmp_path: Path) -> None:
-    with netns.hosts("zk", "jm1", "jm2", "tm") as hosts:
-        d = HaDrill(hosts, tmp_path)
-        zk_home = tmp_path / "zk"
-        env = dict(os.environ, FLINKPY_HOME=str(zk_home), PYTHONPATH=str(ROOT))
-        started = hosts.run("zk", [sys.executable, "-m", "commands.main", "zookeeper", "start", "--port", "0", "--tick-time", "200",
-                                   "--bind-address", "0.0.0.0", "--json"], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=90)
-        assert started.returncode == 0, started.stderr
-        port = json.loads(started.stdout)["servers"][0]["client_port"]
-        try:
-            ha = HaConfig(quorum=f"{hosts['zk'].address}:{port}", cluster_id="drill", storage_dir=str(tmp_path / "ha"),
-                          session_timeout_s=2.0, connection_timeout_s=60.0)
-            ClusterHome(d.home).ensure()
-            (d.home / "jobmanagers").mkdir()
-            _drill(d, ha)
-        finally:
-            hosts.run("zk", [sys.executable, "-m", "commands.main", "zookeeper", "stop"], env=env, cwd=str(ROOT), timeout=30,
-                      capture_output=True)
+    with netns.hosts("zk", "jm1", "jm2", "tm") as hosts, HaDrill(hosts, tmp_path) as d:
+        _drill(d)
 
 
-def _start_jobmanager(d: HaDrill, jm: str, ha: HaConfig) -> None:
-    address = d.hosts[jm].address
-    argv = module_command("flinkpy.jobmanager.process", "--home", str(d.home), "--id", jm, "--rest-port", "0",
-                          "--rest-address", address, "--rpc-address", address, "--heartbeat-timeout-ms", "4000",
-                          "--ha", json.dumps(ha.to_dict()))
-    with open(d.home / "log" / f"jobmanager-{jm}.log", "ab") as log:
-        d.hosts.popen(jm, argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-
-def _drill(d: HaDrill, ha: HaConfig) -> None:
-    _start_jobmanager(d, "jm1", ha)
+def _drill(d: HaDrill) -> None:
+    ha = d.ha
+    assert ha is not None
+    d.start_jobmanager("jm1", "--heartbeat-timeout-ms", "4000")
     wait_for(lambda: "is the leader" in d.log("jm1"), timeout=60, message="jm1 leading")
-    _start_jobmanager(d, "jm2", ha)
-    wait_for(lambda: (d.home / "jobmanagers" / "jm2.json").exists(), timeout=60, message="jm2 up as a standby")
-    tm_home = d.base / "tm-home"
-    tm_home.mkdir()
-    shutil.copyfile(d.home / "secret", tm_home / "secret")
-    (tm_home / "secret").chmod(0o600)
-    argv = module_command("flinkpy.taskmanager.process", "--home", str(tm_home), "--id", "tm", "--slots", "4",
-                          "--heartbeat-interval-ms", "300", "--ha", json.dumps(ha.to_dict()), "--host", d.hosts["tm"].address)
-    (tm_home / "log").mkdir()
-    with open(tm_home / "log" / "taskmanager.log", "ab") as log:
-        d.hosts.popen("tm", argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    d.start_jobmanager("jm2", "--heartbeat-timeout-ms", "4000")
+    wait_for(lambda: d.has_started("jm2"), timeout=60, message="jm2 up as a standby")
+    d.start_taskmanager("tm", slots=4, home=d.base / "tm-home")
     wait_for(lambda: "TaskManager tm registered" in d.log("jm1"), timeout=60, message="the TaskManager registered with jm1")
 
     out = d.base / "out"

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 import psutil
 import pytest
 
-from conftest import cli_json, flinkpy_processes, wait_for
+from conftest import all_gone_after, cli_json, flinkpy_processes, wait_for
 from flinkpy.common import RestartStrategies, Types, WatermarkStrategy
 from flinkpy.datastream import KeyedProcessFunction, MapFunction, StreamExecutionEnvironment
 from flinkpy.datastream.connectors import NumberSequenceSource
@@ -71,16 +71,8 @@ def start(flinkpy_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterable[Calla
 
     yield _start
     for info in started:
-        tree = []
-        for pid in [info.jobmanager_pid] + [tm.pid for tm in info.taskmanagers]:
-            try:
-                root = psutil.Process(pid)
-                tree += [root, *root.children(recursive=True)]
-            except psutil.Error:
-                pass
-        stop_cluster(home, timeout_s=10)
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        assert not alive, f"processes left behind after cluster stop: {alive}"
+        with all_gone_after([info.jobmanager_pid] + [tm.pid for tm in info.taskmanagers]):
+            stop_cluster(home, timeout_s=10)
 
 
 def seeded(name: str) -> random.Random:

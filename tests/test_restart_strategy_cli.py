@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import one_error_line, run_cli_in
 from flinkpy.errors import ExitCode
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def flinkpy(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLINKPY_")}
-    environ.update({"FLINKPY_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"})
-    return subprocess.run(
-        [sys.executable, "-m", "commands.main", *args],
-        capture_output=True, text=True, env=environ, stdin=subprocess.DEVNULL, timeout=60,
-    )
+    return run_cli_in(home, *args, env={"COLUMNS": "200"})
 
 
 @pytest.fixture
@@ -29,13 +23,6 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     path.mkdir()
     return path
-
-
-def one_error_line(res: subprocess.CompletedProcess[str], code: int) -> str:
-    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("flinkpy: error: "), res.stderr
-    return lines[0]
 
 
 def test_explain_fixed_delay(home: Path) -> None:

@@ -104,6 +104,17 @@ def test_running_values_regroup_between_the_engine_and_spark_key_groups_with_not
     assert back["numbers"].source_positions == [{"a": 1}, {"b": 2}]
 
 
+def test_a_spark_savepoint_refuses_allow_non_restored_state() -> None:
+    """-n has nothing to act on when a Spark savepoint restores on Spark: the driver refuses it."""
+    from flinkpy.errors import UsageError
+    from flinkpy.spark.supervisor_snapshots import check_restore
+
+    doc = {"spark": {"shuffle_partitions": 2, "key_groups": 32}}
+    check_restore(doc, shuffle_partitions=2, where="sp-1", key_groups=32)
+    with pytest.raises(UsageError, match="-n/--allow-non-restored-state: the Spark savepoint sp-1 holds its query's state as a whole"):
+        check_restore(doc, shuffle_partitions=2, where="sp-1", key_groups=32, allow_non_restored_state=True)
+
+
 # --------------------------------------------------------------------------- engine -> Spark -> engine
 
 pytest.importorskip("pyspark", reason="PySpark is not installed")
@@ -210,6 +221,11 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     refused = run_cli("savepoint", "plan", "--runner", "spark", on_engine, str(tmp_path / "process_job.py"), *slow[1:], timeout=120)
     assert refused.returncode == 7, refused.stderr
     assert "error: operator 'running sums': it is a keyed_process whose keyed state (_reduce)" in refused.stderr
+    # -n on Spark: the state of operators the program no longer has (new uids) stays behind instead of refusing the run
+    (tmp_path / "new_uids.py").write_text(JOB.replace('uid("sums")', 'uid("totals")').replace('uid("sink")', 'uid("file")'))
+    new_uids = [str(tmp_path / "new_uids.py"), str(count), str(tmp_path / "out-n"), "0.02"]
+    left_behind = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-n", "-s", on_engine, *new_uids)["jobs"][0]["jid"]
+    _kill_driver(home, left_behind)
 
     # on Spark at parallelism 1 (Spark's 32 key groups), a few micro-batches, then stopped again
     spark_jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-s", on_engine,

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from conftest import all_gone_after, checkpoint_past, run_cli, wait_for
+from conftest import all_gone_after, run_cli
 from flinkpy.errors import ExitCode
+from keyed_state_job import keyed_job, stop_with_savepoint
 from flinkpy.state.key_groups import assign_to_key_group, compute_operator_index_for_key_group
 
 M = 3000  #: numbers that reach the keyed operator: 1..M
-N = 10**12  #: the source's range: effectively unbounded, so the job runs until it is stopped
 MAX_PARALLELISM = 128
 PARALLELISM = 2
 
@@ -40,56 +40,24 @@ namespace: dict[str, Any] = {}
 exec(KEY_OF, namespace)  # noqa: S102 - our own constant
 key_of = namespace["key_of"]
 
-JOB = (
-    textwrap.dedent(
-        f"""
-        from flinkpy.common import WatermarkStrategy
-        from flinkpy.datastream import CheckpointedFunction, FlatMapFunction, KeyedProcessFunction, StreamExecutionEnvironment
-        from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
-        from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-        """
-    )
-    + KEY_OF
-    + textwrap.dedent(
-        f"""
-        class Select(FlatMapFunction, CheckpointedFunction):
-            \"\"\"Passes 1..{M} on as (key, n) and keeps how many it passed in operator state.\"\"\"
+JOB = keyed_job(
+    prelude=KEY_OF,
+    condition=f"n <= {M}",
+    track="""
+    class Track(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count"))
+            self.events = ctx.get_list_state(ListStateDescriptor("events"))
+            self.digits = ctx.get_map_state(MapStateDescriptor("digits"))
 
-            def initialize_state(self, context):
-                self.state = context.get_operator_state_store().get_list_state(ListStateDescriptor("passed", None))
-                self.passed = sum(self.state.get())
-
-            def snapshot_state(self, context):
-                self.state.update([self.passed])
-
-            def flat_map(self, n):
-                if n <= {M}:
-                    self.passed += 1
-                    yield (key_of(n), n)
-
-
-        class Track(KeyedProcessFunction):
-            def open(self, ctx):
-                self.count = ctx.get_state(ValueStateDescriptor("count"))
-                self.events = ctx.get_list_state(ListStateDescriptor("events"))
-                self.digits = ctx.get_map_state(MapStateDescriptor("digits"))
-
-            def process_element(self, pair, ctx):
-                n = pair[1]
-                self.count.update((self.count.value() or 0) + 1)
-                self.events.add(n)
-                self.digits.put(n % 10, (self.digits.get(n % 10) or 0) + 1)
-                return []
-
-
-        env = StreamExecutionEnvironment.get_execution_environment()
-        env.enable_checkpointing(100)
-        numbers = env.from_source(NumberSequenceSource(1, {N}), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
-        pairs = numbers.flat_map(Select()).uid("select").name("select")
-        pairs.key_by(lambda pair: pair[0]).process(Track()).uid("track").name("track").add_sink(lambda v: None)
-        env.execute("skewed keys")
-        """
-    )
+        def process_element(self, pair, ctx):
+            n = pair[1]
+            self.count.update((self.count.value() or 0) + 1)
+            self.events.add(n)
+            self.digits.put(n % 10, (self.digits.get(n % 10) or 0) + 1)
+            return []
+    """,
+    name="skewed keys",
 )
 
 
@@ -125,18 +93,11 @@ def savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {"FLINKPY_HOME": str(base / "home"), "FLINKPY_JOBMANAGER": info.rest_address}
     pids = [info.jobmanager_pid] + [tm.pid for tm in info.taskmanagers]
     try:
-        res = run_cli("run", "-d", "-p", str(PARALLELISM), "--json", str(job), env=env)
-        assert res.returncode == 0, res.stderr
-        jid = json.loads(res.stdout)["jobs"][0]["jid"]
-        wait_for(lambda: checkpoint_past(base / "home" / "checkpoints", jid, M), timeout=60, interval=0.05,
-                 message=f"a completed checkpoint of job {jid} past number {M}")
-        stop = run_cli("stop", "--json", "--savepoint-path", str(base / "savepoints"), jid, env=env)
-        assert stop.returncode == 0, stop.stderr
-        location = json.loads(stop.stdout)["location"]
+        path = stop_with_savepoint([str(job)], parallelism=PARALLELISM, checkpoints=base / "home" / "checkpoints", last=M,
+                                   savepoints=base / "savepoints", env=env)
     finally:
         with all_gone_after(pids):
             stop_cluster(home, timeout_s=10)
-    path = Path(location[len("file://"):] if location.startswith("file://") else location)
     assert (path / "_metadata").is_file(), path
     return path
 

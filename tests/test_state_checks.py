@@ -16,7 +16,6 @@ to `number`: --check-code must refuse it, naming the class and the field, for ev
 from __future__ import annotations
 
 import json
-import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Iterator
@@ -24,40 +23,23 @@ from typing import Any
 
 import pytest
 
-from conftest import checkpoint_past, module_cluster, run_cli, wait_for
+from conftest import module_cluster, run_cli
 from flinkpy.errors import ExitCode
+from keyed_state_job import keyed_job, stop_with_savepoint
 
 pytestmark = pytest.mark.timeout(120)
 
-N = 10**12  #: the source's range: it runs until stopped
 DROPPED = "k3"
 
-JOB = textwrap.dedent(
-    f"""
+JOB = keyed_job(
+    prelude="""
     import sys
-    from flinkpy.common import WatermarkStrategy
-    from flinkpy.datastream import CheckpointedFunction, FlatMapFunction, KeyedProcessFunction, StreamExecutionEnvironment
-    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
-    from flinkpy.datastream.state import ListStateDescriptor, ValueStateDescriptor
     from readings import Reading, key_of
 
     LIMIT, MAX_PARALLELISM, SKIP = int(sys.argv[1]), int(sys.argv[2]), set(sys.argv[3:])
-
-
-    class Select(FlatMapFunction, CheckpointedFunction):
-        def initialize_state(self, context):
-            self.state = context.get_operator_state_store().get_list_state(ListStateDescriptor("passed", None))
-            self.passed = sum(self.state.get())
-
-        def snapshot_state(self, context):
-            self.state.update([self.passed])
-
-        def flat_map(self, n):
-            if n <= LIMIT and key_of(n) not in SKIP:
-                self.passed += 1
-                yield (key_of(n), n)
-
-
+    """,
+    condition="n <= LIMIT and key_of(n) not in SKIP",
+    track="""
     class Track(KeyedProcessFunction):
         def open(self, ctx):
             self.count = ctx.get_state(ValueStateDescriptor("count"))
@@ -73,16 +55,9 @@ JOB = textwrap.dedent(
             if latest is None or n > latest.n:
                 self.latest.update(Reading(n, key))
             return []
-
-
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.enable_checkpointing(100)
-    env.set_max_parallelism(MAX_PARALLELISM)
-    numbers = env.from_source(NumberSequenceSource(1, {N}), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
-    pairs = numbers.flat_map(Select()).uid("select").name("select")
-    pairs.key_by(lambda pair: pair[0]).process(Track()).uid("track").name("track").add_sink(lambda v: None)
-    env.execute("readings")
-    """
+    """,
+    settings="env.set_max_parallelism(MAX_PARALLELISM)",
+    name="readings",
 )
 
 READINGS = """
@@ -129,14 +104,8 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
         def savepoint(side: str) -> Path:
             p, args, limit = runs[side]
-            res = run_cli("run", "-d", "-p", str(p), "--json", str(dirs["old"] / "job.py"), *args)
-            assert res.returncode == 0, res.stderr
-            jid = json.loads(res.stdout)["jobs"][0]["jid"]
-            wait_for(lambda: checkpoint_past(home / "checkpoints", jid, limit), timeout=60, interval=0.05,
-                     message=f"a checkpoint of job {jid} ({side}) past {limit}")
-            stop = run_cli("stop", "--json", "--savepoint-path", str(base / f"savepoints-{side}"), jid)
-            assert stop.returncode == 0, stop.stderr
-            return Path(json.loads(stop.stdout)["location"].removeprefix("file://"))
+            return stop_with_savepoint([str(dirs["old"] / "job.py"), *args], parallelism=p, checkpoints=home / "checkpoints",
+                                       last=limit, savepoints=base / f"savepoints-{side}")
 
         # both jobs at once, each from its own thread: the module's setup is most of its time
         with ThreadPoolExecutor(2) as pool:

@@ -248,75 +248,49 @@ SESSION_TIMEOUT_S = 2.0
 def _zookeeper_failovers(base: Path, runs: int, log: Callable[[str], None]) -> list[float]:
     """ZooKeeper, two JobManagers and a TaskManager on hosts of their own; each run cuts the
     leader off from ZooKeeper and times the job's recovery under the other JobManager."""
-    import json
-    import subprocess
-    import sys
-
-    from flinkpy.cluster import ClusterHome
+    from flinkpy.cluster.ha_hosts import HaHosts
     from flinkpy.cluster.netns import Hosts
-    from flinkpy.ha.services import HaConfig
     from flinkpy.network.rest_client import RestClient
-    from flinkpy.processes import module_command
 
     hosts = Hosts(gateway=True)
-    home = base / "home"
-    env = dict(os.environ, FLINKPY_HOME=str(base / "zk"), PYTHONUNBUFFERED="1")
     try:
         for name in ("zk", "jm1", "jm2", "tm"):
             hosts.add(name)
-        started = hosts.run("zk", [sys.executable, "-m", "commands.main", "zookeeper", "start", "--port", "0", "--tick-time", "200",
-                                   "--bind-address", "0.0.0.0", "--json"], capture_output=True, text=True, env=env, timeout=120)
-        if started.returncode != 0:
-            raise RuntimeError(f"ZooKeeper did not start: {started.stderr.strip()}")
-        port = json.loads(started.stdout)["servers"][0]["client_port"]
-        ha = HaConfig(quorum=f"{hosts['zk'].address}:{port}", cluster_id="bench", storage_dir=str(base / "ha"),
-                      session_timeout_s=SESSION_TIMEOUT_S, connection_timeout_s=60.0)
-        ClusterHome(home).ensure()
-        (home / "jobmanagers").mkdir()
-        for jm in ("jm1", "jm2"):
-            address = hosts[jm].address
-            argv = module_command("flinkpy.jobmanager.process", "--home", str(home), "--id", jm, "--rest-port", "0",
-                                  "--rest-address", address, "--rpc-address", address, "--ha", json.dumps(ha.to_dict()))
-            with open(home / "log" / f"jobmanager-{jm}.log", "ab") as out:
-                hosts.popen(jm, argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-            _wait(lambda: (home / "jobmanagers" / f"{jm}.json").exists(), 60)
-        argv = module_command("flinkpy.taskmanager.process", "--home", str(home), "--id", "tm", "--slots", "2",
-                              "--heartbeat-interval-ms", "300", "--ha", json.dumps(ha.to_dict()))
-        with open(home / "log" / "taskmanager-tm.log", "ab") as out:
-            hosts.popen("tm", argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-        def leader() -> str | None:
+        with HaHosts(hosts, base, cluster_id="bench", session_timeout_s=SESSION_TIMEOUT_S) as cluster:
             for jm in ("jm1", "jm2"):
-                address = json.loads((home / "jobmanagers" / f"{jm}.json").read_text())["rest_address"]
+                cluster.start_jobmanager(jm)
+                _wait(lambda: cluster.has_started(jm), 60)
+            cluster.start_taskmanager("tm", slots=2)
+
+            def rest(jm: str) -> Any:
+                return RestClient(cluster.rest_address(jm), cluster.token(), timeout_s=2)
+
+            def leader() -> str | None:
+                for jm in ("jm1", "jm2"):
+                    try:
+                        if rest(jm).overview()["taskmanagers"] >= 1:
+                            return jm
+                    except Exception:  # noqa: BLE001 - a standby answers 503
+                        pass
+                return None
+
+            first = _wait(leader, 120)
+            jid = _submit_endless(cluster.home, base, cluster.rest_address(first))
+            times = []
+            for _ in range(runs):
+                old = _wait(leader, 120)
+                new = "jm2" if old == "jm1" else "jm1"
+                _wait(lambda: _running(rest(old), jid) is not None, 120)
+                cut_ms = time.time() * 1000
+                hosts.partition(old, "zk")
                 try:
-                    if RestClient(address, ClusterHome(home).token(), timeout_s=2).overview()["taskmanagers"] >= 1:
-                        return jm
-                except Exception:  # noqa: BLE001 - a standby answers 503
-                    pass
-            return None
-
-        def rest(jm: str) -> Any:
-            address = json.loads((home / "jobmanagers" / f"{jm}.json").read_text())["rest_address"]
-            return RestClient(address, ClusterHome(home).token(), timeout_s=2)
-
-        first = _wait(leader, 120)
-        jid = _submit_endless(home, base, json.loads((home / "jobmanagers" / f"{first}.json").read_text())["rest_address"])
-        times = []
-        for _ in range(runs):
-            old = _wait(leader, 120)
-            new = "jm2" if old == "jm1" else "jm1"
-            _wait(lambda: _running(rest(old), jid) is not None, 120)
-            cut_ms = time.time() * 1000
-            hosts.partition(old, "zk")
-            try:
-                running_ms = _wait(lambda: _running(rest(new), jid, after_ms=cut_ms), 120)
-            finally:
-                hosts.rejoin(old, "zk")
-            times.append(running_ms - cut_ms)
-            log(f"partitions: {old} cut off from ZooKeeper: the job running under {new} {times[-1]:.0f} ms after the cut")
-        return times
+                    running_ms = _wait(lambda: _running(rest(new), jid, after_ms=cut_ms), 120)
+                finally:
+                    hosts.rejoin(old, "zk")
+                times.append(running_ms - cut_ms)
+                log(f"partitions: {old} cut off from ZooKeeper: the job running under {new} {times[-1]:.0f} ms after the cut")
+            return times
     finally:
-        hosts.run("zk", [sys.executable, "-m", "commands.main", "zookeeper", "stop"], env=env, capture_output=True, timeout=60)
         hosts.close()
 
 

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flinkpy.benchmarks.report import Figure, Unit, cells
+from flinkpy.benchmarks.spark_report import counted, load_text, median_of, rate_text, ratio, ratio_text, seconds_text
 from flinkpy.benchmarks.workloads import job_w1, job_w2, run_job, split
 
 PARALLELISM = 2
@@ -267,69 +268,51 @@ def compare(address: str, token: str, paths: list[str], n_words: int, w2_count: 
     return result
 
 
-def _median(runs: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    return statistics.median(values) if values else None
-
-
 def _spark_side(n: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    wall = _median(runs, "wall_s")
+    wall = median_of(runs, "wall_s")
     phases = sorted({k for r in runs for k in r["phases_ms"]})
     return {
         "rate": n / wall if wall else None,
-        "first_result_s": _median(runs, "first_result_s"),
-        "output": _median(runs, "output"),
-        "batches": _median(runs, "batches"),
+        "first_result_s": median_of(runs, "first_result_s"),
+        "output": median_of(runs, "output"),
+        "batches": median_of(runs, "batches"),
         "phases_ms": {k: statistics.median(r["phases_ms"].get(k, 0) for r in runs) for k in phases},
         "runs": runs,
     }
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
-
-
 def _summary(n: int, engine_runs: list[dict[str, Any]], spark_runs: list[dict[str, Any]], hand_runs: list[dict[str, Any]]) -> dict[str, Any]:
-    ew, net = _median(engine_runs, "wall_s"), _median(engine_runs, "net_s")
+    ew, net = median_of(engine_runs, "wall_s"), median_of(engine_runs, "net_s")
     engine = {"rate": n / ew if ew else None, "net_rate": n / net if net else None,
-              "first_result_s": _median(engine_runs, "first_result_s"), "runs": engine_runs}
+              "first_result_s": median_of(engine_runs, "first_result_s"), "runs": engine_runs}
     on_spark, by_hand = _spark_side(n, spark_runs), _spark_side(n, hand_runs)
     return {
         "records": n,
         "engine": engine,
         "flinkpy_on_spark": on_spark,
         "hand_written": by_hand,
-        "rate_ratio": _ratio(on_spark["rate"], by_hand["rate"]),  # flinkpy on Spark / hand-written
-        "first_result_ratio": _ratio(on_spark["first_result_s"], by_hand["first_result_s"]),  # time: flinkpy on Spark / hand-written
-        "rate_vs_engine": _ratio(on_spark["rate"], engine["rate"]),
+        "rate_ratio": ratio(on_spark["rate"], by_hand["rate"]),  # flinkpy on Spark / hand-written
+        "first_result_ratio": ratio(on_spark["first_result_s"], by_hand["first_result_s"]),  # time: flinkpy on Spark / hand-written
+        "rate_vs_engine": ratio(on_spark["rate"], engine["rate"]),
     }
 
 
 def report(result: dict[str, Any]) -> str:
     """The comparison as text lines."""
-    def rate(v: float | None) -> str:
-        return "-" if v is None else f"{v / 1e3:.1f} k"
-
-    def secs(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f} s"
-
-    def ratio(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}"
-
+    rate, secs = rate_text, seconds_text
     lines = [
         f"Spark {result['master']}: session start {result['session_start_s']:.1f} s and warm-up {result.get('warm_up_s', 0):.1f} s, "
         f"not counted; engine p={result['parallelism']}; rates on wall time from start to the end, records in per second",
-        "load average (1, 5, 15 min) at the start " + " ".join(f"{x:.1f}" for x in result["load_average"]["start"])
-        + ", at the end " + " ".join(f"{x:.1f}" for x in result["load_average"].get("end", ())),
+        load_text(result["load_average"]),
         f"{'workload':8} {'engine':>9} {'on Spark':>9} {'by hand':>9} {'ratio':>6}   {'1st result: engine':>18} {'on Spark':>9} "
         f"{'by hand':>8} {'ratio':>6}   {'Spark/engine':>12}",
     ]
     for name, w in result["workloads"].items():
         e, s, h = w["engine"], w["flinkpy_on_spark"], w["hand_written"]
         lines.append(
-            f"{name:8} {rate(e['rate']):>9} {rate(s['rate']):>9} {rate(h['rate']):>9} {ratio(w['rate_ratio']):>6}   "
+            f"{name:8} {rate(e['rate']):>9} {rate(s['rate']):>9} {rate(h['rate']):>9} {ratio_text(w['rate_ratio']):>6}   "
             f"{secs(e['first_result_s']):>18} {secs(s['first_result_s']):>9} {secs(h['first_result_s']):>8} "
-            f"{ratio(w['first_result_ratio']):>6}   {ratio(w['rate_vs_engine']):>12}"
+            f"{ratio_text(w['first_result_ratio']):>6}   {ratio_text(w['rate_vs_engine']):>12}"
         )
     for name, w in result["workloads"].items():
         for label, side in (("on Spark", w["flinkpy_on_spark"]), ("by hand", w["hand_written"])):
@@ -340,16 +323,11 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: each workload's row name in the report, by its record count
-def spark_row(name: str, records: int) -> str:
-    return f"{name.upper()}, {records:,} {'words' if name == 'w1' else 'ints'}"
-
-
 def figures(result: dict[str, Any]) -> list[Figure]:
     """:func:`compare`'s figures as records (tables ``spark`` and ``spark-phases``)."""
     out: list[Figure] = []
     for name, w in result["workloads"].items():
-        row, rate = spark_row(name, w["records"]), Unit.WORDS_PER_S if name == "w1" else Unit.INTS_PER_S
+        row, rate = counted(name.upper(), w["records"], words=name == "w1")
         e, s, h = w["engine"], w["flinkpy_on_spark"], w["hand_written"]
         flat = {"engine": e["rate"], "net": e["net_rate"], "spark": s["rate"], "hand": h["rate"], "ratio": w["rate_ratio"],
                 "vs_engine": w["rate_vs_engine"], "first_engine": e["first_result_s"], "first_spark": s["first_result_s"],

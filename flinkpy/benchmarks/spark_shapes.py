@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from flinkpy.benchmarks.report import Figure, Unit, cells
 from flinkpy.benchmarks.spark_shape_jobs import SHAPES
+from flinkpy.benchmarks.spark_report import counted, load_text, median_of, rate_text, ratio, ratio_text, seconds_text
 from flinkpy.benchmarks.workloads import ROOT
 
 MASTER = "local[2]"
@@ -117,11 +118,6 @@ def measure(lines: list[str], n_words: int, ints: int, runs: int, log: Callable[
     return result
 
 
-def _median(runs: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    return statistics.median(values) if values else None
-
-
 def _side(records: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     full = [r["wall_s"] for r in runs["full"]]
     tiny = [r["wall_s"] for r in runs["tiny"]]
@@ -130,13 +126,9 @@ def _side(records: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]
         "wall_s": statistics.median(full), "startup_s": statistics.median(tiny), "net_s": statistics.median(net),
         "rate": records / statistics.median(net) if statistics.median(net) > 0 else None,
         "whole_rate": records / statistics.median(full),
-        "first_result_s": _median(runs["full"], "first_result_s"), "printed": _median(runs["full"], "printed"),
+        "first_result_s": median_of(runs["full"], "first_result_s"), "printed": median_of(runs["full"], "printed"),
         "net_spread": [min(net), max(net)], "runs": runs,
     }
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
 
 
 def _summary(shape: str, records: int, sides: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
@@ -151,54 +143,45 @@ def _summary(shape: str, records: int, sides: dict[str, dict[str, list[dict[str,
         "shape": SHAPES[shape], "records": records, "flinkpy_on_spark": on_spark, "hand_written": by_hand,
         "rate_ratio": statistics.median(per_run) if per_run else None,
         "rate_ratio_spread": [min(per_run), max(per_run)] if len(per_run) > 1 else None,
-        "whole_ratio": _ratio(on_spark["whole_rate"], by_hand["whole_rate"]),
-        "startup_ratio": _ratio(on_spark["startup_s"], by_hand["startup_s"]),  # time: flinkpy / hand
-        "first_result_ratio": _ratio(on_spark["first_result_s"], by_hand["first_result_s"]),  # time: flinkpy / hand
+        "whole_ratio": ratio(on_spark["whole_rate"], by_hand["whole_rate"]),
+        "startup_ratio": ratio(on_spark["startup_s"], by_hand["startup_s"]),  # time: flinkpy / hand
+        "first_result_ratio": ratio(on_spark["first_result_s"], by_hand["first_result_s"]),  # time: flinkpy / hand
     }
 
 
 def report(result: dict[str, Any]) -> str:
     """The comparison as text lines."""
     def rate(v: float | None) -> str:
-        return "-" if v is None else f"{v / 1e3:.0f} k"
+        return rate_text(v, decimals=0)
 
     def secs(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1f} s"
+        return seconds_text(v, decimals=1)
 
-    def ratio(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}"
-
-    la = result["load_average"]
     lines = [
         f"Spark shapes as whole processes on {result['master']}, p={result['parallelism']}: flinkpy run --runner spark against "
         "the hand-written query run as its own process; rates on wall time less the start-up (the same command on a tiny input)",
-        "load average (1, 5, 15 min) at the start " + " ".join(f"{x:.1f}" for x in la["start"]) + ", at the end "
-        + " ".join(f"{x:.1f}" for x in la.get("end", ())),
+        load_text(result["load_average"]),
         f"{'shape':15} {'on Spark':>9} {'by hand':>9} {'ratio':>6} {'whole':>6}   {'start-up: on Spark':>18} {'by hand':>8}   "
         f"{'1st result: on Spark':>20} {'by hand':>8} {'ratio':>6}",
     ]
     for name, s in result["shapes"].items():
         f, h = s["flinkpy_on_spark"], s["hand_written"]
-        lines.append(f"{name:15} {rate(f['rate']):>9} {rate(h['rate']):>9} {ratio(s['rate_ratio']):>6} {ratio(s['whole_ratio']):>6}   "
+        lines.append(f"{name:15} {rate(f['rate']):>9} {rate(h['rate']):>9} {ratio_text(s['rate_ratio']):>6} {ratio_text(s['whole_ratio']):>6}   "
                      f"{secs(f['startup_s']):>18} {secs(h['startup_s']):>8}   {secs(f['first_result_s']):>20} "
-                     f"{secs(h['first_result_s']):>8} {ratio(s['first_result_ratio']):>6}")
+                     f"{secs(h['first_result_s']):>8} {ratio_text(s['first_result_ratio']):>6}")
     return "\n".join(lines)
-
-
-def shape_row(name: str, records: int) -> str:
-    return f"{name}, {records:,} {'words' if name in WORD_SHAPES else 'ints'}"
 
 
 def figures(result: dict[str, Any]) -> list[Figure]:
     """:func:`measure`'s figures as records (table ``spark-shapes``)."""
     out: list[Figure] = []
     for name, s in result["shapes"].items():
-        unit = Unit.WORDS_PER_S if name in WORD_SHAPES else Unit.INTS_PER_S
+        row, unit = counted(name, s["records"], words=name in WORD_SHAPES)
         f, h = s["flinkpy_on_spark"], s["hand_written"]
         flat = {"spark": f["rate"], "hand": h["rate"], "ratio": s["rate_ratio"], "whole": s["whole_ratio"],
                 "start_spark": f["startup_s"], "start_hand": h["startup_s"], "first_spark": f["first_result_s"],
                 "first_hand": h["first_result_s"], "first_ratio": s["first_result_ratio"], "ratio_runs": s["rate_ratio_spread"]}
-        out += cells("spark-shapes", shape_row(name, s["records"]), flat, [
+        out += cells("spark-shapes", row, flat, [
             ("flinkpy on Spark", "spark", unit), ("hand-written PySpark", "hand", unit),
             ("on Spark / by hand", "ratio", Unit.RATIO), ("on Spark / by hand, start-up included", "whole", Unit.RATIO),
             ("start-up: on Spark", "start_spark", Unit.S), ("start-up: by hand", "start_hand", Unit.S),

@@ -70,7 +70,8 @@ def run_program(
         from flinkpy.spark.control_launch import run_on_spark
 
         return run_on_spark(path, args, home=home, config=config, parallelism=parallelism, detached=detached,
-                            savepoint_path=savepoint_path, spark_conf=spark_conf, job_stdout=job_stdout, on_submit=on_submit)
+                            savepoint_path=savepoint_path, allow_non_restored_state=allow_non_restored_state, spark_conf=spark_conf,
+                            job_stdout=job_stdout, on_submit=on_submit)
     ctx = ExecutionContext(
         address=address,
         token=token,

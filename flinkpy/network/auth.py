@@ -14,12 +14,14 @@ nonce. The exchange has a deadline so a silent peer cannot hold a thread.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
 import socket
 import stat
 from pathlib import Path
+from typing import Iterator
 
 from flinkpy.errors import ConfigurationError
 
@@ -64,11 +66,28 @@ def _mac(secret: bytes, role: bytes, nonce: bytes) -> bytes:
     return hmac.new(secret, role + nonce, hashlib.sha256).digest()
 
 
-def accept_handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0) -> None:
-    """Run the acceptor's side; raises AuthenticationFailed (the caller closes the socket)."""
+@contextlib.contextmanager
+def _handshake(sock: socket.socket, timeout: float) -> Iterator[None]:
+    """The socket under the handshake's deadline, its own timeout back afterwards; a socket error
+    or a silent peer as AuthenticationFailed."""
     previous = sock.gettimeout()
     sock.settimeout(timeout)
     try:
+        yield
+    except (socket.timeout, OSError) as e:
+        if isinstance(e, AuthenticationFailed):
+            raise
+        raise AuthenticationFailed(f"handshake failed: {e}") from e
+    finally:
+        try:
+            sock.settimeout(previous)
+        except OSError:
+            pass
+
+
+def accept_handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0) -> None:
+    """Run the acceptor's side; raises AuthenticationFailed (the caller closes the socket)."""
+    with _handshake(sock, timeout):
         nonce = os.urandom(NONCE)
         sock.sendall(MAGIC + nonce)
         answer = _recv_exact(sock, len(MAGIC) + DIGEST + NONCE)
@@ -80,22 +99,11 @@ def accept_handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0) -
             raise AuthenticationFailed("peer does not know the cluster secret")
         their_nonce = answer[len(MAGIC) + DIGEST :]
         sock.sendall(b"\x01" + _mac(secret, b"acceptor", their_nonce))
-    except (socket.timeout, OSError) as e:
-        if isinstance(e, AuthenticationFailed):
-            raise
-        raise AuthenticationFailed(f"handshake failed: {e}") from e
-    finally:
-        try:
-            sock.settimeout(previous)
-        except OSError:
-            pass
 
 
 def connect_handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0) -> None:
     """Run the connector's side; raises AuthenticationFailed."""
-    previous = sock.gettimeout()
-    sock.settimeout(timeout)
-    try:
+    with _handshake(sock, timeout):
         hello = _recv_exact(sock, len(MAGIC) + NONCE)
         if hello[: len(MAGIC)] != MAGIC:
             raise AuthenticationFailed("peer does not speak the flinkpy protocol")
@@ -107,12 +115,3 @@ def connect_handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0) 
         proof = _recv_exact(sock, DIGEST)
         if not hmac.compare_digest(proof, _mac(secret, b"acceptor", my_nonce)):
             raise AuthenticationFailed("the peer could not prove it knows the cluster secret")
-    except (socket.timeout, OSError) as e:
-        if isinstance(e, AuthenticationFailed):
-            raise
-        raise AuthenticationFailed(f"handshake failed: {e}") from e
-    finally:
-        try:
-            sock.settimeout(previous)
-        except OSError:
-            pass

@@ -45,6 +45,7 @@ def run_on_spark(
     parallelism: int | None,
     detached: bool,
     savepoint_path: str | None = None,
+    allow_non_restored_state: bool = False,
     spark_conf: dict[str, str] | None = None,
     job_stdout: Any = None,
     on_submit: Callable[[str, str], None] | None = None,
@@ -55,9 +56,12 @@ def run_on_spark(
     and query, as on the engine: attached, one after the other, the next once the one before
     finished (a job that fails or is cancelled ends the program there, as its ``execute()``
     raising does on the engine); detached, all submitted at once. The first driver says how
-    many there are once it has captured the file and translated every job."""
+    many there are once it has captured the file and translated every job. ``allow_non_restored_state``
+    (``-n``) lets the state of operators the program no longer has stay behind when the state of an
+    engine snapshot moves to Spark; the driver refuses it with a Spark savepoint, which restores its
+    query's state whole."""
     launch = _Launch(path, args, home=home, config=config, parallelism=parallelism, detached=detached, savepoint_path=savepoint_path,
-                     spark_conf=spark_conf, job_stdout=job_stdout)
+                     allow_non_restored_state=allow_non_restored_state, spark_conf=spark_conf, job_stdout=job_stdout)
     submitted: list[SubmittedJob] = []
     count: int | None = None
     index = 0
@@ -82,7 +86,7 @@ class _Launch:
     """Starts the driver of each job of one job file (see :func:`run_on_spark`)."""
 
     def __init__(self, path: str, args: list[str], *, home: Any, config: dict[str, str], parallelism: int | None, detached: bool,
-                 savepoint_path: str | None, spark_conf: dict[str, str] | None, job_stdout: Any) -> None:
+                 savepoint_path: str | None, allow_non_restored_state: bool, spark_conf: dict[str, str] | None, job_stdout: Any) -> None:
         import os
 
         home.ensure()
@@ -91,7 +95,8 @@ class _Launch:
         self.job_stdout = job_stdout
         self.spec = {
             "home": str(home.path), "job_file": os.path.abspath(path), "args": list(args), "config": dict(config),
-            "parallelism": parallelism, "savepoint_path": savepoint_path, "spark_conf": dict(spark_conf or {}),
+            "parallelism": parallelism, "savepoint_path": savepoint_path, "allow_non_restored_state": allow_non_restored_state,
+            "spark_conf": dict(spark_conf or {}),
         }
 
     def start(self, index: int, count: int | None) -> tuple[str, str, subprocess.Popen, dict[str, Any]]:

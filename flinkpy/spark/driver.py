@@ -305,7 +305,8 @@ class SparkDriver:
         if self.spec.get("savepoint_path"):
             directory, doc = snapshots.read_snapshot(self.spec["savepoint_path"])
             if doc.get("runner") == snapshots.RUNNER:
-                snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory, key_groups=plan.key_groups)
+                snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory, key_groups=plan.key_groups,
+                                        allow_non_restored_state=bool(self.spec.get("allow_non_restored_state")))
                 snapshots.restore_savepoint(directory, doc, self.location)
                 batch = doc["spark"]["batch_id"]
             else:  # a snapshot of the engine: its state moves (flinkpy.spark.state_move)

@@ -75,6 +75,8 @@ from flinkpy.spark.chain import ChainSpec, Stage
 from flinkpy.spark.levels import LevelSpec, SourcePort
 from flinkpy.spark.keyed import KEY_GROUPS, KeyedSpec, by_key_group, on_group_state
 from flinkpy.spark.query import KeyedLevel, Route, SinkRoutes, SparkPlan, Step, label
+from flinkpy.spark.source_steps import SourceStep, source_step
+from flinkpy.spark.untranslatable import UntranslatableError, refuse
 
 #: flinkpy configuration keys the Spark runner reads
 MAX_RECORDS_KEY = "execution.spark.max-records-per-batch"
@@ -110,93 +112,9 @@ _REFUSED: dict[str, tuple[str, str]] = {
 _SINK = 1 << 30
 
 
-class UntranslatableError(InvalidProgramError):
-    """A job (one operator of it) that the Spark runner cannot run with the engine's results."""
-
-    def __init__(self, operator: str, reason: str, *, uid: str | None = None, remedy: str | None = None) -> None:
-        self.operator = operator
-        self.uid = uid
-        self.reason = reason
-        where = f"operator {operator!r}" + (f" (uid {uid!r})" if uid else "")
-        super().__init__(
-            f"cannot run on Spark: {where}: {reason}",
-            remedy=remedy or "run the job on flinkpy's engine (without --runner spark), or change that operator",
-        )
-
-
-def _refuse(node: StreamNode, reason: str, remedy: str | None = None) -> UntranslatableError:
-    return UntranslatableError(node.name, reason, uid=node.uid, remedy=remedy)
-
-
 # ---------------------------------------------------------------------------------------------
 # translation
 # ---------------------------------------------------------------------------------------------
-
-
-class _SourceStep:
-    """Builds a source's DataFrame when the query starts (payload of a source step)."""
-
-    def __init__(self, node: StreamNode, index: int, parallelism: int, max_records: int) -> None:
-        self.node = node
-        self.index = index
-        self.parallelism = parallelism
-        self.max_records = max_records
-        #: records leave in bundle rows (a chain follows and opens them)
-        self.bundled = False
-        #: OutputTag id -> routes of the source's side output readers
-        self.side_routes: dict[str, list[int]] = {}
-        #: reader positions moved from an engine snapshot (:mod:`.state_move`), or None
-        self.positions: list | None = None
-
-    @property
-    def whole(self) -> bool:
-        """Whether the source is read in one micro-batch planned on the driver when the query
-        starts (:func:`flinkpy.spark.sources.plan_whole`): a bounded source with no batch limit."""
-        from flinkpy.connectors.base import Boundedness
-        from flinkpy.connectors.function_source import FunctionSource
-
-        if isinstance(self.node.fn, FunctionSource):  # still running when the query starts: read as its journal grows
-            return False
-        return self.max_records <= 0 and getattr(self.node.fn, "boundedness", Boundedness.BOUNDED) == Boundedness.BOUNDED
-
-    @property
-    def fusable(self) -> bool:
-        """Whether the chain after it can run in its reader (a flinkpy source, not Spark's socket source)."""
-        from flinkpy.connectors.socket_source import SocketTextSource
-
-        return not isinstance(self.node.fn, SocketTextSource)
-
-    def __call__(self, spark: Any, *, transform: Any = None, ddl: str | None = None, saved: Any = None, location: str = "") -> Any:
-        """The source's DataFrame; ``saved``: its offset in the checkpoint location (``location``),
-        which keeps a restarted query on the road it started on (Spark reads the offset back)."""
-        from flinkpy.connectors.function_source import FunctionSource
-        from flinkpy.spark.kafka import SparkKafkaSource, is_kafka_source
-        from flinkpy.spark.sources import is_data_source_offset, plan_whole, read_stream, read_whole, socket_stream
-
-        src = SparkKafkaSource(self.node.fn) if is_kafka_source(self.node.fn) else self.node.fn
-        if isinstance(src, FunctionSource):  # run on the driver, read from its journal
-            from flinkpy.spark.function_journal import JournalSource, journal_path, start_journal
-
-            path = journal_path(location, self.index)
-            start_journal(src.fn, path)
-            src = JournalSource(path)
-        if self.positions is not None:
-            from flinkpy.spark.state_move import RestoredSource
-
-            src = RestoredSource(src, self.positions)
-        if not self.fusable:
-            return socket_stream(spark, src.hostname, src.port, self.index)
-        if self.whole and not is_data_source_offset(saved):
-            planned = plan_whole(src, index=self.index, parallelism=self.parallelism, bundled=self.bundled, side_routes=self.side_routes)
-            if planned is not None:
-                return read_whole(spark, *planned, transform=transform, ddl=ddl)
-            if saved is not None:
-                raise InvalidProgramError(
-                    f"the bounded source {label(self.node)} was read whole in one micro-batch when the query started, but it has "
-                    "not ended now that the query restarts: it does not read the same records again",
-                    remedy="start the job afresh (without -s), with a source that reads the same records from the same position")
-        return read_stream(spark, src, index=self.index, parallelism=self.parallelism, max_records=self.max_records, bundled=self.bundled,
-                           side_routes=self.side_routes, transform=transform, ddl=ddl)
 
 
 def _position(node: StreamNode, depth: int) -> int:
@@ -229,15 +147,15 @@ class _Translator:
             node = self.graph.nodes[n]
             if node.kind in _REFUSED:
                 reason, remedy = _REFUSED[node.kind]
-                raise _refuse(node, reason, remedy)
+                raise refuse(node, reason, remedy)
 
     def check_edges(self) -> None:
         for e in self.graph.edges:
             if e.partitioner == BROADCAST:
                 target = self.graph.nodes[e.target]
-                raise _refuse(target, "its input is broadcast (every record to every parallel instance), which Spark's micro-batches "
-                                      "over partitioned data do not express",
-                              remedy="run the job on flinkpy's engine, or key or rebalance the stream instead of broadcast()")
+                raise refuse(target, "its input is broadcast (every record to every parallel instance), which Spark's micro-batches "
+                                     "over partitioned data do not express",
+                             remedy="run the job on flinkpy's engine, or key or rebalance the stream instead of broadcast()")
 
     def check_keyed(self, node: StreamNode) -> None:
         """Refuse a keyed operator Spark cannot run; none today: processing-time windows, triggers
@@ -247,11 +165,11 @@ class _Translator:
         if node.kind != "timestamps":
             return
         if depth > 0:
-            raise _refuse(node, "it assigns timestamps and watermarks after a keyed operator; Spark defines a query's watermark "
-                                "once, where records enter the first stateful operator",
-                          remedy="assign timestamps and watermarks before the first key_by()")
+            raise refuse(node, "it assigns timestamps and watermarks after a keyed operator; Spark defines a query's watermark "
+                               "once, where records enter the first stateful operator",
+                         remedy="assign timestamps and watermarks before the first key_by()")
         if len(self.graph.inputs_of(node.id)) > 1 or len(self._sources_of(node.id)) > 1:
-            raise _refuse(node, "it assigns timestamps after a union; assign them on each input before union()")
+            raise refuse(node, "it assigns timestamps after a union; assign them on each input before union()")
 
     def _sources_of(self, node_id: int) -> set[int]:
         out: set[int] = set()
@@ -290,7 +208,7 @@ class _Translator:
                 self.depth[n] = max(ups)
                 self.check_stateless(node, self.depth[n])
             else:
-                raise _refuse(node, f"operators of kind {node.kind!r} have no Spark translation")
+                raise refuse(node, f"operators of kind {node.kind!r} have no Spark translation")
         deepest = max([self.depth[n] for n in order if graph.nodes[n].kind in _KEYED], default=0)
         # routes: a source's own output is the route numbered as the source, then every edge
         for i, node in enumerate(sources):
@@ -349,49 +267,8 @@ class _Translator:
                     break
 
     def source(self, node: StreamNode) -> Step:
-        from flinkpy.connectors.socket_source import SocketTextSource
-        from flinkpy.spark import kafka
-
-        from flinkpy.connectors.function_source import FunctionSource
-
-        src = node.fn
-        guarantee = "exactly-once" if kafka.is_kafka_source(src) else getattr(src, "guarantee", None)
-        if isinstance(src, FunctionSource):
-            spark = ("SourceFunction run once on the driver, what it collects journaled in the checkpoint location; "
-                     "Python data source 'flinkpy' over the journal (offsets are journal positions: replayable)")
-        elif isinstance(src, SocketTextSource):
-            spark = "Spark socket source (no replay, as the engine's)"
-            if src.delimiter != "\n":
-                raise _refuse(node, "Spark's socket source splits lines at newlines only", remedy="use the default delimiter")
-        elif not getattr(src, "replayable", True):
-            raise _refuse(node, f"the source {type(src).__name__} acknowledges what a completed checkpoint covers and cannot be "
-                                "read again from a position; Spark plans and reads each micro-batch with readers of their own",
-                          remedy="use a RabbitMQ stream queue (RMQStreamSource), which replays from an offset")
-        elif guarantee != "exactly-once":
-            raise _refuse(node, f"the source {type(src).__name__} cannot be read again from a position ({guarantee or 'no'} guarantee), "
-                                "so Spark could not plan and replay its micro-batches",
-                          remedy="use a replayable source (from_collection, NumberSequenceSource, FileSource, DataGeneratorSource, RedisStreamsSource)")
-        else:
-            spark = "Python data source 'flinkpy' (offsets are reader positions: replayable)"
-        if kafka.is_kafka_source(src):
-            reason = kafka.check_source(src)
-            if reason:
-                raise _refuse(node, reason, remedy="on Spark: set_bounded(...), and start from earliest(), timestamp() or offsets()")
-            spark = "Python data source 'flinkpy' with confluent-kafka consumers (offsets per partition: replayable)"
-        index = self.source_count
         self.source_count += 1
-        parallelism = node.parallelism or self.parallelism
-        for cap in (node.max_allowed_parallelism, getattr(src, "max_parallelism", lambda: None)()):
-            if cap:
-                parallelism = min(parallelism, cap)
-        if kafka.is_kafka_source(src):
-            parallelism = kafka.reader_parallelism(src) or parallelism
-        step = _SourceStep(node, index, parallelism, self.max_records)
-        if step.whole and step.fusable:
-            spark = ("read whole in one micro-batch planned on the driver (rate-micro-batch ticks -> mapInArrow; "
-                     "a source that has not ended at once: Python data source 'flinkpy')")
-        spark += f", {parallelism} partition(s)"
-        return Step("source", [node], spark, step)
+        return source_step(node, self.source_count - 1, self.parallelism, self.max_records)
 
     def _out_routes(self, node: StreamNode) -> tuple[list[int], dict[str, list[int]]]:
         main: list[int] = []
@@ -478,7 +355,7 @@ class _Translator:
         """A source and its chain level 0: the linear chain of old when the source's records take one
         path (and nobody reads routes there), else the routed chain."""
         graph = self.graph
-        src_step: _SourceStep = step.payload
+        src_step: SourceStep = step.payload
         # the linear path: source -> stateless operators with one output each -> one consumer
         path: list[StreamNode] = []
         current = node

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from flinkpy.errors import InvalidProgramError, NotFoundError
+from flinkpy.errors import InvalidProgramError, NotFoundError, UsageError
 
 SPARK_DIR = "spark"
 RUNNER = "spark"
@@ -244,10 +244,17 @@ def read_snapshot(path: str) -> tuple[str, dict[str, Any]]:
 LEGACY_KEY_GROUPS = 128
 
 
-def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str, key_groups: int | None = None) -> None:
+def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str, key_groups: int | None = None,
+                  allow_non_restored_state: bool = False) -> None:
     """Refuse a restore that would change the state partitioning (Spark cannot redistribute it),
     or that would look up a keyed reduce's keys in other key groups than they were saved in (its
-    state would be silently lost)."""
+    state would be silently lost); and -n, which has nothing to act on here."""
+    if allow_non_restored_state:
+        raise UsageError(
+            f"-n/--allow-non-restored-state: the Spark savepoint {where} holds its query's state as a whole (Spark's "
+            "checkpoint), not per operator, so no operator's state can be left behind: Spark restores all of it or refuses",
+            remedy="restore it without -n; -n applies when the state of an engine snapshot moves to Spark",
+        )
     spark = doc["spark"]
     saved = spark.get("key_groups", LEGACY_KEY_GROUPS)
     if key_groups and saved and saved != key_groups:

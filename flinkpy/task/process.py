@@ -59,7 +59,8 @@ def run_task(fd: int) -> int:
     profile_dir = os.environ.get("FLINKPY_TASK_PROFILE_DIR")
     if not profile_dir:
         return task.run()
-    # a developer's aid: one cProfile dump per task, named after the task
+    # a developer's aid: one cProfile dump per task attempt, named after the job, the task and the
+    # attempt, so that the tasks of several jobs (and restarts) writing into one directory keep theirs
     import cProfile
 
     profiler = cProfile.Profile()
@@ -67,7 +68,7 @@ def run_task(fd: int) -> int:
         return profiler.runcall(task.run)
     finally:
         d = task.descriptor
-        profiler.dump_stats(os.path.join(profile_dir, f"{d.vertex_id}-{d.subtask}-{d.attempt}.prof"))
+        profiler.dump_stats(os.path.join(profile_dir, f"{d.job_id}-{d.vertex_id}-{d.subtask}-{d.attempt}.prof"))
 
 
 def main() -> None:
