@@ -118,12 +118,15 @@ def test_every_part_turns_its_results_into_figures_of_a_known_table() -> None:
             "records": 10, "rate_ratio": 0.5, "rate_ratio_spread": [0.4, 0.6], "whole_ratio": 0.7, "first_result_ratio": 1.5,
             "flinkpy_on_spark": {"rate": 1, "startup_s": 20, "first_result_s": 30},
             "hand_written": {"rate": 2, "startup_s": 15, "first_result_s": 20}}}},
+        "lifecycle": {"rate": 1000, "keys": 8, "records": 5000, **{key: {"downtime_ms": [800, 900], "command_ms": [1100, 1300]}
+                                                                   for key in ("savepoint", "last-state", "stateless", "rescale-up", "rescale-down")}},
     }
     found = figures.collect(results)
     tables = {f.table for f in found}
     assert tables <= {t.key for t in TABLES}
     assert tables >= {"workloads", "checkpoint-cost", "first-output", "peers-form", "async", "join", "metrics", "snapshots", "recovery", "savepoint",
-                      "windows", "latency", "failover", "backends", "large-state", "backpressure", "spark", "spark-phases", "spark-shapes", "kafka"}
+                      "windows", "latency", "failover", "backends", "large-state", "backpressure", "spark", "spark-phases", "spark-shapes", "kafka",
+                      "lifecycle"}
     assert len({f.key for f in found}) == len(found), "two figures for one cell"
     # each part module's converter is the one collect uses
     assert peers_form.figures(results["peers_form"]) and metrics_cost.figures(results["metrics"])

@@ -283,10 +283,18 @@ def test_interrupted_last_state_upgrade_is_continued_by_running_it_again(upgrade
     assert "/chk-" in kept and (kept_dir / "_metadata").exists()  # kept despite the cancel
     other = upgrade(old, tmp_path, out, "--mode", "stateless")
     assert other.returncode == ExitCode.CONFLICT and "--mode last-state" in other.stderr, other.stderr
+    # killed again, the new job submitted (the JobManager spells its checkpoint without _metadata)
+    # and not journaled yet: the next run adopts that job rather than running the program twice
+    again = upgrade(old, tmp_path, out, "--mode", "last-state", env={"FLINKPY_UPGRADE_KILL_AT": "submit:submitted"})
+    assert again.returncode == -9, again.stderr
+    submitted = [j["jid"] for j in json.loads(run_cli("list", "--json").stdout)["jobs"]]
+    assert len(submitted) == 1 and submitted[0] != old
     res = upgrade(old, tmp_path, out, "--mode", "last-state")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert "Continuing the interrupted upgrade" in res.stderr and doc["snapshot"] == kept
+    assert "submitted by the interrupted attempt" in res.stderr and doc["new-jid"] == submitted[0], res.stderr
+    assert [j["jid"] for j in json.loads(run_cli("list", "--json").stdout)["jobs"]] == submitted
     assert finish(doc["new-jid"], out, "v2") == EXPECTED
     assert not (kept_dir / "_metadata").exists()  # disposed of once the new job had its own
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import (async_io, backends, backpressure, bytewax_windows, figures, iceberg, kafka, metrics_cost, partitions, peers_form,
-                                scaling, two_input)
+from flinkpy.benchmarks import (async_io, backends, backpressure, bytewax_windows, figures, iceberg, kafka, lifecycle, metrics_cost, partitions,
+                                peers_form, scaling, two_input)
 from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
@@ -24,7 +24,8 @@ from flinkpy.benchmarks.windows import job_w1_windowed
 from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
 PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
-         "async", "rabbitmq", "startup", "iceberg", "kafka", "scaling", "partitions", "spark-shapes"]
+         "async", "rabbitmq", "startup", "iceberg", "kafka", "scaling", "partitions", "spark-shapes",
+         "lifecycle"]
 
 #: the numbers the scaling part's running sums add up (a tenth with --quick)
 SCALING_COUNT = 10_000_000
@@ -50,7 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "kafka: exactly-once word counts from topic to topic against confluent-kafka and Quix Streams "
                          "(pip install noida-db quixstreams); scaling: running sums keyed by n %% 1024 and W1 at each "
                          "--parallelism; partitions: a cluster across network-namespace hosts (root), TLS's cost and the "
-                         "recovery after partitions; these five only run when asked)")
+                         "recovery after partitions; lifecycle: the downtime of each upgrade mode and of an in-place rescale, from "
+                         "the output records' own timestamps; these six only run when asked)")
     ap.add_argument("--shapes", type=lambda v: v.split(","), metavar="SHAPE[,SHAPE...]",
                     help="with --only spark-shapes: the shapes to run (default all: w1, w2, wc-sum-print, ints-sum-print)")
     ap.add_argument("--rabbitmq-url", metavar="URL",
@@ -394,6 +396,8 @@ def report_parts(results: dict[str, Any]) -> None:
         print(line)
     for line in partitions.report(results.get("partitions", {})):
         print(line)
+    for line in lifecycle.report(results.get("lifecycle", {})):
+        print(line)
     if "startup" in results:
         st = results["startup"]
         print(f"flinkpy run examples/word_count.py -> first output, {len(st['runs_s'])} runs: median {st['median_s']:.2f} s, "
@@ -441,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"python -m flinkpy.benchmarks: error: --only partitions needs network namespaces and trustme: {reason}")
             return 2
         results["partitions"] = partitions.measure(args.runs, run_job, log, quick=args.quick)
+    elif args.only == "lifecycle":  # a cluster of its own, in a home of its own
+        results["lifecycle"] = lifecycle.measure(args.runs, log, quick=args.quick)
     elif args.only == "spark-shapes":  # whole processes of their own: no embedded cluster
         from flinkpy.benchmarks import spark_shapes
 

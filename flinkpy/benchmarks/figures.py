@@ -8,7 +8,8 @@ import os
 import platform
 from typing import Any
 
-from flinkpy.benchmarks import async_io, backends, backpressure, bytewax_windows, iceberg, kafka, metrics_cost, partitions, peers_form, scaling
+from flinkpy.benchmarks import (async_io, backends, backpressure, bytewax_windows, iceberg, kafka, lifecycle, metrics_cost, partitions, peers_form,
+                                scaling)
 from flinkpy.benchmarks.report import Figure, Machine, Run, Unit, cells, summary
 from flinkpy.benchmarks.windows import WINDOW_ROWS
 from flinkpy.benchmarks.workloads import WORKLOAD_ROWS
@@ -146,6 +147,7 @@ def collect(results: dict[str, Any]) -> list[Figure]:
     out += kafka.figures(results.get("kafka", {}))
     out += scaling.figures(results.get("scaling", {}))
     out += partitions.figures(results.get("partitions", {}))
+    out += lifecycle.figures(results.get("lifecycle", {}))
     if "spark" in results:
         from flinkpy.benchmarks.spark import figures as spark_figures
 

@@ -190,6 +190,16 @@ TABLES: list[Table] = [
           "200 ms, timed from the cut to every subtask running again (and, for the cut between TaskManagers, a "
           "checkpoint completed after it), with heartbeat.timeout 2 s; and, with ZooKeeper and two JobManagers on hosts of "
           "their own, the leader cut off from ZooKeeper, timed from the cut to the job running under the other one.", "measurement"),
+    Table("lifecycle", "A job's lifecycle: downtime",
+          "From `python -m flinkpy.benchmarks --only lifecycle`: a paced job (a keyed count of a sequence, each record "
+          "stamped with the time it was counted, committed by a two-phase sink at checkpoints every 200 ms) replaced "
+          "by the same program with `flinkpy upgrade` in each mode, and rescaled in place. The pause is read from the "
+          "committed output: from the last record counted before the operation to the first counted after it. A "
+          "savepoint upgrade pauses from the stop's savepoint to the new job's first record; a last-state upgrade "
+          "also loses, and replays, what was counted after its checkpoint; a stateless one starts its sources afresh. "
+          "Every upgrade starts a new job (a process per task, the program run once more to build its graph); a "
+          "rescale restarts the job's tasks in place. The command returns once the new job is healthy: running, a "
+          "checkpoint completed.", "operation"),
     Table("scale-up", "Scaling with cores",
           "Running sums keyed by n % 1024 on a 16-core machine. Each parallel pipeline is two processes, so p=8 "
           "fills the cores and more parallelism adds little; the sandbox the machine runs in makes system calls "

@@ -246,13 +246,17 @@ class Client:
 
     def protected_snapshots(self, job_id: str) -> list[str]:
         """What retention must not dispose of for this job: the snapshot it was last restored
-        from, the one it was started from and the one a restart would restore from now."""
+        from, the one it was started from and, while it has not ended, the one a restart would
+        restore from now (a job that ended restarts no more: its final savepoint is pruned as
+        any other, kept while it is the job's newest)."""
         try:
             doc = self.job(job_id)
         except NotFoundError:
             return []
         savepoints = doc.get("savepoints") or {}
-        found = [self.restored_from(job_id), savepoints.get("started-from"), savepoints.get("restore-point")]
+        found = [self.restored_from(job_id), savepoints.get("started-from")]
+        if doc.get("state") not in ("FINISHED", "CANCELED", "FAILED"):
+            found.append(savepoints.get("restore-point"))
         return [str(p) for p in found if p]
 
     def prune_savepoints(self, job_id: str, location: str, keep: int) -> list[str]:

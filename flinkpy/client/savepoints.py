@@ -30,6 +30,16 @@ def _norm(url: str) -> str:
     return str(path).rstrip("/")
 
 
+def snapshot_location(url: str) -> str:
+    """A snapshot's directory as a file system path, however it is spelled: a URL or a path, to
+    the directory or to its ``_metadata``, with or without a trailing slash.
+
+    >>> snapshot_location("file:///c/job/chk-9/_metadata") == snapshot_location("/c/job/chk-9/")
+    True
+    """
+    return _norm(url).removesuffix("/_metadata")
+
+
 def _parent_url(url: str) -> str:
     head = url.rstrip("/").rpartition("/")[0]
     return head + "/" if head.endswith(":/") else head
@@ -126,7 +136,7 @@ def prune_plan(snapshots: Iterable[Snapshot], *, keep: int | None, max_age_ms: i
     >>> [(d.path, d.dispose) for d in prune_plan([sp(1, 100), sp(2, 200), sp(3, 300)], keep=1, max_age_ms=None, now_ms=400, protected=["/sp/s1"])]
     [('/sp/s3', False), ('/sp/s2', True), ('/sp/s1', False)]
     """
-    keep_paths = {_norm(p).removesuffix("/_metadata") for p in protected if p}
+    keep_paths = {snapshot_location(p) for p in protected if p}
     by_job: dict[str, list[Snapshot]] = {}
     for snap in snapshots:
         if snap.metadata is not None and snap.metadata.get("kind") == "savepoint":

@@ -28,8 +28,13 @@ from flinkpy.files import read_json, write_json_atomically
 if TYPE_CHECKING:
     from flinkpy.client.client import Client
 
-#: names a phase at whose start the upgrade SIGKILLs itself (drills and tests of re-running)
+#: names the point at which the upgrade SIGKILLs itself (drills and tests of re-running): a phase,
+#: killed at its start once the journal says it is next, or one of the points inside a step where
+#: a kill leaves the most to recover, :data:`KILL_POINTS`
 KILL_AT_ENV = "FLINKPY_UPGRADE_KILL_AT"
+#: inside a step: a stop-with-savepoint asked for and journaled, not yet completed; a new (or, in a
+#: rollback, the old) program submitted, and not yet journaled as submitted
+KILL_POINTS = ("stop:requested", "submit:submitted", "rollback-submit:submitted")
 #: how often the new job is looked at during the health check
 HEALTH_POLL_S = 0.2
 #: the interval the JobManager reports for a job without periodic checkpoints (Flink's Long.MAX_VALUE)
@@ -47,6 +52,19 @@ def _same_request(a: up.UpgradeSpec, b: up.UpgradeSpec) -> bool:
 def _describe(spec: up.UpgradeSpec) -> str:
     return " ".join(["flinkpy upgrade", "--mode", spec.mode.value, *(["-p", str(spec.parallelism)] if spec.parallelism else []),
                      spec.job_id, spec.program, *spec.args])
+
+
+def _restored_from(restored: str | None, snapshot: str) -> bool:
+    """Whether a job restored from ``restored`` (as the JobManager spells it: a checkpoint's
+    directory) started from ``snapshot`` (as the upgrade spells it: perhaps its ``_metadata``)."""
+    from flinkpy.client.savepoints import snapshot_location
+
+    return restored is not None and snapshot_location(restored) == snapshot_location(snapshot)
+
+
+def _fault_point(name: str) -> None:
+    if os.environ.get(KILL_AT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class UpgradeRunner:
@@ -89,8 +107,7 @@ class UpgradeRunner:
                        + (f" (snapshot {m.snapshot})" if m.snapshot else ""))
         while m.phase not in up.ENDS:
             self._save()
-            if os.environ.get(KILL_AT_ENV) == m.phase.value:
-                os.kill(os.getpid(), signal.SIGKILL)
+            _fault_point(m.phase.value)
             action = m.action()
             for event in self._perform(action):
                 notes = len(m.notes)
@@ -203,6 +220,7 @@ class UpgradeRunner:
                 request = self.client.stop_with_savepoint(a.job_id, self.machine.spec.savepoint_dir, deadline=deadline, trigger="upgrade")
                 self.machine.on(up.StopRequested(request))
                 self._save()  # before waiting: a re-run follows this very request
+                _fault_point("stop:requested")
             location = self.client.wait_for_savepoint(a.job_id, request, deadline, what="stop-with-savepoint")
         except (SavepointFailedError, ConflictError) as exc:
             return [up.SavepointFailed(exc.message)]
@@ -245,7 +263,7 @@ class UpgradeRunner:
                 continue
             if int(job.get("start-time") or 0) < after_ms - 1000:
                 continue
-            if restore is not None and self.client.restored_from(jid) not in (restore, restore.rstrip("/")):
+            if restore is not None and not _restored_from(self.client.restored_from(jid), restore):
                 continue
             return jid
         return None
@@ -267,6 +285,7 @@ class UpgradeRunner:
             return [up.SubmitFailed(exc.message)]
         if not jobs:
             return [up.SubmitFailed(f"{spec.program} submitted no job (it never called env.execute())")]
+        _fault_point("submit:submitted")
         self._step(f"Job has been submitted with JobID {jobs[0].job_id}")
         return [up.Submitted(jobs[0].job_id, now_ms())]
 
@@ -332,6 +351,7 @@ class UpgradeRunner:
         self._step(f"Rolling back: {reason}")
         adopted = self._adopt(a.after_ms, a.restore)
         if adopted is not None:
+            self._step(f"Job {adopted}, submitted by the interrupted attempt, runs the old program again")
             return [up.Submitted(adopted, now_ms())]
         if self.old_submission is None:
             raise ConflictError(
@@ -348,6 +368,7 @@ class UpgradeRunner:
         self.machine.on(up.SubmitStarted(now_ms()))
         self._save()
         jid = self.client.cluster.submit_document(document)
+        _fault_point("rollback-submit:submitted")
         self._step(f"Resubmitted the old program as job {jid}" + (f" from {a.restore}" if a.restore else ""))
         return [up.Submitted(jid, now_ms())]
 
