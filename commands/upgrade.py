@@ -31,7 +31,7 @@ def upgrade(
     job: Annotated[Path, typer.Argument(metavar="NEW_JOB.py", help="The new program's job file.", show_default=False)],
     args: Annotated[Optional[list[str]], typer.Argument(metavar="ARGS", help="Arguments passed to the new job file.", show_default=False)] = None,
     mode: Annotated[str, typer.Option("--mode", metavar="savepoint|last-state|stateless", help="How the state moves to the new job (see below).")] = "savepoint",
-    parallelism: Annotated[Optional[int], typer.Option("-p", "--parallelism", min=1, metavar="N", help="Default parallelism of the new job (parallelism.default).")] = None,
+    parallelism: Annotated[Optional[int], typer.Option("-p", "--parallelism", min=1, metavar="N", help="Default parallelism of the new job (parallelism.default); default: the running job's, after any rescale.")] = None,
     allow_non_restored: Annotated[bool, typer.Option("-n", "--allowNonRestoredState", "--allow-non-restored-state", help="Let state of operators the new program no longer has be dropped instead of refusing the upgrade.")] = False,
     rollback_on_failure: Annotated[bool, typer.Option("--rollback-on-failure", help="When the new job is not healthy in time: cancel it and run the old program again from the same snapshot.")] = False,
     ready_timeout: Annotated[str, typer.Option("--ready-timeout", metavar="DURATION", help="How long the new job has to be RUNNING with a completed checkpoint and no restart.")] = "2min",

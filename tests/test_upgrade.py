@@ -210,11 +210,11 @@ def program(tmp_path: Path) -> Path:
     return path
 
 
-def start_old(tmp_path: Path) -> tuple[str, Path]:
+def start_old(tmp_path: Path, *flags: str) -> tuple[str, Path]:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     (out / "slow").touch()
-    res = run_cli("run", "--json", "-d", str(program(tmp_path)), str(COUNT), str(out), "v1", "sums", "ok", timeout=60)
+    res = run_cli("run", "--json", "-d", *flags, str(program(tmp_path)), str(COUNT), str(out), "v1", "sums", "ok", timeout=60)
     assert res.returncode == 0, res.stderr
     jid = json.loads(res.stdout)["jobs"][0]["jid"]
     wait_for(lambda: completed_checkpoints(jid) >= 1, timeout=30, interval=0.1, message=f"a checkpoint of job {jid}")
@@ -299,13 +299,16 @@ def test_interrupted_last_state_upgrade_is_continued_by_running_it_again(upgrade
     assert not (kept_dir / "_metadata").exists()  # disposed of once the new job had its own
 
 
-def test_stateless_upgrade_starts_fresh(upgrade_cluster: Path, tmp_path: Path) -> None:
-    old, out = start_old(tmp_path)
+def test_stateless_upgrade_starts_fresh_at_the_old_jobs_parallelism(upgrade_cluster: Path, tmp_path: Path) -> None:
+    old, out = start_old(tmp_path, "-p", "2")
     res = upgrade(old, tmp_path, out, "--mode", "stateless")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["snapshot"] is None and job_state(old) == "CANCELED"
     new = doc["new-jid"]
+    assert "keeps the job's parallelism 2" in res.stderr, res.stderr  # without -p: the old job's, not the default
+    vertices = json.loads(run_cli("job", "show", "--json", new).stdout)["vertices"]
+    assert {v["parallelism"] for v in vertices} == {2}
     restored = json.loads(run_cli("checkpoint", "list", "--json", new).stdout)["latest"]["restored"]
     assert restored is None
     assert finish(new, out, "v2") == EXPECTED  # the fresh run's own sums, every number once

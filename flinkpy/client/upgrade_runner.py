@@ -13,6 +13,7 @@ journal is removed once the upgrade has ended.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -46,7 +47,9 @@ def journal_path(home: Path, job_id: str) -> Path:
 
 
 def _same_request(a: up.UpgradeSpec, b: up.UpgradeSpec) -> bool:
-    return (a.program, a.args, a.mode, a.parallelism) == (b.program, b.args, b.mode, b.parallelism)
+    """Whether ``b`` asks for the upgrade ``a`` records (a re-run without -p keeps the
+    parallelism the first run chose)."""
+    return (a.program, a.args, a.mode) == (b.program, b.args, b.mode) and b.parallelism in (None, a.parallelism)
 
 
 def _describe(spec: up.UpgradeSpec) -> str:
@@ -91,12 +94,25 @@ class UpgradeRunner:
                     remedy=f"continue it with '{_describe(machine.spec)}', or remove {self.journal} once you have checked the job",
                 )
             # the flags that do not change what is replaced may change on the re-run
-            machine.spec = spec
+            machine.spec = dataclasses.replace(spec, parallelism=machine.spec.parallelism)
             self.machine = machine
             self.old_submission = saved.get("old_submission")
             self.resumed = True
         else:
-            self.machine = up.Upgrade(spec)
+            kept = None if spec.parallelism else self._current_parallelism(spec.job_id)
+            self.machine = up.Upgrade(dataclasses.replace(spec, parallelism=kept) if kept else spec)
+            if kept:
+                self._step(f"The new job keeps the job's parallelism {kept} (-p changes it)")
+
+    def _current_parallelism(self, job_id: str) -> int | None:
+        """The running job's parallelism (its widest vertex, after any rescale): what the new
+        job keeps unless -p says otherwise. None when the job cannot be read (the first step
+        says why)."""
+        try:
+            vertices = self.client.job(job_id).get("vertices") or []
+        except FlinkpyError:
+            return None
+        return max((int(v.get("parallelism") or 0) for v in vertices), default=0) or None
 
     # -- the loop --------------------------------------------------------------------------
 
