@@ -116,6 +116,10 @@ def test_savepoint_mode_falls_back_to_last_state_unless_forbidden() -> None:
     failing.on(PlanChecked(()))
     failing.on(SavepointFailed("declined"))
     assert failing.action() == CancelJob("old", retain_latest_checkpoint=True)
+    # a bounded job that finished on its own meanwhile took its checkpoints with it: refused,
+    # rather than a submission from a checkpoint that is gone
+    failing.on(JobCancelled(None, "FINISHED"))
+    assert failing.phase is Phase.REFUSED and failing.refusal is Refusal.NOT_RUNNING and "finished on its own" in failing.reason
 
 
 def test_last_state_restores_from_the_checkpoint_kept_at_cancel_and_disposes_of_it_once_healthy() -> None:

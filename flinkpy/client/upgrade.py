@@ -220,9 +220,11 @@ class SavepointFailed:
 
 @dataclass(frozen=True)
 class JobCancelled:
-    """The job is cancelled; ``latest_checkpoint``: the newest one it kept (last-state)."""
+    """The job is cancelled; ``latest_checkpoint``: the newest one it kept (last-state);
+    ``state``: how it ended (FINISHED: its input ended on its own before the cancel reached it)."""
 
     latest_checkpoint: str | None
+    state: str = "CANCELED"
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,10 @@ class Upgrade:
         self._refuse(Refusal.SAVEPOINT_FAILED, f"stop-with-savepoint of job {self.spec.job_id} failed: {e.reason}; the job keeps running")
 
     def _cancelled(self, e: JobCancelled) -> None:
+        if e.state == "FINISHED" and self.mode is not UpgradeMode.STATELESS:
+            # its checkpoints went with it, and its output is complete: nothing to carry over
+            return self._refuse(Refusal.NOT_RUNNING, f"job {self.spec.job_id} finished on its own during the upgrade "
+                                "(its input ended): there is no state to carry over; run the new program as a new job")
         if self.mode is UpgradeMode.LAST_STATE:
             self.snapshot = e.latest_checkpoint or (self.checkpoint.path if self.checkpoint else None)
         self.phase = Phase.SUBMIT

@@ -266,7 +266,7 @@ class UpgradeRunner:
             self._step(f"Job {a.job_id} is {state}; restoring from checkpoint {latest}")
         else:
             self._step(f"Job {a.job_id} is {state}")
-        return [up.JobCancelled(latest)]
+        return [up.JobCancelled(latest, state)]
 
     def _adopt(self, after_ms: int | None, restore: str | None) -> str | None:
         """A job an interrupted attempt submitted already (started after ``after_ms``, restored
