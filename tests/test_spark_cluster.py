@@ -32,7 +32,9 @@ import pytest
 
 from conftest import EXAMPLES, ROOT, wait_for
 from flinkpy.spark.faults import owner, python_workers
+from kafka_servers import kafka  # noqa: F401 - the module's noida-db server
 from spark_standalone import SparkCluster
+from test_spark_kafka import KAFKA_JOB, running_sums, write_lines
 
 pytest.importorskip("pyspark", reason="PySpark is not installed")
 
@@ -431,3 +433,45 @@ def test_one_query_with_timers_windows_side_outputs_fan_out_and_keyed_after_keye
         seconds.setdefault(k, set()).add(s)
     counts = [("count", k, 1000 * s + 1999, sum(1 for t in ss if t <= s + 1)) for k, ss in seconds.items() for s in ss]
     assert Counter(on_spark["counts"]) == Counter(counts)
+
+
+# --------------------------------------------------------------------------- Kafka, unbounded
+
+
+@pytest.mark.timeout(360)
+def test_an_unbounded_kafka_job_is_exact_after_an_executor_is_killed(spark_cluster: SparkCluster, kafka, tmp_path: Path) -> None:  # noqa: F811
+    """The Kafka job of test_spark_kafka.py without set_bounded: its micro-batches read Kafka
+    offset ranges on the executors. An executor JVM is SIGKILLed while the first batch runs (on a
+    loaded machine it takes tens of seconds: Python workers start, the state store opens), more
+    input comes after, and a read_committed consumer finds every running sum
+    exactly once."""
+    count, half = 160, 80  # each half one micro-batch: the four keys' lines land in two or more of the four partitions
+    source, sink = kafka.new_topic(partitions=4, prefix="spark-in"), kafka.new_topic(partitions=1, prefix="spark-out")
+    write_lines(kafka, source, 1, half)
+    job = tmp_path / "kafka_sums.py"
+    job.write_text(KAFKA_JOB.replace(".set_bounded(KafkaOffsetsInitializer.latest())", ""))
+    doc = spark_cluster.json("run", "-d", "--runner", "spark", "--spark-master", spark_cluster.master_url, "-p", "2",
+                             "-D", "execution.spark.max-records-per-batch=40", "-D", "restart-strategy.type=fixed-delay",
+                             "-D", "restart-strategy.fixed-delay.delay=100ms",
+                             str(job), kafka.bootstrap, source, sink, "50", timeout=180)
+    jid = doc["jobs"][0]["jid"]
+    location = Path(json.loads((spark_cluster.home / "spark-jobs" / f"{jid}.json").read_text())["checkpoint_location"])
+    # the first micro-batch planned (its offsets logged) and not committed: its tasks are on the executors
+    wait_for(lambda: (location / "offsets" / "0").exists(), timeout=200, interval=0.1, message="the first micro-batch planned")
+    seed = random.randrange(2**31)
+    print(f"seed {seed}")
+    killed = spark_cluster.json("fault", "kill-executor", jid, "--seed", str(seed))
+    assert not (location / "commits" / "0").exists(), "the first micro-batch committed before the executor was killed"
+    assert killed["target"]["what"] == "Spark executor"
+    executor = killed["target"]["executor-id"]
+    write_lines(kafka, source, half + 1, count)
+    expected = running_sums(count)
+    wait_for(lambda: len(kafka.read(sink, expect=count, timeout=2)) >= count, timeout=240, interval=0.5,
+             message=f"{count} committed running sums")
+    final = spark_cluster.json("job", "show", jid)
+    assert final["state"] == "RUNNING", final  # unbounded: it reads on
+    spark_cluster.json("cancel", jid)
+    got = Counter(m.value().decode() for m in kafka.read(sink, timeout=30))
+    assert got == expected, f"duplicates {dict(got - expected)}, missing {dict(expected - got)}"
+    assert [f["kind"] for f in spark_cluster.json("fault", "history", jid)["faults"]] == ["kill-executor"]
+    print(f"executor {executor} killed while reading; restarts {final['restarts']}")

@@ -13,6 +13,7 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,8 @@ from kafka_servers import kafka  # noqa: F401 - the module's noida-db server
 from test_spark_jobs import _cli_json, _committed, _wait_state, spark_env  # noqa: F401 - the Spark jobs' fixture and helpers
 
 pytest.importorskip("pyspark", reason="PySpark is not installed")
+
+from flinkpy.spark.kafka_offsets import KafkaMicroBatches  # noqa: E402 - after the skip
 
 KEYS = 4
 
@@ -66,20 +69,31 @@ env.execute("kafka sums")
 '''
 
 
-def _write_input(kafka, count: int) -> tuple[str, Counter]:  # noqa: F811
-    """``count`` lines "k<i>,n" keyed by k<i>, and every running sum per key exactly once."""
-    topic = kafka.new_topic(partitions=4, prefix="spark-in")
+def running_sums(count: int) -> Counter:
+    """Every running sum per key of the lines "k<i>,n", n = 1..count, exactly once."""
     sums: dict[str, int] = {}
     expected: Counter = Counter()
-    by_key: dict[str, list[str]] = {}
     for n in range(1, count + 1):
         key = f"k{n % KEYS}"
         sums[key] = sums.get(key, 0) + n
         expected[f"{key} {sums[key]}"] += 1
-        by_key.setdefault(key, []).append(f"{key},{n}")
+    return expected
+
+
+def write_lines(kafka, topic: str, first: int, last: int) -> None:  # noqa: F811
+    """Lines "k<i>,n" for n = first..last, keyed by k<i> (a key's lines in order in its partition)."""
+    by_key: dict[str, list[str]] = {}
+    for n in range(first, last + 1):
+        by_key.setdefault(f"k{n % KEYS}", []).append(f"k{n % KEYS},{n}")
     for key, lines in by_key.items():
         kafka.produce(topic, lines, key=key)
-    return topic, expected
+
+
+def _write_input(kafka, count: int) -> tuple[str, Counter]:  # noqa: F811
+    """A 4-partition topic of ``count`` lines "k<i>,n", and every running sum per key exactly once."""
+    topic = kafka.new_topic(partitions=4, prefix="spark-in")
+    write_lines(kafka, topic, 1, count)
+    return topic, running_sums(count)
 
 
 def _committed_output(kafka, topic: str, expect: int) -> Counter:  # noqa: F811
@@ -154,13 +168,86 @@ def test_kafka_job_on_spark_is_exact_across_a_killed_python_worker(kafka, spark_
     assert got == expected, f"duplicates {dict(got - expected)}, missing {dict(expected - got)}"
 
 
-def test_an_unbounded_kafka_source_is_refused_on_spark_with_its_reason(kafka, tmp_path: Path) -> None:  # noqa: F811
-    """Its partitions are not known when it is built, and a reader of several partitions would
-    read a batch again with other records: the plan says so, naming the source (exit 7)."""
+def test_an_unbounded_kafka_source_is_planned_on_kafka_offsets_and_a_moving_bounded_start_refused(kafka, tmp_path: Path) -> None:  # noqa: F811
+    """An unbounded source runs on Spark (its offsets are Kafka's); a bounded one starting at
+    latest() is still refused with its reason, naming the source (exit 7)."""
     source = kafka.new_topic(partitions=2, prefix="spark-in")
     sink = kafka.new_topic(partitions=1, prefix="spark-out")
     job = tmp_path / "unbounded.py"
     job.write_text(KAFKA_JOB.replace(".set_bounded(KafkaOffsetsInitializer.latest())", ""))
     res = run_cli("info", "--runner", "spark", str(job), kafka.bootstrap, source, sink, "0", timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Kafka offsets per partition" in res.stdout and "last stable offsets" in res.stdout, res.stdout
+    job.write_text(KAFKA_JOB.replace("KafkaOffsetsInitializer.earliest()", "KafkaOffsetsInitializer.latest()"))
+    res = run_cli("info", "--runner", "spark", str(job), kafka.bootstrap, source, sink, "0", timeout=60)
     assert res.returncode == 7, res.stderr[-2000:]
-    assert "one reader per partition" in res.stderr and "lines" in res.stderr
+    assert "starting offsets latest" in res.stderr and "lines" in res.stderr
+
+
+def _batch_values(batches: KafkaMicroBatches, start: dict, end: dict) -> list[list[str]]:
+    """What the executors read for the batch from ``start`` to ``end``: per Kafka partition, in order."""
+    import pickle
+
+    return [[pickle.loads(v) for b in batches.read(part) for v in b.column("value").to_pylist()]
+            for part in batches.partitions(start, end)]
+
+
+def test_unbounded_kafka_batches_end_at_the_last_stable_offset_and_read_again_the_same(kafka) -> None:  # noqa: F811
+    """Planning stops each partition before an open transaction; a batch read again (on another
+    executor, by an unpickled reader) holds the same records, none of an aborted transaction;
+    ``latest()`` is resolved once, in the first batch's end offset, however the topic moves."""
+    import pickle
+
+    from confluent_kafka import Producer
+
+    from flinkpy.common import SimpleStringSchema
+    from flinkpy.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
+
+    topic = kafka.new_topic(partitions=2, prefix="spark-in")
+
+    def source(start: Any) -> Any:
+        return (KafkaSource.builder().set_bootstrap_servers(kafka.bootstrap).set_topics(topic).set_group_id(f"g-{topic}")
+                .set_starting_offsets(start).set_value_only_deserializer(SimpleStringSchema()).build())
+
+    kafka.produce(topic, ["a", "b"], partition=0)
+    kafka.produce(topic, ["x"], partition=1)
+    txn = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"{topic}-txn"})
+    txn.init_transactions(10)
+    txn.begin_transaction()
+    txn.produce(topic, "c", partition=0)
+    txn.flush(10)
+    batches = KafkaMicroBatches(source(KafkaOffsetsInitializer.earliest()), index=0)
+    latest = KafkaMicroBatches(source(KafkaOffsetsInitializer.latest()), index=0)
+    first = batches.plan(batches.initial(), 0)
+    assert first["p"] == {f"{topic}-0": 2, f"{topic}-1": 1} and first["f"] == {f"{topic}-0": 0, f"{topic}-1": 0}
+    assert _batch_values(batches, batches.initial(), first) == [["a", "b"], ["x"]]
+    from_latest = latest.plan(latest.initial(), 0)
+    assert from_latest["p"] == from_latest["f"] == {f"{topic}-0": 2, f"{topic}-1": 1}
+    assert batches.plan(first, 0) is first  # nothing decided since: no batch
+    txn.commit_transaction(10)
+    txn.begin_transaction()
+    txn.produce(topic, "aborted", partition=0)
+    txn.flush(10)
+    txn.abort_transaction(10)
+    kafka.produce(topic, ["d", "e", "f"], partition=0)
+    second = batches.plan(first, 3)  # at most three offsets: "c", its commit marker, the aborted record
+    assert second["p"][f"{topic}-0"] == 5 and "f" not in second
+    assert _batch_values(batches, first, second) == [["c"]]
+    # a restarted query's new planner goes on from the end offset Spark logged (as JSON)
+    restarted = KafkaMicroBatches(source(KafkaOffsetsInitializer.earliest()), index=0)
+    third = restarted.plan(json.loads(json.dumps(second)), 0)
+    assert third["p"] == {f"{topic}-0": 9, f"{topic}-1": 1} and "f" not in third
+    again = pickle.loads(pickle.dumps(batches))  # an executor's copy, without the planner's consumer
+    assert _batch_values(batches, second, third) == _batch_values(again, second, third) == [["d", "e", "f"]]
+    batches.commit(third)  # Spark committed the batch: its offsets go to the group, for lag
+    from confluent_kafka import Consumer, TopicPartition
+
+    group = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"g-{topic}", "session.timeout.ms": 6000})
+    try:
+        got = group.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=10)
+    finally:
+        group.close()
+    assert {f"{topic}-{tp.partition}": tp.offset for tp in got} == third["p"]
+    # latest() stays where the first batch resolved it: a replay of that batch reads nothing
+    assert _batch_values(latest, latest.initial(), from_latest) == []
+    assert _batch_values(latest, from_latest, latest.plan(from_latest, 0)) == [["c", "d", "e", "f"]]

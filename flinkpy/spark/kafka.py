@@ -1,16 +1,18 @@
 """Kafka on the Spark runner, exactly once, without Spark's Kafka source (its jars).
 
-**Reading.** A :class:`~flinkpy.connectors.kafka_source.KafkaSource` runs through the runner's
-own data source (:mod:`flinkpy.spark.sources`) with one reader per partition
-(:func:`reader_parallelism`: a consumer of several partitions interleaves them differently on
-each read): its readers, with confluent-kafka consumers, run on the driver to plan a
-micro-batch and on the executors to read it, and a Spark offset is each reader's state (its
-partition's next offset). A KafkaSource reader polls without waiting, and a fresh consumer has
-fetched nothing yet, so on Spark each reader is wrapped in a :class:`PatientReader` that polls
-until records come or the partition stays quiet for :data:`QUIET_S`. Starting offsets must
-name the same records when a batch is planned and when it is read again: ``latest()`` and
-``committed_offsets()`` move, so they are refused (:func:`check_source`), as is an unbounded
-source, whose partitions are not known when it is built.
+**Reading.** An unbounded :class:`~flinkpy.connectors.kafka_source.KafkaSource` has Spark
+offsets that are Kafka offsets (:mod:`flinkpy.spark.kafka_offsets`): batches planned on the
+driver up to each partition's last stable offset, read on the executors offset range by
+offset range. A bounded one runs through the runner's general data source
+(:mod:`flinkpy.spark.sources`) with one reader per partition (:func:`reader_parallelism`: a
+consumer of several partitions interleaves them differently on each read): its readers, with
+confluent-kafka consumers, run on the driver to plan a micro-batch and on the executors to read
+it, and a Spark offset is each reader's state (its partition's next offset). A KafkaSource
+reader polls without waiting, and a fresh consumer has fetched nothing yet, so there each
+reader is wrapped in a :class:`PatientReader` that polls until records come or the partition
+stays quiet for :data:`QUIET_S`. Its starting offsets must name the same records when a batch
+is planned and when it is read again: ``latest()`` and ``committed_offsets()`` move, so a
+bounded source starting there is refused (:func:`check_source`).
 
 **Writing.** A KafkaSink with ``DeliveryGuarantee.EXACTLY_ONCE`` writes each micro-batch from
 the driver in one Kafka transaction on the transactional id ``<prefix>-spark`` (one writer per
@@ -72,6 +74,15 @@ class SparkKafkaSource(Source):
     def create_reader(self, ctx: ReaderContext) -> Any:
         return PatientReader(self.source.create_reader(ctx))
 
+    def micro_batches(self, *, index: int, bundled: bool) -> Any:
+        """An unbounded source's micro-batches on Kafka offsets (:mod:`flinkpy.spark.kafka_offsets`);
+        None for a bounded one (the general road of :mod:`flinkpy.spark.sources`)."""
+        if self.source.stopping is not None:
+            return None
+        from flinkpy.spark.kafka_offsets import KafkaMicroBatches
+
+        return KafkaMicroBatches(self.source, index=index, bundled=bundled)
+
     def __repr__(self) -> str:
         return repr(self.source)
 
@@ -97,7 +108,11 @@ MOVING_STARTS = ("latest", "committed")
 
 
 def check_source(source: Any) -> str | None:
-    """Why Spark cannot read ``source`` exactly once, or None."""
+    """Why Spark cannot read ``source`` exactly once, or None. An unbounded source can: its
+    offsets are Kafka's, each partition's start resolved once and logged with the batch that
+    first reads it (:mod:`flinkpy.spark.kafka_offsets`)."""
+    if source.stopping is None:
+        return None
     if reader_parallelism(source) is None:
         return ("Spark needs one reader per partition, known when the source is built (a reader of several partitions "
                 "interleaves them differently each time a batch is read again): only a bounded KafkaSource of one topic has them")
@@ -109,10 +124,11 @@ def check_source(source: Any) -> str | None:
 
 
 def reader_parallelism(source: Any) -> int | None:
-    """One reader per partition: a consumer of several partitions interleaves them differently
-    each time it reads, so a batch read again on an executor would hold other records than the
-    driver counted. The partitions of a bounded source are known when it is built; None when
-    they are not (an unbounded source) or when two of them would share a reader."""
+    """A bounded source's readers, one per partition: a consumer of several partitions
+    interleaves them differently each time it reads, so a batch read again on an executor would
+    hold other records than the driver counted. The partitions of a bounded source are known
+    when it is built; None when they are not (an unbounded source: a Spark partition per Kafka
+    partition with new records in each batch) or when two of them would share a reader."""
     from flinkpy.connectors.kafka_splits import owner
 
     parts = list(source.stopping or ())

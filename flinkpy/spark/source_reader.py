@@ -22,8 +22,10 @@ class FlinkpySourceReader(DataSourceStreamReader):
 
     def __init__(self, options: dict) -> None:
         spec = decode(options["payload"])
-        self.offsets = SourceOffsets(spec["source"], index=int(spec["index"]), parallelism=int(spec["parallelism"]),
-                                     bundled=bool(spec.get("bundled", False)), side_routes=spec.get("side_routes") or {})
+        # a source with offsets of its own (an unbounded KafkaSource: Kafka offsets) plans them itself
+        own = getattr(spec["source"], "micro_batches", lambda **kw: None)(index=int(spec["index"]), bundled=bool(spec.get("bundled", False)))
+        self.offsets = own or SourceOffsets(spec["source"], index=int(spec["index"]), parallelism=int(spec["parallelism"]),
+                                            bundled=bool(spec.get("bundled", False)), side_routes=spec.get("side_routes") or {})
         #: the chain level after the source, run on the reader's batches in the same Python
         #: worker (see :func:`flinkpy.spark.sources.read_stream`): decoded where a partition is read, because it
         #: may need the job's shipped modules, which the planning process on the driver lacks
@@ -49,7 +51,9 @@ class FlinkpySourceReader(DataSourceStreamReader):
         return decode(self.transform_payload)(self.offsets.read(partition.value))
 
     def commit(self, end: dict) -> None:
-        pass
+        done = getattr(self.offsets, "commit", None)
+        if done is not None:
+            done(end)
 
 
 class FlinkpySource(DataSource):

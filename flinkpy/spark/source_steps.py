@@ -110,6 +110,10 @@ def source_step(node: StreamNode, index: int, parallelism: int, max_records: int
         if reason:
             raise refuse(node, reason, remedy="on Spark: set_bounded(...), and start from earliest(), timestamp() or offsets()")
         spark = "Python data source 'flinkpy' with confluent-kafka consumers (offsets per partition: replayable)"
+        if src.stopping is None:
+            spark = ("Python data source 'flinkpy' with confluent-kafka consumers on the executors (Kafka offsets per partition, "
+                     "each batch up to the last stable offsets: replayable; partitions discovered), "
+                     "a Spark partition per Kafka partition with new records")
     parallelism = node.parallelism or parallelism
     for cap in (node.max_allowed_parallelism, getattr(src, "max_parallelism", lambda: None)()):
         if cap:
@@ -120,5 +124,6 @@ def source_step(node: StreamNode, index: int, parallelism: int, max_records: int
     if step.whole and step.fusable:
         spark = ("read whole in one micro-batch planned on the driver (rate-micro-batch ticks -> mapInArrow; "
                  "a source that has not ended at once: Python data source 'flinkpy')")
-    spark += f", {parallelism} partition(s)"
+    if not (kafka.is_kafka_source(src) and src.stopping is None):
+        spark += f", {parallelism} partition(s)"
     return Step("source", [node], spark, step)
