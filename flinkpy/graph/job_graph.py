@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flinkpy.errors import InvalidProgramError
+from flinkpy.graph.committers import expand_committers
 from flinkpy.graph.pickling import dumps
 from flinkpy.graph.stream_graph import CUSTOM, FORWARD, HASH, REBALANCE, RESCALE, StreamGraph, StreamNode
 
@@ -156,6 +157,7 @@ def build_job_graph(
         raise InvalidProgramError(
             "the job has no operators", remedy="define a source and at least one sink before execute()"
         )
+    graph = expand_committers(graph)
     order = graph.topological_order()
     par, maxp = _parallelisms(graph, order, default_parallelism, max_parallelism)
     resolved = _partitioners(graph, par)
