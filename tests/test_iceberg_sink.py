@@ -144,6 +144,22 @@ def test_two_writers_files_show_at_the_completed_checkpoint_as_one_snapshot_a_re
 
 
 @pytest.mark.timeout(30)
+def test_the_plan_runs_the_writers_at_the_sinks_parallelism_and_one_committer_after_them(catalog) -> None:
+    import json
+
+    create_table(catalog, "planned")
+    for writers, vertices in ((3, [("Source: numbers", 1), ("table: Writer", 3), ("table: Committer", 1)]),
+                              (1, [("Source: numbers -> table: Writer -> table: Committer", 1)])):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        numbers = env.from_collection([square(n) for n in range(5)], Types.TUPLE([Types.LONG(), Types.LONG()])).name("numbers")
+        numbers.sink_to(IcebergSink(catalog, "db.planned")).name("table").uid("table").set_parallelism(writers)
+        nodes = json.loads(env.get_execution_plan())["nodes"]
+        assert [(n["contents"], n["parallelism"]) for n in nodes] == vertices, nodes
+        # the program's own graph keeps the one sink (the Spark runner and `flinkpy info` read it)
+        assert [n.kind for n in env._graph.nodes.values()] == ["source", "sink"]
+
+
+@pytest.mark.timeout(30)
 def test_a_missing_table_is_created_for_the_streams_type_partitioned_as_the_builder_says(catalog) -> None:
     """Opt-in: ``sink_to`` creates the table from the stream's Types with the builder's partition
     spec, and records written through the protocol land in one file per partition value."""
@@ -294,7 +310,7 @@ def test_exactly_once_through_a_kill_before_a_commit_a_taskmanager_kill_a_stop_w
     create_table(catalog, "squares")
     env = squares_env(catalog, "squares", parallelism=2)
     committer = vertex_id(env, "table: Committer")
-    assert committer != vertex_id(env, "table"), "the committer is a task of its own after two writers"
+    assert committer != vertex_id(env, "table: Writer"), "the committer is a task of its own after two writers"
     info = start(taskmanagers=2, faults=[{"point": "sink-before-commit", "vertex": committer, "subtask": 0, "checkpoint": 2}])
     first = env.execute_async("squares into iceberg, p=2")
     jid = first.get_job_id()

@@ -29,7 +29,7 @@ from flinkpy.connectors.rabbitmq_connection import RMQConnectionConfig
 from flinkpy.connectors.rabbitmq_ledger import AckLedger
 from flinkpy.connectors.verification import SequenceSource, VerifyingSink, check, read_committed
 from flinkpy.datastream import StreamExecutionEnvironment
-from flinkpy.errors import AuthenticationError, NotFoundError
+from flinkpy.errors import AuthenticationError, NotFoundError, UsageError
 
 sys.path.insert(0, str(EXAMPLES))
 from verification_job import RunningCount  # noqa: E402
@@ -207,6 +207,31 @@ def test_the_sink_delivers_every_record_with_confirms(rmq_home, rabbitmq) -> Non
             got.append(list(parse(body.decode())))
     result = check(got, KEYS, PER_KEY)
     assert (result["lost"], result["unexpected"]) == (0, 0), result
+
+
+def test_the_sink_waits_for_every_confirm_at_a_checkpoint_and_fails_on_a_refusal(rabbitmq) -> None:
+    """Confirms are collected asynchronously (not one round trip per message): the flush at a
+    checkpoint returns once all are in, and a message the queue refuses fails the writer."""
+    ctx = ReaderContext(subtask_index=0, parallelism=1)
+    queue = rabbitmq.new_queue()
+    writer = RMQSink(config(rabbitmq), queue, SimpleStringSchema()).create_writer(ctx)
+    try:
+        writer.write([f"m{i}" for i in range(2500)])  # more than the confirm window
+        writer.flush(False)
+        assert writer._ledger.outstanding == 0
+    finally:
+        writer.close()
+    assert rabbitmq.message_count(queue) == 2500
+    full = f"full-{queue}"
+    with rabbitmq.connect() as conn:
+        conn.channel().queue_declare(full, durable=True, arguments={"x-max-length": 5, "x-overflow": "reject-publish"})
+    writer = RMQSink(config(rabbitmq), full, SimpleStringSchema(), declare_queue=False).create_writer(ctx)
+    try:
+        with pytest.raises(UsageError, match=r"did not accept messages for queue 'full-.*': 5 refused \(basic.nack\)"):
+            writer.write([f"m{i}" for i in range(10)])
+            writer.flush(False)
+    finally:
+        writer.close()
 
 
 def test_a_missing_queue_and_a_refused_login_are_one_line_errors(rabbitmq) -> None:

@@ -2,11 +2,11 @@
 
 A sink whose ``committer()`` returns a sink (the Iceberg sink: one table snapshot per
 checkpoint) is run as Flink runs a Sink V2 with a committer: the writers at the sink's
-parallelism (kind ``sink_writer``: they emit their committables before each barrier instead of
-committing), then the committer at parallelism 1, fed by every writer. The writer keeps the
-sink's node id, name, uid and parallelism, so the plan and the fault points that name its
-vertex stay as they were; the committer, which holds the state (the committables not yet
-committed), is ``<uid>-committer``. The JobGraph is built from the expanded graph; the program's
+parallelism (kind ``sink_writer``, named ``<name>: Writer``: they emit their committables before
+each barrier instead of committing), then the committer at parallelism 1 (``<name>:
+Committer``), fed by every writer. The writer keeps the sink's node id, uid and parallelism
+(``DataStreamSink.set_parallelism`` sets it); the committer, which holds the state (the
+committables not yet committed), has the uid ``<uid>-committer``. The JobGraph is built from the expanded graph; the program's
 StreamGraph (what the Spark runner and ``flinkpy info`` read) keeps the one sink node.
 
 >>> from flinkpy.graph.stream_graph import StreamGraph, StreamRef
@@ -18,7 +18,7 @@ StreamGraph (what the Spark runner and ``flinkpy info`` read) keeps the one sink
 >>> sink = g.add_node("sink", "table", Committed(), inputs=(StreamRef(src.id),), uid="table")
 >>> expanded = expand_committers(g)
 >>> [(n.kind, n.name, n.uid, n.fn if isinstance(n.fn, str) else "") for n in expanded.nodes.values()]
-[('source', 'numbers', None, ''), ('sink_writer', 'table', 'table', ''), ('sink', 'table: Committer', 'table-committer', 'the committer')]
+[('source', 'numbers', None, ''), ('sink_writer', 'table: Writer', 'table', ''), ('sink', 'table: Committer', 'table-committer', 'the committer')]
 >>> [(e.source, e.target) for e in expanded.edges], g.nodes[sink.id].kind
 ([(1, 2), (2, 3)], 'sink')
 """
@@ -50,10 +50,12 @@ def expand_committers(graph: StreamGraph) -> StreamGraph:
     out.edges = list(graph.edges)
     out.pending = set(graph.pending)
     for n, committer in sorted(committers.items()):
-        writer = out.nodes[n] = replace(graph.nodes[n], kind="sink_writer", params=dict(graph.nodes[n].params))
+        sink = graph.nodes[n]
+        writer = out.nodes[n] = replace(sink, kind="sink_writer", name=f"{sink.name}: Writer", params=dict(sink.params))
         node = StreamNode(
-            id=out._next_id, kind="sink", name=f"{writer.name}: Committer", fn=committer, parallelism=1,
-            uid=f"{writer.uid}-committer" if writer.uid else None, max_allowed_parallelism=1,
+            id=out._next_id, kind="sink", name=f"{sink.name}: Committer", fn=committer, parallelism=1,
+            uid=f"{sink.uid}-committer" if sink.uid else None, max_allowed_parallelism=1,
+            params={"committer": True},
         )
         out._next_id += 1
         out.nodes[node.id] = node

@@ -330,7 +330,7 @@ def _operator_ids(graph: StreamGraph, order: list[int]) -> dict[int, str]:
 def _display_name(node: StreamNode) -> str:
     if node.is_source and not node.name.startswith("Source"):
         return f"Source: {node.name}"
-    if node.is_sink and not node.name.startswith("Sink"):
+    if node.is_sink and not node.name.startswith("Sink") and not node.params.get("committer"):
         return f"Sink: {node.name}"
     return node.name
 
