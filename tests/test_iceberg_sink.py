@@ -142,6 +142,17 @@ def test_two_writers_files_show_at_the_completed_checkpoint_as_one_snapshot_a_re
     table = reload(catalog, "protocol")
     assert rows(table) == expected(400) and len(table.metadata.snapshots) == 3 and orphans(table) == []
 
+    # a savepoint of the earlier layout (each writer committed its own files) holds its pending
+    # commits in the writer's state: the restored writer hands them to the committer
+    old = sink.create_writer(ctx(0, 1))
+    old.open()
+    old.write([square(n) for n in range(401, 451)])
+    heir = sink.create_writer(ctx(0, 1, [{"prefix": "fp-old", "subtask": 0, "parallelism": 1, "pending": old.prepare_commit(3)}]))
+    heir.open()
+    again.write(heir.prepare_commit(4))
+    again.notify_checkpoint_complete(4)
+    assert rows(reload(catalog, "protocol")) == expected(450)
+
 
 @pytest.mark.timeout(30)
 def test_the_plan_runs_the_writers_at_the_sinks_parallelism_and_one_committer_after_them(catalog) -> None:

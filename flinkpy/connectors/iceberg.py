@@ -164,6 +164,9 @@ class IcebergSinkWriter(SinkWriter):
         self._opened: Any = None
         self._txn: _Transaction | None = None
         self._last_checkpoint = 0
+        #: pending commits of a savepoint taken when each writer committed its own files: the
+        #: committer commits them (a snapshot already holding one is skipped)
+        self._handed_over = [c for s in ctx.restored_state or [] if isinstance(s, dict) for c in s.get("pending", [])]
 
     def open(self, runtime_context: Any = None) -> None:
         table = self._opened = load_table(open_catalog(self._sink.catalog_name, self._sink.catalog_properties),
@@ -194,11 +197,12 @@ class IcebergSinkWriter(SinkWriter):
         """Close the open transaction's files; its committable (none when nothing was written)."""
         checkpoint_id = checkpoint_id if checkpoint_id is not None else self._last_checkpoint + 1
         self._last_checkpoint = checkpoint_id
+        earlier, self._handed_over = self._handed_over, []
         txn, self._txn = self._txn, None
         if txn is None:
-            return []
+            return earlier
         self._write_files(txn)
-        return [IcebergCommittable(
+        return earlier + [IcebergCommittable(
             transaction_id=txn.transaction_id,
             job_id=self.ctx.job_id,
             checkpoint_id=checkpoint_id,

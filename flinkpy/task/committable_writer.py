@@ -3,25 +3,21 @@
 A ``sink_writer`` operator runs the sink's writers like any sink, but commits nothing: before
 the task forwards barrier *n* it asks its writer for the committables of what was written since
 barrier *n-1* (``prepare_commit``) and emits them as records, so they reach the committer ahead
-of barrier *n* and are in the committer's snapshot of checkpoint *n*. The writer has no state of
-its own: a restore (at any parallelism) starts writers afresh, and what they wrote after the
-restored checkpoint is the committer's to clean up. At the end of the input the last
+of barrier *n* and are in the committer's snapshot of checkpoint *n*. The writer snapshots no
+state: a restore (at any parallelism) starts writers afresh, and what they wrote after the
+restored checkpoint is the committer's to clean up. (State a checkpoint does hold for it, from
+a version of the sink whose writers committed themselves, reaches the writer as its restored
+state, to hand over as committables.) At the end of the input the last
 committables go out before the end of the partition; the committer commits them at its own end.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from flinkpy.task.operators import SinkOperator
 
 
 class CommittableWriterOperator(SinkOperator):
     """A sink's writer whose committables are its output (the committer's input)."""
-
-    def set_restored_state(self, states: list[Any]) -> None:
-        if any(s is not None for s in states):
-            raise ValueError(f"{self.name}: the writer of a sink with a committer keeps no state, yet the checkpoint has some for it")
 
     def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
         committables = self.writer.prepare_commit(checkpoint_id)
