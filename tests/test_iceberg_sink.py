@@ -170,6 +170,23 @@ def test_the_plan_runs_the_writers_at_the_sinks_parallelism_and_one_committer_af
         assert [n.kind for n in env._graph.nodes.values()] == ["source", "sink"]
 
 
+@pytest.mark.timeout(90)
+def test_a_bounded_job_commits_every_writers_rows_once_in_one_snapshot_at_its_final_checkpoint(catalog) -> None:
+    """Two writers and the committer on an embedded cluster: the final checkpoint after the end
+    of the input commits both writers' files together (with checkpointing on, nothing else does)."""
+    create_table(catalog, "bounded")
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.enable_checkpointing(60_000)  # no periodic checkpoint in time: only the final one commits
+    env.from_collection([square(n) for n in range(1, 401)], Types.TUPLE([Types.LONG(), Types.LONG()])) \
+        .rebalance().sink_to(IcebergSink(catalog, "db.bounded")).name("table").set_parallelism(2)
+    env.execute("bounded squares into iceberg")
+    table = reload(catalog, "bounded")
+    assert rows(table) == expected(400)
+    (summary,) = summaries(table)
+    assert len(summary["flinkpy.transaction-ids"].split(",")) == 2, summary
+    assert orphans(table) == []
+
+
 @pytest.mark.timeout(30)
 def test_a_missing_table_is_created_for_the_streams_type_partitioned_as_the_builder_says(catalog) -> None:
     """Opt-in: ``sink_to`` creates the table from the stream's Types with the builder's partition
