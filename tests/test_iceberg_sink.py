@@ -378,6 +378,31 @@ def test_exactly_once_through_a_kill_before_a_commit_a_taskmanager_kill_a_stop_w
     assert set(jobs) == {jid, resumed.get_job_id()}, jobs
 
 
+@pytest.mark.timeout(120)
+def test_exactly_once_with_unaligned_checkpoints_through_a_kill_before_a_commit(start, catalog, tmp_path: Path) -> None:  # noqa: F811
+    """Unaligned checkpoints: a writer's committables may be in flight (channel state) when the
+    committer snapshots; the committer killed before a commit, the restored job must still
+    commit each of them once and delete no file they name."""
+    create_table(catalog, "unaligned")
+    env = squares_env(catalog, "unaligned", parallelism=2)
+    env.get_checkpoint_config().enable_unaligned_checkpoints()
+    committer = vertex_id(env, "table: Committer")
+    start(faults=[{"point": "sink-before-commit", "vertex": committer, "subtask": 0, "checkpoint": 2}])
+    job = env.execute_async("squares into iceberg, unaligned")
+    jid = job.get_job_id()
+    wait_for(lambda: job_show(jid)["restarts"] >= 1, timeout=30, interval=0.25, message="the kill and the restart")
+    wait_for(lambda: committed_by(catalog, "unaligned", jid, after_checkpoint=3), timeout=30, interval=0.25,
+             message="commits after the restart")
+    from flinkpy.client.client import Client
+
+    history = Client().checkpoints(jid, 100)["history"]
+    assert any(h["unaligned_checkpoint"] for h in history if h["status"] == "COMPLETED"), history
+    _, upto = stop_with_savepoint(jid, tmp_path / "sps")
+    table = reload(catalog, "unaligned")
+    assert_exact(table, upto)
+    assert_a_snapshot_per_checkpoint(table)
+
+
 def assert_inspect_shows_the_pending_commits(location: str, table: Any) -> None:
     """``checkpoint inspect`` of the savepoint names the transactions the committer holds
     (both writers'): they became one snapshot of the table with as many files and records."""
