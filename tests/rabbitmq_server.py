@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from servers import _poll, _stop, _tail, free_port
+from servers import _poll, _stop, _tail
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
@@ -32,6 +33,34 @@ def _epmd() -> str:
     if not found or not os.path.exists(SERVER):
         pytest.fail("RabbitMQ is not installed: run tests/run (it installs it), or `apt-get install rabbitmq-server`")
     return found[-1]
+
+
+def _distinct_ports(n: int) -> list[int]:
+    """``n`` different free loopback ports below the kernel's ephemeral range. Not ports the
+    kernel hands out itself: while the node is down (a crash test) the job's sources keep
+    connecting to its port, and a connection whose ephemeral source port is that very port
+    connects to itself (TCP's simultaneous open) and holds it; any outgoing connection may
+    take the distribution port likewise."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()  # which free ports: no bearing on what a test checks
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(10_000, max(10_001, low))
+        if port not in ports and _bindable(port):
+            ports.append(port)
+    return ports
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 class _Exited:
@@ -47,9 +76,7 @@ class RabbitMQServer:
     """One RabbitMQ node on free loopback ports, in its own directory; user guest/guest."""
 
     def __init__(self, base: Path) -> None:
-        self.port = free_port()
-        self.epmd_port = free_port()
-        self.dist_port = free_port()
+        self.port, self.epmd_port, self.dist_port = _distinct_ports(3)
         self.root = base / f"rabbitmq-{self.port}"
         self.log = self.root / "server.log"
         self.proc: subprocess.Popen | None = None
@@ -122,17 +149,16 @@ class RabbitMQServer:
             _poll(self._port_free, 30, "RabbitMQ's port to be released", _Exited(), self.log)
 
     def _port_free(self) -> bool:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", self.port))
-            except OSError:
-                return False
-            return True
+        return _bindable(self.port)
 
     def restart(self) -> None:
         """Crash the node (SIGKILL: no shutdown) and start it again with its data: confirmed
         persistent messages and streams are on disk and come back."""
         self.stop(signal.SIGKILL)
+        if not _bindable(self.dist_port):
+            # while the node was down an outgoing connection took its distribution port as its
+            # ephemeral port: the node needs it only among its peers (none), so take another
+            (self.dist_port,) = _distinct_ports(1)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([SERVER], stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
                                          env=self._env(), start_new_session=True)

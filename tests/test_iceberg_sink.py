@@ -4,8 +4,9 @@ module; each test writes its own table.
 - the protocol driven directly (no cluster): files written before the barrier are in no
   snapshot, the completed checkpoint makes them one snapshot, a replayed commit is skipped, and
   the files of an attempt that died after the checkpoint are deleted by its successor;
-- jobs on a real background cluster: the sink task SIGKILLed right after checkpoint 2 completed
-  and before its commit; a stop-with-savepoint and a resume at another parallelism. After a
+- jobs on a real background cluster: the committer task SIGKILLed right after checkpoint 2
+  completed and before its commit, then a TaskManager SIGKILLed; a stop-with-savepoint and a
+  resume at another parallelism; every checkpoint one snapshot of both writers' files. After a
   stop-with-savepoint an independent pyiceberg scan must hold every record up to the savepoint's
   source position exactly once, and no data file may be left outside the table;
 - bad input: a missing catalog, a missing table, records that do not fit, upserts: one line,
@@ -17,6 +18,7 @@ The expected rows are computed here: the jobs map n of 1, 2, ... to ``(n, n*n)``
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -91,39 +93,98 @@ def ctx(subtask: int, parallelism: int, states: list | None = None) -> ReaderCon
 
 
 @pytest.mark.timeout(30)
-def test_files_show_at_the_completed_checkpoint_a_replay_is_skipped_and_a_dead_attempts_files_go(catalog) -> None:
+def test_two_writers_files_show_at_the_completed_checkpoint_as_one_snapshot_a_replay_is_skipped_and_dead_files_go(catalog) -> None:
+    """The writers and the committer driven directly: what the engine does around barriers."""
     create_table(catalog, "protocol")
     sink = IcebergSink(catalog, "db.protocol", target_file_rows=100)
-    w = sink.create_writer(ctx(0, 1))
-    w.open()
+    writers = [sink.create_writer(ctx(i, 2)) for i in range(2)]
+    committer = sink.committer().create_writer(ctx(0, 1))
+    for w in writers + [committer]:
+        w.open()
     for lo in (1, 101, 201):  # two files written on the way, one at the barrier
-        w.write([square(n) for n in range(lo, min(lo + 100, 251))])
-    state = w.snapshot_state(1)
+        writers[0].write([square(n) for n in range(lo, min(lo + 100, 251))])
+    writers[1].write([square(n) for n in range(251, 301)])
+    for w in writers:  # before barrier 1 leaves each writer: its committable goes to the committer
+        committer.write(w.prepare_commit(1))
+    state = committer.snapshot_state(1)
     table = reload(catalog, "protocol")
-    assert table.current_snapshot() is None and len(orphans(table)) == 3, "prepared files must stay invisible"
+    assert table.current_snapshot() is None and len(orphans(table)) == 4, "prepared files must stay invisible"
 
-    w.notify_checkpoint_complete(1)
+    committer.notify_checkpoint_complete(1)
     table = reload(catalog, "protocol")
-    assert rows(table) == expected(250)
-    (summary,) = summaries(table)
+    assert rows(table) == expected(300)
+    (summary,) = summaries(table)  # one snapshot for both writers
     assert summary["flink.job-id"] == "job-a" and summary["flink.max-committed-checkpoint-id"] == "1", summary
-    assert summary["flinkpy.subtask"] == "0" and summary["added-data-files"] == "3", summary
+    assert summary["added-data-files"] == "4" and len(summary["flinkpy.transaction-ids"].split(",")) == 2, summary
 
-    # the attempt writes on after checkpoint 1 (two files) and dies; its successor restores
-    # checkpoint 1, whose commit it replays (skipped: already in a snapshot) and whose
-    # successors' files it deletes
-    w.write([square(n) for n in range(251, 351)])
-    w.write([square(n) for n in range(351, 451)])
+    # the attempt writes on after checkpoint 1 (two files, one of them handed over) and dies;
+    # the next attempt restores checkpoint 1, whose commit it replays (skipped: already in a
+    # snapshot) and, once its first checkpoint completed, deletes the dead attempt's files
+    writers[0].write([square(n) for n in range(301, 401)])
+    committer.write(writers[0].prepare_commit(2))
+    writers[1].write([square(n) for n in range(401, 501)])
     assert len(orphans(reload(catalog, "protocol"))) == 2
-    again = sink.create_writer(ctx(0, 1, [state]))
+    again = sink.committer().create_writer(replace(ctx(0, 1, [state]), attempt=1))
     again.open()
     table = reload(catalog, "protocol")
-    assert len(table.metadata.snapshots) == 1 and rows(table) == expected(250)
-    assert orphans(table) == []
-    again.write([square(n) for n in range(251, 301)])
+    assert len(table.metadata.snapshots) == 1 and rows(table) == expected(300)
+    writer = sink.create_writer(replace(ctx(0, 1), attempt=1))
+    writer.open()
+    writer.write([square(n) for n in range(301, 351)])
+    again.write(writer.prepare_commit(2))
+    again.snapshot_state(2)
+    again.notify_checkpoint_complete(2)
+    table = reload(catalog, "protocol")
+    assert rows(table) == expected(350) and len(table.metadata.snapshots) == 2 and orphans(table) == []
+    writer.write([square(n) for n in range(351, 401)])
+    again.write(writer.prepare_commit(None))
     again.flush(True)  # the end of the input commits
     table = reload(catalog, "protocol")
-    assert rows(table) == expected(300) and len(table.metadata.snapshots) == 2 and orphans(table) == []
+    assert rows(table) == expected(400) and len(table.metadata.snapshots) == 3 and orphans(table) == []
+
+    # a savepoint of the earlier layout (each writer committed its own files) holds its pending
+    # commits in the writer's state: the restored writer hands them to the committer
+    old = sink.create_writer(ctx(0, 1))
+    old.open()
+    old.write([square(n) for n in range(401, 451)])
+    heir = sink.create_writer(ctx(0, 1, [{"prefix": "fp-old", "subtask": 0, "parallelism": 1, "pending": old.prepare_commit(3)}]))
+    heir.open()
+    again.write(heir.prepare_commit(4))
+    again.notify_checkpoint_complete(4)
+    assert rows(reload(catalog, "protocol")) == expected(450)
+
+
+@pytest.mark.timeout(30)
+def test_the_plan_runs_the_writers_at_the_sinks_parallelism_and_one_committer_after_them(catalog) -> None:
+    import json
+
+    create_table(catalog, "planned")
+    for writers, vertices in ((3, [("Source: numbers", 1), ("table: Writer", 3), ("table: Committer", 1)]),
+                              (1, [("Source: numbers -> table: Writer -> table: Committer", 1)])):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        numbers = env.from_collection([square(n) for n in range(5)], Types.TUPLE([Types.LONG(), Types.LONG()])).name("numbers")
+        numbers.sink_to(IcebergSink(catalog, "db.planned")).name("table").uid("table").set_parallelism(writers)
+        nodes = json.loads(env.get_execution_plan())["nodes"]
+        assert [(n["contents"], n["parallelism"]) for n in nodes] == vertices, nodes
+        # the program's own graph keeps the one sink (the Spark runner and `flinkpy info` read it)
+        assert [n.kind for n in env._graph.nodes.values()] == ["source", "sink"]
+
+
+@pytest.mark.timeout(90)
+def test_a_bounded_job_commits_every_writers_rows_once_in_one_snapshot_at_its_final_checkpoint(catalog) -> None:
+    """Two writers and the committer on an embedded cluster: the final checkpoint after the end
+    of the input commits both writers' files together (with checkpointing on, nothing else does)."""
+    create_table(catalog, "bounded")
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.enable_checkpointing(60_000)  # no periodic checkpoint in time: only the final one commits
+    env.from_collection([square(n) for n in range(1, 401)], Types.TUPLE([Types.LONG(), Types.LONG()])) \
+        .rebalance().sink_to(IcebergSink(catalog, "db.bounded")).name("table").set_parallelism(2)
+    env.execute("bounded squares into iceberg")
+    table = reload(catalog, "bounded")
+    assert rows(table) == expected(400)
+    (summary,) = summaries(table)
+    assert len(summary["flinkpy.transaction-ids"].split(",")) == 2, summary
+    assert orphans(table) == []
 
 
 @pytest.mark.timeout(30)
@@ -150,8 +211,10 @@ def test_a_missing_table_is_created_for_the_streams_type_partitioned_as_the_buil
     w = sink.create_writer(ctx(0, 1))
     w.open()
     w.write([{"id": i, "name": f"n{i}", "ts": days[i % 3]} for i in range(60)])
-    w.snapshot_state(1)
-    w.notify_checkpoint_complete(1)
+    committer = sink.committer().create_writer(ctx(0, 1))
+    committer.open()
+    committer.write(w.prepare_commit(1))
+    committer.notify_checkpoint_complete(1)
     table = reload(catalog, "created")
     assert table.scan().count() == 60
     partitions = {(r["partition"]["ts_day"], r["partition"]["id_trunc_20"]) for r in table.inspect.files().to_pylist()}
@@ -238,9 +301,15 @@ def assert_exact(table: Any, upto: int) -> None:
         f"{sum((want - got).values())} rows missing (e.g. {sorted(want - got)[:3]}), {sum((got - want).values())} extra"
         f" (e.g. {sorted(got - want)[:3]})"
     )
-    txns = [s["flinkpy.transaction-id"] for s in summaries(table)]
+    txns = [t for s in summaries(table) for t in s["flinkpy.transaction-ids"].split(",")]
     assert len(txns) == len(set(txns)), "a transaction was committed twice"
     assert orphans(table) == [], "data files outside the table were left behind"
+
+
+def assert_a_snapshot_per_checkpoint(table: Any) -> None:
+    """One committer: a job's checkpoint is one snapshot holding every writer's files."""
+    commits = Counter((s["flink.job-id"], s["flink.max-committed-checkpoint-id"]) for s in summaries(table))
+    assert max(commits.values()) == 1, f"a checkpoint committed in several snapshots: {commits}"
 
 
 def committed_by(catalog: dict[str, str], name: str, job_id: str, after_checkpoint: int = 0) -> bool:
@@ -250,33 +319,50 @@ def committed_by(catalog: dict[str, str], name: str, job_id: str, after_checkpoi
                for s in summaries(reload(catalog, name)))
 
 
-@pytest.mark.timeout(150)
-def test_exactly_once_through_a_kill_before_a_commit_a_stop_with_savepoint_and_a_resume_at_parallelism_1(
+def last_commit(catalog: dict[str, str], name: str, job_id: str) -> int:
+    return max((int(s["flink.max-committed-checkpoint-id"]) for s in summaries(reload(catalog, name))
+                if s["flink.job-id"] == job_id), default=0)
+
+
+@pytest.mark.timeout(180)
+def test_exactly_once_through_a_kill_before_a_commit_a_taskmanager_kill_a_stop_with_savepoint_and_a_resume_at_parallelism_1(
     start, catalog, tmp_path: Path  # noqa: F811
 ) -> None:
     """One table through three runs (one test: each start of a sink task imports pyiceberg,
-    seconds on a loaded machine): p=2 with subtask 0 SIGKILLed once checkpoint 2 completed,
-    before it committed; a stop-with-savepoint; a resume at p=1 and another stop."""
+    seconds on a loaded machine): writers at p=2, the committer SIGKILLed once checkpoint 2
+    completed, before it committed, then a TaskManager SIGKILLed; a stop-with-savepoint; a
+    resume at p=1 and another stop."""
+    from flinkpy.client.client import Client
     from flinkpy.program.context import ExecutionContext, execution_context
 
     create_table(catalog, "squares")
     env = squares_env(catalog, "squares", parallelism=2)
-    info = start(faults=[{"point": "sink-before-commit", "vertex": vertex_id(env, "table"), "subtask": 0, "checkpoint": 2}])
+    committer = vertex_id(env, "table: Committer")
+    assert committer != vertex_id(env, "table: Writer"), "the committer is a task of its own after two writers"
+    info = start(taskmanagers=2, faults=[{"point": "sink-before-commit", "vertex": committer, "subtask": 0, "checkpoint": 2}])
     first = env.execute_async("squares into iceberg, p=2")
-    wait_for(lambda: job_show(first.get_job_id())["restarts"] >= 1, timeout=30, interval=0.25, message="the kill and the restart")
-    wait_for(lambda: committed_by(catalog, "squares", first.get_job_id(), after_checkpoint=2), timeout=30, interval=0.25,
+    jid = first.get_job_id()
+    wait_for(lambda: job_show(jid)["restarts"] >= 1, timeout=30, interval=0.25, message="the kill and the restart")
+    wait_for(lambda: committed_by(catalog, "squares", jid, after_checkpoint=2), timeout=30, interval=0.25,
              message="commits after the restart")
-    location, by_first_run = stop_with_savepoint(first.get_job_id(), tmp_path / "sps")
+    # a whole TaskManager lost (one running the job's tasks): writers and committer die together
+    Client().inject_cluster_fault("kill-taskmanager", pick=0.0, job=jid)
+    wait_for(lambda: job_show(jid)["restarts"] >= 2, timeout=30, interval=0.25, message="the restart after the TaskManager kill")
+    seen = last_commit(catalog, "squares", jid)
+    wait_for(lambda: last_commit(catalog, "squares", jid) > seen, timeout=30, interval=0.25,
+             message="a commit after the TaskManager kill")
+    location, by_first_run = stop_with_savepoint(jid, tmp_path / "sps")
 
-    assert any("SIGKILL" in e["message"] for e in exception_entries(first.get_job_id()))
+    assert any("SIGKILL" in e["message"] for e in exception_entries(jid))
     # stop-with-savepoint commits what the savepoint covers before the job ends
     table = reload(catalog, "squares")
     assert_exact(table, by_first_run)
-    by_checkpoint = [(s["flinkpy.subtask"], s["flink.max-committed-checkpoint-id"]) for s in summaries(table)]
-    assert ("0", "2") in by_checkpoint, f"checkpoint 2 of subtask 0 was never committed: {by_checkpoint}"
+    assert_a_snapshot_per_checkpoint(table)
+    assert ("2", 2) in [(s["flink.max-committed-checkpoint-id"], len(s["flinkpy.transaction-ids"].split(",")))
+                        for s in summaries(table)], f"checkpoint 2 was not committed with both writers' files: {summaries(table)}"
     assert_inspect_shows_the_pending_commits(location, table)
 
-    # down from 2 to 1: the one new subtask takes over both old subtasks' state and leftovers
+    # down from 2 writers to 1: the writers keep no state, the committer's is the same
     env = squares_env(catalog, "squares", parallelism=1)
     with execution_context(ExecutionContext(address=info.rest_address, savepoint_path=location)):
         resumed = env.execute_async("squares into iceberg, p=1")
@@ -286,34 +372,54 @@ def test_exactly_once_through_a_kill_before_a_commit_a_stop_with_savepoint_and_a
 
     table = reload(catalog, "squares")
     assert_exact(table, upto)
+    assert_a_snapshot_per_checkpoint(table)
     assert upto > by_first_run
     jobs = Counter(s["flink.job-id"] for s in summaries(table))
-    assert set(jobs) == {first.get_job_id(), resumed.get_job_id()}, jobs
-    resumed_subtasks = {s["flinkpy.subtask"] for s in summaries(table) if s["flink.job-id"] == resumed.get_job_id()}
-    assert resumed_subtasks == {"0"}, resumed_subtasks
+    assert set(jobs) == {jid, resumed.get_job_id()}, jobs
+
+
+@pytest.mark.timeout(120)
+def test_exactly_once_with_unaligned_checkpoints_through_a_kill_before_a_commit(start, catalog, tmp_path: Path) -> None:  # noqa: F811
+    """Unaligned checkpoints: a writer's committables may be in flight (channel state) when the
+    committer snapshots; the committer killed before a commit, the restored job must still
+    commit each of them once and delete no file they name."""
+    create_table(catalog, "unaligned")
+    env = squares_env(catalog, "unaligned", parallelism=2)
+    env.get_checkpoint_config().enable_unaligned_checkpoints()
+    committer = vertex_id(env, "table: Committer")
+    start(faults=[{"point": "sink-before-commit", "vertex": committer, "subtask": 0, "checkpoint": 2}])
+    job = env.execute_async("squares into iceberg, unaligned")
+    jid = job.get_job_id()
+    wait_for(lambda: job_show(jid)["restarts"] >= 1, timeout=30, interval=0.25, message="the kill and the restart")
+    wait_for(lambda: committed_by(catalog, "unaligned", jid, after_checkpoint=3), timeout=30, interval=0.25,
+             message="commits after the restart")
+    from flinkpy.client.client import Client
+
+    history = Client().checkpoints(jid, 100)["history"]
+    assert any(h["unaligned_checkpoint"] for h in history if h["status"] == "COMPLETED"), history
+    _, upto = stop_with_savepoint(jid, tmp_path / "sps")
+    table = reload(catalog, "unaligned")
+    assert_exact(table, upto)
+    assert_a_snapshot_per_checkpoint(table)
 
 
 def assert_inspect_shows_the_pending_commits(location: str, table: Any) -> None:
-    """``checkpoint inspect`` of the savepoint names, per sink subtask, the transactions it
-    pre-committed: each became the table's snapshot with as many files and records."""
+    """``checkpoint inspect`` of the savepoint names the transactions the committer holds
+    (both writers'): they became one snapshot of the table with as many files and records."""
     import json
 
     inspect = run_cli("checkpoint", "inspect", "--json", location)
     assert inspect.returncode == 0, inspect.stderr
     doc = json.loads(inspect.stdout)["metadata"]
-    (op,) = [o for o in doc["operators"] if o.get("uid") == "table"]
-    sinks = {s["subtask"]: s["operator_state"]["states"]["sink"] for s in op["subtasks"]}
-    assert set(sinks) == {0, 1}, sinks
-    snapshots = {s["flinkpy.transaction-id"]: s for s in summaries(table)}
-    pending = [txn for sink in sinks.values() for txn in sink["pending"]]
-    assert pending, f"the savepoint holds no pending commit: {sinks}"
-    for subtask, sink in sinks.items():
-        assert sink["kind"] == "sink" and sink["entries"] == len(sink["pending"]), sink
-        for txn in sink["pending"]:
-            committed = snapshots[txn["transaction_id"]]
-            assert committed["flinkpy.subtask"] == str(subtask), (txn, committed)
-            assert (txn["checkpoint_id"], txn["files"], txn["records"]) == (
-                doc["checkpoint_id"], int(committed["added-data-files"]), int(committed["added-records"])), (txn, committed)
+    (op,) = [o for o in doc["operators"] if o.get("uid") == "table-committer"]
+    (sink,) = [s["operator_state"]["states"]["sink"] for s in op["subtasks"]]
+    pending = sink["pending"]
+    assert sink["kind"] == "sink" and sink["entries"] == len(pending) and pending, sink
+    (committed,) = [s for s in summaries(table) if pending[0]["transaction_id"] in s["flinkpy.transaction-ids"].split(",")]
+    assert sorted(committed["flinkpy.transaction-ids"].split(",")) == sorted(t["transaction_id"] for t in pending), (pending, committed)
+    assert {t["checkpoint_id"] for t in pending} == {doc["checkpoint_id"]}, pending
+    assert (sum(t["files"] for t in pending), sum(t["records"] for t in pending)) == (
+        int(committed["added-data-files"]), int(committed["added-records"])), (pending, committed)
     text = run_cli("checkpoint", "inspect", location, env={"COLUMNS": "200"})
     assert text.returncode == 0, text.stderr
     for txn in pending:
@@ -366,10 +472,10 @@ def test_bad_input_is_refused_on_one_line_with_what_to_change(catalog, tmp_path:
     w.open()
     with pytest.raises(IcebergSchemaError, match=r"a record has field 'square', which is not a column of Iceberg table 'db.strict'"):
         w.write([{"n": 1, "square": 1}])
-        w.snapshot_state(1)
+        w.prepare_commit(1)
     with pytest.raises(IcebergSchemaError, match=r"column 'n' of Iceberg table 'db.strict' is int64, a record holds a value it cannot take"):
         w.write([("one", 1)])
-        w.snapshot_state(2)
+        w.prepare_commit(2)
 
     # through the CLI: one line on stderr, the documented exit code, nothing submitted
     job = tmp_path / "job.py"

@@ -2,10 +2,12 @@
 
 The proof is the verification job's keyed sequences (examples/verification_job.py) read from a
 queue instead of a SequenceSource: ``"key,seq"`` messages, a keyed running count, the two-phase
-VerifyingSink. Every run SIGKILLs the source task right after checkpoint 2 completed (the
-cluster's fault points) and restarts the RabbitMQ server while the job runs; the sink's
-committed files then hold every sequence number (and, where the guarantee says so, once), and
-an independent pika look at the queue finds nothing left to deliver.
+VerifyingSink. Every run SIGKILLs the source task when checkpoint 2 completed and before its
+acks went out, and again between the barrier and the completion of the next checkpoint (the
+cluster's fault points, KILLS); then a whole TaskManager, and it crashes and restarts the
+RabbitMQ server while the job runs. The sink's committed files then hold every sequence number
+(and, where the guarantee says so, once: each key's running count must equal its sequence
+number, computed here), and an independent pika look at the queue finds nothing left to deliver.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from flinkpy.connectors.rabbitmq_connection import RMQConnectionConfig
 from flinkpy.connectors.rabbitmq_ledger import AckLedger
 from flinkpy.connectors.verification import SequenceSource, VerifyingSink, check, read_committed
 from flinkpy.datastream import StreamExecutionEnvironment
-from flinkpy.errors import AuthenticationError, NotFoundError
+from flinkpy.errors import AuthenticationError, NotFoundError, UsageError
 
 sys.path.insert(0, str(EXAMPLES))
 from verification_job import RunningCount  # noqa: E402
@@ -35,15 +37,22 @@ from verification_job import RunningCount  # noqa: E402
 pytestmark = pytest.mark.timeout(120)
 
 KEYS, PER_KEY = 4, 150
-#: the source task dies as it hears that checkpoint 2 completed (first attempt only)
-KILL = {"point": "after-complete", "vertex": 1, "subtask": 0, "checkpoint": 2}
+SOURCE = 1  # the source's vertex (start_job checks it)
+#: the source task dies at the two dangerous moments of a queue acknowledged on checkpoints:
+#: checkpoint 2 completed, its acks not sent (the first attempt); and the snapshot of the next
+#: checkpoint taken, its barrier sent on, the checkpoint not complete (the second attempt)
+KILLS = [
+    {"point": "before-notify", "vertex": SOURCE, "subtask": 0, "checkpoint": 2, "attempt": 0},
+    {"point": "upload", "vertex": SOURCE, "subtask": 0, "attempt": 1},
+]
 
 
 @pytest.fixture(scope="module")
 def rmq_home(tmp_path_factory: pytest.TempPathFactory, rabbitmq):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLINKPY_FAULT_POINTS", json.dumps([KILL]))
-        with module_cluster(tmp_path_factory, "rmq-home", taskmanagers=1, slots=4) as home:
+        mp.setenv("FLINKPY_FAULT_POINTS", json.dumps(KILLS))
+        # two TaskManagers: one is SIGKILLed, the other takes the job while it comes back
+        with module_cluster(tmp_path_factory, "rmq-home", taskmanagers=2, slots=2) as home:
             from flinkpy.cluster.home import ClusterHome, read_record
 
             # detached submissions (execute_async) need the address, not only the home
@@ -80,7 +89,7 @@ def start_job(source: Any, out: Path, parallelism: int, name: str) -> Any:
     counted = records.map(lambda line: tuple(int(x) for x in line.split(","))).key_by(lambda r: r[0]).process(RunningCount()).uid("running-count")
     counted.sink_to(VerifyingSink(str(out))).uid("verifying-sink")
     nodes = json.loads(env.get_execution_plan())["nodes"]
-    assert [n["id"] for n in nodes if "rabbitmq" in n["operators"]] == [KILL["vertex"]], nodes
+    assert [n["id"] for n in nodes if "rabbitmq" in n["operators"]] == [SOURCE], nodes
     return env.execute_async(name)
 
 
@@ -95,27 +104,40 @@ def completed_checkpoints(jid: str) -> int:
 
 
 def run_through_faults(rabbitmq: Any, source: Any, queue: str, out: Path, parallelism: int, *, ids: bool) -> dict[str, Any]:
-    """Half the messages, the job (killed after checkpoint 2), a server restart once it has
-    restarted, the other half; returns the check of the committed output once it has all."""
+    """A third of the messages trickling in through the two source kills (KILLS), a third
+    through a TaskManager kill, a server restart, the last third; returns the check of the
+    committed output once it has all."""
     import time
 
     t0 = time.monotonic()
     lap = lambda what: print(f"{what}: {time.monotonic() - t0:.1f} s")  # noqa: E731
-    half = PER_KEY // 2
-    bodies, cids = messages(range(1, half + 1))
+    third = PER_KEY // 3
     client = start_job(source, out, parallelism, f"rabbitmq-{queue}")
     jid = client.get_job_id()
-    # the first half trickles in while the job runs, so that the SIGKILL after checkpoint 2
-    # lands on messages read but not covered by a completed checkpoint
-    publisher = threading.Thread(target=rabbitmq.publish, args=(queue, bodies),
-                                 kwargs={"correlation_ids": cids if ids else None, "pace_s": 0.004})
-    publisher.start()
-    wait_for(lambda: rest().job(jid)["restarts"] >= 1, 60, interval=0.1, message="the SIGKILL after checkpoint 2")
+
+    def trickle(seqs: range) -> threading.Thread:
+        # messages keep arriving while tasks die, so that every kill lands on messages read
+        # and not yet covered by a completed checkpoint
+        bodies, cids = messages(seqs)
+        publisher = threading.Thread(target=rabbitmq.publish, args=(queue, bodies),
+                                     kwargs={"correlation_ids": cids if ids else None, "pace_s": 0.004})
+        publisher.start()
+        return publisher
+
+    publisher = trickle(range(1, third + 1))
+    wait_for(lambda: rest().job(jid)["restarts"] >= 2, 60, interval=0.1, message="the two source kills")
     publisher.join(60)
-    lap("restarted after the SIGKILL")
+    lap("restarted after the two source kills")
+    seen = completed_checkpoints(jid)
+    wait_for(lambda: completed_checkpoints(jid) > seen, 30, interval=0.1, message="a checkpoint of the third attempt")
+    publisher = trickle(range(third + 1, 2 * third + 1))
+    rest().inject_cluster_fault("kill-taskmanager", pick=0.0, job=jid)  # one running the job's tasks
+    wait_for(lambda: rest().job(jid)["restarts"] >= 3, 60, interval=0.1, message="the restart after the TaskManager kill")
+    publisher.join(60)
+    lap("restarted after the TaskManager kill")
     rabbitmq.restart()
     lap("server restarted")
-    bodies, cids = messages(range(half + 1, PER_KEY + 1))
+    bodies, cids = messages(range(2 * third + 1, PER_KEY + 1))
     rabbitmq.publish(queue, bodies, correlation_ids=cids if ids else None)
 
     def complete() -> bool:
@@ -129,10 +151,11 @@ def run_through_faults(rabbitmq: Any, source: Any, queue: str, out: Path, parall
     seen = completed_checkpoints(jid)
     wait_for(lambda: completed_checkpoints(jid) >= seen + 2, 30, interval=0.1, message="two more checkpoints")
     lap("two more checkpoints")
+    causes = [e["message"] for e in cli_json("job", "exceptions", jid)["exceptionHistory"]["entries"]]
     client.cancel()
     wait_for(lambda: client.get_job_status() == "CANCELED", 30, message="the job canceled")
     lap("canceled")
-    return check(read_committed(out), KEYS, PER_KEY) | {"jid": jid}
+    return check(read_committed(out), KEYS, PER_KEY) | {"jid": jid, "causes": causes}
 
 
 def assert_queue_drained(rabbitmq: Any, queue: str) -> None:
@@ -148,6 +171,7 @@ def test_a_queue_with_correlation_ids_is_read_exactly_once(rmq_home, rabbitmq, t
     source = RMQSource(config(rabbitmq), queue, True, SimpleStringSchema())
     result = run_through_faults(rabbitmq, source, queue, tmp_path / "out", 1, ids=True)
     assert (result["lost"], result["duplicated"], result["mismatched"]) == (0, 0, 0), result
+    assert sum("SIGKILL" in c for c in result["causes"]) >= 2, result["causes"]
     assert_queue_drained(rabbitmq, queue)
 
 
@@ -183,6 +207,31 @@ def test_the_sink_delivers_every_record_with_confirms(rmq_home, rabbitmq) -> Non
             got.append(list(parse(body.decode())))
     result = check(got, KEYS, PER_KEY)
     assert (result["lost"], result["unexpected"]) == (0, 0), result
+
+
+def test_the_sink_waits_for_every_confirm_at_a_checkpoint_and_fails_on_a_refusal(rabbitmq) -> None:
+    """Confirms are collected asynchronously (not one round trip per message): the flush at a
+    checkpoint returns once all are in, and a message the queue refuses fails the writer."""
+    ctx = ReaderContext(subtask_index=0, parallelism=1)
+    queue = rabbitmq.new_queue()
+    writer = RMQSink(config(rabbitmq), queue, SimpleStringSchema()).create_writer(ctx)
+    try:
+        writer.write([f"m{i}" for i in range(2500)])  # more than the confirm window
+        writer.flush(False)
+        assert writer._ledger.outstanding == 0
+    finally:
+        writer.close()
+    assert rabbitmq.message_count(queue) == 2500
+    full = f"full-{queue}"
+    with rabbitmq.connect() as conn:
+        conn.channel().queue_declare(full, durable=True, arguments={"x-max-length": 5, "x-overflow": "reject-publish"})
+    writer = RMQSink(config(rabbitmq), full, SimpleStringSchema(), declare_queue=False).create_writer(ctx)
+    try:
+        with pytest.raises(UsageError, match=r"did not accept messages for queue 'full-.*': 5 refused \(basic.nack\)"):
+            writer.write([f"m{i}" for i in range(10)])
+            writer.flush(False)
+    finally:
+        writer.close()
 
 
 def test_a_missing_queue_and_a_refused_login_are_one_line_errors(rabbitmq) -> None:

@@ -131,6 +131,13 @@ TABLES: list[Table] = [
           "acknowledges each checkpoint's deliveries in one frame when the checkpoint completes. The job's time "
           "includes its tasks' start-up.",
           "reader"),
+    Table("rabbitmq_sink", "Writing to a RabbitMQ queue",
+          "Persistent messages published to one durable queue on a local server: a pika publisher in confirm mode, "
+          "whose every publish waits for the server's confirm (a round trip and the server's write), against "
+          "RMQSink at p=1 from a collection with checkpoints every 1 s, which keeps publishing while confirms come "
+          "in (at most a window of them awaited) and waits for all at each checkpoint. The job's time includes its "
+          "tasks' start-up.",
+          "writer"),
     Table("iceberg", "Into an Iceberg table",
           "The IcebergSink at p=1 with exactly-once checkpoints every second against a program that appends the same "
           "batches (the records of each snapshot the job made) with pyiceberg alone. Both write Parquet through "

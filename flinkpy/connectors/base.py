@@ -171,6 +171,14 @@ class SinkWriter(ABC):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` is complete: commit what was pending up to it."""
 
+    def prepare_commit(self, checkpoint_id: int | None) -> list:
+        """The writer of a sink with a committer (:meth:`Sink.committer`): close what was written
+        since the last call and return its committables, which become the committer's records.
+        Called before the barrier of ``checkpoint_id`` leaves the writer's task (so checkpoint
+        *n*'s committables reach the committer ahead of barrier *n*) and at the end of the input
+        (``None``)."""
+        return []
+
     def close(self) -> None:
         """Release resources; called after the last ``flush``."""
 
@@ -189,6 +197,13 @@ class Sink(ABC):
     @abstractmethod
     def create_writer(self, ctx: ReaderContext) -> SinkWriter:
         """Create the writer of subtask ``ctx.subtask_index``."""
+
+    def committer(self) -> Sink | None:
+        """A sink committed by one task (Flink's Sink V2 with a committer): the engine runs this
+        sink's writers at its parallelism, hands their committables (``prepare_commit``) as
+        records to the sink returned here at parallelism 1, and that one commits them at
+        checkpoints. None (the default): each writer commits its own output."""
+        return None
 
     def for_record_type(self, type_info: Any) -> Sink:
         """This sink for the records of a stream of ``type_info`` (``sink_to`` asks): a sink that

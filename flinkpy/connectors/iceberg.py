@@ -1,29 +1,27 @@
 """IcebergSink: a stream appended to an Apache Iceberg table exactly once, through pyiceberg.
 
-The two-phase commit of :mod:`flinkpy.connectors.two_phase_commit`, in Iceberg's terms (as
-Flink's Iceberg sink does it):
+A two-phase commit bound to checkpoints, shaped as Flink's Iceberg sink: writers at the sink's
+parallelism and one committer after them (:mod:`flinkpy.graph.committers` puts both in the job).
 
-- **write**: each subtask buffers its records and writes them as Parquet data files into the
-  table's ``data/`` directory — a file whenever ``target_file_rows`` records wait, the rest at
-  the checkpoint's barrier. The files are in the table's location but in no snapshot: no reader
-  sees them. A partitioned table gets one file per partition value.
-- **pre-commit** (the barrier reached the sink): the list of the transaction's files is the
-  committable, kept in checkpoint *n*'s state.
-- **commit** (checkpoint *n* completed): the files are added to the table as one Iceberg
-  snapshot (``add_files``) whose summary carries ``flink.job-id``,
-  ``flink.max-committed-checkpoint-id`` (Flink's keys), ``flinkpy.subtask`` and the
-  transaction's id, ``flinkpy.transaction-id``. Readers see the rows from this snapshot on.
-- **replay**: a restarted or rescaled subtask commits the committables of the restored
-  checkpoint again; one whose transaction id a snapshot of the table already carries was
-  committed before the crash and is skipped, so a crash after the checkpoint completed — before
-  or during the commit — commits its files once.
-- **clean-up**: data files of this sink's transactions that no completed checkpoint lists and
-  no snapshot holds (written after the restored checkpoint by an attempt that died) are deleted
-  when the subtask standing in for their writer starts.
-
-Each writing subtask commits its own snapshot per checkpoint (Flink gathers the subtasks' files
-into one committer task; here a checkpoint of a sink at parallelism *p* adds up to *p*
-snapshots, each one atomic). Concurrent commits to the table are retried.
+- **write** (each writer subtask): records are buffered and written as Parquet data files into
+  the table's ``data/`` directory — a file whenever ``target_file_rows`` records wait, the rest
+  at the checkpoint's barrier. The files are in the table's location but in no snapshot: no
+  reader sees them. A partitioned table gets one file per partition value.
+- **pre-commit** (before barrier *n* leaves a writer): the writer's files since barrier *n-1*
+  become one committable (:class:`IcebergCommittable`), sent to the committer ahead of the
+  barrier; the committer's snapshot of checkpoint *n* keeps every committable not yet committed.
+- **commit** (checkpoint *n* completed; :mod:`flinkpy.connectors.iceberg_committer`): the
+  committer adds the files of all writers up to checkpoint *n* as **one** Iceberg snapshot
+  (``add_files``) whose summary carries ``flink.job-id``, ``flink.max-committed-checkpoint-id``
+  (Flink's keys) and the writers' transaction ids, ``flinkpy.transaction-ids``. Readers see the
+  rows from this snapshot on.
+- **replay**: a restored committer commits the committables of the restored checkpoint; one
+  whose transaction id a snapshot of the table already carries was committed before the crash
+  and is skipped, so a crash after the checkpoint completed — before or during the commit —
+  commits its files once. Writers keep no state: a rescale changes nothing to commit.
+- **clean-up**: data files of this sink that no snapshot holds and no committable still waits
+  for, written by an earlier attempt (after the restored checkpoint, by an attempt that died),
+  are deleted once this attempt's first checkpoint completed.
 
 Upserts by key are refused: they need equality-delete files, which pyiceberg (0.12) can neither
 write nor read.
@@ -35,13 +33,11 @@ write nor read.
 
 from __future__ import annotations
 
-import random
-import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from flinkpy.connectors.base import ReaderContext
+from flinkpy.connectors.base import ReaderContext, Sink, SinkWriter
 from flinkpy.connectors.drivers import ICEBERG, require
 from flinkpy.connectors.iceberg_table import (
     IcebergSchemaError,
@@ -53,7 +49,7 @@ from flinkpy.connectors.iceberg_table import (
     to_arrow,
     type_mismatches,
 )
-from flinkpy.connectors.two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitSinkWriter, default_transaction_prefix
+from flinkpy.connectors.two_phase_commit import default_transaction_prefix
 from flinkpy.errors import ConfigurationError, ExitCode, FlinkpyError, NotFoundError
 
 if TYPE_CHECKING:
@@ -62,8 +58,8 @@ if TYPE_CHECKING:
 #: the snapshot summary's keys: Flink's for job and checkpoint, ours for the rest
 SUMMARY_JOB_ID = "flink.job-id"
 SUMMARY_CHECKPOINT_ID = "flink.max-committed-checkpoint-id"
-SUMMARY_SUBTASK = "flinkpy.subtask"
-SUMMARY_TRANSACTION_ID = "flinkpy.transaction-id"
+#: the writers' transactions a snapshot commits, comma-separated (a replayed commit skips them)
+SUMMARY_TRANSACTION_IDS = "flinkpy.transaction-ids"
 
 #: the refusal of upserts, said once for the builder, the docs and the tests
 UPSERT_REFUSAL = (
@@ -124,48 +120,69 @@ def write_data_files(table: Table, schema: Any, records: list, identifier: str, 
 
 def committed_transactions(table: Table) -> set[str]:
     """The transaction ids the table's snapshots carry (committed, whoever committed them)."""
-    out = set()
+    out: set[str] = set()
     for snapshot in table.metadata.snapshots:
         summary = snapshot.summary
-        txn = summary.additional_properties.get(SUMMARY_TRANSACTION_ID) if summary is not None else None
-        if txn:
-            out.add(txn)
+        props = summary.additional_properties if summary is not None else {}
+        out.update(t for t in props.get(SUMMARY_TRANSACTION_IDS, "").split(",") if t)
     return out
 
 
-class IcebergSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
-    """One subtask's data files and commits; see the module docstring."""
+def iceberg_prefix(sink: IcebergSink, ctx: ReaderContext) -> str:
+    """The sink's transaction prefix (names its data files): the one set, or the job's and the
+    table's (the same for its writers and its committer, whatever their operators' names)."""
+    return sink.transaction_prefix or default_transaction_prefix(replace(ctx, operator_name=""), salt=sink.table_identifier)
+
+
+def attempt_of(prefix: str, transaction_id: str) -> int | None:
+    """The writer's attempt in a transaction id of ``prefix`` (``<prefix>-<subtask>-a<attempt>x<hex>``),
+    or None when the id is not one of ``prefix``'s.
+
+    >>> attempt_of("fp-1", "fp-1-0-a3x9f"), attempt_of("fp-1", "fp-12-0-a3x9f")
+    (3, None)
+    """
+    if not transaction_id.startswith(prefix + "-"):
+        return None
+    parts = transaction_id[len(prefix) + 1 :].split("-")
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].startswith("a") or "x" not in parts[1]:
+        return None
+    attempt = parts[1][1:].split("x", 1)[0]
+    return int(attempt) if attempt.isdigit() else None
+
+
+class IcebergSinkWriter(SinkWriter):
+    """One writing subtask: data files, and at each barrier their committable for the committer
+    (see the module docstring). It commits nothing and keeps no state."""
 
     def __init__(self, sink: IcebergSink, ctx: ReaderContext) -> None:
-        super().__init__(ctx, sink.transaction_prefix or default_transaction_prefix(ctx, salt=sink.table_identifier))
         self._sink = sink
-        self._catalog: Any = None
+        self.ctx = ctx
+        self.prefix = iceberg_prefix(sink, ctx)
         self._schema: Any = None
         self._data_dir = ""
         #: the table as the writer opened it: its partition spec and file IO for data files
         self._opened: Any = None
-        self._checkpoint_id = 0
+        self._txn: _Transaction | None = None
+        self._last_checkpoint = 0
+        #: pending commits of a savepoint taken when each writer committed its own files: the
+        #: committer commits them (a snapshot already holding one is skipped)
+        self._handed_over = [c for s in ctx.restored_state or [] if isinstance(s, dict) for c in s.get("pending", [])]
 
     def open(self, runtime_context: Any = None) -> None:
-        table = self._opened = self._table()
+        table = self._opened = load_table(open_catalog(self._sink.catalog_name, self._sink.catalog_properties),
+                                          self._sink.catalog_name, self._sink.table_identifier)
         self._schema = arrow_schema(table)
         self._data_dir = f"{table.location().rstrip('/')}/data"
-        super().open(runtime_context)
 
-    def _table(self) -> Table:
-        if self._catalog is None:
-            self._catalog = open_catalog(self._sink.catalog_name, self._sink.catalog_properties)
-        return load_table(self._catalog, self._sink.catalog_name, self._sink.table_identifier)
-
-    # -- the transaction --
-
-    def begin_transaction(self) -> _Transaction:
-        return _Transaction(self.transaction_id(uuid.uuid4().hex), [], [])
-
-    def invoke(self, txn: _Transaction, records: list) -> None:
-        txn.buffer.extend(records)
-        if len(txn.buffer) >= self._sink.target_file_rows:
-            self._write_files(txn)
+    def write(self, records: list) -> None:
+        if not records:
+            return
+        if self._txn is None:
+            unique = f"a{self.ctx.attempt}x{uuid.uuid4().hex[:16]}"
+            self._txn = _Transaction(f"{self.prefix}-{self.ctx.subtask_index}-{unique}", [], [])
+        self._txn.buffer.extend(records)
+        if len(self._txn.buffer) >= self._sink.target_file_rows:
+            self._write_files(self._txn)
 
     def _write_files(self, txn: _Transaction) -> None:
         """The buffered records as Parquet files, in no snapshot yet."""
@@ -176,103 +193,33 @@ class IcebergSinkWriter(TwoPhaseCommitSinkWriter[_Transaction]):
                                       f"{self._data_dir}/{txn.transaction_id}", first=len(txn.files))
         txn.records += len(records)
 
-    def _prepare(self, checkpoint_id: int) -> None:
-        self._checkpoint_id = checkpoint_id
-        super()._prepare(checkpoint_id)
-
-    def pre_commit(self, txn: _Transaction) -> IcebergCommittable | None:
+    def prepare_commit(self, checkpoint_id: int | None) -> list[IcebergCommittable]:
+        """Close the open transaction's files; its committable (none when nothing was written)."""
+        checkpoint_id = checkpoint_id if checkpoint_id is not None else self._last_checkpoint + 1
+        self._last_checkpoint = checkpoint_id
+        earlier, self._handed_over = self._handed_over, []
+        txn, self._txn = self._txn, None
+        if txn is None:
+            return earlier
         self._write_files(txn)
-        if not txn.files:
-            return None
-        return IcebergCommittable(
+        return earlier + [IcebergCommittable(
             transaction_id=txn.transaction_id,
             job_id=self.ctx.job_id,
-            checkpoint_id=self._checkpoint_id,
+            checkpoint_id=checkpoint_id,
             subtask=self.ctx.subtask_index,
             files=tuple(txn.files),
             records=txn.records,
-        )
+        )]
 
-    def commit(self, committable: IcebergCommittable) -> None:
-        """Add the files as one snapshot, unless a snapshot already carries the transaction."""
-        exceptions = require(ICEBERG, "pyiceberg.exceptions")
-        properties = {
-            SUMMARY_JOB_ID: committable.job_id,
-            SUMMARY_CHECKPOINT_ID: str(committable.checkpoint_id),
-            SUMMARY_SUBTASK: str(committable.subtask),
-            SUMMARY_TRANSACTION_ID: committable.transaction_id,
-        }
-        attempts = max(1, self._sink.max_commit_attempts)
-        for attempt in range(1, attempts + 1):
-            table = self._table()
-            if committable.transaction_id in committed_transactions(table):
-                return  # a replay: committed before the crash
-            try:
-                table.add_files(list(committable.files), snapshot_properties=properties, check_duplicate_files=False)
-                return
-            except exceptions.CommitFailedException as e:
-                # another subtask committed first: retry on the new metadata
-                if attempt == attempts:
-                    raise FlinkpyError(
-                        f"committing transaction {committable.transaction_id} (checkpoint {committable.checkpoint_id}) to Iceberg table"
-                        f" {self._sink.table_identifier!r} failed {attempts} times on concurrent commits: {e}",
-                        remedy="raise IcebergSink's max_commit_attempts; the restarted job commits it again",
-                    ) from e
-                time.sleep(random.uniform(0.01, 0.05) * attempt)
-            except FileNotFoundError as e:
-                raise FlinkpyError(
-                    f"data files of transaction {committable.transaction_id} (checkpoint {committable.checkpoint_id}) are gone"
-                    f" from {self._data_dir} before their commit: {e}",
-                    remedy="something deleted uncommitted files under the table's data/ (an orphan-file clean-up?);"
-                    " its records are lost: replay them from a savepoint before that checkpoint",
-                ) from e
-
-    def abort(self, txn: _Transaction) -> None:
-        try:
-            self._delete(txn.files)
-        except Exception:  # noqa: BLE001 - the next attempt's clean-up deletes them
-            pass
-
-    def abort_lingering(self, prefixes: set[str], keep: list[Any]) -> None:
-        """Delete data files of transactions an earlier attempt of a subtask this one stands in
-        for wrote and no completed checkpoint kept: in no snapshot, never to be committed."""
-        pafs = require(ICEBERG, "pyarrow.fs")
-        io = self._opened.io
-        if hasattr(io, "fs_by_scheme"):  # pyiceberg's PyArrowFileIO: the catalog's credentials
-            scheme, netloc, base = io.parse_location(self._data_dir)
-            fs = io.fs_by_scheme(scheme, netloc)
-        else:
-            fs, base = pafs.FileSystem.from_uri(self._data_dir)
-        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-        kept = {c.transaction_id for c in keep}
-        candidates = []
-        for info in infos:
-            if info.type != pafs.FileType.File or not info.base_name.endswith(".parquet"):
-                continue
-            txn = info.base_name[: -len(".parquet")].rsplit("-", 1)[0]
-            if txn in kept:
-                continue
-            for prefix in prefixes:
-                old = self.subtask_of(prefix, txn)
-                if old is not None and self.stands_in_for(old):
-                    candidates.append((txn, f"{self._data_dir}/{info.base_name}"))
-                    break
-        if not candidates:
-            return
-        table = self._table()
-        committed = committed_transactions(table)
-        live = {str(p) for p in table.inspect.files().column("file_path").to_pylist()} if table.current_snapshot() else set()
-        self._delete([path for txn, path in candidates if txn not in committed and path not in live])
-
-    def _delete(self, paths: list[str]) -> None:
-        if not paths:
-            return
-        io = self._opened.io
-        for path in paths:
-            try:
-                io.delete(path)
-            except FileNotFoundError:
-                pass
+    def close(self) -> None:
+        # files of a transaction never handed to the committer: no checkpoint will list them
+        txn, self._txn = self._txn, None
+        if txn is not None and txn.files and self._opened is not None:
+            for path in txn.files:
+                try:
+                    self._opened.io.delete(path)
+                except Exception:  # noqa: BLE001 - the committer's clean-up deletes them later
+                    pass
 
 
 def refuse_unordered_partitions(table: Table, identifier: str) -> None:
@@ -288,7 +235,7 @@ def refuse_unordered_partitions(table: Table, identifier: str) -> None:
         )
 
 
-class IcebergSink(TwoPhaseCommitSink):
+class IcebergSink(Sink):
     """Exactly-once appends to an Iceberg table; see the module docstring.
 
     ``catalog_properties`` are pyiceberg's (``load_catalog(catalog_name, **properties)``): any
@@ -304,7 +251,7 @@ class IcebergSink(TwoPhaseCommitSink):
     """
 
     guarantee = "exactly-once"
-    needs = "checkpointing, a replayable source; rows show at checkpoints, one snapshot per checkpoint and subtask"
+    needs = "checkpointing, a replayable source; rows show at checkpoints, one table snapshot per checkpoint"
 
     def __init__(
         self,
@@ -364,6 +311,12 @@ class IcebergSink(TwoPhaseCommitSink):
 
     def create_writer(self, ctx: ReaderContext) -> IcebergSinkWriter:
         return IcebergSinkWriter(self, ctx)
+
+    def committer(self) -> Sink:
+        """The one task that commits every writer's files, a snapshot per checkpoint."""
+        from flinkpy.connectors.iceberg_committer import IcebergCommitterSink
+
+        return IcebergCommitterSink(self)
 
     def __repr__(self) -> str:
         return f"IcebergSink({self.catalog_name!r}, {self.table_identifier!r})"

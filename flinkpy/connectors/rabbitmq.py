@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from typing import Any
 
@@ -40,14 +41,16 @@ from flinkpy.common.serialization import DeserializationSchema, SerializationSch
 from flinkpy.connectors.base import Boundedness, ReaderContext, Sink, SinkWriter, Source, SourceReader
 from flinkpy.connectors.drivers import RABBITMQ, require
 from flinkpy.connectors.rabbitmq_connection import RMQConnectionConfig, connect, queue_ready
-from flinkpy.connectors.rabbitmq_ledger import AckLedger, MissingCorrelationId, StreamShare
-from flinkpy.errors import UsageError
+from flinkpy.connectors.rabbitmq_ledger import AckLedger, ConfirmLedger, MissingCorrelationId, StreamShare
+from flinkpy.errors import FlinkpyError, UsageError
 
 log = logging.getLogger("flinkpy.connectors.rabbitmq")
 
 #: how long an idle poll waits for a delivery (bounds a barrier's extra latency)
 IDLE_WAIT_S = 0.01
 STREAM_PREFETCH = 1000
+#: messages the sink publishes before it waits for their confirms
+CONFIRM_WINDOW = 1000
 
 
 
@@ -256,38 +259,81 @@ class RMQStreamSource(_QueueEnd, Source):
 
 
 class RMQSinkWriter(SinkWriter):
-    """Publishes to the queue through the default exchange, persistent, in confirm mode: each
-    publish returns once the server confirmed it, so at a checkpoint everything is on the server."""
+    """Publishes to the queue through the default exchange, persistent, with publisher confirms
+    collected asynchronously: a publish does not wait for its confirm (at most
+    :data:`CONFIRM_WINDOW` are awaited at a time), and a checkpoint's flush waits until every
+    message published so far is confirmed, so at a checkpoint everything is on the server.
+
+    pika's BlockingChannel waits for each confirm in ``basic_publish`` (a round trip and the
+    server's disk per message); the writer publishes through the channel's underlying pika
+    ``Channel`` instead, whose confirm callback the connection's event processing runs.
+    """
 
     def __init__(self, sink: RMQSink, ctx: ReaderContext) -> None:
         pika = require(RABBITMQ)
         self._sink = sink
         self._props = pika.BasicProperties(delivery_mode=2)
+        self._ack = pika.spec.Basic.Ack
+        self._ledger = ConfirmLedger()
         cfg = sink.connection_config
         self._conn = connect(cfg)
         try:
-            self._channel = self._conn.channel()
-            queue_ready(self._channel, cfg, sink.queue_name, declare=sink.declare_queue, stream=False)
-            self._channel.confirm_delivery()
+            channel = self._conn.channel()
+            queue_ready(channel, cfg, sink.queue_name, declare=sink.declare_queue, stream=False)
+            self._channel = channel._impl
+            selected: list[bool] = []
+            self._channel.add_on_return_callback(self._on_return)
+            self._channel.confirm_delivery(self._on_confirm, callback=lambda _frame: selected.append(True))
+            self._await(lambda: bool(selected), "confirm mode")
         except BaseException:
             self.close()
             raise
 
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        self._ledger.confirmed(method.delivery_tag, multiple=method.multiple, ack=isinstance(method, self._ack))
+
+    def _on_return(self, _channel: Any, _method: Any, _properties: Any, _body: bytes) -> None:
+        self._ledger.returned += 1
+
+    def _await(self, done: Any, what: str) -> None:
+        """Process the connection's events until ``done()``, within the delivery timeout."""
+        timeout = self._sink.connection_config.delivery_timeout_ms / 1000
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise FlinkpyError(
+                    f"RMQSink: RabbitMQ at {self._sink.connection_config.address} did not confirm {what} for queue"
+                    f" {self._sink.queue_name!r} within {timeout:g} s ({self._ledger.outstanding} messages unconfirmed)",
+                    remedy="check the server (its disk, memory alarms, flow control), or raise set_delivery_timeout",
+                )
+            self._conn.process_data_events(time_limit=0.01)
+        self._refused()
+
+    def _refused(self) -> None:
+        ledger = self._ledger
+        if ledger.nacked or ledger.returned:
+            why = f"{ledger.nacked} refused (basic.nack)" if ledger.nacked else f"{ledger.returned} unroutable (returned)"
+            raise UsageError(
+                f"RMQSink: RabbitMQ did not accept messages for queue {self._sink.queue_name!r}: {why}",
+                remedy="check that the queue exists and accepts messages (its length limit, its overflow policy)",
+            )
+
     def write(self, records: list) -> None:
-        pika = require(RABBITMQ)
         serialize = self._sink.serialization_schema.serialize
+        publish = self._channel.basic_publish
+        queue, props, ledger = self._sink.queue_name, self._props, self._ledger
         for record in records:
-            try:
-                self._channel.basic_publish("", self._sink.queue_name, serialize(record), self._props, mandatory=True)
-            except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as e:
-                raise UsageError(
-                    f"RMQSink: RabbitMQ did not accept a message for queue {self._sink.queue_name!r}: {type(e).__name__}",
-                    remedy="check that the queue exists and accepts messages (its length limit, its overflow policy)",
-                ) from None
+            publish("", queue, serialize(record), props, mandatory=True)
+            ledger.published()
+            if ledger.outstanding >= CONFIRM_WINDOW:
+                self._await(lambda: ledger.outstanding < CONFIRM_WINDOW // 2, "earlier messages")
+        self._conn.process_data_events(time_limit=0)  # sends what is buffered, takes the confirms in
+        self._refused()
 
     def flush(self, end_of_input: bool) -> None:
-        # confirm mode: every publish above returned after its confirm, nothing is in flight
-        self._conn.process_data_events(time_limit=0)
+        # at a checkpoint (and at the end): every message published so far is on the server
+        self._await(lambda: self._ledger.outstanding == 0, "every message")
 
     def close(self) -> None:
         try:

@@ -40,6 +40,7 @@ the old layout emitted, carrying the old layout in its state until it has passed
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 
@@ -161,3 +162,54 @@ def _emitted(layout: dict[str, Any], offset: int) -> bool:
 
 def _horizon(layout: dict[str, Any]) -> int:
     return max([max(layout["next"])] + [_horizon(b) for b in layout.get("older", [])])
+
+
+class ConfirmLedger:
+    """Publisher confirms of one channel (the RMQSink's): which published messages the server
+    has not confirmed yet, and how many it refused. Delivery tags count the channel's
+    publishes from 1; a confirm covers one tag, or with ``multiple`` every tag up to it.
+
+    >>> ledger = ConfirmLedger()
+    >>> [ledger.published() for _ in range(4)]
+    [1, 2, 3, 4]
+    >>> ledger.confirmed(3, multiple=False, ack=True); ledger.outstanding
+    3
+    >>> ledger.confirmed(2, multiple=True, ack=False); ledger.outstanding, ledger.nacked
+    (1, 2)
+    >>> ledger.confirmed(4, multiple=False, ack=True); ledger.outstanding
+    0
+    """
+
+    def __init__(self) -> None:
+        self._next = 1
+        #: published tags not confirmed yet, oldest first (a confirm of a later one may come first)
+        self._unconfirmed: deque[int] = deque()
+        self._early: set[int] = set()
+        #: messages the server refused (basic.nack) and messages it returned as unroutable
+        self.nacked = 0
+        self.returned = 0
+
+    def published(self) -> int:
+        tag = self._next
+        self._next += 1
+        self._unconfirmed.append(tag)
+        return tag
+
+    def confirmed(self, tag: int, *, multiple: bool, ack: bool) -> None:
+        if multiple:
+            while self._unconfirmed and self._unconfirmed[0] <= tag:
+                first = self._unconfirmed.popleft()
+                if first in self._early:
+                    self._early.discard(first)
+                elif not ack:
+                    self.nacked += 1
+        else:
+            if not ack:
+                self.nacked += 1
+            self._early.add(tag)
+        while self._unconfirmed and self._unconfirmed[0] in self._early:
+            self._early.discard(self._unconfirmed.popleft())
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._unconfirmed) - len(self._early)

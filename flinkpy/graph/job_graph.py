@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flinkpy.errors import InvalidProgramError
+from flinkpy.graph.committers import expand_committers
 from flinkpy.graph.pickling import dumps
 from flinkpy.graph.stream_graph import CUSTOM, FORWARD, HASH, REBALANCE, RESCALE, StreamGraph, StreamNode
 
@@ -156,6 +157,7 @@ def build_job_graph(
         raise InvalidProgramError(
             "the job has no operators", remedy="define a source and at least one sink before execute()"
         )
+    graph = expand_committers(graph)
     order = graph.topological_order()
     par, maxp = _parallelisms(graph, order, default_parallelism, max_parallelism)
     resolved = _partitioners(graph, par)
@@ -328,7 +330,7 @@ def _operator_ids(graph: StreamGraph, order: list[int]) -> dict[int, str]:
 def _display_name(node: StreamNode) -> str:
     if node.is_source and not node.name.startswith("Source"):
         return f"Source: {node.name}"
-    if node.is_sink and not node.name.startswith("Sink"):
+    if node.is_sink and not node.name.startswith("Sink") and not node.params.get("committer"):
         return f"Sink: {node.name}"
     return node.name
 

@@ -2,7 +2,7 @@
 
 Spark replays a micro-batch after a failure with the same batch id and the same records, so the
 batch's transaction is named after it: ``spark-<sink>-<batch id>``. The snapshot's summary
-carries that name (``flinkpy.transaction-id``) and the batch id (``flinkpy.spark-batch-id``);
+carries that name (``flinkpy.transaction-ids``, as the engine's committer writes them) and the batch id (``flinkpy.spark-batch-id``);
 a batch whose name a snapshot already carries was committed before the failure and is skipped.
 Its data files are named after it too, so a replay that died before its commit overwrites them
 instead of leaving orphans.
@@ -27,7 +27,7 @@ class IcebergBatchWriter(BatchWriter):
         self.name = "spark-" + hashlib.sha1(sink_id.encode()).hexdigest()[:12]
 
     def write(self, records: list, batch_id: int) -> None:
-        from flinkpy.connectors.iceberg import SUMMARY_TRANSACTION_ID, committed_transactions, write_data_files
+        from flinkpy.connectors.iceberg import SUMMARY_TRANSACTION_IDS, committed_transactions, write_data_files
         from flinkpy.connectors.iceberg_table import arrow_schema, load_table, open_catalog
 
         if not records:
@@ -39,7 +39,7 @@ class IcebergBatchWriter(BatchWriter):
             return  # written before a failure: skip the replay
         stem = f"{table.location().rstrip('/')}/data/{transaction}"
         files = write_data_files(table, arrow_schema(table), records, sink.table_identifier, stem)
-        properties = {SUMMARY_TRANSACTION_ID: transaction, SUMMARY_BATCH_ID: str(batch_id)}
+        properties = {SUMMARY_TRANSACTION_IDS: transaction, SUMMARY_BATCH_ID: str(batch_id)}
         table.add_files(files, snapshot_properties=properties, check_duplicate_files=False)
 
     def describe(self) -> str:

@@ -128,7 +128,9 @@ class OperatorChain:
             op = AsyncWaitOperator(spec.name, spec.fn, out, spec.params["async_options"])
         elif spec.kind in SIMPLE:
             op = SIMPLE[spec.kind](spec.name, spec.fn, out)
-        elif spec.kind == "sink":
+        elif spec.kind in ("sink", "sink_writer"):
+            from flinkpy.task.committable_writer import CommittableWriterOperator
+
             ctx = ReaderContext(
                 subtask_index=d.subtask,
                 parallelism=d.parallelism,
@@ -136,7 +138,8 @@ class OperatorChain:
                 operator_name=spec.name,
                 attempt=d.attempt,
             )
-            op = ops.SinkOperator(spec.name, spec.fn, out, ctx)
+            kind = ops.SinkOperator if spec.kind == "sink" else CommittableWriterOperator
+            op = kind(spec.name, spec.fn, out, ctx)
         elif spec.kind == "keyed_reduce":
             self.backend = self.backend or backend_factory()
             op = ops.KeyedReduceOperator(spec.name, spec.fn, out, spec.key_selector, self.backend, batch_mode)
@@ -264,6 +267,14 @@ class OperatorChain:
         for op in self.operators:
             if isinstance(op, ops.SinkOperator):
                 op.finish()
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        """Before barrier ``checkpoint_id`` leaves the task: operators that emit at a barrier
+        (a committed sink's writers) emit now, head first, so that their records precede it."""
+        for op in self.operators:
+            hook = getattr(op, "prepare_snapshot_pre_barrier", None)
+            if hook is not None:
+                hook(checkpoint_id)
 
     def close(self) -> None:
         for op in self.operators:

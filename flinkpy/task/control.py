@@ -114,6 +114,7 @@ class ControlHandler:
 
     def _on_complete(self, msg: NotifyCheckpointComplete) -> None:
         self.notified[msg.checkpoint_id] = True
+        self.task.faults.reach("before-notify", msg.checkpoint_id)
         self.task.checkpointer.notify_complete(msg.checkpoint_id)
         self.task.faults.reach("after-complete", msg.checkpoint_id)
         if msg.final:

@@ -8,6 +8,8 @@ with no chance to report or clean up. Points:
 - ``running``: the task has started processing (before its first checkpoint);
 - ``alignment``: a barrier arrived and the task is aligning (holding a channel back);
 - ``upload``: the asynchronous part of a snapshot is about to write its files;
+- ``before-notify``: the task heard that a checkpoint completed and has told none of its
+  operators yet (a source has not acknowledged what the checkpoint covers, a sink not committed);
 - ``after-complete``: the task was notified that a checkpoint completed (after its sinks
   committed);
 - ``sink-before-prepare``: a sink's snapshot begins: its open transaction holds the records

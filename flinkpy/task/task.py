@@ -281,6 +281,7 @@ class Task:
     def checkpoint(self, barrier: CheckpointBarrier, *, source_offsets: Any = None, alignment_ms: float = 0.0, alignment_bytes: int = 0) -> None:
         """Forward the barrier (after the records before it), then snapshot; a savepoint writes
         its files into its own directory."""
+        self.chain.prepare_snapshot_pre_barrier(barrier.checkpoint_id)
         payload = pickle.dumps(barrier)
         for w in self.writers.values():
             w.broadcast_event(net.BARRIER, payload)
@@ -300,6 +301,7 @@ class Task:
         for :meth:`TaskCheckpointer.submit` (None: declined); the caller adds the input channel
         state when its recording is complete.
         """
+        self.chain.prepare_snapshot_pre_barrier(barrier.checkpoint_id)
         outputs: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
         for w in self.writers.values():
             w.flush()
