@@ -505,11 +505,11 @@ def test_a_failed_final_checkpoint_is_taken_again_and_a_restart_before_it_waits_
     assert triggered(cc.tick(0)) == [1]
     assert cc.end_of_data(SOURCE, 10) == []  # checkpoint 1 is in flight (max_concurrent 1)
     assert complete(cc, 1, 20)[0] == NotifyComplete(1, final=False)
-    (trigger,) = cc.tick(100)
+    (trigger,) = cc.tick(21)  # at once, not when the interval is due
     assert (trigger.checkpoint_id, trigger.final) == (2, True)
-    cc.decline(MAP, 2, "injected", 110)
-    assert cc.tick(150) == []  # tried again after the interval, like any checkpoint
-    (trigger,) = cc.tick(200)
+    cc.decline(MAP, 2, "injected", 30)
+    assert cc.tick(50) == []  # tried again after the interval, like any checkpoint
+    (trigger,) = cc.tick(121)
     assert (trigger.checkpoint_id, trigger.final) == (3, True)
     cc.failover(TASKS, 210)  # the source reads again from checkpoint 1: not final until it ends again
     (trigger,) = cc.tick(300)

@@ -262,17 +262,24 @@ class CheckpointCoordinator:
                 f"{len(cp.acknowledged)}/{len(cp.tasks)} tasks acknowledged"
             )
             actions += self._fail(cp, reason, now_ms)
-        if self._periodic_due(now_ms):
+        if self.final.due and not self.final.retrying and self._slot_free():
+            # the first final checkpoint goes as soon as the one in its way ended, not a whole
+            # interval later: the job's end waits for it
+            actions += self._trigger(now_ms, "checkpoint", final=True)
+        elif self._periodic_due(now_ms):
             actions += self._trigger(now_ms, "checkpoint", final=self.final.due)
         return actions
 
     def end_of_data(self, task: TaskKey, now_ms: int) -> list[Action]:
         """A source's input ended; once every source's has, the final checkpoint starts at once
-        (when another one is in flight, at the first tick after it)."""
+        (when another one is in flight, at the first tick after it ended)."""
         self.final.source_ended(task)
-        if self.final.due and not self.is_shut_down and not self.finished_tasks and len(self.pending) < self.options.max_concurrent:
+        if self.final.due and self._slot_free():
             return self._trigger(now_ms, "checkpoint", final=True)
         return []
+
+    def _slot_free(self) -> bool:
+        return not self.is_shut_down and not self.finished_tasks and len(self.pending) < self.options.max_concurrent
 
     def trigger(self, now_ms: int, *, kind: str = "checkpoint", reason: str = "manual") -> tuple[int, list[Action]]:
         """Start a checkpoint or savepoint now, regardless of the interval and the minimum pause.

@@ -16,8 +16,8 @@ A pure state machine, driven by :class:`~flinkpy.jobmanager.checkpoint_coordinat
 False
 >>> f.source_ended((1, 1)); f.due
 True
->>> f.triggered(7); f.due, f.ended(7, completed=False), f.due
-(False, False, True)
+>>> f.triggered(7); f.due, f.ended(7, completed=False), f.due, f.retrying
+(False, False, True, True)
 >>> f.restarting([(1, 1)]); f.due
 False
 >>> f.source_ended((1, 1)); f.triggered(8); f.ended(8, completed=True), f.completed, f.due
@@ -43,6 +43,9 @@ class FinalCheckpoint:
         self.pending: int | None = None
         #: a final checkpoint completed: the tasks finish, nothing more is triggered
         self.completed = False
+        #: a final checkpoint failed: the next is taken when a periodic one would be (the first
+        #: is taken as soon as no other checkpoint is in the way)
+        self.retrying = False
 
     @property
     def due(self) -> bool:
@@ -63,6 +66,7 @@ class FinalCheckpoint:
             return False
         self.pending = None
         self.completed = completed
+        self.retrying = not completed
         return completed
 
     def restarting(self, tasks: Iterable[TaskKey]) -> None:
@@ -75,3 +79,4 @@ class FinalCheckpoint:
         for task in tasks:
             self.ended_sources.discard(tuple(task))  # type: ignore[arg-type]
         self.pending = None
+        self.retrying = False
