@@ -138,7 +138,9 @@ def _summary(shape: str, records: int, sides: dict[str, dict[str, list[dict[str,
     def net(side: str) -> list[float]:
         return [f["wall_s"] - t["wall_s"] for f, t in zip(sides[side]["full"], sides[side]["tiny"])]
 
-    per_run = [h / s for s, h in zip(net("flinkpy_on_spark"), net("hand_written")) if s > 0]
+    # a side whose tiny input outlasted its full one (start-up noise larger than the work) has
+    # no net time: that run gives no ratio rather than a negative one
+    per_run = [h / s for s, h in zip(net("flinkpy_on_spark"), net("hand_written")) if s > 0 and h > 0]
     return {
         "shape": SHAPES[shape], "records": records, "flinkpy_on_spark": on_spark, "hand_written": by_hand,
         "rate_ratio": statistics.median(per_run) if per_run else None,
