@@ -259,12 +259,13 @@ def test_manual_trigger_waits_its_turn_behind_a_periodic_checkpoint(cluster, tmp
     queues behind it, as in Flink, instead of failing; --timeout bounds the wait (exit 6)."""
     jid = submit(tmp_path, KEYED_JOB, "execution.checkpointing.interval=200ms", "execution.checkpointing.timeout=60s")
     wait_for(lambda: stats(jid)["counts"]["completed"] >= 1, timeout=30, message="a first checkpoint")
-    # a frozen sum task holds the next periodic checkpoint in progress for 10 s (a loaded machine
-    # may take seconds to see it held and to start the CLI below)
-    paused = run_cli("fault", "pause-task", jid, "--vertex", "sums", "--subtask", "0", "--for", "10s")
+    # a frozen sum task holds the next periodic checkpoint in progress for 25 s (on a loaded
+    # machine each CLI call below takes seconds: seeing it held and starting the trigger took
+    # more than 10 s on CI's two cores)
+    paused = run_cli("fault", "pause-task", jid, "--vertex", "sums", "--subtask", "0", "--for", "25s")
     assert paused.returncode == 0, paused.stderr
     blocked = wait_for(lambda: stats(jid)["counts"]["in_progress"] == 1 and stats(jid)["latest"].get("completed"),
-                       timeout=10, message="a checkpoint held in progress by the paused task")
+                       timeout=20, message="a checkpoint held in progress by the paused task")
     assert blocked
     held = max(h["id"] for h in stats(jid)["history"] if h["status"] == "IN_PROGRESS")
     res = run_cli("checkpoint", "trigger", jid, "--timeout", "1s")
