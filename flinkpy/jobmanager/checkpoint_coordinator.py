@@ -445,6 +445,14 @@ class CheckpointCoordinator:
         self.final.restarting(tasks)  # type: ignore[arg-type]
         return actions
 
+    def rescaled(self, tasks: Iterable[TaskKey], sources: Iterable[TaskKey]) -> None:
+        """The job runs at another parallelism (every task restarted): these are its subtasks
+        and sources now, none finished, and the final checkpoint waits for these sources."""
+        self.tasks = frozenset(tuple(t) for t in tasks)  # type: ignore[misc]
+        self.sources = sorted(tuple(s) for s in sources)  # type: ignore[misc]
+        self.finished_tasks.clear()
+        self.final = FinalCheckpoint(self.sources)
+
     def restored(
         self, checkpoint_id: int, external_path: str, now_ms: int, *, is_savepoint: bool = False,
         metadata: Mapping[str, Any] | None = None, owned: bool = False, foreign: bool = False,

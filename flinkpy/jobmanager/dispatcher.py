@@ -45,7 +45,6 @@ from flinkpy.jobmanager.taskmanager_registry import TaskManagerRecord, TaskManag
 from flinkpy.metrics.store import MetricStore
 from flinkpy.network.connection import Connection
 from flinkpy.protocol.deployment import DeployTask, InputGateDeployment, JobArtifact, ResultPartitionDeployment, TaskDeploymentDescriptor
-from flinkpy.jobmanager.final_checkpoint import FinalCheckpoint
 from flinkpy.protocol.messages import (CancelTask, CheckpointAck, CheckpointDecline, ConnectTask, FinalCommitAnswer, Refused, Registered,
                                        RegisterTaskManager, TaskEndOfData)
 
@@ -354,12 +353,7 @@ class Dispatcher:
             elif isinstance(a, Restart):
                 self.restarts.restart(job_id, a.keys)
             elif isinstance(a, Rescaled):
-                cc = rec.checkpointing.coordinator
-                cc.tasks = a.keys
-                cc.sources = sorted(k for k in a.keys if g.vertices[k[0]]["is_source"])
-                cc.finished_tasks.clear()
-                # the final checkpoint waits for the sources of the new parallelism (all restarted)
-                cc.final = FinalCheckpoint(cc.sources)
+                rec.checkpointing.coordinator.rescaled(a.keys, [k for k in a.keys if g.vertices[k[0]]["is_source"]])
                 for tm_id in a.freed:
                     self.registry.slots.release_one(job_id, tm_id)
                 log.info("job %s: rescaled to %s", job_id, {v["name"]: v["parallelism"] for v in g.vertices.values()})
