@@ -7,36 +7,41 @@ documented exit code and one line on stderr.
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 from typing import Annotated, Optional, Sequence
 
 import typer
 
-from commands import checkpoint, cluster, job, jobs, run
-from commands import savepoint, stop
-from commands import upgrade
-from commands import restart_strategy
-from commands import fault
-from commands import verify
-from commands import zookeeper
-from commands import jobmanager, taskmanager
-from commands import spark
-from commands import state
-from commands import completion
-from commands import top
 from commands._click import click
 from commands.errors import PROG, handle
 from commands.session import session, set_debug
 
-app = typer.Typer(
-    name=PROG,
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+#: the command tree, in the order of the help's listing: (module under commands/, group name or
+#: None for a module whose commands sit at the top, the top-level names it adds)
+TREE: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
+    ("run", None, ("run", "info")),
+    ("jobs", None, ("list", "cancel")),
+    ("stop", None, ("stop",)),
+    ("upgrade", None, ("upgrade",)),
+    ("job", "job", ("job",)),
+    ("cluster", "cluster", ("cluster",)),
+    ("jobmanager", "jobmanager", ("jobmanager",)),
+    ("taskmanager", "taskmanager", ("taskmanager",)),
+    ("checkpoint", "checkpoint", ("checkpoint",)),
+    ("savepoint", "savepoint", ("savepoint",)),
+    ("restart_strategy", "restart-strategy", ("restart-strategy",)),
+    ("fault", "fault", ("fault",)),
+    ("zookeeper", "zookeeper", ("zookeeper",)),
+    ("spark", "spark", ("spark",)),
+    ("state", "state", ("state",)),
+    ("verify", None, ("verify",)),
+    ("completion", None, ("completion",)),
+    ("top", None, ("top",)),
 )
-
+#: the root's own options (the command's name is the first argument that is none of these)
+_ROOT_FLAGS = frozenset({"--debug"})
 
 def _version(value: bool) -> None:
     if value:
@@ -50,7 +55,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def root(
     debug: Annotated[bool, typer.Option("--debug", callback=set_debug, is_eager=True, help="Show tracebacks on errors and DEBUG logs on stderr.")] = False,
     version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = None,
@@ -71,30 +75,51 @@ def root(
     """
 
 
-app.add_typer(run.app)
-app.add_typer(jobs.app)
-app.add_typer(stop.app)
-app.add_typer(upgrade.app)
-app.add_typer(job.app, name="job")
-app.add_typer(cluster.app, name="cluster")
-app.add_typer(jobmanager.app, name="jobmanager")
-app.add_typer(taskmanager.app, name="taskmanager")
-app.add_typer(checkpoint.app, name="checkpoint")
-app.add_typer(savepoint.app, name="savepoint")
-app.add_typer(restart_strategy.app, name="restart-strategy")
-app.add_typer(fault.app, name="fault")
-app.add_typer(zookeeper.app, name="zookeeper")
-app.add_typer(spark.app, name="spark")
-app.add_typer(state.app, name="state")
-app.add_typer(verify.app)
-app.add_typer(completion.app)
-completion.register()
-app.add_typer(top.app)
+def build(only: str | None = None) -> typer.Typer:
+    """The command tree as a typer app; ``only``: the top-level name of the one command or group
+    a call needs, so that a call imports and builds that module alone (typer builds every
+    command's parameters when the tree is made, a good part of a call's start-up)."""
+    app = typer.Typer(
+        name=PROG,
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(root)
+    for module, group, names in TREE:
+        if only is not None and only not in names:
+            continue
+        sub = importlib.import_module(f"commands.{module}").app
+        if group is None:
+            app.add_typer(sub)
+        else:
+            app.add_typer(sub, name=group)
+    from commands import completion
+
+    completion.register()
+    return app
 
 
-def command() -> click.Command:
-    """The click command tree (for main(), the man page generator and tests)."""
-    return typer.main.get_command(app)
+def command(only: str | None = None) -> click.Command:
+    """The click command tree (for main(), the man page generator and tests); ``only`` as in
+    :func:`build`."""
+    return typer.main.get_command(build(only))
+
+
+def _invoked(args: list[str]) -> str | None:
+    """The top-level command a call names, when the tree needs nothing else (not for help,
+    --version, completion requests or a name that is no command: those get the whole tree)."""
+    if f"_{PROG.upper()}_COMPLETE" in os.environ:
+        return None
+    for arg in args:
+        if arg in _ROOT_FLAGS:
+            continue
+        if arg.startswith("-"):
+            return None
+        return arg if any(arg in names for _, _, names in TREE) else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -104,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--json" in args[: args.index("--") if "--" in args else len(args)]:
         session.json = session.json or _json_is_ours(args)
     try:
-        result = command().main(args=args, prog_name=PROG, standalone_mode=False)
+        result = command(_invoked(args)).main(args=args, prog_name=PROG, standalone_mode=False)
         # In non-standalone mode an Exit (--help, --version, typer.Exit) comes back as its code.
         code = result if isinstance(result, int) and not isinstance(result, bool) else 0
     except BaseException as exc:  # noqa: BLE001 - the one place exceptions become exit codes

@@ -109,3 +109,19 @@ def test_missing_object_store_credentials_exit_8_naming_what_to_set(home: Path, 
                                 stdin=subprocess.DEVNULL, timeout=50)
         line = one_error_line(result, ExitCode.CONFIGURATION)
         assert "no credentials" in line and "AWS_ACCESS_KEY_ID" in line and "bug" not in line, line
+
+
+def test_a_call_builds_only_the_command_it_names_and_that_tree_holds_it() -> None:
+    """Each top-level name of the whole tree is found in the tree built for a call to it alone
+    (commands.main.TREE says which module adds which names), and that tree holds nothing else."""
+    from commands.main import _invoked, command
+
+    whole = command()
+    for name in whole.commands:
+        assert _invoked([name, "--json"]) == name
+        alone = command(name)
+        assert name in alone.commands, f"{name!r}: commands.main.TREE names the wrong module"
+        assert len(alone.commands) <= 2, sorted(alone.commands)
+    assert _invoked(["--debug", "list"]) == "list"
+    for args in ([], ["--help"], ["--version"], ["lst"], ["-h", "list"]):
+        assert _invoked(args) is None, args
