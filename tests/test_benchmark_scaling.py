@@ -11,6 +11,7 @@ import pytest
 
 from conftest import wait_for
 from flinkpy.benchmarks import figures, scaling
+from flinkpy.benchmarks.footprint import TaskFootprint
 from flinkpy.benchmarks.__main__ import parse_args
 from flinkpy.benchmarks.render import TABLES, render
 from flinkpy.benchmarks.report import Machine, Report, Run
@@ -38,7 +39,9 @@ def test_final_sum_is_the_sum_of_each_keys_numbers(count: int) -> None:
 
 
 def _result() -> dict[str, Any]:
-    per_p = {p: {"runtime_s": 4.0 / p, "rate": 250.0 * p, "ratio": 0.5 * p, "speedup": float(p), "runtimes_s": [4.0 / p]} for p in (1, 2)}
+    per_p = {p: {"runtime_s": 4.0 / p, "rate": 250.0 * p, "ratio": 0.5 * p, "speedup": float(p), "runtimes_s": [4.0 / p],
+                 "footprint": {"tasks": 2 * p, "uss": 15.0 * 2**20, "uss_max": 16 * 2**20, "sockets": 1.0 + p, "sockets_max": 2 + p,
+                               "sockets_total": 2 * p * (1 + p)}} for p in (1, 2)}
     return {"cores": 2, "parallelisms": [1, 2], "checkpointed": {"parallelism": 2, "rate": 450.0, "vs_off": 0.9},
             "shapes": {"sums": {"records": 1000, "unit": "records/s", "loop_rate": 500.0, "per_p": per_p},
                        "w1": {"records": 1000, "unit": "words/s", "loop_rate": 500.0, "per_p": per_p}}}
@@ -46,17 +49,18 @@ def _result() -> dict[str, Any]:
 
 def test_scaling_figures_are_one_known_table_with_a_row_per_job_machine_and_p() -> None:
     found = figures.collect({"scaling": _result()})
-    assert {f.table for f in found} == {"scaling"} and "scaling" in {t.key for t in TABLES}
+    assert {f.table for f in found} == {"scaling", "footprint"} and {"scaling", "footprint"} <= {t.key for t in TABLES}
     assert len({f.key for f in found}) == len(found), "two figures for one cell"
     cells = {(f.row, f.column): f.value for f in found}
     assert cells[("running sums, 2 cores, p=2", "speed-up over p=1")] == 2.0
     assert cells[("W1, 2 cores, p=1", "runtime")] == 4.0
     assert cells[("running sums, 2 cores, plain loop", "rate")] == 500.0
     assert cells[("running sums, 2 cores, p=2, exactly-once checkpoints every 1 s", "checkpoints every 1 s / off")] == 0.9
+    assert cells[("running sums, 2 cores, p=2", "sockets of the job")] == 12 and ("W1, 2 cores, p=2", "sockets of the job") in cells
     lines = scaling.report(_result())
     assert any(line.split()[:3] == ["W1", "2", "2.00s"] for line in lines), lines
     page = render([Report([Run("2026-11-29", "x", Machine(2), {}, found)])])
-    assert "## Scaling with parallelism" in page and "## Past 16 cores" in page
+    assert "## Scaling with parallelism" in page and "## Memory and sockets per task" in page and "## Past 16 cores" in page
 
 
 @pytest.mark.timeout(120)
@@ -80,6 +84,14 @@ def test_the_scaling_jobs_run_at_two_parallelisms_on_a_real_cluster(tmp_path: Pa
             return [line for line in printed.read_text().splitlines() if line.strip()]
 
         wait_for(lambda: len(lines()) >= 2 * scaling.KEYS, timeout=30, message="each key's final sum printed by both runs")
+        printed_sums = lines()
+        # the footprint of a p=2 run: four task processes (source and keyed chain per subtask),
+        # each with its control connection and a socket per channel of the hash edge
+        with TaskFootprint(interval_s=0.05) as watch:
+            run_job(address, token, lambda env: scaling.job_sums(env, 200_000), 2, "test-scaling-sums-footprint")
+        seen = watch.result()
+        assert seen is not None and seen.tasks == 4, seen
+        assert seen.sockets >= 3 and seen.sockets_total >= 4 * 3 and 2**20 < seen.uss <= seen.uss_max < 2**30, seen
     # p=2 prefixes its lines with the printing subtask ("2> "); both runs print the same sums
-    found = [ast.literal_eval(line.split("> ", 1)[-1]) for line in lines()]
+    found = [ast.literal_eval(line.split("> ", 1)[-1]) for line in printed_sums]
     assert len(found) == 2 * scaling.KEYS and set(found) == expected

@@ -190,6 +190,12 @@ TABLES: list[Table] = [
           "functions in one process. A keyed job at parallelism p is 2p processes: the speed-up is bounded by half the "
           "cores, and on a machine of fewer cores more parallelism only adds processes, channels and hash partitioning.",
           "job and machine"),
+    Table("footprint", "Memory and sockets per task",
+          "From `python -m flinkpy.benchmarks --only scaling`: one more run of the running sums at each parallelism, "
+          "its task processes looked at once a second: each task's unique memory (USS, the pages no other process "
+          "shares: what one more task costs) and open sockets at their largest, the median and the largest over the "
+          "tasks, and the job's sockets together. They grow with p whatever the machine's cores: see Past 16 cores.",
+          "job and machine"),
     Table("partitions", "Across hosts: TLS and partitions",
           "From `python -m flinkpy.benchmarks --only partitions` (root): a drill cluster whose JobManager and two "
           "TaskManagers live on network-namespace hosts. Throughput: a keyed count at p=2 whose records cross between "
@@ -362,7 +368,7 @@ NOTES: list[tuple[str, str]] = [
         "hash edge between them is p x p channels, each its own TCP connection: every source task holds p data "
         "sockets and every keyed task p, besides its control connection to the TaskManager. Sockets per process "
         "grow with p and per job with p squared; the file-descriptor limit of the TaskManager's user "
-        "(`ulimit -n`) bounds p before memory does.\n\n"
+        "(`ulimit -n`) bounds p before memory does. The table of memory and sockets per task measures both.\n\n"
         "Memory per task is an interpreter with the job's modules (forked from a zygote, so the code's pages are "
         "shared until written), its state, and its channels' buffers: an input channel holds at most its credit, "
         "`taskmanager.network.memory.buffers-per-channel` plus a quarter of "

@@ -13,7 +13,10 @@ figure the CLI prints as "Job Runtime". Per parallelism the report has the runti
 the rate over the plain loop (the same functions called in one process, run in turns with the
 jobs) and the speed-up over p=1; and, at the largest parallelism, the running sums with
 exactly-once checkpoints every second against none. The speed-up a machine allows is bounded by
-its cores: a keyed job at parallelism p runs 2p task processes.
+its cores: a keyed job at parallelism p runs 2p task processes. Per parallelism, one more run of
+the running sums is watched by :class:`~flinkpy.benchmarks.footprint.TaskFootprint`: each task's
+unique memory and open sockets, which grow with p (a hash edge is p x p channels) whatever the
+cores.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from flinkpy.benchmarks.footprint import TaskFootprint
 from flinkpy.benchmarks.report import Figure, Unit, cells
 from flinkpy.benchmarks.workloads import add_counts, job_w1, loop_w1, spread_lines
 
@@ -134,6 +138,13 @@ def measure(parallelisms: list[int], lines: list[str], n_words: int, count: int,
                 entry["per_p"][p] = {"runtime_s": s, "rate": n / s, "ratio": loop_s / s,
                                      "speedup": base / s if base else None, "runtimes_s": [round(x, 3) for x in secs[p]]}
             result["shapes"][name] = entry
+        for p in parallelisms:
+            log(f"scaling sums: p={p}, watching each task's memory and sockets ...")
+            with TaskFootprint() as watch:
+                run_job(address, token, shapes["sums"][2], p, f"bench-scaling-sums-p{p}-footprint")
+            seen = watch.result()
+            if seen is not None:
+                result["shapes"]["sums"]["per_p"][p]["footprint"] = seen.to_json()
         top = max(parallelisms)
         log(f"scaling sums: p={top} with exactly-once checkpoints every 1 s ...")
         checkpointed = statistics.median(run_job(address, token, shapes["sums"][2], top, f"bench-scaling-sums-p{top}-cp", checkpoint_ms=1000)
@@ -156,6 +167,14 @@ def report(result: dict[str, Any]) -> list[str]:
         for p, f in e["per_p"].items():
             speedup = f"{f['speedup']:.2f}" if f["speedup"] is not None else "–"
             out.append(f"{SHAPE_NAMES[name]:14} {p:>3} {f['runtime_s']:>8.2f}s {f['rate'] / 1e3:>10.0f} k {f['ratio']:>8.2f} {speedup:>9}")
+    sums = result["shapes"].get("sums", {}).get("per_p", {})
+    if any("footprint" in f for f in sums.values()):
+        out.append(f"{'each task of the running sums':30} {'p':>3} {'tasks':>6} {'MiB (USS)':>10} {'max':>6} {'sockets':>8} {'max':>4} {'job':>5}")
+        for p, f in sums.items():
+            fp = f.get("footprint")
+            if fp:
+                out.append(f"{'':30} {p:>3} {fp['tasks']:>6} {fp['uss'] / 2**20:>10.1f} {fp['uss_max'] / 2**20:>6.1f} {fp['sockets']:>8.0f} "
+                           f"{fp['sockets_max']:>4} {fp['sockets_total']:>5}")
     cp = result.get("checkpointed")
     if cp:
         out.append(f"running sums p={cp['parallelism']} with exactly-once checkpoints every 1 s: {cp['rate'] / 1e3:.0f} k records/s, "
@@ -164,8 +183,8 @@ def report(result: dict[str, Any]) -> list[str]:
 
 
 def figures(result: dict[str, Any]) -> list[Figure]:
-    """:func:`measure`'s figures as records (table ``scaling``; rows name the job and the
-    machine's cores, so that runs on different machines stand side by side)."""
+    """:func:`measure`'s figures as records (tables ``scaling`` and ``footprint``; rows name the
+    job and the machine's cores, so that runs on different machines stand side by side)."""
     if not result:
         return []
     cores = result["cores"]
@@ -178,6 +197,12 @@ def figures(result: dict[str, Any]) -> list[Figure]:
                 ("rate", "rate", rate), ("of the loop", "ratio", Unit.RATIO), ("speed-up over p=1", "speedup", Unit.RATIO),
                 ("runtime", "runtime_s", Unit.S),
             ], spreads={"runtime_s": "runtimes_s"} if len(f["runtimes_s"]) > 1 else None)
+            if f.get("footprint"):
+                out += cells("footprint", f"{label}, p={p}", f["footprint"], [
+                    ("task processes", "tasks", Unit.COUNT), ("memory per task (USS, median)", "uss", Unit.BYTES),
+                    ("memory per task (USS, largest)", "uss_max", Unit.BYTES), ("sockets per task (median)", "sockets", Unit.COUNT),
+                    ("sockets per task (largest)", "sockets_max", Unit.COUNT), ("sockets of the job", "sockets_total", Unit.COUNT),
+                ])
     cp = result.get("checkpointed")
     if cp:
         out += cells("scaling", f"running sums, {cores} cores, p={cp['parallelism']}, exactly-once checkpoints every 1 s", cp, [
