@@ -20,6 +20,7 @@ import shutil
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import psutil
 import pytest
@@ -278,6 +279,14 @@ def test_a_query_attempt_first_removes_the_batch_files_nobody_committed(tmp_path
     names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert names == ["a/part-spark-000000000000", "a/part-spark-000000000001", "a/part-spark-000000000002",
                      "b/part-spark-000000000001", "b/unrelated.txt"]
+    # a query that starts afresh in the same output (moved or rescaled state) numbers its batches
+    # from 0 again under its own lineage: its first attempt removes none of the files above
+    fresh = FileWriter(writer.sink)
+    fresh.bind_lineage("0a1b2c3d4e5f")
+    fresh.begin(0)
+    fresh.write([("a", 9)], 0)
+    after = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert after == sorted([*names, "a/part-spark-0a1b2c3d4e5f-000000000000"]), after
 
 
 def _start_detached(spark_env: Path, *job: str) -> str:
@@ -356,18 +365,27 @@ def test_savepoint_cancel_and_restore_with_exact_results_and_rescale_refused(spa
     ahead = [p for p in _committed_parts(spark_env / "out") if int(p.name.rsplit("-", 1)[1]) >= saved + 3]
     assert ahead, "the cancelled run should have written batches after the savepoint"
     restore = _job(spark_env, count, 0)
-    rescale = run_cli("run", "--runner", "spark", "-s", location, "-p", "3", *restore, timeout=120)
+
+    def edited(name: str, edit: Callable[[dict], None]) -> Path:
+        copy = spark_env / name
+        shutil.copytree(location, copy)
+        doc = json.loads((copy / "_metadata").read_text())
+        edit(doc)
+        doc.pop("metadata_checksum")  # an older runner sealed no _metadata (an edited sealed one is refused)
+        (copy / "_metadata").write_text(json.dumps(doc))
+        return copy
+
+    # a rescale goes through the savepoint's engine layout: refused where that layout lacks some state
+    assert metadata["moved"] == {"runner": "engine", "refused": []}
+    partial = edited("partial-savepoint", lambda doc: doc["moved"]["refused"].append(
+        {"operator": "tally", "uid": None, "operator_id": "x", "state": "keyed state", "move": "refused", "reason": "not converted"}))
+    rescale = run_cli("run", "--runner", "spark", "-s", str(partial), "-p", "3", *restore, timeout=120)
     assert rescale.returncode == 7, rescale.stderr
-    assert "3" in rescale.stderr and "spark.sql.shuffle.partitions" in rescale.stderr and "-p 1" in rescale.stderr
-    assert "Traceback" not in rescale.stderr
+    assert "would use 3" in rescale.stderr and "operator 'tally' could not be converted (not converted)" in rescale.stderr
+    assert "spark.sql.shuffle.partitions" in rescale.stderr and "-p 1" in rescale.stderr and "Traceback" not in rescale.stderr
     # a savepoint whose keyed reduce kept its keys in other key groups (an older runner's 128)
     assert metadata["spark"]["key_groups"] == 32
-    older = spark_env / "older-savepoint"
-    shutil.copytree(location, older)
-    doc = json.loads((older / "_metadata").read_text())
-    doc["spark"].pop("key_groups")
-    doc.pop("metadata_checksum")  # an older runner sealed no _metadata (an edited sealed one is refused)
-    (older / "_metadata").write_text(json.dumps(doc))
+    older = edited("older-savepoint", lambda doc: doc["spark"].pop("key_groups"))
     refused = run_cli("run", "--runner", "spark", "-s", str(older), *restore, timeout=120)
     assert refused.returncode == 7 and "128 key groups" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
 

@@ -104,15 +104,25 @@ def test_running_values_regroup_between_the_engine_and_spark_key_groups_with_not
     assert back["numbers"].source_positions == [{"a": 1}, {"b": 2}]
 
 
-def test_a_spark_savepoint_refuses_allow_non_restored_state() -> None:
-    """-n has nothing to act on when a Spark savepoint restores on Spark: the driver refuses it."""
-    from flinkpy.errors import UsageError
-    from flinkpy.spark.supervisor_snapshots import check_restore
+def test_a_spark_savepoint_restores_its_checkpoint_or_through_the_engine_layout_or_says_why_not() -> None:
+    """At the parallelism it was taken at, a Spark savepoint's own checkpoint restores; at another
+    (or with -n) its engine layout does, and where that layout is missing or incomplete the
+    restore is refused with the reason."""
+    from flinkpy.errors import InvalidProgramError, UsageError
+    from flinkpy.spark.supervisor_snapshots import ENGINE_LAYOUT, SPARK_CHECKPOINT, check_restore
 
-    doc = {"spark": {"shuffle_partitions": 2, "key_groups": 32}}
-    check_restore(doc, shuffle_partitions=2, where="sp-1", key_groups=32)
-    with pytest.raises(UsageError, match="-n/--allow-non-restored-state: the Spark savepoint sp-1 holds its query's state as a whole"):
-        check_restore(doc, shuffle_partitions=2, where="sp-1", key_groups=32, allow_non_restored_state=True)
+    full = {"spark": {"shuffle_partitions": 2, "key_groups": 32}, "moved": {"runner": "engine", "refused": []}}
+    assert check_restore(full, shuffle_partitions=2, where="sp-1", key_groups=32) == SPARK_CHECKPOINT
+    assert check_restore(full, shuffle_partitions=3, where="sp-1", key_groups=32) == ENGINE_LAYOUT
+    assert check_restore(full, shuffle_partitions=2, where="sp-1", key_groups=32, allow_non_restored_state=True) == ENGINE_LAYOUT
+    old = {"spark": {"shuffle_partitions": 2, "key_groups": 32}}
+    with pytest.raises(UsageError, match="-n/--allow-non-restored-state: the Spark savepoint sp-1 cannot leave any operator's "
+                                         "state behind: it was written before Spark savepoints carried the engine's layout"):
+        check_restore(old, shuffle_partitions=2, where="sp-1", key_groups=32, allow_non_restored_state=True)
+    partial = {**full, "moved": {"runner": "engine", "refused": [{"operator": "tally", "reason": "no way"}]}}
+    with pytest.raises(InvalidProgramError, match=r"has its state in 2 partitions .* but this run would use 3, and its state "
+                                                  r"cannot be redistributed: operator 'tally' could not be converted \(no way\)"):
+        check_restore(partial, shuffle_partitions=3, where="sp-1", key_groups=32)
 
 
 # --------------------------------------------------------------------------- engine -> Spark -> engine
@@ -247,4 +257,34 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     with running_cluster(home, taskmanagers=1, slots=2):
         res = run_cli("run", "-p", "2", "-s", on_spark, *job, "0", timeout=240)
         assert res.returncode == 0, res.stderr[-3000:]
+    _check_exactly_once(_records(out), count)
+
+
+@pytest.mark.timeout(600)
+def test_a_spark_job_rescales_from_its_savepoint_through_the_engine_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark cannot redistribute a query's state partitions: a Spark savepoint restored at another
+    parallelism starts a new query from the engine's layout of its state, exactly once."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("FLINKPY_HOME", str(home))
+    monkeypatch.delenv("FLINKPY_JOBMANAGER", raising=False)
+    monkeypatch.setenv("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or sys.executable)
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    count, out = 2000, tmp_path / "out"
+    (tmp_path / "job.py").write_text(JOB)
+    job = [str(tmp_path / "job.py"), str(count), str(out)]
+    jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-D", "execution.spark.max-records-per-batch=200",
+                    *job, "0.02")["jobs"][0]["jid"]
+    try:
+        wait_for(lambda: len(_records(out)) >= 100, timeout=300, interval=0.3, message="Spark output before the stop",
+                 describe=lambda: (home / "log" / f"spark-{jid}.log").read_text()[-3000:])
+        at_one = _stop(jid, tmp_path / "sp")
+    finally:
+        _kill_driver(home, jid)
+    first = len(_records(out))
+    assert first < count, "the job should be stopped before its input ends"
+    plan = _cli_json("savepoint", "plan", "--runner", "spark", "-p", "2", at_one, *job, "0")
+    assert plan["movable"] and {o["state"] for o in plan["operators"]} >= {"source positions", "running values per key"}, plan
+    res = run_cli("run", "--runner", "spark", "-p", "2", "-s", at_one, *job, "0", timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
     _check_exactly_once(_records(out), count)

@@ -29,6 +29,24 @@ def _spark_plan(job_path: str, args: list[str], parallelism: int | None) -> Any:
     return translate(jobs[0].env, job_name=jobs[0].job_name)
 
 
+def _through_engine_layout(doc: dict[str, Any], parallelism: int | None, allow_non_restored_state: bool) -> bool:
+    """Whether a Spark savepoint restores on Spark through the engine's layout of its state (at
+    another parallelism, or with -n: :func:`flinkpy.spark.supervisor_snapshots.check_restore`);
+    its refusals, if any, are the layout's own (the savepoint's ``"moved"`` section)."""
+    had = (doc.get("spark") or {}).get("shuffle_partitions")
+    return allow_non_restored_state or (parallelism is not None and had is not None and int(had) != parallelism)
+
+
+def _layout_refusals(doc: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a Spark savepoint's state its engine layout lacks, with the reasons."""
+    from flinkpy.spark import state_move
+
+    if doc.get("moved") is None:
+        return (state_move.MoveDecision("Spark state store", None, "spark-state", "Spark's state", state_move.Move.REFUSED,
+                                        "the savepoint was written before Spark savepoints carried the engine's layout; take a new one"),)
+    return state_move.plan_move(doc, [], runner=state_move.ENGINE).decisions
+
+
 def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, runner: str, parallelism: int | None = None,
                      allow_non_restored_state: bool = False) -> dict[str, Any]:
     """The plan document: ``{"savepoint", "kind", "from_runner", "runner", "movable", "operators":
@@ -42,19 +60,17 @@ def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, run
     doc = storage.read_metadata(savepoint_path)
     source = state_move.SPARK if doc.get("runner") == state_move.SPARK else state_move.ENGINE
     restore: dict[str, Any] | None = None
-    if runner == state_move.SPARK and source == state_move.SPARK:
+    if runner == state_move.SPARK and source == state_move.SPARK and not _through_engine_layout(doc, parallelism, allow_non_restored_state):
         plan = state_move.MovePlan(runner, ())  # Spark's own restore: its checkpoint location is copied back
     elif runner == state_move.SPARK:
         program = state_move.program_operators(_spark_plan(job_path, args, parallelism))
         plan = state_move.plan_move(doc, program, runner=runner, allow_non_restored_state=allow_non_restored_state)
+        if source == state_move.SPARK:
+            plan = state_move.MovePlan(runner, _layout_refusals(doc) + plan.decisions)
     else:
         from flinkpy.client.restore_plan import plan_restore
 
-        plan = state_move.plan_move(doc, [], runner=runner)
-        if source == state_move.SPARK and doc.get("moved") is None:
-            plan = state_move.MovePlan(runner, (state_move.MoveDecision(
-                "Spark state store", None, "spark-state", "Spark's state", state_move.Move.REFUSED,
-                "the savepoint was written before Spark savepoints carried the engine's layout; take a new one"),))
+        plan = state_move.MovePlan(runner, _layout_refusals(doc)) if source == state_move.SPARK else state_move.plan_move(doc, [], runner=runner)
         if plan.movable:
             restore = plan_restore(savepoint_path, job_path, list(args), parallelism=parallelism,
                                    allow_non_restored_state=allow_non_restored_state)

@@ -304,15 +304,18 @@ class SparkDriver:
                 {k: v for k, v in self.config.items() if k.startswith("restart-strategy.")}, checkpointing_enabled=bool(interval))
         if self.spec.get("savepoint_path"):
             directory, doc = snapshots.read_snapshot(self.spec["savepoint_path"])
+            keep_all = not self.spec.get("allow_non_restored_state")
+            how = snapshots.ENGINE_LAYOUT
             if doc.get("runner") == snapshots.RUNNER:
-                snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory, key_groups=plan.key_groups,
-                                        allow_non_restored_state=bool(self.spec.get("allow_non_restored_state")))
+                how = snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory,
+                                              key_groups=plan.key_groups, allow_non_restored_state=not keep_all)
+            if how == snapshots.SPARK_CHECKPOINT:
                 snapshots.restore_savepoint(directory, doc, self.location)
                 batch = doc["spark"]["batch_id"]
-            else:  # a snapshot of the engine: its state moves (flinkpy.spark.state_move)
-                moved = state_reading.move_in(plan, directory, doc, allow_non_restored_state=bool(self.spec.get("allow_non_restored_state")))
-                log.info("job %s: moved the state of %s from the engine's %s %s", self.job_id, ", ".join(moved) or "no operator",
-                         doc["kind"], directory)
+            else:  # the engine's layout of the state (an engine snapshot's own): it moves (flinkpy.spark.state_move)
+                moved = state_reading.move_in(plan, directory, doc, allow_non_restored_state=not keep_all)
+                log.info("job %s: moved the state of %s from the %s %s %s", self.job_id, ", ".join(moved) or "no operator",
+                         "engine's" if doc.get("runner") != snapshots.RUNNER else "engine layout of the Spark", doc["kind"], directory)
                 batch = None
             self.restored = {"id": doc["checkpoint_id"], "is_savepoint": doc["kind"] == "savepoint", "external_path": directory,
                              "restore_timestamp": now_ms()}

@@ -4,8 +4,8 @@ Spark replays a micro-batch after a failure with the same batch id and the same 
 sources are replayable, see :mod:`flinkpy.spark.sources`), so a write keyed by the batch id is
 exactly-once end to end:
 
-- FileSink: one part file per bucket and batch, ``<prefix>-spark-<batch id><suffix>``, written
-  hidden and renamed into place (a replay rewrites the same name);
+- FileSink: one part file per bucket and batch, ``<prefix>-spark-<lineage>-<batch id><suffix>``,
+  written hidden and renamed into place (a replay rewrites the same name);
 - collect (``execute_and_collect``): one pickled file per batch in the collect directory;
 - PostgreSQL sinks: the rows and a row ``(sink id, batch id)`` in ``flinkpy_spark_batches`` in one
   transaction; a batch whose id is already recorded is skipped;
@@ -20,6 +20,11 @@ writing it, file and collect writers remove their files of that batch id and lat
 earlier attempt wrote without committing (in another time bucket, say), or what the cancelled run
 wrote after the savepoint a job is restored from — the restored run's batches after it may hold
 other records (other batch sizes, other data available), so overwriting by name is not enough.
+Such files are told apart by the query's *lineage* (:func:`query_lineage`): the id Spark gives a
+query in its checkpoint location, kept by its restarts and by a savepoint restored as Spark's
+checkpoint. A query that starts afresh in the same output (state moved from the engine, or a
+Spark savepoint restored at another parallelism) numbers its batches from 0 again under a new
+lineage, and leaves the files of the others alone.
 
 The writer runs on the driver with the batch's records in their original order. It also watches
 for the final rows of a bounded input (see :mod:`flinkpy.spark.records`): once it has seen one
@@ -49,6 +54,26 @@ class BatchWriter:
 
     def begin(self, batch_id: int) -> None:
         """Called before the first batch of a query attempt (the first uncommitted batch)."""
+
+    def bind_lineage(self, lineage: str) -> None:
+        """The query's lineage (see the module docstring), before :meth:`begin`."""
+
+
+def query_lineage(checkpoint_location: str | None) -> str:
+    """The first 12 hex digits of the query id Spark keeps in ``<location>/metadata`` (written
+    when the query starts, before its first batch); "" when there is none."""
+    if not checkpoint_location:
+        return ""
+    import json
+
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(checkpoint_location)
+    try:
+        first = fs.cat_file(f"{root.rstrip('/')}/metadata").decode().splitlines()[0]
+        return json.loads(first)["id"].replace("-", "")[:12]
+    except (FileNotFoundError, IndexError, KeyError, ValueError):
+        return ""
 
     def describe(self) -> str:
         return type(self).__name__
@@ -153,6 +178,13 @@ class FileWriter(BatchWriter):
 
     def __init__(self, sink: Any) -> None:
         self.sink = sink
+        self.lineage = ""
+
+    def bind_lineage(self, lineage: str) -> None:
+        self.lineage = lineage
+
+    def _stem(self) -> str:
+        return f"{self.sink.output_file_config.get_part_prefix()}-spark-" + (f"{self.lineage}-" if self.lineage else "")
 
     def write(self, records: list, batch_id: int) -> None:
         import time
@@ -172,7 +204,7 @@ class FileWriter(BatchWriter):
         for bucket, lines in buckets.items():
             directory = f"{root}/{bucket}" if bucket else root
             fs.makedirs(directory, exist_ok=True)
-            name = f"{config.get_part_prefix()}-spark-{batch_id:012d}{config.get_part_suffix()}"
+            name = f"{self._stem()}{batch_id:012d}{config.get_part_suffix()}"
             _atomic_write(fs, f"{directory}/{name}", b"".join(lines))
 
     def begin(self, batch_id: int) -> None:
@@ -182,7 +214,7 @@ class FileWriter(BatchWriter):
 
         fs, root = url_to_fs(self.sink.base_path, **storage_options(self.sink.base_path))
         config = self.sink.output_file_config
-        name = re.compile(rf"^\.?{re.escape(config.get_part_prefix())}-spark-(\d{{12}}){re.escape(config.get_part_suffix())}(\.inprogress)?$")
+        name = re.compile(rf"^\.?{re.escape(self._stem())}(\d{{12}}){re.escape(config.get_part_suffix())}(\.inprogress)?$")
         _remove_batches_from(fs, root.rstrip("/") or "/", name, batch_id)
 
     def describe(self) -> str:
@@ -293,6 +325,10 @@ class SinkRouter(BatchWriter):
         for w in self.writers.values():
             w.begin(batch_id)
 
+    def bind_lineage(self, lineage: str) -> None:
+        for w in self.writers.values():
+            w.bind_lineage(lineage)
+
     def write(self, records: list, batch_id: int) -> None:
         raise TypeError("a SinkRouter writes rows with their routes: write_rows()")
 
@@ -327,6 +363,7 @@ class SinkDriver:
         self.finished_before = False
         self.records_written = 0
         self.begun = False
+        self.checkpoint_location = checkpoint_location
         self._ends = _EndLog(checkpoint_location) if checkpoint_location and self.sources else None
         if self._ends is not None:
             self.finals, last = self._ends.recover()
@@ -336,6 +373,7 @@ class SinkDriver:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         if not self.begun:
+            self.writer.bind_lineage(query_lineage(self.checkpoint_location))
             self.writer.begin(batch_id)
             self.begun = True
         table = df.toArrow()

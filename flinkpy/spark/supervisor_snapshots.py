@@ -244,18 +244,54 @@ def read_snapshot(path: str) -> tuple[str, dict[str, Any]]:
 LEGACY_KEY_GROUPS = 128
 
 
+#: how a Spark savepoint restores on Spark: its query's checkpoint copied back, or a new query
+#: seeded from the engine's layout of its state that the savepoint also carries
+SPARK_CHECKPOINT, ENGINE_LAYOUT = "spark-checkpoint", "engine-layout"
+
+
+def _layout_refusal(doc: dict[str, Any]) -> str | None:
+    """Why the savepoint's engine layout cannot stand in for its Spark checkpoint (None: it can)."""
+    moved = doc.get("moved")
+    if moved is None:
+        return "it was written before Spark savepoints carried the engine's layout of their state"
+    refused = moved.get("refused") or []
+    if refused:
+        first = refused[0]
+        return f"operator {first['operator']!r} could not be converted ({first['reason']})"
+    return None
+
+
 def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str, key_groups: int | None = None,
-                  allow_non_restored_state: bool = False) -> None:
-    """Refuse a restore that would change the state partitioning (Spark cannot redistribute it),
-    or that would look up a keyed reduce's keys in other key groups than they were saved in (its
-    state would be silently lost); and -n, which has nothing to act on here."""
-    if allow_non_restored_state:
-        raise UsageError(
-            f"-n/--allow-non-restored-state: the Spark savepoint {where} holds its query's state as a whole (Spark's "
-            "checkpoint), not per operator, so no operator's state can be left behind: Spark restores all of it or refuses",
-            remedy="restore it without -n; -n applies when the state of an engine snapshot moves to Spark",
-        )
+                  allow_non_restored_state: bool = False) -> str:
+    """How a Spark savepoint restores on Spark (:data:`SPARK_CHECKPOINT` or :data:`ENGINE_LAYOUT`),
+    or why it cannot.
+
+    With the parallelism it was taken at and without -n, its query's checkpoint is copied back:
+    the query goes on from its last batch. Spark fixes a query's state partitions when it first
+    starts and cannot redistribute them, so at another parallelism (a rescale) or with -n (state
+    of operators the program no longer has left behind), a new query starts from the engine's
+    layout of the same state, which the savepoint also carries, as when state moves from the
+    engine; refused, with the reason, where that layout is missing or incomplete. A keyed reduce's
+    running values restored from Spark's checkpoint must be looked up in the key groups they were
+    saved in, else they would be silently lost."""
     spark = doc["spark"]
+    had = int(spark["shuffle_partitions"])
+    if had != shuffle_partitions or allow_non_restored_state:
+        why = _layout_refusal(doc)
+        if why is None:
+            return ENGINE_LAYOUT
+        if allow_non_restored_state:
+            raise UsageError(
+                f"-n/--allow-non-restored-state: the Spark savepoint {where} cannot leave any operator's state "
+                f"behind: {why}, and Spark's own checkpoint restores all of its state or none",
+                remedy="restore it without -n, or take a new savepoint of the job with this flinkpy",
+            )
+        raise InvalidProgramError(
+            f"the Spark savepoint {where} has its state in {had} partitions (spark.sql.shuffle.partitions), "
+            f"but this run would use {shuffle_partitions}, and its state cannot be redistributed: {why}",
+            remedy=f"run with -p {had} (or --spark-conf spark.sql.shuffle.partitions={had}); to change the "
+            "parallelism, start the job afresh without -s",
+        )
     saved = spark.get("key_groups", LEGACY_KEY_GROUPS)
     if key_groups and saved and saved != key_groups:
         raise InvalidProgramError(
@@ -263,15 +299,7 @@ def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str, k
             f"of flinkpy's Spark runner groups keys into {key_groups}: the saved running values would not be found",
             remedy="restore it with the flinkpy version that took it, or start the job afresh without -s",
         )
-    had = int(spark["shuffle_partitions"])
-    if had != shuffle_partitions:
-        raise InvalidProgramError(
-            f"the Spark savepoint {where} has its state in {had} partitions (spark.sql.shuffle.partitions), "
-            f"but this run would use {shuffle_partitions}: Spark fixes a query's state partitions when it first "
-            "starts and cannot redistribute them, so a rescale from a savepoint is not possible",
-            remedy=f"run with -p {had} (or --spark-conf spark.sql.shuffle.partitions={had}); to change the "
-            "parallelism, start the job afresh without -s",
-        )
+    return SPARK_CHECKPOINT
 
 
 def restore_savepoint(directory: str, doc: dict[str, Any], location: str) -> None:

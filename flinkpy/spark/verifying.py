@@ -3,8 +3,9 @@
 On flinkpy's engine :class:`~flinkpy.connectors.verification.VerifyingSink` commits a file per
 checkpoint (two-phase). On Spark the micro-batch is the unit of commit and is replayed with the
 same id after a failure, so the writer names the file after the batch id
-(``part-spark-<batch id>.jsonl``), writes it hidden and renames it into place: a replay rewrites
-the same name, and ``flinkpy verify`` reads the same format from either runner.
+(``part-spark-<lineage>-<batch id>.jsonl``, the lineage as in :mod:`flinkpy.spark.sinks`), writes
+it hidden and renames it into place: a replay rewrites the same name, and ``flinkpy verify`` reads
+the same format from either runner.
 
 >>> import tempfile
 >>> from flinkpy.connectors.verification import VerifyingSink, read_committed
@@ -25,7 +26,6 @@ from typing import Any
 from flinkpy.files import write_atomically
 from flinkpy.spark.sinks import BatchWriter
 
-_PART = re.compile(r"^\.?part-spark-(\d+)\.jsonl(\.inprogress)?$")
 
 
 class VerifyingBatchWriter(BatchWriter):
@@ -33,12 +33,17 @@ class VerifyingBatchWriter(BatchWriter):
 
     def __init__(self, sink: Any) -> None:
         self.dir = Path(sink.directory)
+        self.stem = "part-spark-"
+
+    def bind_lineage(self, lineage: str) -> None:
+        self.stem = f"part-spark-{lineage}-" if lineage else "part-spark-"
 
     def begin(self, batch_id: int) -> None:
-        """Remove what an earlier attempt wrote for this batch and later ones (not committed)."""
+        """Remove what an earlier attempt of this lineage wrote for this batch and later ones (not committed)."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        part = re.compile(rf"^\.?{re.escape(self.stem)}(\d+)\.jsonl(\.inprogress)?$")
         for path in self.dir.iterdir():
-            m = _PART.match(path.name)
+            m = part.match(path.name)
             if m and int(m.group(1)) >= batch_id:
                 path.unlink(missing_ok=True)
 
@@ -46,7 +51,7 @@ class VerifyingBatchWriter(BatchWriter):
         if not records:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        name = f"part-spark-{batch_id:012d}.jsonl"
+        name = f"{self.stem}{batch_id:012d}.jsonl"
         lines = "".join(json.dumps(list(r) if isinstance(r, tuple) else r) + "\n" for r in records)
         write_atomically(self.dir / name, lines, durable=True)
 
