@@ -204,14 +204,20 @@ def _kill_driver(home: Path, jid: str) -> None:
     psutil.wait_procs(procs, timeout=10)
 
 
-@pytest.mark.timeout(900)
-def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A FLINKPY_HOME of the test's own, and Spark's Python and address for local jobs."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("FLINKPY_HOME", str(home))
     monkeypatch.delenv("FLINKPY_JOBMANAGER", raising=False)
     monkeypatch.setenv("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or sys.executable)
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    return home
+
+
+@pytest.mark.timeout(900)
+def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _home(tmp_path, monkeypatch)
     count, out = 3000, tmp_path / "out"
     (tmp_path / "job.py").write_text(JOB)
     job = [str(tmp_path / "job.py"), str(count), str(out)]
@@ -264,12 +270,7 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
 def test_a_spark_job_rescales_from_its_savepoint_through_the_engine_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Spark cannot redistribute a query's state partitions: a Spark savepoint restored at another
     parallelism starts a new query from the engine's layout of its state, exactly once."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("FLINKPY_HOME", str(home))
-    monkeypatch.delenv("FLINKPY_JOBMANAGER", raising=False)
-    monkeypatch.setenv("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or sys.executable)
-    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    home = _home(tmp_path, monkeypatch)
     count, out = 2000, tmp_path / "out"
     (tmp_path / "job.py").write_text(JOB)
     job = [str(tmp_path / "job.py"), str(count), str(out)]
