@@ -251,3 +251,20 @@ def test_unbounded_kafka_batches_end_at_the_last_stable_offset_and_read_again_th
     # latest() stays where the first batch resolved it: a replay of that batch reads nothing
     assert _batch_values(latest, latest.initial(), from_latest) == []
     assert _batch_values(latest, from_latest, latest.plan(from_latest, 0)) == [["c", "d", "e", "f"]]
+
+
+@pytest.mark.timeout(300)
+def test_pyflink_kafka_json_example_prints_on_spark_what_it_wrote(kafka, spark_env: Path, flinkpy_home: Path) -> None:  # noqa: F811
+    """examples/kafka_json_format.py (PyFlink's, imports renamed; two execute() calls: write the
+    rows, then read the topic back and print them) on the Spark runner: its print sink shows the
+    rows the topic holds, decoded here on their own, as on the engine (tests/test_kafka_source.py)."""
+    from conftest import ROOT
+
+    kafka.create_topic("test_json_topic")
+    res = run_cli("run", "--runner", "spark", str(ROOT / "examples" / "kafka_json_format.py"), "--bootstrap-servers",
+                  kafka.bootstrap, "--bounded", timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    written = ["+I[{}, {}]".format(*json.loads(m.value()).values()) for m in kafka.read("test_json_topic", committed_only=False)]
+    assert len(written) == 7, written
+    printed = [line.split("> ", 1)[-1] for line in res.stdout.splitlines() if line.rstrip().endswith("]")]
+    assert Counter(printed) == Counter(written), res.stdout

@@ -87,12 +87,21 @@ class SparkKafkaSource(Source):
         return repr(self.source)
 
 
-def is_kafka_source(source: Any) -> bool:
+def kafka_source_of(source: Any) -> Any:
+    """The KafkaSource a job's source is (PyFlink's legacy ``FlinkKafkaConsumer`` stands for
+    one), or None."""
     try:
+        from flinkpy.connectors.kafka_consumer import FlinkKafkaConsumer
         from flinkpy.connectors.kafka_source import KafkaSource
     except ImportError:
-        return False
-    return isinstance(source, KafkaSource)
+        return None
+    if isinstance(source, FlinkKafkaConsumer):
+        return source.source()
+    return source if isinstance(source, KafkaSource) else None
+
+
+def is_kafka_source(source: Any) -> bool:
+    return kafka_source_of(source) is not None
 
 
 def is_kafka_sink(sink: Any) -> bool:

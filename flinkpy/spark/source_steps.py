@@ -49,10 +49,11 @@ class SourceStep:
         """The source's DataFrame; ``saved``: its offset in the checkpoint location (``location``),
         which keeps a restarted query on the road it started on (Spark reads the offset back)."""
         from flinkpy.connectors.function_source import FunctionSource
-        from flinkpy.spark.kafka import SparkKafkaSource, is_kafka_source
+        from flinkpy.spark.kafka import SparkKafkaSource, kafka_source_of
         from flinkpy.spark.sources import is_data_source_offset, plan_whole, read_stream, read_whole, socket_stream
 
-        src = SparkKafkaSource(self.node.fn) if is_kafka_source(self.node.fn) else self.node.fn
+        kafka_source = kafka_source_of(self.node.fn)
+        src = SparkKafkaSource(kafka_source) if kafka_source is not None else self.node.fn
         if isinstance(src, FunctionSource):  # run on the driver, read from its journal
             from flinkpy.spark.function_journal import JournalSource, journal_path, start_journal
 
@@ -86,7 +87,7 @@ def source_step(node: StreamNode, index: int, parallelism: int, max_records: int
 
     from flinkpy.connectors.function_source import FunctionSource
 
-    src = node.fn
+    src = kafka.kafka_source_of(node.fn) or node.fn
     guarantee = "exactly-once" if kafka.is_kafka_source(src) else getattr(src, "guarantee", None)
     if isinstance(src, FunctionSource):
         spark = ("SourceFunction run once on the driver, what it collects journaled in the checkpoint location; "
