@@ -310,6 +310,10 @@ class SparkDriver:
                 snapshots.restore_savepoint(directory, doc, self.location)
                 batch = doc["spark"]["batch_id"]
             else:  # a snapshot of the engine: its state moves (flinkpy.spark.state_move)
+                from flinkpy.spark.in_flight import in_flight_refusals
+                from flinkpy.spark.state_move import SPARK, MovePlan, refuse
+
+                refuse(MovePlan(SPARK, in_flight_refusals(doc)), where=directory)  # records the move would lose
                 moved = state_reading.move_in(plan, directory, doc, allow_non_restored_state=bool(self.spec.get("allow_non_restored_state")))
                 log.info("job %s: moved the state of %s from the engine's %s %s", self.job_id, ", ".join(moved) or "no operator",
                          doc["kind"], directory)
