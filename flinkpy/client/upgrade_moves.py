@@ -74,13 +74,25 @@ def resubmit_on_spark(client: Client, document: dict[str, Any], restore: str | N
 
 
 def plan_problems(snapshot: str, program: str, args: list[str], *, runner: Runner, parallelism: int | None,
-                  allow_non_restored_state: bool) -> tuple[list[str], list[str], str]:
+                  allow_non_restored_state: bool, overrides: dict[str, str]) -> tuple[list[str], list[str], str]:
     """(problems, warnings, summary line) of moving ``snapshot``'s state into ``program`` on
-    ``runner``: ``savepoint plan --runner``'s checks."""
+    ``runner``: ``savepoint plan --runner``'s checks, and, for a Spark savepoint restored on Spark,
+    the driver's own check of its state partitions (Spark cannot rescale them)."""
     from flinkpy.client.runner_move import plan_runner_move
+    from flinkpy.errors import FlinkpyError
 
     doc = plan_runner_move(snapshot, program, args, runner=runner.value, parallelism=parallelism,
                            allow_non_restored_state=allow_non_restored_state)
+    if runner is Runner.SPARK and doc["from_runner"] == "spark":
+        from flinkpy.spark.driver import parse_spark_conf
+        from flinkpy.spark.supervisor_snapshots import check_restore, read_snapshot
+
+        where, metadata = read_snapshot(snapshot)
+        shuffle = parse_spark_conf(overrides.get("spark.conf")).get("spark.sql.shuffle.partitions") or parallelism or 1
+        try:
+            check_restore(metadata, shuffle_partitions=int(shuffle), where=where, allow_non_restored_state=allow_non_restored_state)
+        except FlinkpyError as exc:
+            doc["problems"].append(exc.message)
     restore = doc.get("restore") or {}
     if restore:  # onto the engine: its restore plan says which operators get state back
         moved = sum(1 for op in restore.get("operators") or [] if op.get("status") == "restored")

@@ -225,7 +225,8 @@ class UpgradeRunner:
             if a.runner is up.Runner.ENGINE:
                 self.client.cluster.overview()  # a cluster to move to, before anything stops
             problems, warnings, line = moves.plan_problems(where, spec.program, list(spec.args), runner=a.runner,
-                                                           parallelism=spec.parallelism, allow_non_restored_state=spec.allow_non_restored_state)
+                                                           parallelism=spec.parallelism, allow_non_restored_state=spec.allow_non_restored_state,
+                                                           overrides=dict(spec.overrides))
             if not problems:
                 self._step(line)
             return [up.PlanChecked(tuple(problems), tuple(warnings))]
