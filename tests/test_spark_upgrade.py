@@ -95,6 +95,12 @@ def test_the_runners_survive_the_journal_round_trip() -> None:
     again = Upgrade.from_dict(json.loads(json.dumps(up.to_dict())))
     assert again == up and (again.from_runner, again.to_runner) == (SPARK, ENGINE)
     assert again.action() == CheckPlan("/sp/check", ENGINE)
+    # a re-run after a kill continues on the runner the first run chose, with or without --runner
+    from flinkpy.client.upgrade_runner import _describe, _same_request
+
+    assert _same_request(again, spec(runner=None)) and _same_request(again, spec(runner=ENGINE))
+    assert not _same_request(again, spec(runner=SPARK))
+    assert _describe(again) == "flinkpy upgrade --mode savepoint --runner engine old v2.py"
     assert [parse_runner(word) for word in ("engine", "local", "spark")] == [ENGINE, ENGINE, SPARK]
     with pytest.raises(UsageError, match="--runner 'flink' is not a runner"):
         parse_runner("flink")
