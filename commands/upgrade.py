@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from commands.options import JobManager, JsonFlag, duration_seconds, timeout_seconds
+from commands.options import Dynamic, JobManager, JsonFlag, duration_seconds, timeout_seconds
 from commands.output import emit_json, info, status
+from commands.run import SparkMaster
 from commands.session import session
 from flinkpy.errors import (
     ConflictError, Interrupted, InvalidProgramError, NotFoundError, SavepointFailedError, UpgradeFailedError, UsageError,
@@ -39,6 +40,9 @@ def upgrade(
     max_checkpoint_age: Annotated[Optional[str], typer.Option("--max-checkpoint-age", metavar="DURATION", help="In last-state mode, take a savepoint instead when the latest checkpoint is older than this.")] = None,
     savepoint_path: Annotated[Optional[str], typer.Option("--savepoint-path", "--savepointPath", metavar="DIR", help="Directory of the savepoint; default: the job's execution.checkpointing.savepoint-dir, else <checkpoint dir>/savepoints.")] = None,
     timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION", help="How long each step (savepoint, cancel) may take.")] = "10min",
+    runner: Annotated[Optional[str], typer.Option("--runner", metavar="engine|spark", help="Runner of the new job: engine (flinkpy's own; 'local' works too) or spark; default: the job's own. Another runner than the job's moves its state there.")] = None,
+    spark_master: SparkMaster = None,
+    dynamic: Dynamic = None,
     jobmanager: JobManager = None,
     json_: JsonFlag = False,
 ) -> None:
@@ -61,15 +65,27 @@ def upgrade(
     cause; with --rollback-on-failure it first cancels the new job and submits the old job's
     own program (kept from the cluster before the job stopped) again from the same snapshot.
 
+    --runner moves the job between flinkpy's engine and Spark: JOB_ID is a job of the cluster
+    or a Spark job registered in the cluster home ('flinkpy list' shows its runner), and the
+    new job runs on the runner named (default: the job's own). The plan is then 'flinkpy
+    savepoint plan --runner' (exit 7 naming each operator whose state would not move, before
+    anything stops). A Spark job's state moves by savepoint only (a savepoint is taken first
+    to check the plan against): --mode last-state of a Spark job is refused (exit 2), and so
+    is last-state to Spark from an unaligned checkpoint holding in-flight data (exit 7). On
+    Spark the new job is healthy once it commits a micro-batch after its restore; a rollback
+    starts the old program on its own runner. -D and --spark-master configure the new job as
+    'flinkpy run' does.
+
     Every step is printed on stderr as it happens; with --json one document follows on stdout:
-    {"jid", "mode", "requested-mode", "outcome", "snapshot", "new-jid", "rollback-jid",
-    "reason", "problems", "steps"}. The upgrade's progress is journaled in the cluster home
+    {"jid", "mode", "requested-mode", "from-runner", "runner", "outcome", "snapshot", "new-jid",
+    "rollback-jid", "reason", "problems", "steps"}. The upgrade's progress is journaled in the cluster home
     (upgrades/JOB_ID.json) before each step: interrupted half way (Ctrl-C, SIGTERM, the CLI
     killed), the same command run again continues where it stopped, and a different one is
     refused (exit 9) with the command that continues it. Options must come before JOB_ID.
 
     Exit status: 0 upgraded; 15 the new job was unhealthy (rolled back with
-    --rollback-on-failure); 7 the plan checks refused the new program (nothing stopped); 9 the
+    --rollback-on-failure); 7 the plan checks refused the new program (nothing stopped); 2 the
+    mode cannot carry the job's state to the runner (nothing stopped); 9 the
     job is not running and no state can be taken, or another upgrade of it is pending; 12 the
     savepoint failed and no fallback applies (the job keeps running); 4 unknown job or file.
 
@@ -80,23 +96,32 @@ def upgrade(
         flinkpy upgrade --mode last-state --rollback-on-failure JOB_ID job_v2.py --input in.txt
         flinkpy upgrade --mode stateless -p 4 --ready-timeout 30s JOB_ID job_v2.py
         flinkpy upgrade --json JOB_ID job_v2.py | jq -r '."new-jid"'
+        flinkpy upgrade --runner spark --spark-master 'local[4]' JOB_ID job.py
+        flinkpy upgrade --runner engine SPARK_JOB_ID job.py
     """
-    from commands.context import client as connect
+    from commands.context import client as connect, load_cli_config
     from flinkpy.client.interrupts import stop_requests
     from flinkpy.client.upgrade import UpgradeMode, UpgradeSpec
+    from flinkpy.client.upgrade_moves import parse_runner
     from flinkpy.client.upgrade_runner import UpgradeRunner
+    from flinkpy.config import parse_override
 
     if mode not in _MODES:
         raise UsageError(f"--mode {mode!r} is not an upgrade mode", remedy="use savepoint, last-state or stateless")
     if not job.is_file():
         raise NotFoundError(f"job file {job} does not exist", remedy="pass the path of the new program's Python job file")
     max_age = duration_seconds(max_checkpoint_age, "--max-checkpoint-age", positive=True) if max_checkpoint_age else None
+    overrides = dict(parse_override(item) for item in dynamic or [])
+    if spark_master is not None:
+        overrides["spark.master"] = spark_master
+    load_cli_config([f"{k}={v}" for k, v in overrides.items()])  # a bad -D is refused before anything stops
     spec = UpgradeSpec(
         job_id=job_id, program=str(job.resolve()), args=tuple(args or ()), mode=UpgradeMode(mode), parallelism=parallelism,
         allow_non_restored_state=allow_non_restored, fallback=not no_fallback,
         max_checkpoint_age_ms=int(max_age * 1000) if max_age is not None else None,
         rollback_on_failure=rollback_on_failure, ready_timeout_ms=int(duration_seconds(ready_timeout, "--ready-timeout", positive=True) * 1000),
-        savepoint_dir=savepoint_path,
+        savepoint_dir=savepoint_path, runner=parse_runner(runner) if runner is not None else None,
+        overrides=tuple(overrides.items()),
     )
     runner = UpgradeRunner(connect(jobmanager), spec, on_step=status, step_timeout_s=timeout_seconds(timeout))
     try:
@@ -117,6 +142,8 @@ def _interrupted_line(runner: UpgradeRunner) -> str:
 def _document(runner: UpgradeRunner, m: Upgrade) -> dict[str, Any]:
     return {
         "jid": m.spec.job_id, "mode": m.mode.value if m.mode else None, "requested-mode": m.spec.mode.value,
+        "from-runner": m.from_runner.value if m.from_runner else None,
+        "runner": (m.to_runner or m.spec.runner).value if (m.to_runner or m.spec.runner) else None,
         "outcome": m.phase.value, "snapshot": m.snapshot, "new-jid": m.new_job_id, "rollback-jid": m.rollback_job_id,
         "reason": m.reason, "problems": m.problems, "steps": runner.steps,
     }
@@ -138,6 +165,8 @@ def _report(runner: UpgradeRunner, m: Upgrade) -> None:
             status(f"flinkpy: error: {problem}")
         if m.refusal is Refusal.PLAN:
             raise InvalidProgramError(m.reason or "refused", remedy="see 'flinkpy savepoint plan', or pass -n to drop state the new program does not have")
+        if m.refusal is Refusal.MODE:
+            raise UsageError(m.reason or "refused", remedy="use --mode savepoint (or stateless); nothing was stopped")
         if m.refusal is Refusal.SAVEPOINT_FAILED:
             raise SavepointFailedError(m.reason or "the savepoint failed", remedy=f"see 'flinkpy job exceptions {m.spec.job_id}'; --mode last-state needs no savepoint")
         raise ConflictError(m.reason or "refused", remedy="see 'flinkpy list -a'")

@@ -52,6 +52,7 @@ def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, run
     """The plan document: ``{"savepoint", "kind", "from_runner", "runner", "movable", "operators":
     [{"operator", "uid", "operator_id", "state", "move", "reason"}], "problems", "restore"}``."""
     from flinkpy.spark import state_move
+    from flinkpy.spark.in_flight import in_flight_refusals
 
     if runner not in RUNNERS:
         raise UsageError(f"unknown runner {runner!r}", remedy="use --runner engine or --runner spark")
@@ -65,6 +66,7 @@ def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, run
     elif runner == state_move.SPARK:
         program = state_move.program_operators(_spark_plan(job_path, args, parallelism))
         plan = state_move.plan_move(doc, program, runner=runner, allow_non_restored_state=allow_non_restored_state)
+        plan = state_move.MovePlan(runner, plan.decisions + in_flight_refusals(doc))  # what the move would lose
         if source == state_move.SPARK:
             plan = state_move.MovePlan(runner, _layout_refusals(doc) + plan.decisions)
     else:

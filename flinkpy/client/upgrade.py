@@ -15,13 +15,17 @@ after every step, so that an upgrade killed half way continues where it stopped.
 Inspect(job_id='j1')
 >>> up.on(JobInspected(state="RUNNING", checkpoint=CheckpointRef("/c/chk-3", 3, 1_000), now_ms=2_000))
 >>> up.action()
-CheckPlan(snapshot='/c/chk-3')
+CheckPlan(snapshot='/c/chk-3', runner=<Runner.ENGINE: 'engine'>)
 >>> up.on(PlanChecked(problems=()))
 >>> up.action()
 StopWithSavepoint(job_id='j1', request_id=None)
 >>> up.on(SavepointTaken("/sp/savepoint-1"))
 >>> up.action()
-SubmitNew(restore='/sp/savepoint-1', allow_non_restored_state=False, after_ms=None)
+SubmitNew(restore='/sp/savepoint-1', allow_non_restored_state=False, after_ms=None, runner=<Runner.ENGINE: 'engine'>)
+
+With ``UpgradeSpec.runner`` the new program starts on the other runner (flinkpy's engine or
+Spark): the plan is then the runner-move plan, and a Spark job's last state (its query's
+checkpoint location, which only that query reads) is never restored from: see :class:`Runner`.
 """
 
 from __future__ import annotations
@@ -38,6 +42,18 @@ class UpgradeMode(enum.Enum):
     SAVEPOINT = "savepoint"
     LAST_STATE = "last-state"
     STATELESS = "stateless"
+
+
+class Runner(enum.Enum):
+    """Who runs a job: flinkpy's engine (a JobManager's job) or Spark (a driver the CLI launched).
+
+    A job moves between them through a snapshot in the engine's layout: an engine savepoint or
+    retained checkpoint moves to Spark; a Spark savepoint carries the engine's layout of its
+    state. A Spark job's checkpoint location is no such snapshot, so a Spark job moves (or
+    upgrades) by savepoint only."""
+
+    ENGINE = "engine"
+    SPARK = "spark"
 
 
 class Phase(enum.Enum):
@@ -68,6 +84,7 @@ class Refusal(enum.Enum):
     NOT_RUNNING = "not-running"  # nothing to upgrade, or no state to take
     PLAN = "plan"  # savepoint plan's checks refused the new program
     SAVEPOINT_FAILED = "savepoint-failed"  # and no fallback: the old job keeps running
+    MODE = "mode"  # the mode cannot carry this job's state to the runner asked for (nothing stopped)
 
 
 @dataclass(frozen=True)
@@ -85,13 +102,20 @@ class UpgradeSpec:
     max_checkpoint_age_ms: int | None = None
     rollback_on_failure: bool = False
     savepoint_dir: str | None = None
+    #: the runner the new job runs on; None: the old job's own
+    runner: Runner | None = None
+    #: configuration for the new job (-D, --spark-master), as ``flinkpy run`` takes it
+    overrides: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "mode": self.mode.value, "args": list(self.args)}
+        return {**dataclasses.asdict(self), "mode": self.mode.value, "args": list(self.args),
+                "runner": self.runner.value if self.runner else None, "overrides": [list(kv) for kv in self.overrides]}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> UpgradeSpec:
-        return cls(**{**doc, "mode": UpgradeMode(doc["mode"]), "args": tuple(doc.get("args") or ())})
+        return cls(**{**doc, "mode": UpgradeMode(doc["mode"]), "args": tuple(doc.get("args") or ()),
+                      "runner": Runner(doc["runner"]) if doc.get("runner") else None,
+                      "overrides": tuple((str(k), str(v)) for k, v in doc.get("overrides") or ())})
 
 
 @dataclass(frozen=True)
@@ -122,9 +146,11 @@ class TakeSavepoint:
 
 @dataclass(frozen=True)
 class CheckPlan:
-    """Run `savepoint plan`'s checks of the new program against ``snapshot``."""
+    """Run `savepoint plan`'s checks of the new program against ``snapshot``, for ``runner`` (the
+    runner-move plan, ``savepoint plan --runner``, when the job changes runner)."""
 
     snapshot: str
+    runner: Runner = Runner.ENGINE
 
 
 @dataclass(frozen=True)
@@ -146,12 +172,13 @@ class CancelJob:
 
 @dataclass(frozen=True)
 class SubmitNew:
-    """Run the new program, restored from ``restore`` (None: fresh). ``after_ms`` set: an earlier
-    attempt may have submitted it already (a job started after then is adopted, not doubled)."""
+    """Run the new program on ``runner``, restored from ``restore`` (None: fresh). ``after_ms`` set:
+    an earlier attempt may have submitted it already (a job started after then is adopted, not doubled)."""
 
     restore: str | None
     allow_non_restored_state: bool
     after_ms: int | None
+    runner: Runner = Runner.ENGINE
 
 
 @dataclass(frozen=True)
@@ -170,10 +197,11 @@ class DisposeCheckpoint:
 
 @dataclass(frozen=True)
 class ResubmitOld:
-    """Submit the old job's own submission again, from the same snapshot (rollback)."""
+    """Submit the old job's own submission again on its own ``runner``, from the same snapshot (rollback)."""
 
     restore: str | None
     after_ms: int | None
+    runner: Runner = Runner.ENGINE
 
 
 @dataclass(frozen=True)
@@ -195,6 +223,8 @@ class JobInspected:
     checkpoint: CheckpointRef | None
     now_ms: int
     deletes_checkpoints_on_cancel: bool = True
+    #: who runs the old job (a Spark job's "checkpoint" is its query's checkpoint location)
+    runner: Runner = Runner.ENGINE
 
 
 @dataclass(frozen=True)
@@ -295,6 +325,9 @@ class Upgrade:
     reason: str | None = None
     refusal: Refusal | None = None
     problems: list[str] = field(default_factory=list)
+    #: who runs the old job, and who runs the new one (known once the old job is inspected)
+    from_runner: Runner | None = None
+    to_runner: Runner | None = None
 
     def __post_init__(self) -> None:
         if self.mode is None:
@@ -310,13 +343,13 @@ class Upgrade:
             return TakeSavepoint(s.job_id)
         if p is Phase.CHECK_PLAN:
             assert self.plan_snapshot is not None
-            return CheckPlan(self.plan_snapshot)
+            return CheckPlan(self.plan_snapshot, self._to)
         if p is Phase.STOP:
             return StopWithSavepoint(s.job_id, self.stop_request_id)
         if p is Phase.CANCEL:
             return CancelJob(s.job_id, retain_latest_checkpoint=self.mode is UpgradeMode.LAST_STATE)
         if p is Phase.SUBMIT:
-            return SubmitNew(self.snapshot, s.allow_non_restored_state, self.submit_started_ms)
+            return SubmitNew(self.snapshot, s.allow_non_restored_state, self.submit_started_ms, self._to)
         if p is Phase.HEALTH:
             assert self.new_job_id is not None
             return CheckHealth(self.new_job_id)
@@ -327,8 +360,17 @@ class Upgrade:
             assert self.new_job_id is not None
             return CancelJob(self.new_job_id, retain_latest_checkpoint=False)
         if p is Phase.ROLLBACK_SUBMIT:
-            return ResubmitOld(self.snapshot, self.submit_started_ms)
+            return ResubmitOld(self.snapshot, self.submit_started_ms, self.from_runner or Runner.ENGINE)
         return Finish(p)
+
+    @property
+    def _to(self) -> Runner:
+        return self.to_runner or Runner.ENGINE
+
+    @property
+    def moves(self) -> bool:
+        """Whether the new job runs on another runner than the old one."""
+        return self.from_runner is not None and self.from_runner is not self.to_runner
 
     # -- what happened ---------------------------------------------------------------------
 
@@ -339,8 +381,17 @@ class Upgrade:
         handler(self, event)
 
     def _inspected(self, e: JobInspected) -> None:
-        self.checkpoint, self.deletes_checkpoints_on_cancel = e.checkpoint, e.deletes_checkpoints_on_cancel
         s = self.spec
+        self.from_runner, self.to_runner = e.runner, s.runner or e.runner
+        if e.runner is Runner.SPARK:  # its checkpoint location restores that query only: no last state to carry
+            if e.state not in ("FINISHED", "CANCELED") and self.mode is UpgradeMode.LAST_STATE:
+                return self._refuse(Refusal.MODE, f"--mode last-state cannot carry Spark job {s.job_id}'s state: its last state is its "
+                                    "query's checkpoint location, which no new job (on Spark or the engine) restores from")
+            if e.state not in ("FINISHED", "CANCELED", "RUNNING") and self.mode is UpgradeMode.SAVEPOINT:
+                return self._refuse(Refusal.NOT_RUNNING, f"job {s.job_id} is {e.state}, so no savepoint can be taken, and a Spark "
+                                    "job's state moves by savepoint only")
+            e = dataclasses.replace(e, checkpoint=None)
+        self.checkpoint, self.deletes_checkpoints_on_cancel = e.checkpoint, e.deletes_checkpoints_on_cancel
         if e.state in ("FINISHED", "CANCELED") or (e.state == "FAILED" and self.mode is not UpgradeMode.LAST_STATE and not s.fallback):
             return self._refuse(Refusal.NOT_RUNNING, f"job {s.job_id} is {e.state}: there is no running job to upgrade")
         running = e.state == "RUNNING"
@@ -465,7 +516,9 @@ class Upgrade:
         doc = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         doc.update(spec=self.spec.to_dict(), phase=self.phase.value, mode=self.mode.value if self.mode else None,
                    checkpoint=dataclasses.asdict(self.checkpoint) if self.checkpoint else None,
-                   refusal=self.refusal.value if self.refusal else None)
+                   refusal=self.refusal.value if self.refusal else None,
+                   from_runner=self.from_runner.value if self.from_runner else None,
+                   to_runner=self.to_runner.value if self.to_runner else None)
         return doc
 
     @classmethod
@@ -477,6 +530,8 @@ class Upgrade:
             mode=UpgradeMode(doc["mode"]) if doc.get("mode") else None,
             checkpoint=CheckpointRef(**doc["checkpoint"]) if doc.get("checkpoint") else None,
             refusal=Refusal(doc["refusal"]) if doc.get("refusal") else None,
+            from_runner=Runner(doc["from_runner"]) if doc.get("from_runner") else None,
+            to_runner=Runner(doc["to_runner"]) if doc.get("to_runner") else None,
         )
         return cls(**values)
 

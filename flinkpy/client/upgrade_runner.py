@@ -9,6 +9,9 @@ code), together with the old job's submission document, fetched before anything 
 rollback submits again. An upgrade killed half way (Ctrl-C, SIGTERM, SIGKILL) thus leaves a
 journal that names the snapshot it took, and the same command run again continues from it; the
 journal is removed once the upgrade has ended.
+
+The old and the new job may run on different runners (``--runner``): what differs between the
+engine and Spark is in :mod:`flinkpy.client.upgrade_moves`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from flinkpy.client import upgrade as up
+from flinkpy.client import upgrade_moves as moves
 from flinkpy.client.operations import Deadline, job_reached
 from flinkpy.clock import now_ms
 from flinkpy.errors import ConflictError, FlinkpyError
@@ -42,19 +46,26 @@ HEALTH_POLL_S = 0.2
 _NO_INTERVAL = 0x7FFFFFFFFFFFFFFF
 
 
+#: steps before which nothing was stopped: a failure there leaves no upgrade to continue
+_UNTOUCHED = (up.Phase.INSPECT, up.Phase.TAKE_SAVEPOINT, up.Phase.CHECK_PLAN)
+
+
 def journal_path(home: Path, job_id: str) -> Path:
     return Path(home) / "upgrades" / f"{job_id}.json"
 
 
-def _same_request(a: up.UpgradeSpec, b: up.UpgradeSpec) -> bool:
-    """Whether ``b`` asks for the upgrade ``a`` records (a re-run without -p keeps the
-    parallelism the first run chose)."""
-    return (a.program, a.args, a.mode) == (b.program, b.args, b.mode) and b.parallelism in (None, a.parallelism)
+def _same_request(m: up.Upgrade, b: up.UpgradeSpec) -> bool:
+    """Whether ``b`` asks for the upgrade ``m`` records (a re-run without -p keeps the
+    parallelism the first run chose, one without --runner the runner it resolved)."""
+    a = m.spec
+    return ((a.program, a.args, a.mode) == (b.program, b.args, b.mode) and b.parallelism in (None, a.parallelism)
+            and b.runner in (None, a.runner, m.to_runner))
 
 
-def _describe(spec: up.UpgradeSpec) -> str:
-    return " ".join(["flinkpy upgrade", "--mode", spec.mode.value, *(["-p", str(spec.parallelism)] if spec.parallelism else []),
-                     spec.job_id, spec.program, *spec.args])
+def _describe(m: up.Upgrade) -> str:
+    spec, runner = m.spec, m.spec.runner or m.to_runner
+    return " ".join(["flinkpy upgrade", "--mode", spec.mode.value, *(["--runner", runner.value] if runner else []),
+                     *(["-p", str(spec.parallelism)] if spec.parallelism else []), spec.job_id, spec.program, *spec.args])
 
 
 def _restored_from(restored: str | None, snapshot: str) -> bool:
@@ -87,14 +98,14 @@ class UpgradeRunner:
         self.old_submission: dict[str, Any] | None = None
         if saved is not None:
             machine = up.Upgrade.from_dict(saved["upgrade"])
-            if not _same_request(machine.spec, spec):
+            if not _same_request(machine, spec):
                 raise ConflictError(
                     f"an upgrade of job {spec.job_id} to {machine.spec.program} ({machine.spec.mode.value}) was interrupted "
                     f"in step {machine.phase.value}" + (f" after taking {machine.snapshot}" if machine.snapshot else ""),
-                    remedy=f"continue it with '{_describe(machine.spec)}', or remove {self.journal} once you have checked the job",
+                    remedy=f"continue it with '{_describe(machine)}', or remove {self.journal} once you have checked the job",
                 )
             # the flags that do not change what is replaced may change on the re-run
-            machine.spec = dataclasses.replace(spec, parallelism=machine.spec.parallelism)
+            machine.spec = dataclasses.replace(spec, parallelism=machine.spec.parallelism, runner=machine.spec.runner)
             self.machine = machine
             self.old_submission = saved.get("old_submission")
             self.resumed = True
@@ -125,7 +136,13 @@ class UpgradeRunner:
             self._save()
             _fault_point(m.phase.value)
             action = m.action()
-            for event in self._perform(action):
+            try:
+                events = self._perform(action)
+            except FlinkpyError:
+                if m.phase in _UNTOUCHED:  # the old job runs on as it did: nothing to continue
+                    self.journal.unlink(missing_ok=True)
+                raise
+            for event in events:
                 notes = len(m.notes)
                 m.on(event)
                 for note in m.notes[notes:]:
@@ -157,23 +174,26 @@ class UpgradeRunner:
     def _do_Inspect(self, a: up.Inspect) -> list[up.Event]:
         doc = self.client.job(a.job_id)
         state = str(doc.get("state"))
-        self._step(f"Job {a.job_id} ({doc.get('name')}) is {state}")
+        runner = moves.runner_of(self.client, a.job_id)
+        target = self.machine.spec.runner or runner
+        self._step(f"Job {a.job_id} ({doc.get('name')}) is {state} on the {runner.value}"
+                   + (f"; the new job runs on {target.value}" if target is not runner else ""))
         checkpoint = self._latest_checkpoint(a.job_id)
         if checkpoint is not None:
             self._step(f"Latest completed checkpoint: {checkpoint.checkpoint_id} at {checkpoint.path}")
         deletes = True
         try:
-            config = self.client.cluster.checkpoint_config(a.job_id)
+            config = self.client.endpoint(a.job_id).checkpoint_config(a.job_id)
             deletes = bool((config.get("externalization") or {}).get("delete_on_cancellation", True))
         except FlinkpyError:
             pass
         try:
-            self.old_submission = self.client.cluster.job_submission(a.job_id)
+            self.old_submission = moves.old_submission(self.client, a.job_id, runner)
         except FlinkpyError as exc:
             self.old_submission = None
             if self.machine.spec.rollback_on_failure:
                 self._step(f"warning: the old job's program cannot be kept to roll back to: {exc.message}")
-        return [up.JobInspected(state, checkpoint, now_ms(), deletes)]
+        return [up.JobInspected(state, checkpoint, now_ms(), deletes, runner)]
 
     def _latest_checkpoint(self, job_id: str) -> up.CheckpointRef | None:
         doc = self.client.checkpoints(job_id)
@@ -200,6 +220,16 @@ class UpgradeRunner:
 
         spec = self.machine.spec
         metadata, where = self._snapshot_metadata(a.snapshot)
+        if self.machine.moves or self.machine.from_runner is up.Runner.SPARK:
+            self._step(f"Checking {spec.program} against {where} (savepoint plan --runner {a.runner.value})")
+            if a.runner is up.Runner.ENGINE:
+                self.client.cluster.overview()  # a cluster to move to, before anything stops
+            problems, warnings, line = moves.plan_problems(where, spec.program, list(spec.args), runner=a.runner,
+                                                           parallelism=spec.parallelism, allow_non_restored_state=spec.allow_non_restored_state,
+                                                           overrides=dict(spec.overrides))
+            if not problems:
+                self._step(line)
+            return [up.PlanChecked(tuple(problems), tuple(warnings))]
         self._step(f"Checking {spec.program} against {where} (savepoint plan)")
         plan = plan_program(spec.program, list(spec.args), parallelism=spec.parallelism)
         doc = compare(metadata, plan, allow_non_restored_state=spec.allow_non_restored_state)
@@ -268,12 +298,12 @@ class UpgradeRunner:
             self._step(f"Job {a.job_id} is {state}")
         return [up.JobCancelled(latest, state)]
 
-    def _adopt(self, after_ms: int | None, restore: str | None) -> str | None:
-        """A job an interrupted attempt submitted already (started after ``after_ms``, restored
-        from ``restore``), so that a re-run does not run the program twice."""
+    def _adopt(self, after_ms: int | None, restore: str | None, runner: up.Runner) -> str | None:
+        """A job of ``runner`` an interrupted attempt submitted already (started after ``after_ms``,
+        restored from ``restore``), so that a re-run does not run the program twice."""
         if after_ms is None:
             return None
-        for job in self.client.cluster.jobs_overview():
+        for job in moves.live_jobs(self.client, runner):
             jid = str(job.get("jid"))
             if jid == self.machine.spec.job_id or job.get("state") in ("FINISHED", "CANCELED", "FAILED"):
                 continue
@@ -286,16 +316,21 @@ class UpgradeRunner:
 
     def _do_SubmitNew(self, a: up.SubmitNew) -> list[up.Event]:
         spec = self.machine.spec
-        adopted = self._adopt(a.after_ms, a.restore)
+        adopted = self._adopt(a.after_ms, a.restore, a.runner)
         if adopted is not None:
             self._step(f"Job {adopted}, submitted by the interrupted attempt, runs the new program")
             return [up.Submitted(adopted, now_ms())]
+        if a.restore is not None and self.machine.moves and self.machine.mode is up.UpgradeMode.LAST_STATE:
+            why = moves.in_flight(a.restore)  # the checkpoint kept at cancel may be newer than the one planned
+            if why is not None:
+                return [up.SubmitFailed(why)]
         self.machine.on(up.SubmitStarted(now_ms()))
         self._save()
         where = f" from {a.restore}" if a.restore else " without state"
-        self._step(f"Submitting {spec.program}{where}")
+        self._step(f"Submitting {spec.program} to the {a.runner.value}{where}")
         try:
             jobs = self.client.run(spec.program, list(spec.args), parallelism=spec.parallelism, detached=True,
+                                   overrides={**dict(spec.overrides), "execution.runner": moves.EXECUTION_RUNNER[a.runner]},
                                    savepoint_path=a.restore, allow_non_restored_state=a.allow_non_restored_state)
         except FlinkpyError as exc:
             return [up.SubmitFailed(exc.message)]
@@ -311,19 +346,23 @@ class UpgradeRunner:
         doc = self.client.job(a.job_id)
         state = str(doc.get("state"))
         restarts = int(doc.get("restarts") or 0)
+        spark = self.machine.to_runner is up.Runner.SPARK
         completed = 0
         try:
-            completed = int(((self.client.checkpoints(a.job_id) or {}).get("counts") or {}).get("completed") or 0)
+            completed = (moves.spark_completed(self.client, a.job_id) if spark else
+                         int(((self.client.checkpoints(a.job_id) or {}).get("counts") or {}).get("completed") or 0))
         except FlinkpyError:
             pass
         cause = self._root_cause(a.job_id) if restarts or state in ("FAILED", "FAILING", "RESTARTING") else None
-        if completed == 0 and not self._triggered and not restarts and job_reached(doc, "RUNNING"):
+        if completed == 0 and not spark and not self._triggered and not restarts and job_reached(doc, "RUNNING"):
             self._trigger_if_on_demand(a.job_id)
+        what = "micro-batch(es) committed" if spark else "checkpoint(s) completed"
         if state == "FINISHED" or (state == "RUNNING" and restarts == 0 and completed > 0):
-            self._step(f"Job {a.job_id} is healthy: {state}" + (f", {completed} checkpoint(s) completed, no restart" if state == "RUNNING" else ""))
+            self._step(f"Job {a.job_id} is healthy: {state}" + (f", {completed} {what}, no restart" if state == "RUNNING" else ""))
         elif not self._health_announced:
             self._health_announced = True
-            self._step(f"Waiting for job {a.job_id} to run and complete a checkpoint (--ready-timeout)")
+            self._step(f"Waiting for job {a.job_id} to run and " + ("commit a micro-batch" if spark else "complete a checkpoint")
+                       + " (--ready-timeout)")
         return [up.HealthObserved(state, restarts, completed, now_ms(), cause)]
 
     def _trigger_if_on_demand(self, job_id: str) -> None:
@@ -365,7 +404,7 @@ class UpgradeRunner:
     def _do_ResubmitOld(self, a: up.ResubmitOld) -> list[up.Event]:
         reason = self.machine.reason
         self._step(f"Rolling back: {reason}")
-        adopted = self._adopt(a.after_ms, a.restore)
+        adopted = self._adopt(a.after_ms, a.restore, a.runner)
         if adopted is not None:
             self._step(f"Job {adopted}, submitted by the interrupted attempt, runs the old program again")
             return [up.Submitted(adopted, now_ms())]
@@ -374,6 +413,13 @@ class UpgradeRunner:
                 f"cannot roll back job {self.machine.spec.job_id}: its program was not kept ({reason})",
                 remedy=f"resubmit the old program with 'flinkpy run -s {a.restore} OLD_JOB.py'" if a.restore else "resubmit the old program with 'flinkpy run OLD_JOB.py'",
             )
+        if moves.SPARK_SPEC in self.old_submission:
+            self.machine.on(up.SubmitStarted(now_ms()))
+            self._save()
+            jid = moves.resubmit_on_spark(self.client, self.old_submission, a.restore)
+            _fault_point("rollback-submit:submitted")
+            self._step(f"Resubmitted the old program to Spark as job {jid}" + (f" from {a.restore}" if a.restore else ""))
+            return [up.Submitted(jid, now_ms())]
         document = dict(self.old_submission)
         if a.restore is not None:
             from flinkpy.checkpoint.storage import CheckpointStorage

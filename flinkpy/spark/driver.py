@@ -313,6 +313,10 @@ class SparkDriver:
                 snapshots.restore_savepoint(directory, doc, self.location)
                 batch = doc["spark"]["batch_id"]
             else:  # the engine's layout of the state (an engine snapshot's own): it moves (flinkpy.spark.state_move)
+                from flinkpy.spark.in_flight import in_flight_refusals
+                from flinkpy.spark.state_move import SPARK, MovePlan, refuse
+
+                refuse(MovePlan(SPARK, in_flight_refusals(doc)), where=directory)  # records the move would lose
                 moved = state_reading.move_in(plan, directory, doc, allow_non_restored_state=not keep_all)
                 log.info("job %s: moved the state of %s from the %s %s %s", self.job_id, ", ".join(moved) or "no operator",
                          "engine's" if doc.get("runner") != snapshots.RUNNER else "engine layout of the Spark", doc["kind"], directory)
