@@ -60,10 +60,13 @@ def test_plan_moves_positions_running_values_and_sink_state_and_names_what_canno
     with pytest.raises(Exception, match="cannot move to the spark runner: operator 'late alerts'"):
         sm.refuse(plan, where="sp-1")
 
-    # a Spark savepoint's own refusals are what the engine refuses
+    # a Spark savepoint's own refusals are what the engine refuses, and what its engine layout holds moves
     refused = {"moved": {"refused": [{"operator": "late alerts", "uid": "timers", "operator_id": "timers", "state": "keyed state",
                                       "reason": "no"}]}}
     assert sm.plan_move(refused, [], runner="engine").problems == ["operator 'late alerts': no"]
+    refused["operators"] = [_op("timers", keyed={"seen": {"kind": "list", "entries": 1}, "_timers.event": {"kind": "value", "entries": 0}})]
+    assert [(d.what, d.move) for d in sm.plan_move(refused, [], runner="engine").decisions] == [
+        ("keyed state (seen)", sm.Move.MOVES), ("keyed state", sm.Move.REFUSED)]
 
 
 def test_process_functions_and_general_windows_move_and_sliced_windows_are_refused_with_the_reason() -> None:
@@ -429,7 +432,9 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     meta = json.loads((Path(on_spark.removeprefix("file://")) / "_metadata").read_text())
     assert meta["runner"] == "spark" and meta["moved"]["refused"] == [], meta["moved"]
     plan = _cli_json("savepoint", "plan", "--runner", "engine", on_spark, *slow)
-    assert plan["movable"], plan
+    moves = {o["operator"]: o["state"] for o in plan["operators"] if o["move"] == "moves"}
+    assert plan["movable"] and moves["running sums"] == "running values per key", plan
+    assert moves["due"].startswith("keyed state (_timers.event, fired, recent, waiting") and moves["sessions"].startswith("keyed state (_timers.event, _window_contents"), plan
 
     # back on the engine at parallelism 2 to the end of the input
     with running_cluster(home, taskmanagers=1, slots=2):

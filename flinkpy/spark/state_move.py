@@ -173,6 +173,15 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
     by_id = {p.operator_id: p for p in program}
     decisions: list[MoveDecision] = []
     if runner == ENGINE:
+        if doc.get("moved") is not None:  # a Spark savepoint: what its engine layout holds moves
+            for op in doc.get("operators", []):
+                keyed, _, positions = _snapshot_contents(op)
+                name, uid, oid = op.get("name") or op["operator_id"], op.get("uid"), op["operator_id"]
+                if positions:
+                    decisions.append(MoveDecision(name, uid, oid, "source positions", Move.MOVES))
+                if keyed:
+                    what = "running values per key" if set(keyed) == {REDUCE_STATE} else f"keyed state ({', '.join(sorted(keyed))})"
+                    decisions.append(MoveDecision(name, uid, oid, what, Move.MOVES))
         for r in (doc.get("moved") or {}).get("refused", []):
             decisions.append(MoveDecision(r["operator"], r.get("uid"), r.get("operator_id", ""), r.get("state", ""), Move.REFUSED, r["reason"]))
         return MovePlan(runner, tuple(decisions))
