@@ -387,10 +387,10 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     with running_cluster(home, taskmanagers=1, slots=2) as cluster:
         jid = _cli_json("run", "-d", "-p", "2", "-D", "execution.checkpointing.interval=300ms", "-D", "restart-strategy.type=fixed-delay",
                         "-D", "restart-strategy.fixed-delay.delay=200ms", *slow)["jobs"][0]["jid"]
-        wait_for(lambda: len(_records(out)) >= 60, timeout=90, interval=0.2, message="engine output before the TaskManager's SIGKILL")
+        wait_for(lambda: len(_records(out)) >= 40, timeout=90, interval=0.2, message="engine output before the TaskManager's SIGKILL")
         os.kill(cluster.taskmanagers[0].pid, signal.SIGKILL)  # the supervisor starts another; the job restarts from its checkpoint
         killed_at = len(_records(out))
-        wait_for(lambda: len(_records(out)) >= killed_at + 60, timeout=120, interval=0.2, message="engine output after the restart")
+        wait_for(lambda: len(_records(out)) >= killed_at + 20, timeout=120, interval=0.2, message="engine output after the restart")
         on_engine = _stop(jid, tmp_path / "sp-engine")
     first = len(_records(out))
     assert 0 < first < count, first
@@ -417,12 +417,13 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
                           "-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.delay=200ms", *slow)["jobs"][0]["jid"]
     log = home / "log" / f"spark-{spark_jid}.log"
     try:
-        wait_for(lambda: len(_records(out)) >= first + 60, timeout=400, interval=0.3, message="Spark output after the move",
+        wait_for(lambda: len(_records(out)) >= first + 40, timeout=400, interval=0.3, message="Spark output after the move",
                  describe=lambda: log.read_text()[-3000:])
         wait_for(lambda: run_cli("fault", "kill-task", spark_jid, timeout=60).returncode == 0, timeout=120, interval=0.5,
                  message="a busy Spark Python worker to kill")
         killed_at = len(_records(out))
-        wait_for(lambda: len(_records(out)) >= killed_at + 60, timeout=400, interval=0.3, message="Spark output after the query's restart",
+        # a micro-batch committed after the restart: the query ran again with its initial state in the plan
+        wait_for(lambda: len(_records(out)) > killed_at, timeout=400, interval=0.3, message="Spark output after the query's restart",
                  describe=lambda: log.read_text()[-3000:])
         on_spark = _stop(spark_jid, tmp_path / "sp-spark")
     finally:
