@@ -33,7 +33,7 @@ def _op(operator_id: str, *, keyed: dict | None = None, operator: dict | None = 
 PROGRAM = [
     sm.ProgramOperator("numbers", "numbers", "numbers", "source", restorable_source=True),
     sm.ProgramOperator("sums", "running sums", "sums", "keyed_reduce", key_group_reduce=True),
-    sm.ProgramOperator("timers", "late alerts", "timers", "keyed_process"),
+    sm.ProgramOperator("timers", "late alerts", "timers", "interval_join"),
     sm.ProgramOperator("sink", "sums file", "sink", "sink"),
 ]
 
@@ -54,7 +54,7 @@ def test_plan_moves_positions_running_values_and_sink_state_and_names_what_canno
     plan = sm.plan_move(doc, PROGRAM, runner="spark")
     assert not plan.movable
     assert len(plan.problems) == 2
-    assert plan.problems[0].startswith("operator 'late alerts': it is a keyed_process whose keyed state (_timers.event, seen)")
+    assert plan.problems[0] == "operator 'late alerts': it is an interval join, whose buffered sides do not move between the runners yet"
     assert plan.problems[1].startswith("operator 'gone': the program has no operator with this id")
     assert sm.plan_move(doc, PROGRAM, runner="spark", allow_non_restored_state=True).problems == [plan.problems[0]]
     with pytest.raises(Exception, match="cannot move to the spark runner: operator 'late alerts'"):

@@ -132,6 +132,15 @@ KEYED_STATE_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "
                                "keyed_co_process", "keyed_co_map", "keyed_co_flat_map"})
 
 
+def keyed_refusal(kind: str, what: str, runner: str) -> str:
+    """Why ``what`` (keyed state) of an operator of ``kind`` cannot move onto ``runner``."""
+    if kind == "interval_join":
+        return "it is an interval join, whose buffered sides do not move between the runners yet"
+    if kind in KEYED_STATE_KINDS:  # a keyed reduce by key group on Spark, given another operator's state
+        return f"it is a {kind} that keeps running values by key group on Spark, where {what} of another operator has no place"
+    return f"it is a {kind}, which has no place for {what} on {runner}"
+
+
 def window_layout_refusal(spec: Any) -> str:
     """Why a window's contents cannot move between the runners ("" when they can): Spark runs
     every window on the engine's general WindowOperator, while the engine runs tumbling and
@@ -214,10 +223,7 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
             elif target.keyed_state_moves:
                 decide(f"keyed state ({names})")
             else:
-                decide(f"keyed state ({names})",
-                       f"it is a {target.kind} whose keyed state ({names}) has no place on Spark "
-                       + ("(a keyed reduce's running values move into a keyed reduce)" if set(keyed) == {REDUCE_STATE} else
-                          "(keyed state moves between keyed functions and windows of the same kind)"))
+                decide(f"keyed state ({names})", keyed_refusal(target.kind, f"keyed state ({names})", "Spark"))
         for part in sorted(parts):
             if part == "sink":
                 decide("pre-committed output", "" if target.kind == "sink" else f"a {target.kind} holds sink state")

@@ -21,7 +21,7 @@ import json
 import logging
 from typing import Any
 
-from flinkpy.spark import keyed_move
+from flinkpy.spark import keyed_move, state_move
 from flinkpy.spark.state_move import Move, MoveDecision, MovedState, decode_positions, merge_group_tables, program_operators
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ def read_moved_state(spark: Any, plan: Any, location: str, spark_doc: dict[str, 
                 states[p.operator_id] = MovedState(p.operator_id, keyed=keyed_states)
                 continue
             if not by_key_group(spec):
-                refused.append(_refused(p, "keyed state", f"it is a {spec.kind} whose keyed state has no place on the engine"))
+                refused.append(_refused(p, "keyed state", state_move.keyed_refusal(spec.kind, "its keyed state", "the engine")))
                 continue
             values = merge_group_tables(_group_tables(spark, location, operator, level, index)) if committed else {}
             states[p.operator_id] = MovedState(p.operator_id, running_values=values)
@@ -194,7 +194,6 @@ def move_in(plan: Any, directory: str, doc: dict[str, Any], *, allow_non_restore
     the operators, when some state cannot move). Returns the operator ids whose state moved."""
     from flinkpy.checkpoint.analysis import StateFileReader
     from flinkpy.checkpoint.storage import CheckpointStorage
-    from flinkpy.spark import state_move
 
     program = state_move.program_operators(plan)
     state_move.refuse(state_move.plan_move(doc, program, runner=state_move.SPARK, allow_non_restored_state=allow_non_restored_state),
@@ -211,7 +210,6 @@ def move_out(spark: Any, plan: Any, location: str, doc: dict[str, Any], url: str
     :mod:`flinkpy.spark.state_move`): its `_metadata` operators become the engine's, or, where
     some state cannot be converted, stay Spark's (the engine then refuses it) with the reasons."""
     from flinkpy.checkpoint.storage import CheckpointStorage
-    from flinkpy.spark import state_move
 
     storage = CheckpointStorage(url)
     try:
