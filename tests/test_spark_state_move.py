@@ -33,7 +33,7 @@ def _op(operator_id: str, *, keyed: dict | None = None, operator: dict | None = 
 PROGRAM = [
     sm.ProgramOperator("numbers", "numbers", "numbers", "source", restorable_source=True),
     sm.ProgramOperator("sums", "running sums", "sums", "keyed_reduce", key_group_reduce=True),
-    sm.ProgramOperator("timers", "late alerts", "timers", "keyed_process"),
+    sm.ProgramOperator("timers", "late alerts", "timers", "interval_join"),
     sm.ProgramOperator("sink", "sums file", "sink", "sink"),
 ]
 
@@ -54,16 +54,115 @@ def test_plan_moves_positions_running_values_and_sink_state_and_names_what_canno
     plan = sm.plan_move(doc, PROGRAM, runner="spark")
     assert not plan.movable
     assert len(plan.problems) == 2
-    assert plan.problems[0].startswith("operator 'late alerts': it is a keyed_process whose keyed state (_timers.event, seen)")
+    assert plan.problems[0] == "operator 'late alerts': it is an interval join, whose buffered sides do not move between the runners yet"
     assert plan.problems[1].startswith("operator 'gone': the program has no operator with this id")
     assert sm.plan_move(doc, PROGRAM, runner="spark", allow_non_restored_state=True).problems == [plan.problems[0]]
     with pytest.raises(Exception, match="cannot move to the spark runner: operator 'late alerts'"):
         sm.refuse(plan, where="sp-1")
 
-    # a Spark savepoint's own refusals are what the engine refuses
+    # a Spark savepoint's own refusals are what the engine refuses, and what its engine layout holds moves
     refused = {"moved": {"refused": [{"operator": "late alerts", "uid": "timers", "operator_id": "timers", "state": "keyed state",
                                       "reason": "no"}]}}
     assert sm.plan_move(refused, [], runner="engine").problems == ["operator 'late alerts': no"]
+    refused["operators"] = [_op("timers", keyed={"seen": {"kind": "list", "entries": 1}, "_timers.event": {"kind": "value", "entries": 0}})]
+    assert [(d.what, d.move) for d in sm.plan_move(refused, [], runner="engine").decisions] == [
+        ("keyed state (seen)", sm.Move.MOVES), ("keyed state", sm.Move.REFUSED)]
+
+
+def test_process_functions_and_general_windows_move_and_sliced_windows_are_refused_with_the_reason() -> None:
+    from flinkpy.common.window import EventTimeSessionWindows, TumblingEventTimeWindows
+    from flinkpy.common.window_spec import WindowSpec
+
+    sessions, minutes = EventTimeSessionWindows.with_gap(10), TumblingEventTimeWindows.of(60_000)
+    program = [
+        sm.ProgramOperator("alerts", "late alerts", "alerts", "keyed_process", keyed_state_moves=True),
+        sm.ProgramOperator("sessions", "sessions", "sessions", "window", keyed_state_moves=True,
+                           window_refusal=sm.window_layout_refusal(WindowSpec(sessions, sessions.get_default_trigger()))),
+        sm.ProgramOperator("minutes", "per minute", "minutes", "window", keyed_state_moves=True,
+                           window_refusal=sm.window_layout_refusal(WindowSpec(minutes, minutes.get_default_trigger(), aggregation="reduce",
+                                                                              aggregate_function=lambda a, b: a + b))),
+    ]
+    assert program[1].window_refusal == ""
+    doc = {"operators": [
+        _op("alerts", keyed={"seen": {"kind": "list", "entries": 3}, "count": {"kind": "value", "entries": 2},
+                             "_timers.event": {"kind": "value", "entries": 2}}),
+        _op("sessions", keyed={"_window_contents": {"kind": "value", "entries": 1}, "_window_merging": {"kind": "value", "entries": 1}}),
+        _op("minutes", keyed={"_window_slices": {"kind": "value", "entries": 1}}),
+    ]}
+    plan = sm.plan_move(doc, program, runner="spark")
+    assert [(d.operator, d.what, d.move) for d in plan.decisions] == [
+        ("late alerts", "keyed state (_timers.event, count, seen)", sm.Move.MOVES),
+        ("sessions", "keyed state (_window_contents, _window_merging)", sm.Move.MOVES),
+        ("per minute", "keyed state (_window_slices)", sm.Move.REFUSED)]
+    assert plan.problems == ["operator 'per minute': the engine runs this window on slices (slices of 60000 ms) and Spark on the "
+                             "general window operator, whose window contents are laid out otherwise"]
+
+
+def test_keyed_state_and_timers_convert_between_the_engine_and_spark_layouts_at_another_max_parallelism() -> None:
+    import pickle
+    import random
+
+    from flinkpy.spark import keyed_move as km
+    from flinkpy.state.key_groups import assign_to_key_group
+
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    rng = random.Random(seed)
+    keys = [f"k{i}" for i in range(40)] + [(1, "a"), 7]
+    states: dict = {"count": ("value", {}), "seen": ("list", {}), "by_id": ("map", {}), "total": ("reducing", {})}
+    event: dict = {}
+    for key in keys:
+        states["count"][1][key] = rng.randrange(100)
+        states["seen"][1][key] = [rng.randrange(9) for _ in range(rng.randrange(1, 5))]
+        states["by_id"][1][key] = {rng.randrange(50): str(rng.random()) for _ in range(3)}
+        states["total"][1][key] = rng.random()
+        event[key] = {(rng.randrange(1000), None), (rng.randrange(1000), ("w", 1))}
+    keyed = km.KeyedStates(states=states, event_timers=event, processing_timers={keys[0]: {(5, None)}})
+
+    # the engine's documents of two subtasks at max parallelism 128 read back whole
+    doc = km.to_engine(keyed, 128)
+    assert all(assign_to_key_group(k[0] if name.startswith("_timers.") else k, 128) == kg
+               for name, entry in doc.items() for kg, table in entry["key_groups"].items() for k in table)
+    halves = [{"version": 1, "states": {n: {"kind": e["kind"], "key_groups": {kg: t for kg, t in e["key_groups"].items() if kg % 2 == part}}
+                                        for n, e in doc.items()}} for part in (0, 1)]
+    assert km.from_engine(halves) == keyed
+
+    # as rows of Spark's initialState, behind an operator's prefix: one row per value, list, map entry and key's timers
+    rows = km.initial_rows(keyed, b"\x00\x02")
+    assert all(r.key.startswith(b"\x00\x02") and pickle.loads(r.key[2:]) in keys for r in rows)
+    assert len(rows) == len(keys) * (1 + 1 + 3 + 1 + 1) - sum(len(d) < 3 for d in states["by_id"][1].values())
+
+    # what SparkKeyedBackend and SparkTimers hold for those rows, read back (late states in their map) at another max parallelism
+    spark_rows: dict = {"count": [], "seen": [], "by_id": [], km.LATE_STATES: [], km.SPARK_TIMERS: []}
+    for r in rows:
+        if r.kind == km.TIMERS_KIND:
+            spark_rows[r.name].append((r.key, r.value))
+        elif r.name == "total":  # declared after open(): an entry of the late states' map
+            spark_rows[km.LATE_STATES].append((r.key, ("total", r.value)))
+        elif r.kind == "list":
+            spark_rows[r.name].append((r.key, pickle.loads(r.value)))
+        elif r.kind == "map":
+            spark_rows[r.name].append((r.key, [(r.part, r.value)]))
+        else:
+            spark_rows[r.name].append((r.key, r.value))
+    merged: dict = {}
+    for key, entries in spark_rows.pop("by_id"):
+        merged.setdefault(key, []).extend(entries)
+    spark_rows["by_id"] = list(merged.items())
+    back = km.from_spark({"count": "value", "seen": "list", "by_id": "map", "total": "reducing"}, spark_rows, prefix=b"\x00\x02")
+    assert back == keyed
+    assert km.from_engine([{"version": 1, "states": km.to_engine(back, 32)}]) == keyed
+    with pytest.raises(ValueError, match="lacks the operator's prefix"):
+        km.from_spark({}, {"count": [(pickle.dumps("x"), pickle.dumps(1))]}, prefix=b"\x00\x01")
+
+
+def test_a_keyed_state_with_a_time_to_live_is_refused_naming_the_operator_and_state() -> None:
+    from flinkpy.errors import InvalidProgramError
+    from flinkpy.spark import keyed_move as km
+
+    with pytest.raises(InvalidProgramError, match="operator 'late alerts': keyed state 'seen' has a time-to-live"):
+        km.from_engine([{"version": 1, "states": {"seen": {"kind": "value", "ttl_ms": 5, "key_groups": {1: {"a": (1, 2)}}}}}],
+                       operator="late alerts")
 
 
 def test_running_values_regroup_between_the_engine_and_spark_key_groups_with_nothing_lost(tmp_path: Path) -> None:
@@ -130,12 +229,15 @@ def test_a_spark_savepoint_restores_its_checkpoint_or_through_the_engine_layout_
 pytest.importorskip("pyspark", reason="PySpark is not installed")
 
 JOB = '''\
-"""Running sums per parity of 1..COUNT (each record PAUSE seconds, so a stop lands mid-stream) into a FileSink."""
+"""Running sums per parity of 1..COUNT (each record PAUSE seconds, so a stop lands mid-stream) into a FileSink;
+beside them, each number held in keyed state until its event-time timer fires, and sessions of numbers."""
 import sys, time
-from flinkpy.common import Encoder, WatermarkStrategy
-from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.common import Encoder, Time, Types, WatermarkStrategy
+from flinkpy.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from flinkpy.datastream.connectors.file_system import FileSink
 from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from flinkpy.datastream.window import EventTimeSessionWindows, ProcessWindowFunction
 
 
 count, out, pause = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
@@ -146,13 +248,78 @@ def parity(n):
     return ("even" if n % 2 == 0 else "odd", n)
 
 
+def stamp(n):  # blocks of 50 numbers, 100 ms of event time apart: a session per block and parity
+    return n + (n // 50) * 100
+
+
+class Due(KeyedProcessFunction):
+    """A number waits in map state for its event-time timer; when it fires, the key's count so far
+    (value state) and its last three fired numbers (list state) go out with it."""
+
+    def open(self, ctx):
+        self.waiting = ctx.get_map_state(MapStateDescriptor("waiting", Types.LONG(), Types.LONG()))
+        self.fired = ctx.get_state(ValueStateDescriptor("fired", Types.LONG()))
+        self.recent = ctx.get_list_state(ListStateDescriptor("recent", Types.LONG()))
+
+    def process_element(self, value, ctx):
+        self.waiting.put(stamp(value[1]), value[1])
+        ctx.timer_service().register_event_time_timer(stamp(value[1]))
+
+    def on_timer(self, timestamp, ctx):
+        n = self.waiting.get(timestamp)
+        self.waiting.remove(timestamp)
+        fired = (self.fired.value() or 0) + 1
+        self.fired.update(fired)
+        recent = list(self.recent.get())
+        self.recent.update((recent + [n])[-3:])
+        yield (ctx.get_current_key(), n, fired, recent)
+
+
+class Session(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        ns = sorted(n for _, n in elements)
+        yield (key, context.window().start, context.window().end, ns[0], ns[-1], len(ns))
+
+
 env = StreamExecutionEnvironment.get_execution_environment()
-(env.from_source(NumberSequenceSource(1, count), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
- .map(parity).name("parity").uid("parity")
- .key_by(lambda pair: pair[0]).sum(1).name("running sums").uid("sums")
+pairs = (env.from_source(NumberSequenceSource(1, count), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
+         .map(parity).name("parity").uid("parity"))
+(pairs.key_by(lambda pair: pair[0]).sum(1).name("running sums").uid("sums")
  .sink_to(FileSink.for_row_format(out, Encoder.simple_string_encoder()).build()).name("sums file").uid("sink"))
+if True:
+    timed = pairs.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda pair, _: stamp(pair[1])))
+    (timed.key_by(lambda pair: pair[1] % 3).process(Due()).name("due").uid("due")
+     .sink_to(FileSink.for_row_format(out + "-due", Encoder.simple_string_encoder()).build()).name("due file").uid("due-sink"))
+    (timed.key_by(lambda pair: pair[0]).window(EventTimeSessionWindows.with_gap(Time.milliseconds(10))).process(Session())
+     .name("sessions").uid("sessions")
+     .sink_to(FileSink.for_row_format(out + "-sessions", Encoder.simple_string_encoder()).build()).name("sessions file")
+     .uid("sessions-sink"))
 env.execute("moving sums")
 '''
+
+
+def _expected_due(count: int) -> Counter:
+    """What Due emits: per key n % 3, its numbers in event-time order (their own order), each
+    with its rank and the three numbers before it."""
+    out: Counter = Counter()
+    for key in range(3):
+        numbers = list(range(key or 3, count + 1, 3))
+        for i, n in enumerate(numbers):
+            out[(key, n, i + 1, tuple(numbers[max(0, i - 3):i]))] += 1
+    return out
+
+
+def _expected_sessions(count: int) -> Counter:
+    """The sessions: per parity and block of 50 numbers, from its first stamp to its last plus the gap."""
+    out: Counter = Counter()
+    for key, first in (("even", 2), ("odd", 1)):
+        blocks: dict = {}
+        for n in range(first, count + 1, 2):
+            blocks.setdefault(n // 50, []).append(n)
+        for ns in blocks.values():
+            out[(key, ns[0] + (ns[0] // 50) * 100, ns[-1] + (ns[-1] // 50) * 100 + 10, ns[0], ns[-1], len(ns))] += 1
+    return out
 
 
 def _check_exactly_once(records: list, count: int) -> None:
@@ -204,6 +371,10 @@ def _kill_driver(home: Path, jid: str) -> None:
     psutil.wait_procs(procs, timeout=10)
 
 
+def _literal_lines(out: Path) -> Counter:
+    return Counter(tuple(tuple(x) if isinstance(x, list) else x for x in r) for r in _records(out))
+
+
 def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A FLINKPY_HOME of the test's own, and Spark's Python and address for local jobs."""
     home = tmp_path / "home"
@@ -217,53 +388,78 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.timeout(900)
 def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running sums, a keyed process function's value, list and map state with its event-time
+    timers, and session windows mid-flight move engine -> Spark -> engine; a TaskManager is
+    SIGKILLed on the engine and a Spark Python worker on Spark (the query restarts from its own
+    checkpoint, where the moved state must not be applied again) before each stop."""
+    import signal
+
     home = _home(tmp_path, monkeypatch)
     count, out = 3000, tmp_path / "out"
+    due, sessions = Path(f"{out}-due"), Path(f"{out}-sessions")
     (tmp_path / "job.py").write_text(JOB)
     job = [str(tmp_path / "job.py"), str(count), str(out)]
-    slow = [*job, "0.02"]  # a record every 10 ms per subtask: the stops land mid-stream
-    with running_cluster(home, taskmanagers=1, slots=2):
-        jid = _cli_json("run", "-d", "-p", "2", "-D", "execution.checkpointing.interval=300ms", *slow)["jobs"][0]["jid"]
-        wait_for(lambda: len(_records(out)) >= 100, timeout=90, interval=0.2, message="engine output before the stop")
+    slow = [*job, "0.02"]  # a record every 20 ms per subtask: the stops land mid-stream
+    with running_cluster(home, taskmanagers=1, slots=2) as cluster:
+        jid = _cli_json("run", "-d", "-p", "2", "-D", "execution.checkpointing.interval=300ms", "-D", "restart-strategy.type=fixed-delay",
+                        "-D", "restart-strategy.fixed-delay.delay=200ms", *slow)["jobs"][0]["jid"]
+        wait_for(lambda: len(_records(out)) >= 40, timeout=90, interval=0.2, message="engine output before the TaskManager's SIGKILL")
+        os.kill(cluster.taskmanagers[0].pid, signal.SIGKILL)  # the supervisor starts another; the job restarts from its checkpoint
+        killed_at = len(_records(out))
+        wait_for(lambda: len(_records(out)) >= killed_at + 20, timeout=120, interval=0.2, message="engine output after the restart")
         on_engine = _stop(jid, tmp_path / "sp-engine")
     first = len(_records(out))
     assert 0 < first < count, first
+    assert sum(_literal_lines(sessions).values()) < len(_expected_sessions(count)), "sessions should be mid-flight at the stop"
     plan = _cli_json("savepoint", "plan", "--runner", "spark", on_engine, *slow)
-    assert plan["movable"] and {o["state"] for o in plan["operators"]} >= {"source positions", "running values per key"}, plan
-    # the same uid on a keyed process function: its keyed state would not move, and the plan says so
-    (tmp_path / "process_job.py").write_text(JOB.replace(".sum(1)", ".process(Tally())").replace(
-        "count, out, pause =", "from flinkpy.datastream import KeyedProcessFunction\n\n\nclass Tally(KeyedProcessFunction):\n"
-        "    def process_element(self, value, ctx):\n        yield value\n\n\ncount, out, pause ="))
-    refused = run_cli("savepoint", "plan", "--runner", "spark", on_engine, str(tmp_path / "process_job.py"), *slow[1:], timeout=120)
+    moves = {o["operator"]: o["state"] for o in plan["operators"] if o["move"] == "moves"}
+    assert plan["movable"] and moves["running sums"] == "running values per key", plan
+    assert moves["due"].startswith("keyed state (_timers.event, fired, recent, waiting") and moves["sessions"].startswith("keyed state (_timers.event, _window_contents"), plan
+    # the same uid on a window the engine runs on slices: its state would not move, and the plan says so
+    (tmp_path / "sliced_job.py").write_text(JOB.replace(".key_by(lambda pair: pair[0]).sum(1)", ".key_by(lambda pair: pair[0]).window("
+                                                        "TumblingEventTimeWindows.of(Time.seconds(1))).reduce(lambda a, b: (a[0], a[1] + b[1]))")
+                                             .replace("import EventTimeSessionWindows,", "import EventTimeSessionWindows, TumblingEventTimeWindows,"))
+    refused = run_cli("savepoint", "plan", "--runner", "spark", on_engine, str(tmp_path / "sliced_job.py"), *slow[1:], timeout=120)
     assert refused.returncode == 7, refused.stderr
-    assert "error: operator 'running sums': it is a keyed_process whose keyed state (_reduce)" in refused.stderr
+    assert "error: operator 'running sums': the engine runs this window on slices" in refused.stderr
     # -n on Spark: the state of operators the program no longer has (new uids) stays behind instead of refusing the run
-    (tmp_path / "new_uids.py").write_text(JOB.replace('uid("sums")', 'uid("totals")').replace('uid("sink")', 'uid("file")'))
+    (tmp_path / "new_uids.py").write_text(JOB.replace('uid("sums")', 'uid("totals")').replace('sink")', 'file")'))
     new_uids = [str(tmp_path / "new_uids.py"), str(count), str(tmp_path / "out-n"), "0.02"]
     left_behind = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-n", "-s", on_engine, *new_uids)["jobs"][0]["jid"]
     _kill_driver(home, left_behind)
 
-    # on Spark at parallelism 1 (Spark's 32 key groups), a few micro-batches, then stopped again
-    spark_jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-s", on_engine,
-                          "-D", "execution.spark.max-records-per-batch=200", *slow)["jobs"][0]["jid"]
+    # on Spark at parallelism 1 (Spark's 32 key groups), a few micro-batches, a Python worker killed, then stopped again
+    spark_jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-s", on_engine, "-D", "execution.spark.max-records-per-batch=200",
+                          "-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.delay=200ms", *slow)["jobs"][0]["jid"]
+    log = home / "log" / f"spark-{spark_jid}.log"
     try:
-        wait_for(lambda: len(_records(out)) >= first + 100, timeout=400, interval=0.3, message="Spark output after the move",
-                 describe=lambda: (home / "log" / f"spark-{spark_jid}.log").read_text()[-3000:])
+        wait_for(lambda: len(_records(out)) >= first + 40, timeout=400, interval=0.3, message="Spark output after the move",
+                 describe=lambda: log.read_text()[-3000:])
+        wait_for(lambda: run_cli("fault", "kill-task", spark_jid, timeout=60).returncode == 0, timeout=120, interval=0.5,
+                 message="a busy Spark Python worker to kill")
+        killed_at = len(_records(out))
+        # a micro-batch committed after the restart: the query ran again with its initial state in the plan
+        wait_for(lambda: len(_records(out)) > killed_at, timeout=400, interval=0.3, message="Spark output after the query's restart",
+                 describe=lambda: log.read_text()[-3000:])
         on_spark = _stop(spark_jid, tmp_path / "sp-spark")
     finally:
         _kill_driver(home, spark_jid)
     second = len(_records(out))
     assert second < count, "the Spark job should be stopped before its input ends"
     meta = json.loads((Path(on_spark.removeprefix("file://")) / "_metadata").read_text())
-    assert meta["runner"] == "spark" and meta["moved"]["refused"] == []
+    assert meta["runner"] == "spark" and meta["moved"]["refused"] == [], meta["moved"]
     plan = _cli_json("savepoint", "plan", "--runner", "engine", on_spark, *slow)
-    assert plan["movable"], plan
+    moves = {o["operator"]: o["state"] for o in plan["operators"] if o["move"] == "moves"}
+    assert plan["movable"] and moves["running sums"] == "running values per key", plan
+    assert moves["due"].startswith("keyed state (_timers.event, fired, recent, waiting") and moves["sessions"].startswith("keyed state (_timers.event, _window_contents"), plan
 
     # back on the engine at parallelism 2 to the end of the input
     with running_cluster(home, taskmanagers=1, slots=2):
         res = run_cli("run", "-p", "2", "-s", on_spark, *job, "0", timeout=240)
         assert res.returncode == 0, res.stderr[-3000:]
     _check_exactly_once(_records(out), count)
+    assert _literal_lines(due) == _expected_due(count)
+    assert _literal_lines(sessions) == _expected_sessions(count)
 
 
 @pytest.mark.timeout(600)
@@ -272,6 +468,7 @@ def test_a_spark_job_rescales_from_its_savepoint_through_the_engine_layout(tmp_p
     parallelism starts a new query from the engine's layout of its state, exactly once."""
     home = _home(tmp_path, monkeypatch)
     count, out = 2000, tmp_path / "out"
+    due, sessions = Path(f"{out}-due"), Path(f"{out}-sessions")
     (tmp_path / "job.py").write_text(JOB)
     job = [str(tmp_path / "job.py"), str(count), str(out)]
     jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-D", "execution.spark.max-records-per-batch=200",
@@ -289,3 +486,5 @@ def test_a_spark_job_rescales_from_its_savepoint_through_the_engine_layout(tmp_p
     res = run_cli("run", "--runner", "spark", "-p", "2", "-s", at_one, *job, "0", timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
     _check_exactly_once(_records(out), count)
+    assert _literal_lines(due) == _expected_due(count)
+    assert _literal_lines(sessions) == _expected_sessions(count)

@@ -218,6 +218,24 @@ class FlinkpyKeyedProcessor(_Processor):
         if self.out.values:
             yield self._drain(prefix)
 
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:  # noqa: N802, N803 - Spark's names
+        """Write the key's state moved from the engine (:mod:`flinkpy.spark.keyed_move`): Spark
+        calls this in the query's first batch only, before the batch's rows, maybe several times
+        for one key (its rows in chunks: each state's rows are whole in one, see InitialRow)."""
+        from flinkpy.spark.keyed_move import TIMERS_KIND, timer_sets
+
+        k = pickle.loads(key[0])
+        self.backend.set_current_key(k)
+        by_state: dict[tuple[str, str], list] = {}
+        for name, kind, part, value in zip(initialState["name"], initialState["kind"], initialState["part"], initialState["value"]):
+            by_state.setdefault((name, kind), []).append((part, value))
+        for (name, kind), rows in by_state.items():
+            if kind == TIMERS_KIND:
+                event, processing = timer_sets(pickle.loads(rows[-1][1]))
+                self.timers.seed(k, event, processing, timerValues.getCurrentProcessingTimeInMs())
+            else:
+                self.backend.seed(name, kind, rows)
+
     def timer(self, key: bytes, watermark: int, expiry: int) -> Iterator[Any]:
         k = pickle.loads(key)
         self.backend.set_current_key(k)
@@ -336,6 +354,10 @@ class KeyedDepthProcessor(StatefulProcessor):
                     yield frame[columns]
         else:
             yield from self.subs[struct.unpack(">H", k[:2])[0]].handleInputRows((k[2:],), rows, timerValues)
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:  # noqa: N802, N803
+        k = key[0]
+        self.subs[struct.unpack(">H", k[:2])[0]].handleInitialState((k[2:],), initialState, timerValues)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:  # noqa: N802
         k = key[0]

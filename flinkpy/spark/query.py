@@ -239,8 +239,13 @@ def _apply(spark: Any, step: Step, df: Any) -> Any:
         else:
             from flinkpy.spark.processors import make_level_processor
 
+            initial = None
+            if level.initial_state:  # keyed state moved from the engine: Spark reads it in the query's first batch only
+                from flinkpy.spark.keyed_move import INITIAL_DDL
+
+                initial = spark.createDataFrame([r.astuple() for r in level.initial_state], INITIAL_DDL).groupBy("key")
             df = df.groupBy("key").transformWithStateInPandas(make_level_processor(level.specs, level.routed), records.DDL, "append",
-                                                              level.time_mode)
+                                                              level.time_mode, initialState=initial)
     else:
         raise AssertionError(step.kind)
     return _with_watermark(df, step.watermark)
@@ -301,6 +306,9 @@ class KeyedLevel:
     routed: bool
     #: Spark's time mode of the step, one for all its operators (see :mod:`.time_mode`)
     time_mode: str = "EventTime"
+    #: keyed state moved from an engine snapshot: the rows of the step's initialState
+    #: (:func:`flinkpy.spark.keyed_move.initial_rows`)
+    initial_state: list[Any] = field(default_factory=list)
 
     @property
     def on_group_state(self) -> bool:

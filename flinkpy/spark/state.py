@@ -229,6 +229,12 @@ class SparkKeyedBackend:
         self._name = operator_name
         self._processing_time = processing_time
         self._states: dict[str, Any] = {}
+        #: the engine's kind of each state asked for (a descriptor's), by name
+        self.kinds: dict[str, str] = {}
+        #: states with a time-to-live (their values carry the wrapper's timestamps)
+        self.ttl_states: set[str] = set()
+        #: the Spark state variable of each state declared in open(), and how it is laid out
+        self._cells: dict[str, tuple[str, Any]] = {}
         self._late = handle.getMapState(self.LATE, "name string", _B)
         self._initialising = True
         self.current_key: Any = None
@@ -263,6 +269,9 @@ class SparkKeyedBackend:
         # that the TTL wrapper folds, as on the engine's backends
         raw = "value" if policy is not None and kind in ("reducing", "aggregating") else kind
         spark_ttl = self._spark_ttl_ms(d.name, policy)
+        self.kinds[d.name] = kind
+        if policy is not None:
+            self.ttl_states.add(d.name)
         if not self._initialising:
             if kind not in ("value", "reducing", "aggregating"):
                 raise InvalidProgramError(
@@ -272,11 +281,17 @@ class SparkKeyedBackend:
                 )
             inner: Any = SparkValueState(_Entry(self._late, d.name))
         elif kind in ("value", "reducing", "aggregating"):
-            inner = SparkValueState(self._handle.getValueState(d.name, _B, spark_ttl))
+            cell = self._handle.getValueState(d.name, _B, spark_ttl)
+            self._cells[d.name] = ("value", cell)
+            inner = SparkValueState(cell)
         elif kind == "list":
-            inner = SparkListState(self._handle.getListState(d.name, _B, spark_ttl))
+            cell = self._handle.getListState(d.name, _B, spark_ttl)
+            self._cells[d.name] = ("list", cell)
+            inner = SparkListState(cell)
         elif kind == "map":
-            inner = SparkMapState(self._handle.getMapState(d.name, "k binary", _B, spark_ttl))
+            cell = self._handle.getMapState(d.name, "k binary", _B, spark_ttl)
+            self._cells[d.name] = ("map", cell)
+            inner = SparkMapState(cell)
         else:
             raise InvalidProgramError(f"operator {self._name!r}: unknown state kind {kind!r} of {d.name!r}")
         if policy is not None:
@@ -288,6 +303,30 @@ class SparkKeyedBackend:
         if raw == "aggregating":
             return SparkAggregatingState(inner, d.agg_function)
         return inner
+
+    def seed(self, name: str, kind: str, rows: list[tuple[bytes | None, bytes]]) -> None:
+        """Write a state moved from the engine for the current key, as its state objects would
+        (:mod:`flinkpy.spark.keyed_move`): ``rows`` of (pickled map key, pickled value; a list's
+        pickled elements pickled as one list).
+        A state the function did not declare in open() goes into the late states' map, where it
+        would ask for it later; only value, reducing and aggregating states can be kept there."""
+        declared = self._cells.get(name)
+        if declared is None:
+            if kind not in ("value", "reducing", "aggregating"):
+                raise InvalidProgramError(
+                    f"operator {self._name!r}: the moved {kind} state {name!r} is not declared in the function's open(), "
+                    "and on the Spark runner list and map states must be",
+                    remedy="declare the state in open(), or keep the job on the engine")
+            self._late.updateValue((name,), (rows[-1][1],))
+            return
+        layout, cell = declared
+        if layout == "value":
+            cell.update((rows[-1][1],))
+        elif layout == "list":
+            cell.put([(element,) for element in pickle.loads(rows[-1][1])])
+        else:
+            for part, value in rows:
+                cell.updateValue((part,), (value,))
 
     def _spark_ttl_ms(self, name: str, policy: Any) -> int | None:
         """Spark's TTL for a state's background cleanup, where Spark offers one."""
@@ -345,6 +384,14 @@ class SparkTimers:
         self._dirty = False
         self.watermark = watermark
         self.batch_time = batch_time
+
+    def seed(self, key: Any, event: set[tuple[int, Any]], processing: set[tuple[int, Any]], batch_time: int) -> None:
+        """Give ``key`` the timers moved from the engine and register its Spark wake-ups."""
+        self.load(key, -(2**63), batch_time)
+        self._pending |= event
+        self._processing |= processing
+        self._dirty = True
+        self.sync()
 
     def register_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
         entry = (int(timestamp), namespace)

@@ -18,14 +18,14 @@ which says what moves and refuses, naming the operator, what would not:
   (:class:`RestoredSource`); a keyed reduce's running values become the initial value of each
   Spark key group's state (:func:`seed_groups`), read where the group has no Spark state yet;
   a sink's pre-committed output is committed by the sink's own writer before the query starts
-  (the engine's recovery contract). Keyed state of process functions and windows (their
-  timers and window contents) and functions' operator state are refused: Spark's state store
-  cannot be written from outside a query, and such state would need each key woken with its
-  timers.
+  (the engine's recovery contract); keyed state of keyed functions and of windows the engine
+  runs on its general path, with their timers (:mod:`.keyed_move`), becomes the initial state
+  of their Spark step. Windows the engine runs on slices (:func:`window_layout_refusal`) and
+  functions' operator state are refused.
 - Spark -> engine: when a Spark job takes a savepoint, the driver also writes the engine's
   layout into it (:func:`engine_operators`): the sources' positions from the committed batch's
-  offsets and the keyed reduces' running values read back from Spark's state store, under the
-  engine's operator ids. The engine restores such a savepoint as one of its own, at any
+  offsets, and the keyed reduces' running values and other keyed operators' states and timers
+  read back from Spark's state store, under the engine's operator ids. The engine restores such a savepoint as one of its own, at any
   parallelism; what the driver could not convert is listed in its ``"moved"`` section, and the
   engine's restore plan refuses it.
 
@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from flinkpy.errors import InvalidProgramError
+from flinkpy.spark import keyed_move
+from flinkpy.spark.keyed_move import KeyedStates
 
 #: the engine's KeyedReduceOperator keeps each key's running value in this value state
 REDUCE_STATE = "_reduce"
@@ -71,6 +73,10 @@ class ProgramOperator:
     key_group_reduce: bool = False
     #: a source whose readers restore from positions (not Kafka on Spark, not a socket)
     restorable_source: bool = False
+    #: a keyed operator whose per-key state and timers move (:mod:`.keyed_move`)
+    keyed_state_moves: bool = False
+    #: why its window contents cannot move (:func:`window_layout_refusal`), "" where they can
+    window_refusal: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,37 @@ class MovedState:
     source_positions: list[Any] = field(default_factory=list)
     #: a sink's pre-committed output, one per old subtask (None: nothing held)
     sink_states: list[Any] = field(default_factory=list)
+    #: a keyed operator's state by key and its timers (process functions, general-path windows)
+    keyed: KeyedStates | None = None
+
+
+#: keyed operators whose state the Spark runner keeps per key under the engine's state names
+#: (the engine's own operator classes over SparkKeyedBackend), so that it moves both ways
+KEYED_STATE_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "keyed_reduce", "window",
+                               "keyed_co_process", "keyed_co_map", "keyed_co_flat_map"})
+
+
+def keyed_refusal(kind: str, what: str, runner: str) -> str:
+    """Why ``what`` (keyed state) of an operator of ``kind`` cannot move onto ``runner``."""
+    if kind == "interval_join":
+        return "it is an interval join, whose buffered sides do not move between the runners yet"
+    if kind in KEYED_STATE_KINDS:  # a keyed reduce by key group on Spark, given another operator's state
+        return f"it is a {kind} that keeps running values by key group on Spark, where {what} of another operator has no place"
+    return f"it is a {kind}, which has no place for {what} on {runner}"
+
+
+def window_layout_refusal(spec: Any) -> str:
+    """Why a window's contents cannot move between the runners ("" when they can): Spark runs
+    every window on the engine's general WindowOperator, while the engine runs tumbling and
+    sliding windows with an incremental function on slices, whose state is laid out otherwise.
+    The one place that decides it, for a converter between the two layouts to replace."""
+    from flinkpy.common.window_spec import SLICED, execution_path
+
+    path, why = execution_path(spec)
+    if path != SLICED:
+        return ""
+    return (f"the engine runs this window on slices ({why}) and Spark on the general window operator, whose window "
+            "contents are laid out otherwise")
 
 
 # --------------------------------------------------------------------------- planning
@@ -145,6 +182,15 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
     by_id = {p.operator_id: p for p in program}
     decisions: list[MoveDecision] = []
     if runner == ENGINE:
+        if doc.get("moved") is not None:  # a Spark savepoint: what its engine layout holds moves
+            for op in doc.get("operators", []):
+                keyed, _, positions = _snapshot_contents(op)
+                name, uid, oid = op.get("name") or op["operator_id"], op.get("uid"), op["operator_id"]
+                if positions:
+                    decisions.append(MoveDecision(name, uid, oid, "source positions", Move.MOVES))
+                if keyed:
+                    what = "running values per key" if set(keyed) == {REDUCE_STATE} else f"keyed state ({', '.join(sorted(keyed))})"
+                    decisions.append(MoveDecision(name, uid, oid, what, Move.MOVES))
         for r in (doc.get("moved") or {}).get("refused", []):
             decisions.append(MoveDecision(r["operator"], r.get("uid"), r.get("operator_id", ""), r.get("state", ""), Move.REFUSED, r["reason"]))
         return MovePlan(runner, tuple(decisions))
@@ -172,10 +218,12 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
             names = ", ".join(sorted(keyed))
             if set(keyed) == {REDUCE_STATE} and target.kind == "keyed_reduce" and target.key_group_reduce:
                 decide("running values per key")
+            elif target.window_refusal:
+                decide(f"keyed state ({names})", target.window_refusal)
+            elif target.keyed_state_moves:
+                decide(f"keyed state ({names})")
             else:
-                decide(f"keyed state ({names})",
-                       f"it is a {target.kind} whose keyed state ({names}) Spark would keep per key in its state store, which "
-                       "only the query itself can write: only a keyed reduce's running values move to Spark")
+                decide(f"keyed state ({names})", keyed_refusal(target.kind, f"keyed state ({names})", "Spark"))
         for part in sorted(parts):
             if part == "sink":
                 decide("pre-committed output", "" if target.kind == "sink" else f"a {target.kind} holds sink state")
@@ -193,12 +241,16 @@ def program_operators(plan: Any) -> list[ProgramOperator]:
 
     graph = plan.graph
     ids = operator_ids(graph)
-    reduces = {id(node) for step in plan.stages if step.kind == "keyed"
-               for node, spec in zip(step.operators, step.payload.specs) if by_key_group(spec)}
+    keyed_specs = {id(node): spec for step in plan.stages if step.kind == "keyed"
+                   for node, spec in zip(step.operators, step.payload.specs)}
+    reduces = {n for n, spec in keyed_specs.items() if by_key_group(spec)}
+    moving = {n for n, spec in keyed_specs.items() if spec.kind in KEYED_STATE_KINDS and n not in reduces}
+    windows = {n: window_layout_refusal(spec.fn) for n, spec in keyed_specs.items() if spec.kind == "window"}
     sources = {id(step.payload.node) for branch in plan.branches for step in branch
                if step.kind == "source" and _restorable(step.payload)}
     return [ProgramOperator(ids[n], node.name, node.uid, "source" if node.is_source else "sink" if node.is_sink else node.kind,
-                            key_group_reduce=id(node) in reduces, restorable_source=id(node) in sources)
+                            key_group_reduce=id(node) in reduces, restorable_source=id(node) in sources,
+                            keyed_state_moves=id(node) in moving, window_refusal=windows.get(id(node), ""))
             for n in graph.topological_order() for node in [graph.nodes[n]]]
 
 
@@ -227,6 +279,8 @@ def apply_moved(plan: Any, states: Mapping[str, MovedState]) -> None:
                 moved = states.get(ids[node.id])
                 if moved is not None and moved.running_values is not None:
                     spec.seed = seed_groups(moved.running_values, KEY_GROUPS)
+                if moved is not None and moved.keyed is not None:
+                    step.payload.initial_state.extend(keyed_move.initial_rows(moved.keyed, spec.prefix))
 
 
 def sinks_of(plan: Any) -> dict[str, Any]:
@@ -262,16 +316,23 @@ def settle_sinks(sinks: Mapping[str, Any], states: Mapping[str, MovedState]) -> 
 # --------------------------------------------------------------------------- engine -> Spark
 
 
-def engine_states(doc: Mapping[str, Any], load: Callable[[Mapping[str, Any]], Any]) -> dict[str, MovedState]:
+def engine_states(doc: Mapping[str, Any], load: Callable[[Mapping[str, Any]], Any],
+                  keyed_operators: Iterable[str] = ()) -> dict[str, MovedState]:
     """The movable state of an engine snapshot, by operator id; ``load(handle)`` reads a state
-    file (a keyed-state document, or an operator-state object)."""
+    file (a keyed-state document, or an operator-state object). The keyed state of
+    ``keyed_operators`` moves whole (:mod:`.keyed_move`), the others' as running values."""
+    keyed_ids = set(keyed_operators)
     out: dict[str, MovedState] = {}
     for op in doc.get("operators", []):
         moved = MovedState(op["operator_id"])
         subtasks = sorted(op.get("subtasks", []), key=lambda s: s["subtask"])
+        if op["operator_id"] in keyed_ids:
+            handles = [s["keyed_state"] for s in subtasks if s.get("keyed_state")]
+            if handles:
+                moved.keyed = keyed_move.from_engine((load(h) for h in handles), operator=op.get("name") or op["operator_id"])
         for s in subtasks:
             handle = s.get("keyed_state")
-            if handle and REDUCE_STATE in (handle.get("states") or {}):
+            if moved.keyed is None and handle and REDUCE_STATE in (handle.get("states") or {}):
                 snapshot = load(handle)
                 groups = snapshot["states"].get(REDUCE_STATE, {}).get("key_groups", {})
                 values = moved.running_values if moved.running_values is not None else {}
@@ -285,7 +346,7 @@ def engine_states(doc: Mapping[str, Any], load: Callable[[Mapping[str, Any]], An
             for h in sinks:
                 state = load(h) if h else None
                 moved.sink_states.append(state.get("sink") if isinstance(state, Mapping) else None)
-        if moved.running_values is not None or moved.source_positions or moved.sink_states:
+        if moved.running_values is not None or moved.source_positions or moved.sink_states or moved.keyed is not None:
             out[op["operator_id"]] = moved
     return out
 
@@ -369,15 +430,19 @@ def engine_operators(program: Iterable[ProgramOperator], states: Mapping[str, Mo
         if moved is None:
             continue
         subtasks = []
+        document = None
         if moved.running_values is not None:
             groups: dict[int, dict[Any, Any]] = {}
             for key, value in moved.running_values.items():
                 groups.setdefault(assign_to_key_group(key, max_parallelism), {})[key] = value
+            document = {REDUCE_STATE: {"kind": "value", "key_groups": groups}}
+        elif moved.keyed is not None:
+            document = keyed_move.to_engine(moved.keyed, max_parallelism)
+        if document is not None:
             buf = io.BytesIO()
-            counts = canonical.write_document(buf, {"version": _snapshot_version(), "states": {
-                REDUCE_STATE: {"kind": "value", "key_groups": groups}}})
+            counts = canonical.write_document(buf, {"version": _snapshot_version(), "states": document})
             handle = write(f"{p.operator_id}-moved-keyed", buf.getvalue())
-            summary = {REDUCE_STATE: {"kind": "value", "entries": counts.get(REDUCE_STATE, 0)}}
+            summary = {name: {"kind": entry["kind"], "entries": counts.get(name, 0)} for name, entry in document.items()}
             subtasks.append(new_subtask(0, keyed_state=keyed_state(handle, (0, max_parallelism - 1), summary)))
         for i, position_i in enumerate(moved.source_positions):
             if i < len(subtasks):

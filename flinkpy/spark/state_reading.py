@@ -9,7 +9,10 @@ state is inside a flinkpy data source's offset; a bounded source read whole in o
 has read everything once that batch committed, so its end positions are planned again). A keyed
 reduce's running values are read from Spark's state store with Spark's state data source
 (``spark.read.format("statestore")``), one row per Spark key group holding its pickled
-``{key: running value}``. Whatever cannot be read so is returned as a refusal naming the operator.
+``{key: running value}``; other keyed operators' states and timers are read the same way, one
+state variable at a time, by the names Spark's operator metadata lists (``state-metadata``), and
+decoded by :mod:`flinkpy.spark.keyed_move`. Whatever cannot be read so is returned as a refusal
+naming the operator.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import logging
 from typing import Any
 
+from flinkpy.spark import keyed_move, state_move
 from flinkpy.spark.state_move import Move, MoveDecision, MovedState, decode_positions, merge_group_tables, program_operators
 
 log = logging.getLogger(__name__)
@@ -49,14 +53,86 @@ def _binary(row: Any) -> bytes | None:
     return None
 
 
-def _group_tables(spark: Any, location: str, operator: int, level: Any) -> list[bytes]:
+def _group_tables(spark: Any, location: str, operator: int, level: Any, index: int = 0) -> list[bytes]:
     from flinkpy.spark.processors import KeyGroupReduce
 
     reader = spark.read.format("statestore").option("operatorId", operator)
-    if not level.on_group_state:
-        reader = reader.option("stateVarName", KeyGroupReduce.STATE)
+    if not level.on_group_state:  # beside other keyed operators, its variable carries its prefix (processors._PrefixedHandle)
+        reader = reader.option("stateVarName", (f"o{index}_" if level.routed else "") + KeyGroupReduce.STATE)
     rows = reader.load(location).select("value").collect()
     return [blob for blob in (_binary(r["value"]) for r in rows) if blob is not None]
+
+
+class _Inert:
+    """A state variable that holds nothing (see :class:`_Declarations`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+class _Declarations:
+    """A processor handle that only takes note of the state variables a processor declares:
+    Spark runs a processor's init() on the driver the same way to learn them."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: _Inert() if name.startswith("get") else []
+
+
+def declared_kinds(spec: Any) -> tuple[dict[str, str], set[str]]:
+    """(the engine's kind of each state a keyed operator declares in open(), those with a
+    time-to-live): what Spark's state variables alone do not tell (a reducing state is a value
+    state there)."""
+    from flinkpy.spark.processors import FlinkpyKeyedProcessor
+
+    processor = FlinkpyKeyedProcessor(spec)
+    processor.init(_Declarations())
+    return dict(processor.backend.kinds), set(processor.backend.ttl_states)
+
+
+def state_variables(spark: Any, location: str, operator: int) -> dict[str, str]:
+    """The state variables of the transformWithState operator ``operator`` in a checkpoint
+    location, by name (their Spark types: ValueState, ListState, MapState, TimerState...), as
+    Spark's operator metadata lists them."""
+    rows = spark.read.format("state-metadata").load(location).collect()
+    out: dict[str, str] = {}
+    for row in rows:
+        if int(row["operatorId"]) != operator:
+            continue
+        props = json.loads(row["operatorProperties"] or "{}")
+        for var in props.get("stateVariables", []):
+            out[var["stateName"]] = var.get("stateVariableType", "")
+    return out
+
+
+def _read_variable(spark: Any, location: str, operator: int, name: str, spark_type: str) -> list[tuple[bytes, Any]]:
+    """(grouping key, payload) rows of one state variable (see keyed_move.from_spark)."""
+    reader = spark.read.format("statestore").option("operatorId", operator).option("stateVarName", name)
+    # a list whole in one row (list_value), in its order; a map one row per entry
+    rows = reader.option("flattenCollectionTypes", str(spark_type != "ListState").lower()).load(location).collect()
+    if spark_type == "ListState":
+        return [(bytes(r["key"][0]), [bytes(e[0]) for e in (r["list_value"] or [])]) for r in rows]
+    if spark_type == "MapState":
+        by_key: dict[bytes, list] = {}
+        for r in rows:
+            by_key.setdefault(bytes(r["key"][0]), []).append((r["user_map_key"][0], bytes(r["user_map_value"][0])))
+        if name.endswith(keyed_move.LATE_STATES):
+            return [(k, entry) for k, entries in by_key.items() for entry in entries]
+        return [(k, [(bytes(mk), mv) for mk, mv in entries]) for k, entries in by_key.items()]
+    return [(bytes(r["key"][0]), bytes(r["value"][0])) for r in rows if r["value"] is not None]
+
+
+def _keyed_states(spark: Any, location: str, operator: int, level: Any, index: int, spec: Any) -> keyed_move.KeyedStates:
+    """A process function's or window's state read back from Spark's state store."""
+    kinds, ttl = declared_kinds(spec)
+    if ttl:
+        raise ValueError(f"its states {sorted(ttl)} have a time-to-live, whose timestamps do not move to the engine")
+    prefix = f"o{index}_" if level.routed else ""
+    values = {}
+    for var, spark_type in state_variables(spark, location, operator).items():
+        if not var.startswith(prefix) or spark_type not in ("ValueState", "ListState", "MapState"):
+            continue
+        values[var[len(prefix):]] = _read_variable(spark, location, operator, var, spark_type)
+    return keyed_move.from_spark(kinds, values, prefix=spec.prefix)
 
 
 def read_moved_state(spark: Any, plan: Any, location: str, spark_doc: dict[str, Any]) -> tuple[dict[str, MovedState], list[MoveDecision]]:
@@ -92,15 +168,23 @@ def read_moved_state(spark: Any, plan: Any, location: str, spark_doc: dict[str, 
     keyed = [s for s in plan.stages if s.kind == "keyed"]
     for operator, step in enumerate(keyed):
         level = step.payload
-        for node, spec in zip(step.operators, level.specs):
+        for index, (node, spec) in enumerate(zip(step.operators, level.specs)):
             p = program[ids[node.id]]
-            if not by_key_group(spec) or level.routed:
-                why = ("it shares its Spark operator with other keyed operators" if by_key_group(spec) else
-                       f"it is a {spec.kind} whose state, timers and window contents Spark keeps per key in its state store "
-                       "under names of its own; only a keyed reduce's running values are converted")
-                refused.append(_refused(p, "keyed state", why))
+            if p.keyed_state_moves or p.window_refusal:
+                if p.window_refusal:
+                    refused.append(_refused(p, "keyed state", p.window_refusal))
+                    continue
+                try:
+                    keyed_states = _keyed_states(spark, location, operator, level, index, spec) if committed else keyed_move.KeyedStates()
+                except ValueError as e:
+                    refused.append(_refused(p, "keyed state", str(e)))
+                    continue
+                states[p.operator_id] = MovedState(p.operator_id, keyed=keyed_states)
                 continue
-            values = merge_group_tables(_group_tables(spark, location, operator, level)) if committed else {}
+            if not by_key_group(spec):
+                refused.append(_refused(p, "keyed state", state_move.keyed_refusal(spec.kind, "its keyed state", "the engine")))
+                continue
+            values = merge_group_tables(_group_tables(spark, location, operator, level, index)) if committed else {}
             states[p.operator_id] = MovedState(p.operator_id, running_values=values)
     return states, refused
 
@@ -110,13 +194,12 @@ def move_in(plan: Any, directory: str, doc: dict[str, Any], *, allow_non_restore
     the operators, when some state cannot move). Returns the operator ids whose state moved."""
     from flinkpy.checkpoint.analysis import StateFileReader
     from flinkpy.checkpoint.storage import CheckpointStorage
-    from flinkpy.spark import state_move
 
     program = state_move.program_operators(plan)
     state_move.refuse(state_move.plan_move(doc, program, runner=state_move.SPARK, allow_non_restored_state=allow_non_restored_state),
                       where=directory)
     reader = StateFileReader(CheckpointStorage(directory), directory, trusted=True)
-    states = state_move.engine_states(doc, reader.load)
+    states = state_move.engine_states(doc, reader.load, [p.operator_id for p in program if p.keyed_state_moves and not p.window_refusal])
     state_move.apply_moved(plan, states)
     state_move.settle_sinks(state_move.sinks_of(plan), states)
     return sorted(states)
@@ -127,7 +210,6 @@ def move_out(spark: Any, plan: Any, location: str, doc: dict[str, Any], url: str
     :mod:`flinkpy.spark.state_move`): its `_metadata` operators become the engine's, or, where
     some state cannot be converted, stay Spark's (the engine then refuses it) with the reasons."""
     from flinkpy.checkpoint.storage import CheckpointStorage
-    from flinkpy.spark import state_move
 
     storage = CheckpointStorage(url)
     try:
