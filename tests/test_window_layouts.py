@@ -133,6 +133,14 @@ def test_general_to_sliced_makes_each_tumbling_window_one_slice() -> None:
     assert back[EVENT]["key_groups"] == states[EVENT]["key_groups"]
 
 
+def test_the_elements_an_evictor_kept_fold_into_one_slice() -> None:
+    stream = keyed().window(TumblingEventTimeWindows.of(Time.milliseconds(10)))
+    w = TimeWindow(10, 20)
+    states = {CONTENTS: _value({4: {"a": {w: [(("a", 2), 11), (("a", 3), 15)]}}}), EVENT: _value({4: {("a", w, 19): None}})}
+    assert general_to_sliced(states, _spec(stream.reduce(add_values)), 128)[SLICES]["key_groups"] == {4: {"a": {20: ("a", 5)}}}
+    assert general_to_sliced(states, _spec(stream.aggregate(CountSum())), 128)[SLICES]["key_groups"] == {4: {"a": {20: [2, 5]}}}
+
+
 def test_sliding_windows_in_flight_cannot_be_cut_into_slices() -> None:
     spec = _spec(keyed().window(SlidingEventTimeWindows.of(Time.milliseconds(20), Time.milliseconds(10))).reduce(_sum))
     states = {CONTENTS: _value({1: {"a": {TimeWindow(0, 20): 3}}})}
@@ -225,17 +233,17 @@ def test_a_snapshot_restores_on_the_other_path_with_an_uninterrupted_runs_output
     state_backend = HashMapStateBackend if backend == "heap" else EmbeddedRocksDBStateBackend
 
     @seed(SEED)
-    @settings(max_examples=12, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=10 if backend == "heap" else 5, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck))
     @given(
-        to_general=st.booleans(), sliding=st.booleans(), aggregate=st.booleans(), lateness=st.sampled_from([0, 0, 20, 45]),
+        to_general=st.booleans(), evictor_before=st.booleans(), sliding=st.booleans(), aggregate=st.booleans(), lateness=st.sampled_from([0, 0, 20, 45]),
         stream_seed=st.integers(0, 2**32 - 1), cut=st.floats(0.2, 0.8),
     )
-    def check(to_general: bool, sliding: bool, aggregate: bool, lateness: int, stream_seed: int, cut: float) -> None:
+    def check(to_general: bool, evictor_before: bool, sliding: bool, aggregate: bool, lateness: int, stream_seed: int, cut: float) -> None:
         sliding = sliding and to_general  # sliding windows in flight do not cut into slices
-        before = _build(sliding, aggregate, lateness, general=not to_general)
+        before = _build(sliding, aggregate, lateness, general=not to_general, evictor=evictor_before)
         after = _build(sliding, aggregate, lateness, general=to_general, evictor=True)
         steps = _steps(random.Random(stream_seed), 60)
-        where = f"seed {SEED} (FLINKPY_LAYOUTS_SEED), stream {stream_seed}, to_general={to_general} sliding={sliding} aggregate={aggregate} lateness={lateness} cut={cut}"
+        where = f"seed {SEED} (FLINKPY_LAYOUTS_SEED), stream {stream_seed}, to_general={to_general} evictor_before={evictor_before} sliding={sliding} aggregate={aggregate} lateness={lateness} cut={cut}"
         middle = int(len(steps) * cut)
         with OperatorHarness(before, state_backend=state_backend()) as reference:
             _play(reference, steps)

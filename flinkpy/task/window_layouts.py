@@ -241,7 +241,8 @@ def sliced_to_general(states: Mapping[str, Any], spec: WindowSpec, max_paralleli
 def general_to_sliced(states: Mapping[str, Any], spec: WindowSpec, max_parallelism: int) -> dict[str, Any]:
     """The sliced path's states for the general path's ``states`` (module docstring).
 
-    A tumbling window's contents (reduced value or accumulator) become its one slice; a window
+    A tumbling window's contents (reduced value or accumulator; the elements an evictor kept,
+    ``(value, timestamp)`` pairs, are folded with the reduce or ``add``) become its one slice; a window
     that has fired (its timer at the window's end is gone) and waits for late records keeps its
     slice, and :data:`FIRED` says up to when windows fired: the latest end - 1 of a fired window
     (the operator's watermark reached it), for every key group of ``max_parallelism``. Group
@@ -257,6 +258,7 @@ def general_to_sliced(states: Mapping[str, Any], spec: WindowSpec, max_paralleli
         raise WindowLayoutError("the state holds merging (session) windows, which are not cut into slices")
     lateness = _lateness(spec)
     table = _timer_table(spec)
+    fold = _folding(spec)
     window_timers = {kg: {(t[0], t[1], t[2]) for t in ts if _is_window_timer(t)} for kg, ts in _groups(states, table).items()}
     slices: dict[int, dict[Any, dict[int, Any]]] = {}
     fired_ends: dict[int, int] = {}
@@ -275,6 +277,8 @@ def general_to_sliced(states: Mapping[str, Any], spec: WindowSpec, max_paralleli
                     open_ends[kg] = min(open_ends.get(kg, window.end), window.end)
                 else:
                     fired_ends[kg] = max(fired_ends.get(kg, window.start), window.end)
+                if _stamped_elements(value, window):
+                    value = fold(value)
                 slices.setdefault(kg, {}).setdefault(key, {})[window.end] = value
     # The operator's watermark passed every fired window: one time for all key groups where it
     # fits, a key group's own where a window of it is still open before (state of subtasks that
@@ -305,6 +309,37 @@ def general_to_sliced(states: Mapping[str, Any], spec: WindowSpec, max_paralleli
         out[FIRED] = _value_state({kg: {GROUP_TIMER_KEY: mark} for kg, mark in marks.items()})
     _replace_timers(states, out, _is_window_timer, {table: timers})
     return out
+
+
+def _stamped_elements(value: Any, window: TimeWindow) -> bool:
+    """Whether a window's contents are the elements an evictor keeps: ``(value, timestamp)``
+    pairs, every timestamp in the window."""
+    return isinstance(value, list) and bool(value) and all(
+        type(e) is tuple and len(e) == 2 and type(e[1]) is int and window.start <= e[1] < window.end for e in value
+    )
+
+
+def _folding(spec: WindowSpec) -> Callable[[list], Any]:
+    """A slice's value from the elements an evictor kept (the evictor is gone: all of them)."""
+    if spec.aggregation == REDUCE:
+        reduce = user_method(spec.aggregate_function, "reduce")
+
+        def reduced(elements: list) -> Any:
+            acc = copy.copy(elements[0][0])
+            for value, _ in elements[1:]:
+                acc = reduce(acc, value)
+            return acc
+
+        return reduced
+    agg = spec.aggregate_function
+
+    def added(elements: list) -> Any:
+        acc = agg.create_accumulator()
+        for value, _ in elements:
+            acc = agg.add(value, acc)
+        return acc
+
+    return added
 
 
 def _slice_timers(geo: _Geometry, se: int, mark: int, lateness: int, event_time: bool) -> list[int]:
