@@ -25,6 +25,8 @@ from flinkpy.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMa
 from flinkpy.datastream.window import (
     CountEvictor,
     EventTimeTrigger,
+    ProcessingTimeTrigger,
+    SlidingProcessingTimeWindows,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
@@ -139,6 +141,10 @@ def test_the_elements_an_evictor_kept_fold_into_one_slice() -> None:
     states = {CONTENTS: _value({4: {"a": {w: [(("a", 2), 11), (("a", 3), 15)]}}}), EVENT: _value({4: {("a", w, 19): None}})}
     assert general_to_sliced(states, _spec(stream.reduce(add_values)), 128)[SLICES]["key_groups"] == {4: {"a": {20: ("a", 5)}}}
     assert general_to_sliced(states, _spec(stream.aggregate(CountSum())), 128)[SLICES]["key_groups"] == {4: {"a": {20: [2, 5]}}}
+    # in processing time the elements carry no timestamp
+    stream = keyed().window(TumblingProcessingTimeWindows.of(Time.milliseconds(10)))
+    states = {CONTENTS: _value({4: {"a": {w: [(("a", 2), None), (("a", 3), None)]}}}), "_timers.processing": _value({4: {("a", w, 19): None}})}
+    assert general_to_sliced(states, _spec(stream.reduce(add_values)), 128)[SLICES]["key_groups"] == {4: {"a": {20: ("a", 5)}}}
 
 
 def test_sliding_windows_in_flight_cannot_be_cut_into_slices() -> None:
@@ -182,26 +188,46 @@ class SameAsDefault(EventTimeTrigger):
     """The default trigger's behaviour under another type: the window runs on the general path."""
 
 
+class SameAsDefaultInProcessingTime(ProcessingTimeTrigger):
+    """:class:`SameAsDefault` for processing-time windows."""
+
+
 LATE = OutputTag("late")
 
 
-def _build(sliding: bool, aggregate: bool, lateness: int, general: bool, evictor: bool = False) -> Any:
+def _build(processing: bool, sliding: bool, aggregate: bool, lateness: int, general: bool, evictor: bool = False) -> Any:
     """The window on the sliced path, or on the general one by an evictor that evicts nothing
     (a reduce only: an AggregateFunction's accumulators are no elements) or a trigger that is
     the default one under another type."""
 
     def build(s: Any) -> Any:
-        assigner = SlidingEventTimeWindows.of(Time.milliseconds(40), Time.milliseconds(10)) if sliding else TumblingEventTimeWindows.of(Time.milliseconds(30))
-        ws = s.key_by(lambda r: r[0]).window(assigner).allowed_lateness(lateness).side_output_late_data(LATE)
+        sliding_cls, tumbling_cls = (SlidingProcessingTimeWindows, TumblingProcessingTimeWindows) if processing else (SlidingEventTimeWindows, TumblingEventTimeWindows)
+        assigner = sliding_cls.of(Time.milliseconds(40), Time.milliseconds(10)) if sliding else tumbling_cls.of(Time.milliseconds(30))
+        ws = s.key_by(lambda r: r[0]).window(assigner)
+        if not processing:
+            ws = ws.allowed_lateness(lateness).side_output_late_data(LATE)
         if general:
-            ws = ws.evictor(CountEvictor.of(10**6)) if evictor and not aggregate else ws.trigger(SameAsDefault())
+            trigger = SameAsDefaultInProcessingTime() if processing else SameAsDefault()
+            ws = ws.evictor(CountEvictor.of(10**6)) if evictor and not aggregate else ws.trigger(trigger)
         return (ws.aggregate(CountSum()) if aggregate else ws.reduce(add_values)).uid("totals")
 
     return build
 
 
-def _steps(rnd: random.Random, n: int) -> list:
-    steps, t, wm = [], 0, -1
+def _steps(rnd: random.Random, n: int, processing: bool) -> list:
+    """Records and watermarks; in processing time, records and clock steps (never to the last
+    millisecond of a slide: a record then is in a window that fired, and the paths differ,
+    as window_slicing's docstring says)."""
+    steps: list = []
+    t, wm = 0, -1
+    if processing:
+        for i in range(n):
+            steps.append(("r", (rnd.choice("abcd"), rnd.randint(1, 9)), None))
+            if i % 3 == 2:
+                t += rnd.randint(1, 12)
+                t += t % 10 == 9
+                steps.append(("t", t))
+        return steps
     for i in range(n):
         t += rnd.randint(0, 6)
         ts = t - rnd.randint(0, 60) if rnd.random() < 0.2 else t
@@ -216,8 +242,15 @@ def _play(h: OperatorHarness, steps: list) -> None:
     for step in steps:
         if step[0] == "r":
             h.process_element(step[1], step[2])
+        elif step[0] == "t":
+            h.set_processing_time(step[1])
         else:
             h.process_watermark(step[1])
+
+
+def _finish(h: OperatorHarness) -> None:
+    h.process_watermark(2**62)
+    h.set_processing_time(10**9)
 
 
 def _result(*runs: OperatorHarness) -> tuple[list, list]:
@@ -235,26 +268,26 @@ def test_a_snapshot_restores_on_the_other_path_with_an_uninterrupted_runs_output
     @seed(SEED)
     @settings(max_examples=10 if backend == "heap" else 5, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck))
     @given(
-        to_general=st.booleans(), evictor_before=st.booleans(), sliding=st.booleans(), aggregate=st.booleans(), lateness=st.sampled_from([0, 0, 20, 45]),
+        processing=st.booleans(), to_general=st.booleans(), evictor_before=st.booleans(), sliding=st.booleans(), aggregate=st.booleans(), lateness=st.sampled_from([0, 0, 20, 45]),
         stream_seed=st.integers(0, 2**32 - 1), cut=st.floats(0.2, 0.8),
     )
-    def check(to_general: bool, evictor_before: bool, sliding: bool, aggregate: bool, lateness: int, stream_seed: int, cut: float) -> None:
+    def check(processing: bool, to_general: bool, evictor_before: bool, sliding: bool, aggregate: bool, lateness: int, stream_seed: int, cut: float) -> None:
         sliding = sliding and to_general  # sliding windows in flight do not cut into slices
-        before = _build(sliding, aggregate, lateness, general=not to_general, evictor=evictor_before)
-        after = _build(sliding, aggregate, lateness, general=to_general, evictor=True)
-        steps = _steps(random.Random(stream_seed), 60)
-        where = f"seed {SEED} (FLINKPY_LAYOUTS_SEED), stream {stream_seed}, to_general={to_general} evictor_before={evictor_before} sliding={sliding} aggregate={aggregate} lateness={lateness} cut={cut}"
+        before = _build(processing, sliding, aggregate, lateness, general=not to_general, evictor=evictor_before)
+        after = _build(processing, sliding, aggregate, lateness, general=to_general, evictor=True)
+        steps = _steps(random.Random(stream_seed), 60, processing)
+        where = f"seed {SEED} (FLINKPY_LAYOUTS_SEED), stream {stream_seed}, processing={processing} to_general={to_general} evictor_before={evictor_before} sliding={sliding} aggregate={aggregate} lateness={lateness} cut={cut}"
         middle = int(len(steps) * cut)
         with OperatorHarness(before, state_backend=state_backend()) as reference:
             _play(reference, steps)
-            reference.process_watermark(2**62)
+            _finish(reference)
             expected = _result(reference)
         with OperatorHarness(before, state_backend=state_backend()) as first:
             _play(first, steps[:middle])
             snapshot = first.snapshot()
         with OperatorHarness(after, state_backend=state_backend(), restore_from=snapshot) as resumed:
             _play(resumed, steps[middle:])
-            resumed.process_watermark(2**62)
+            _finish(resumed)
             assert _result(first, resumed) == expected, where
 
     check()

@@ -313,9 +313,9 @@ def general_to_sliced(states: Mapping[str, Any], spec: WindowSpec, max_paralleli
 
 def _stamped_elements(value: Any, window: TimeWindow) -> bool:
     """Whether a window's contents are the elements an evictor keeps: ``(value, timestamp)``
-    pairs, every timestamp in the window."""
+    pairs, every timestamp in the window (or None: records in processing time have none)."""
     return isinstance(value, list) and bool(value) and all(
-        type(e) is tuple and len(e) == 2 and type(e[1]) is int and window.start <= e[1] < window.end for e in value
+        type(e) is tuple and len(e) == 2 and (e[1] is None or type(e[1]) is int and window.start <= e[1] < window.end) for e in value
     )
 
 
