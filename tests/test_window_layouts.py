@@ -141,6 +141,10 @@ def test_the_elements_an_evictor_kept_fold_into_one_slice() -> None:
     states = {CONTENTS: _value({4: {"a": {w: [(("a", 2), 11), (("a", 3), 15)]}}}), EVENT: _value({4: {("a", w, 19): None}})}
     assert general_to_sliced(states, _spec(stream.reduce(add_values)), 128)[SLICES]["key_groups"] == {4: {"a": {20: ("a", 5)}}}
     assert general_to_sliced(states, _spec(stream.aggregate(CountSum())), 128)[SLICES]["key_groups"] == {4: {"a": {20: [2, 5]}}}
+    # a reduced value that looks like such elements in one window but not in all stays as it is
+    lists = _spec(stream.reduce(lambda a, b: a + b))
+    looks = {CONTENTS: _value({4: {"a": {w: [("x", 12)], TimeWindow(20, 30): [("y", 3)]}}})}
+    assert general_to_sliced(looks, lists, 128)[SLICES]["key_groups"] == {4: {"a": {20: [("x", 12)], 30: [("y", 3)]}}}
     # in processing time the elements carry no timestamp
     stream = keyed().window(TumblingProcessingTimeWindows.of(Time.milliseconds(10)))
     states = {CONTENTS: _value({4: {"a": {w: [(("a", 2), None), (("a", 3), None)]}}}), "_timers.processing": _value({4: {("a", w, 19): None}})}

@@ -258,7 +258,10 @@ def general_to_sliced(states: Mapping[str, Any], spec: WindowSpec, max_paralleli
         raise WindowLayoutError("the state holds merging (session) windows, which are not cut into slices")
     lateness = _lateness(spec)
     table = _timer_table(spec)
-    fold = _folding(spec)
+    # the elements an evictor kept, when every window's contents are such (one test over the
+    # whole state: a reduced value that merely looks like them in one window stays as it is)
+    contents = [(w, v) for keys in _groups(states, CONTENTS).values() for windows in keys.values() for w, v in (windows or {}).items()]
+    fold = _folding(spec) if contents and all(_stamped_elements(v, w) for w, v in contents) else None
     window_timers = {kg: {(t[0], t[1], t[2]) for t in ts if _is_window_timer(t)} for kg, ts in _groups(states, table).items()}
     slices: dict[int, dict[Any, dict[int, Any]]] = {}
     fired_ends: dict[int, int] = {}
@@ -277,7 +280,7 @@ def general_to_sliced(states: Mapping[str, Any], spec: WindowSpec, max_paralleli
                     open_ends[kg] = min(open_ends.get(kg, window.end), window.end)
                 else:
                     fired_ends[kg] = max(fired_ends.get(kg, window.start), window.end)
-                if _stamped_elements(value, window):
+                if fold is not None:
                     value = fold(value)
                 slices.setdefault(kg, {}).setdefault(key, {})[window.end] = value
     # The operator's watermark passed every fired window: one time for all key groups where it
