@@ -375,6 +375,10 @@ def restore_layout(op: WindowOperator, path: str) -> None:
     if getattr(backend, "state_names", None) is None:
         return
     names = backend.state_names()
+    # the other path's states are registered wherever it wrote any (the scan of timers below
+    # runs only then)
+    if not any(name in names for name in ((SLICES, FIRED) if path == GENERAL else (CONTENTS,))):
+        return
     if path == GENERAL:
         if not (_holds(backend, names, SLICES) or _holds(backend, names, FIRED) or _holds_timers(backend, names, _is_group_timer)):
             return
@@ -391,7 +395,7 @@ def restore_layout(op: WindowOperator, path: str) -> None:
     except WindowLayoutError as e:
         raise WindowLayoutError(
             f"window operator {op.name!r}: the restored state was written by the {other} window path, and this job runs "
-            f"the operator on the {path} path ({execution_path(op.spec)[1]}): {e.message}",
+            f"the operator on the {path} path: {e.message}",
             remedy="restore it with the job as it was when the snapshot was taken, let its windows fire and take a new "
             "savepoint after they are empty, or start without the snapshot",
         ) from None
