@@ -135,6 +135,19 @@ def test_general_to_sliced_makes_each_tumbling_window_one_slice() -> None:
     assert back[EVENT]["key_groups"] == states[EVENT]["key_groups"]
 
 
+def test_key_groups_of_subtasks_at_different_watermarks_keep_their_own_fired_time() -> None:
+    """Window [10, 20) fired in key group 1 (its subtask's watermark passed 19) and not in key
+    group 2 (the other subtask's had not): key group 2 must not take 19 as fired."""
+    spec = _spec(keyed().window(TumblingEventTimeWindows.of(Time.milliseconds(10))).allowed_lateness(50).reduce(_sum))
+    w = TimeWindow(10, 20)
+    states = {
+        CONTENTS: _value({1: {"a": {w: 1}}, 2: {"b": {w: 2}}}),
+        EVENT: _value({1: {("a", w, 69): None}, 2: {("b", w, 19): None, ("b", w, 69): None}}),
+    }
+    fired = general_to_sliced(states, spec, 4)[FIRED]["key_groups"]
+    assert fired == {0: {GROUP_TIMER_KEY: 19}, 1: {GROUP_TIMER_KEY: 19}, 2: {GROUP_TIMER_KEY: -(2**63)}, 3: {GROUP_TIMER_KEY: 19}}
+
+
 def test_the_elements_an_evictor_kept_fold_into_one_slice() -> None:
     stream = keyed().window(TumblingEventTimeWindows.of(Time.milliseconds(10)))
     w = TimeWindow(10, 20)
