@@ -155,13 +155,19 @@ def test_stop_with_drain_fires_every_window_before_the_savepoint(cluster, cli, t
 
 
 # The same job on the sliced window path: sliding 1 s / 250 ms windows counting with a reduce and
-# a window function, stopped with a savepoint and rescaled 2 -> 3 -> 1, from the heap backend to
-# RocksDB and back.
+# a window function, stopped with a savepoint and rescaled 2 -> 3 -> 1 -> 2, from the heap backend
+# to RocksDB and back, and at last upgraded with an evictor, which puts the window on the general
+# path (its windows are built from the savepoint's slices).
 SLIDING_JOB = JOB.replace("TumblingEventTimeWindows", "SlidingEventTimeWindows").replace(
     f"    .key_by(lambda n: n % {KEYS})\n    .window(SlidingEventTimeWindows.of(Time.seconds(1)))\n    .process(Emit())",
     f"    .map(lambda n: (n, 1)).key_by(lambda p: p[0] % {KEYS})\n"
     "    .window(SlidingEventTimeWindows.of(Time.seconds(1), Time.milliseconds(250)))\n"
     "    .reduce(lambda a, b: (a[0], a[1] + b[1]), window_function=lambda k, w, xs: [(k, w.start, x[1]) for x in xs])",
+)
+
+
+EVICTING_JOB = SLIDING_JOB.replace("import ProcessWindowFunction,", "import CountEvictor, ProcessWindowFunction,").replace(
+    ".reduce(lambda a, b", ".evictor(CountEvictor.of(10**9)).reduce(lambda a, b"
 )
 
 
@@ -175,7 +181,7 @@ def sliding_expected() -> Counter:
 
 
 @pytest.mark.timeout(240)
-def test_sliced_windows_survive_stop_and_rescale_two_three_one(cluster, cli, tmp_path: Path) -> None:
+def test_sliced_windows_survive_stop_rescale_and_an_evictor_added(cluster, cli, tmp_path: Path) -> None:
     assert "SlidingEventTimeWindows.of(Time.seconds(1), Time.milliseconds(250))" in SLIDING_JOB
     job, out = tmp_path / "job.py", tmp_path / "out.txt"
     job.write_text(SLIDING_JOB)
@@ -194,6 +200,15 @@ def test_sliced_windows_survive_stop_and_rescale_two_three_one(cluster, cli, tmp
     second = _stop(cli, jid, tmp_path / "sp2", drain=False)
     assert len(read(out)) < len(sliding_expected()), "the job finished before the second stop"
     jid = _submit(cli, job, out, 1, second)
+    fired = len(read(out))
+    wait_for(lambda: _running(cli, jid) and len(read(out)) >= fired + 10, timeout=60, message="windows fired at p=1")
+    third = _stop(cli, jid, tmp_path / "sp3", drain=False)
+    assert len(read(out)) < len(sliding_expected()), "the job finished before the third stop"
+    evicting = tmp_path / "evicting.py"
+    evicting.write_text(EVICTING_JOB)
+    info = json.loads(cli("info", "--json", str(evicting), str(out)).stdout)
+    assert [w["path"] for n in info["nodes"] for w in n.get("windows", [])] == ["general"]
+    jid = _submit(cli, evicting, out, 2, third)
     wait_for(lambda: json.loads(cli("job", "show", jid, "--json").stdout)["state"] == "FINISHED", timeout=120,
-             message="the job restored at p=1 to finish")
+             message="the upgraded job to finish")
     assert read(out) == dict(sliding_expected())

@@ -256,21 +256,26 @@ def test_sliced_snapshot_and_restore_mid_stream(asynchronous: bool) -> None:
 
 
 @pytest.mark.parametrize("from_sliced", [False, True], ids=["general-to-sliced", "sliced-to-general"])
-def test_a_snapshot_of_the_other_path_is_refused_naming_the_operator(from_sliced: bool) -> None:
-    spec, selector = spec_of(WindowedStream(keyed(), TumblingEventTimeWindows.of(Time.milliseconds(100))).reduce(add_values))
+def test_a_snapshot_of_the_other_path_that_cannot_convert_is_refused_naming_the_operator(from_sliced: bool) -> None:
+    """Sliding windows in flight cannot be cut into slices; a window function alone cannot be given
+    slices for elements (tests/test_window_layouts.py converts what can be)."""
+    sliding = SlidingEventTimeWindows.of(Time.milliseconds(100), Time.milliseconds(25))
+    spec, selector = spec_of(WindowedStream(keyed(), sliding).reduce(add_values))
+    target = spec_of(WindowedStream(keyed(), sliding).apply(Apply()))[0] if from_sliced else spec
     old = Harness(spec, selector, op_class=sliced_operator if from_sliced else WindowOperator)
     old.send(_records(20, SEED))
     backend = new_backend(128, range(0, 128))
     backend.restore([canonical.loads(pickle.dumps(old.backend.snapshot()))])
     with pytest.raises(FlinkpyError) as raised:
-        Harness(spec, selector, backend, op_class=WindowOperator if from_sliced else SlicedWindowOperator)
+        Harness(target, selector, backend, op_class=WindowOperator if from_sliced else sliced_operator)
     message = str(raised.value)
-    assert "'Window'" in message and ("general" in message and "sliced" in message)
+    assert "'Window'" in message and ("general" in message and "sliced" in message), message
+    assert ("window function alone" if from_sliced else "cannot be split") in message, message
     # an empty snapshot of the other path (every window fired) restores
     old.watermark(MAX_WM)
     empty = new_backend(128, range(0, 128))
     empty.restore([canonical.loads(pickle.dumps(old.backend.snapshot()))])
-    Harness(spec, selector, empty, op_class=WindowOperator if from_sliced else SlicedWindowOperator)
+    Harness(target, selector, empty, op_class=WindowOperator if from_sliced else sliced_operator)
 
 
 def _in_range(records: list, key_groups: range) -> list:

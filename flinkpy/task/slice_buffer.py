@@ -33,6 +33,7 @@ from flinkpy.state.key_groups import KeyGroupAssigner
 from flinkpy.state.views import SlicesByKeyGroup
 from flinkpy.task.watermarks import MIN_WATERMARK
 from flinkpy.task.window_operator import WindowOperator
+from flinkpy.task.window_layouts import restore_layout
 from flinkpy.task.window_slicing import (
     _SHARED_AS_IS,
     FIRED,
@@ -40,7 +41,6 @@ from flinkpy.task.window_slicing import (
     SLICE_TIMER,
     SLICED,
     SlicedWindowOperator,
-    check_restored_path,
     forget_fired,
     restored_fired,
 )
@@ -56,7 +56,7 @@ class BufferedSlicedWindowOperator(SlicedWindowOperator):
     names = (SLICES, FIRED)
 
     def _open_contents(self) -> None:
-        check_restored_path(self, SLICED)
+        restore_layout(self, SLICED)
         self._open_geometry()
         backend = self.backend
         self._assign = KeyGroupAssigner(backend.max_parallelism)

@@ -125,9 +125,10 @@ class WindowOperator:
 
     def _open_contents(self) -> None:
         """Window contents: one ``{state window: contents}`` value state per key."""
-        from flinkpy.task.window_slicing import GENERAL, check_restored_path
+        from flinkpy.common.window_spec import GENERAL
+        from flinkpy.task.window_layouts import restore_layout
 
-        check_restored_path(self, GENERAL)
+        restore_layout(self, GENERAL)
         self._contents = self.backend.get_partitioned_state(ValueStateDescriptor(self.CONTENTS))
 
     def process_watermark_status(self, idle: bool) -> None:

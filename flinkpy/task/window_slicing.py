@@ -21,8 +21,8 @@ path says with its timers), so a snapshot of one restores on the other, at any p
 The semantics are the general path's: default triggers, allowed lateness with late firings
 (a late record re-fires at once every already-fired, not yet cleaned-up window that holds it),
 late data to a side output, offsets. Which path a window takes is :func:`execution_path`'s
-decision; ``flinkpy info`` shows it. The two paths keep different state, so a snapshot of one is
-refused by the other (:func:`check_restored_path`). Two differences. In processing time, a
+decision; ``flinkpy info`` shows it. The two paths keep different state: a snapshot of one is
+converted when the other restores it (:mod:`flinkpy.task.window_layouts`). Two differences. In processing time, a
 record that arrives in the very millisecond its window fired makes the window fire again with
 all its records on the store path, counts in the next window on the heap path, and makes the
 window fire with that record alone on the general path (which purged it). After a restore, a
@@ -38,8 +38,7 @@ from typing import Any, Callable
 
 from flinkpy.common.state import ValueStateDescriptor
 from flinkpy.common.window import TimeWindow
-from flinkpy.common.window_spec import AGGREGATE, GENERAL, REDUCE, SLICED, WindowSpec, execution_path
-from flinkpy.errors import FlinkpyError
+from flinkpy.common.window_spec import AGGREGATE, GENERAL, REDUCE, SLICED, WindowSpec, execution_path  # noqa: F401 (GENERAL: importable here too)
 from flinkpy.state.heap import TIMER_EVENT_TABLE, TIMER_PROCESSING_TABLE, HeapKeyedStateBackend
 from flinkpy.task.watermarks import MIN_WATERMARK
 from flinkpy.task.window_operator import WindowOperator
@@ -101,28 +100,15 @@ def forget_fired(backend: Any) -> None:
         cell.clear()
 
 
-def check_restored_path(op: WindowOperator, path: str) -> None:
-    """Refuse state the other path wrote: it keeps windows where this one keeps slices (and the
-    reverse), and its timers carry another namespace."""
-    other, other_path = (WindowOperator.CONTENTS, GENERAL) if path == SLICED else (SlicedWindowOperator.SLICES, SLICED)
-    backend = op.backend
-    names = getattr(backend, "state_names", None)
-    if names is not None and other in names() and backend.keys_of(other):
-        raise FlinkpyError(
-            f"window operator {op.name!r}: the restored state was written by the {other_path} window "
-            f"path, and this job runs the operator on the {path} path ({execution_path(op.spec)[1]})",
-            remedy="restore it with the job as it was when the snapshot was taken, let its windows "
-            "fire and take a new savepoint after they are empty, or start without the snapshot",
-        )
-
-
 class SlicedWindowOperator(WindowOperator):
     """A :class:`WindowOperator` for tumbling and sliding windows over slices (module docstring)."""
 
     SLICES = "_window_slices"
 
     def _open_contents(self) -> None:
-        check_restored_path(self, SLICED)
+        from flinkpy.task.window_layouts import restore_layout
+
+        restore_layout(self, SLICED)
         self._slices = self.backend.get_partitioned_state(ValueStateDescriptor(self.SLICES))
         self._open_geometry()
         #: (time, key group) of the timers registered and not fired yet (empty after a restore:
