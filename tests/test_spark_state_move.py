@@ -69,20 +69,24 @@ def test_plan_moves_positions_running_values_and_sink_state_and_names_what_canno
         ("keyed state (seen)", sm.Move.MOVES), ("keyed state", sm.Move.REFUSED)]
 
 
-def test_process_functions_and_general_windows_move_and_sliced_windows_are_refused_with_the_reason() -> None:
-    from flinkpy.common.window import EventTimeSessionWindows, TumblingEventTimeWindows
+def test_process_functions_and_windows_on_either_path_move_a_sliced_window_in_the_general_layout() -> None:
+    """Keyed process functions and windows move; a window the engine runs on slices moves in the
+    general layout Spark's WindowOperator keeps (flinkpy.task.window_layouts)."""
+    from flinkpy.common.window import EventTimeSessionWindows, TimeWindow, TumblingEventTimeWindows
     from flinkpy.common.window_spec import WindowSpec
+    from flinkpy.state.heap import TIMER_EVENT_TABLE
+    from flinkpy.task.window_operator import WindowOperator
+    from flinkpy.task.window_slicing import GROUP_TIMER_KEY, SLICE_TIMER, SlicedWindowOperator
 
     sessions, minutes = EventTimeSessionWindows.with_gap(10), TumblingEventTimeWindows.of(60_000)
+    per_minute = WindowSpec(minutes, minutes.get_default_trigger(), aggregation="reduce", aggregate_function=lambda a, b: a + b)
     program = [
         sm.ProgramOperator("alerts", "late alerts", "alerts", "keyed_process", keyed_state_moves=True),
         sm.ProgramOperator("sessions", "sessions", "sessions", "window", keyed_state_moves=True,
-                           window_refusal=sm.window_layout_refusal(WindowSpec(sessions, sessions.get_default_trigger()))),
-        sm.ProgramOperator("minutes", "per minute", "minutes", "window", keyed_state_moves=True,
-                           window_refusal=sm.window_layout_refusal(WindowSpec(minutes, minutes.get_default_trigger(), aggregation="reduce",
-                                                                              aggregate_function=lambda a, b: a + b))),
+                           sliced_window=sm.sliced_window(WindowSpec(sessions, sessions.get_default_trigger()))),
+        sm.ProgramOperator("minutes", "per minute", "minutes", "window", keyed_state_moves=True, sliced_window=sm.sliced_window(per_minute)),
     ]
-    assert program[1].window_refusal == ""
+    assert program[1].sliced_window is None and program[2].sliced_window is per_minute
     doc = {"operators": [
         _op("alerts", keyed={"seen": {"kind": "list", "entries": 3}, "count": {"kind": "value", "entries": 2},
                              "_timers.event": {"kind": "value", "entries": 2}}),
@@ -93,9 +97,23 @@ def test_process_functions_and_general_windows_move_and_sliced_windows_are_refus
     assert [(d.operator, d.what, d.move) for d in plan.decisions] == [
         ("late alerts", "keyed state (_timers.event, count, seen)", sm.Move.MOVES),
         ("sessions", "keyed state (_window_contents, _window_merging)", sm.Move.MOVES),
-        ("per minute", "keyed state (_window_slices)", sm.Move.REFUSED)]
-    assert plan.problems == ["operator 'per minute': the engine runs this window on slices (slices of 60000 ms) and Spark on the "
-                             "general window operator, whose window contents are laid out otherwise"]
+        ("per minute", "keyed state (_window_slices)", sm.Move.MOVES)]
+    # state written by an operator of another kind under the same id does not fit
+    assert sm.foreign_keyed_state("window", {"_reduce"}).startswith("its keyed state (_reduce) is not a window's")
+    assert sm.foreign_keyed_state("keyed_process", {"seen", "_window_contents"}).startswith(
+        "its keyed state (_window_contents) is a window's, and it is a keyed_process")
+    assert sm.foreign_keyed_state("window", {"_window_slices", "_timers.event"}) == ""
+    # two old subtasks' slices (key groups 3 and 9, each its own group timer): one window each, in the general layout
+    slices = [{"states": {SlicedWindowOperator.SLICES: {"kind": "value", "key_groups": {kg: {key: {60_000: value}}}},
+                          TIMER_EVENT_TABLE: {"kind": "value", "key_groups": {kg: {(GROUP_TIMER_KEY, SLICE_TIMER, 59_999): None}}}}}
+              for kg, key, value in ((3, "a", 5), (9, "b", 7))]
+    handles = [{"file": i, "states": {}} for i in range(2)]
+    snapshot = {"operators": [{"operator_id": "minutes", "name": "per minute", "max_parallelism": 128,
+                               "subtasks": [{"subtask": i, "keyed_state": h} for i, h in enumerate(handles)]}]}
+    moved = sm.engine_states(snapshot, lambda h: slices[h["file"]], ["minutes"], sliced_windows={"minutes": per_minute})
+    keyed = moved["minutes"].keyed
+    assert keyed.states[WindowOperator.CONTENTS] == ("value", {"a": {TimeWindow(0, 60_000): 5}, "b": {TimeWindow(0, 60_000): 7}})
+    assert {k: {ts for ts, _ in t} for k, t in keyed.event_timers.items()} == {"a": {59_999}, "b": {59_999}}
 
 
 def test_keyed_state_and_timers_convert_between_the_engine_and_spark_layouts_at_another_max_parallelism() -> None:
@@ -230,14 +248,15 @@ pytest.importorskip("pyspark", reason="PySpark is not installed")
 
 JOB = '''\
 """Running sums per parity of 1..COUNT (each record PAUSE seconds, so a stop lands mid-stream) into a FileSink;
-beside them, each number held in keyed state until its event-time timer fires, and sessions of numbers."""
+beside them, each number held in keyed state until its event-time timer fires, sessions of numbers, and their sums per
+parity and 500 ms of event time (a window the engine keeps in slices)."""
 import sys, time
 from flinkpy.common import Encoder, Time, Types, WatermarkStrategy
 from flinkpy.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from flinkpy.datastream.connectors.file_system import FileSink
 from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
 from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from flinkpy.datastream.window import EventTimeSessionWindows, ProcessWindowFunction
+from flinkpy.datastream.window import EventTimeSessionWindows, ProcessWindowFunction, TumblingEventTimeWindows
 
 
 count, out, pause = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
@@ -295,6 +314,9 @@ if True:
      .name("sessions").uid("sessions")
      .sink_to(FileSink.for_row_format(out + "-sessions", Encoder.simple_string_encoder()).build()).name("sessions file")
      .uid("sessions-sink"))
+    (timed.key_by(lambda pair: pair[0]).window(TumblingEventTimeWindows.of(Time.milliseconds(500)))  # on slices on the engine
+     .reduce(lambda a, b: (a[0], a[1] + b[1])).name("blocks").uid("blocks")
+     .sink_to(FileSink.for_row_format(out + "-blocks", Encoder.simple_string_encoder()).build()).name("blocks file").uid("blocks-sink"))
 env.execute("moving sums")
 '''
 
@@ -307,6 +329,18 @@ def _expected_due(count: int) -> Counter:
         numbers = list(range(key or 3, count + 1, 3))
         for i, n in enumerate(numbers):
             out[(key, n, i + 1, tuple(numbers[max(0, i - 3):i]))] += 1
+    return out
+
+
+def _expected_blocks(count: int) -> Counter:
+    """The tumbling window's sums: per parity and 500 ms of event time (the job's stamp)."""
+    out: Counter = Counter()
+    for key, first in (("even", 2), ("odd", 1)):
+        sums: dict = {}
+        for n in range(first, count + 1, 2):
+            window = (n + (n // 50) * 100) // 500
+            sums[window] = sums.get(window, 0) + n
+        out.update((key, total) for total in sums.values())
     return out
 
 
@@ -415,13 +449,13 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     moves = {o["operator"]: o["state"] for o in plan["operators"] if o["move"] == "moves"}
     assert plan["movable"] and moves["running sums"] == "running values per key", plan
     assert moves["due"].startswith("keyed state (_timers.event, fired, recent, waiting") and moves["sessions"].startswith("keyed state (_timers.event, _window_contents"), plan
-    # the same uid on a window the engine runs on slices: its state would not move, and the plan says so
+    # the sums' uid on a window: a keyed reduce's state does not fit a window, and the plan says so
     (tmp_path / "sliced_job.py").write_text(JOB.replace(".key_by(lambda pair: pair[0]).sum(1)", ".key_by(lambda pair: pair[0]).window("
                                                         "TumblingEventTimeWindows.of(Time.seconds(1))).reduce(lambda a, b: (a[0], a[1] + b[1]))")
                                              .replace("import EventTimeSessionWindows,", "import EventTimeSessionWindows, TumblingEventTimeWindows,"))
     refused = run_cli("savepoint", "plan", "--runner", "spark", on_engine, str(tmp_path / "sliced_job.py"), *slow[1:], timeout=120)
     assert refused.returncode == 7, refused.stderr
-    assert "error: operator 'running sums': the engine runs this window on slices" in refused.stderr
+    assert "error: operator 'running sums': its keyed state (_reduce) is not a window's" in refused.stderr
     # -n on Spark: the state of operators the program no longer has (new uids) stays behind instead of refusing the run
     (tmp_path / "new_uids.py").write_text(JOB.replace('uid("sums")', 'uid("totals")').replace('sink")', 'file")'))
     new_uids = [str(tmp_path / "new_uids.py"), str(count), str(tmp_path / "out-n"), "0.02"]
@@ -460,6 +494,7 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     _check_exactly_once(_records(out), count)
     assert _literal_lines(due) == _expected_due(count)
     assert _literal_lines(sessions) == _expected_sessions(count)
+    assert _literal_lines(Path(f"{out}-blocks")) == _expected_blocks(count)
 
 
 @pytest.mark.timeout(600)
@@ -488,3 +523,4 @@ def test_a_spark_job_rescales_from_its_savepoint_through_the_engine_layout(tmp_p
     _check_exactly_once(_records(out), count)
     assert _literal_lines(due) == _expected_due(count)
     assert _literal_lines(sessions) == _expected_sessions(count)
+    assert _literal_lines(Path(f"{out}-blocks")) == _expected_blocks(count)

@@ -20,8 +20,8 @@ which says what moves and refuses, naming the operator, what would not:
   a sink's pre-committed output is committed by the sink's own writer before the query starts
   (the engine's recovery contract); keyed state of keyed functions and of windows the engine
   runs on its general path, with their timers (:mod:`.keyed_move`), becomes the initial state
-  of their Spark step. Windows the engine runs on slices (:func:`window_layout_refusal`) and
-  functions' operator state are refused.
+  of their Spark step; a window the engine runs on slices is given the general window
+  layout first (:func:`sliced_window`). Functions' operator state is refused.
 - Spark -> engine: when a Spark job takes a savepoint, the driver also writes the engine's
   layout into it (:func:`engine_operators`): the sources' positions from the committed batch's
   offsets, and the keyed reduces' running values and other keyed operators' states and timers
@@ -75,8 +75,8 @@ class ProgramOperator:
     restorable_source: bool = False
     #: a keyed operator whose per-key state and timers move (:mod:`.keyed_move`)
     keyed_state_moves: bool = False
-    #: why its window contents cannot move (:func:`window_layout_refusal`), "" where they can
-    window_refusal: str = ""
+    #: a window the engine runs on slices (:func:`sliced_window`): its WindowSpec, else None
+    sliced_window: Any = None
 
 
 @dataclass(frozen=True)
@@ -141,18 +141,38 @@ def keyed_refusal(kind: str, what: str, runner: str) -> str:
     return f"it is a {kind}, which has no place for {what} on {runner}"
 
 
-def window_layout_refusal(spec: Any) -> str:
-    """Why a window's contents cannot move between the runners ("" when they can): Spark runs
-    every window on the engine's general WindowOperator, while the engine runs tumbling and
-    sliding windows with an incremental function on slices, whose state is laid out otherwise.
-    The one place that decides it, for a converter between the two layouts to replace."""
+def foreign_keyed_state(kind: str, names: set[str]) -> str:
+    """Why keyed state of these ``names`` does not fit an operator of ``kind`` ("" when it may):
+    a window's state given to another operator, or another operator's to a window (its uid was
+    another operator's)."""
+    windowed = {n for n in names if n.startswith("_window")}
+    if kind == "window" and not windowed:
+        return (f"its keyed state ({', '.join(sorted(names))}) is not a window's: an operator of another kind had this id; "
+                "give the window another uid, or pass -n")
+    if kind != "window" and windowed:
+        return (f"its keyed state ({', '.join(sorted(windowed))}) is a window's, and it is a {kind}: give it another uid, or pass -n")
+    return ""
+
+
+def sliced_window(spec: Any) -> Any:
+    """The WindowSpec of a window the engine runs on slices, None for any other operator. Spark
+    runs every window on the engine's general WindowOperator, whose state is laid out otherwise:
+    such a window's state is converted on the way (:mod:`flinkpy.task.window_layouts`), to the
+    general layout when it moves to Spark, and back by the engine's restore."""
     from flinkpy.common.window_spec import SLICED, execution_path
 
-    path, why = execution_path(spec)
-    if path != SLICED:
-        return ""
-    return (f"the engine runs this window on slices ({why}) and Spark on the general window operator, whose window "
-            "contents are laid out otherwise")
+    return spec if execution_path(spec)[0] == SLICED else None
+
+
+def merged_states(documents: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``states`` of several canonical keyed-state documents of one operator (its old
+    subtasks, each with its own key groups) as one."""
+    out: dict[str, Any] = {}
+    for doc in documents:
+        for name, entry in (doc.get("states") or {}).items():
+            merged = out.setdefault(name, {**{k: v for k, v in entry.items() if k != "key_groups"}, "key_groups": {}})
+            merged["key_groups"].update(entry.get("key_groups") or {})
+    return out
 
 
 # --------------------------------------------------------------------------- planning
@@ -218,8 +238,8 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
             names = ", ".join(sorted(keyed))
             if set(keyed) == {REDUCE_STATE} and target.kind == "keyed_reduce" and target.key_group_reduce:
                 decide("running values per key")
-            elif target.window_refusal:
-                decide(f"keyed state ({names})", target.window_refusal)
+            elif foreign := foreign_keyed_state(target.kind, set(keyed)):
+                decide(f"keyed state ({names})", foreign)
             elif target.keyed_state_moves:
                 decide(f"keyed state ({names})")
             else:
@@ -245,12 +265,12 @@ def program_operators(plan: Any) -> list[ProgramOperator]:
                    for node, spec in zip(step.operators, step.payload.specs)}
     reduces = {n for n, spec in keyed_specs.items() if by_key_group(spec)}
     moving = {n for n, spec in keyed_specs.items() if spec.kind in KEYED_STATE_KINDS and n not in reduces}
-    windows = {n: window_layout_refusal(spec.fn) for n, spec in keyed_specs.items() if spec.kind == "window"}
+    windows = {n: sliced_window(spec.fn) for n, spec in keyed_specs.items() if spec.kind == "window"}
     sources = {id(step.payload.node) for branch in plan.branches for step in branch
                if step.kind == "source" and _restorable(step.payload)}
     return [ProgramOperator(ids[n], node.name, node.uid, "source" if node.is_source else "sink" if node.is_sink else node.kind,
                             key_group_reduce=id(node) in reduces, restorable_source=id(node) in sources,
-                            keyed_state_moves=id(node) in moving, window_refusal=windows.get(id(node), ""))
+                            keyed_state_moves=id(node) in moving, sliced_window=windows.get(id(node)))
             for n in graph.topological_order() for node in [graph.nodes[n]]]
 
 
@@ -317,11 +337,16 @@ def settle_sinks(sinks: Mapping[str, Any], states: Mapping[str, MovedState]) -> 
 
 
 def engine_states(doc: Mapping[str, Any], load: Callable[[Mapping[str, Any]], Any],
-                  keyed_operators: Iterable[str] = ()) -> dict[str, MovedState]:
+                  keyed_operators: Iterable[str] = (), *, sliced_windows: Mapping[str, Any] | None = None,
+                  max_parallelism: int = 128) -> dict[str, MovedState]:
     """The movable state of an engine snapshot, by operator id; ``load(handle)`` reads a state
     file (a keyed-state document, or an operator-state object). The keyed state of
-    ``keyed_operators`` moves whole (:mod:`.keyed_move`), the others' as running values."""
+    ``keyed_operators`` moves whole (:mod:`.keyed_move`), the others' as running values; that of
+    ``sliced_windows`` (operator id -> WindowSpec) in the general window layout, as Spark keeps it."""
+    from flinkpy.task.window_layouts import sliced_to_general
+
     keyed_ids = set(keyed_operators)
+    sliced = dict(sliced_windows or {})
     out: dict[str, MovedState] = {}
     for op in doc.get("operators", []):
         moved = MovedState(op["operator_id"])
@@ -329,7 +354,11 @@ def engine_states(doc: Mapping[str, Any], load: Callable[[Mapping[str, Any]], An
         if op["operator_id"] in keyed_ids:
             handles = [s["keyed_state"] for s in subtasks if s.get("keyed_state")]
             if handles:
-                moved.keyed = keyed_move.from_engine((load(h) for h in handles), operator=op.get("name") or op["operator_id"])
+                documents: Iterable[Mapping[str, Any]] = (load(h) for h in handles)
+                if op["operator_id"] in sliced:
+                    states = sliced_to_general(merged_states(documents), sliced[op["operator_id"]], int(op.get("max_parallelism") or max_parallelism))
+                    documents = [{"states": states}]
+                moved.keyed = keyed_move.from_engine(documents, operator=op.get("name") or op["operator_id"])
         for s in subtasks:
             handle = s.get("keyed_state")
             if moved.keyed is None and handle and REDUCE_STATE in (handle.get("states") or {}):

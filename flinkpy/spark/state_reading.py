@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 from flinkpy.spark import keyed_move, state_move
+from flinkpy.errors import InvalidProgramError
 from flinkpy.spark.state_move import Move, MoveDecision, MovedState, decode_positions, merge_group_tables, program_operators
 
 log = logging.getLogger(__name__)
@@ -170,14 +171,18 @@ def read_moved_state(spark: Any, plan: Any, location: str, spark_doc: dict[str, 
         level = step.payload
         for index, (node, spec) in enumerate(zip(step.operators, level.specs)):
             p = program[ids[node.id]]
-            if p.keyed_state_moves or p.window_refusal:
-                if p.window_refusal:
-                    refused.append(_refused(p, "keyed state", p.window_refusal))
-                    continue
+            if p.keyed_state_moves:
                 try:
                     keyed_states = _keyed_states(spark, location, operator, level, index, spec) if committed else keyed_move.KeyedStates()
+                    if p.sliced_window is not None:  # the engine's restore converts it: refused now where it could not
+                        from flinkpy.task.window_layouts import general_to_sliced
+
+                        general_to_sliced(keyed_move.to_engine(keyed_states, plan.max_parallelism), p.sliced_window, plan.max_parallelism)
                 except ValueError as e:
                     refused.append(_refused(p, "keyed state", str(e)))
+                    continue
+                except InvalidProgramError as e:
+                    refused.append(_refused(p, "keyed state", e.message))
                     continue
                 states[p.operator_id] = MovedState(p.operator_id, keyed=keyed_states)
                 continue
@@ -199,7 +204,9 @@ def move_in(plan: Any, directory: str, doc: dict[str, Any], *, allow_non_restore
     state_move.refuse(state_move.plan_move(doc, program, runner=state_move.SPARK, allow_non_restored_state=allow_non_restored_state),
                       where=directory)
     reader = StateFileReader(CheckpointStorage(directory), directory, trusted=True)
-    states = state_move.engine_states(doc, reader.load, [p.operator_id for p in program if p.keyed_state_moves and not p.window_refusal])
+    states = state_move.engine_states(doc, reader.load, [p.operator_id for p in program if p.keyed_state_moves],
+                                      sliced_windows={p.operator_id: p.sliced_window for p in program if p.sliced_window is not None},
+                                      max_parallelism=plan.max_parallelism)
     state_move.apply_moved(plan, states)
     state_move.settle_sinks(state_move.sinks_of(plan), states)
     return sorted(states)
