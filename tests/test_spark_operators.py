@@ -12,7 +12,8 @@ route (flinkpy/spark/plan.py). Three jobs exercise what a single pipeline cannot
   whether each timer fires before or after the record at its own timestamp, as on the engine;
 - examples/sensor_alerts.py: a keyed process function and a session window on one keyed stream,
   the window's late data as a side output, everything unioned into one print sink; and
-  examples/max_two_sources.py: two sources unioned into a keyed process function.
+  examples/max_two_sources.py: two sources unioned into a keyed process function; and
+  examples/fraud_rules.py: broadcast state (rules broadcast to a keyed stream, at parallelism 2).
 
 Each job runs on flinkpy's engine (its embedded local cluster, parallelism 1, as ``python JOB``
 runs it) and on Spark (one local[2] session for the module, the three queries at once); every
@@ -173,6 +174,10 @@ def spark():
     session.stop()
 
 
+#: examples/ run on both runners here (their print sink swapped for a collect sink on Spark)
+EXAMPLE_JOBS = ("sensor_alerts", "max_two_sources", "fraud_rules")
+
+
 @pytest.fixture(scope="module")
 def runs(spark, tmp_path_factory):
     """Each job on the engine and on Spark: {job: (engine outputs, Spark outputs, plan)}, one list
@@ -189,7 +194,7 @@ def runs(spark, tmp_path_factory):
         # several micro-batches: event time and the end of input cross batch boundaries
         plan = translate(captured.env, config={MAX_RECORDS_KEY: "100"}, job_name=job)
         started[job] = (plan, _start(plan, spark, base, job), spark_dirs)
-    for example in ("sensor_alerts", "max_two_sources"):
+    for example in EXAMPLE_JOBS:
         (captured,) = capture_job(str(EXAMPLES / f"{example}.py"), [])
         (sink,) = [n for n in captured.stream_graph.nodes.values() if n.is_sink]
         out_dir = base / example / "out"
@@ -208,7 +213,7 @@ def runs(spark, tmp_path_factory):
         res = _run_on_engine(home, job_file, job, *map(str, dirs))
         assert res.returncode == 0, res.stderr
         engine[job] = [_engine_records(d) for d in dirs]
-    for example in ("sensor_alerts", "max_two_sources"):
+    for example in EXAMPLE_JOBS:
         res = _run_on_engine(home, EXAMPLES / f"{example}.py")
         assert res.returncode == 0, res.stderr
         engine[example] = [printed_records(res.stdout)]
@@ -282,6 +287,19 @@ def test_max_two_sources_example_gives_the_engine_maxima(runs):
         assert mine == sorted(set(mine)) and mine[-1] == theirs[-1] == (98 if parity == "even" else 99)
 
 
+def test_fraud_rules_example_equals_the_engine(runs):
+    """Broadcast state on Spark: the rules broadcast to a keyed stream at parallelism 2, each
+    transaction judged by a timer once the watermark passed it: the engine's alerts, which the
+    rules call for."""
+    from test_broadcast_state import expected_fraud_alerts
+
+    engine, spark, plan = runs["fraud_rules"]
+    example = load_example("fraud_rules.py")
+    expected = expected_fraud_alerts(example.RULE_UPDATES, example.TRANSACTIONS, example.BURST_WINDOW_MS)
+    assert Counter(spark[0]) == Counter(engine[0]) == Counter(expected)
+    assert "'check transactions': both inputs' rows in one Spark group (parallelism 1)" in plan.explain()
+
+
 def _tables(dsn: str) -> tuple[list, list]:
     """The example's two tables, then dropped (the other runner creates them again)."""
     import psycopg
@@ -336,7 +354,8 @@ def test_broadcast_is_refused_naming_the_operator():
     env.from_collection([1, 2, 3]).broadcast().map(lambda x: x + 1).name("plus one").uid("plus-one").print()
     with pytest.raises(UntranslatableError) as e:
         translate(env, config={})
-    assert "'plus one' (uid 'plus-one')" in str(e.value) and "broadcast" in str(e.value) and e.value.remedy
+    assert "'plus one' (uid 'plus-one')" in str(e.value) and "without broadcast state" in str(e.value)
+    assert "BroadcastProcessFunction" in e.value.remedy
 
 
 def test_periodic_savepoints_are_refused_naming_the_key():
