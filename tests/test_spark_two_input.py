@@ -29,9 +29,7 @@ Watermarks are punctuated (one after each record), so that rows carry their inpu
 
 The job runs on flinkpy's engine (an embedded local cluster) and on Spark (one local[2] session
 for the module, several micro-batches); every sink must hold the same records on both, and the
-records computed here from the input. broadcast_job's fraud screening (tests/broadcast_job.py) runs
-on Spark too, its query stopped mid-way and started again on its checkpoint: the broadcast state,
-keyed state and timers carry on.
+records computed here from the input.
 """
 
 from __future__ import annotations
@@ -371,55 +369,6 @@ def test_the_join_timers_wait_for_both_inputs(run):
     unshipped = {r[1] for r in spark[0] if r[0] == "unshipped"}
     assert unshipped == {i for i in range(200) if i % 3 == 0}
     assert len([r for r in spark[0] if r[0] == "shipped"]) == len([i for i in range(200) if i % 3])
-
-
-def test_broadcast_state_carries_on_across_a_restart_of_the_query(spark, tmp_path):
-    """broadcast_job's screening on Spark in micro-batches of 800 numbers, the query stopped after
-    its first and started again on its checkpoint location: every transaction judged once, by the
-    rule valid at its time (those after the restart by rules broadcast before it: without the
-    broadcast state, on_timer finds no rule and the query fails), with the counts kept per account."""
-    import random
-
-    import cloudpickle
-    from pyspark import cloudpickle as spark_cloudpickle
-
-    import broadcast_job as job
-    from conftest import wait_for
-    from flinkpy.connectors.collect import CollectSink
-    from flinkpy.datastream import StreamExecutionEnvironment
-    from flinkpy.datastream.connectors import NumberSequenceSource
-
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    n = 2400  # rules at 0 and 2000
-    table = job.thresholds(n, seed)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(1)
-    job.build(env, NumberSequenceSource(0, n - 1), table).sink_to(CollectSink(str(out)))
-    plan = translate(env, config={MAX_RECORDS_KEY: "800"}, job_name="fraud screening")
-    for pickler in (cloudpickle, spark_cloudpickle):  # tests/ is not on the Python workers' path
-        pickler.register_pickle_by_value(job)
-    try:
-        chk = str(tmp_path / "chk")
-        query = plan.start(spark, checkpoint_location=chk, trigger_interval_ms=None, query_name="screening_1")
-        wait_for(lambda: query.lastProgress is not None, timeout=240, message="a committed micro-batch",
-                 describe=lambda: query.exception())
-        query.stop()
-        before = read_collected(str(out))
-        assert 0 < len(before) < n, "the query should have been stopped in the middle of its input"
-        query = plan.start(spark, checkpoint_location=chk, trigger_interval_ms=None, query_name="screening_2")
-        query.awaitTermination(300)
-    finally:
-        for pickler in (cloudpickle, spark_cloudpickle):
-            pickler.unregister_pickle_by_value(job)
-    assert not query.isActive and query.exception() is None, str(query.exception())
-    decisions = read_collected(str(out))
-    assert sorted(d[1] for d in decisions) == list(range(n))
-    assert {d[1]: d[2] for d in decisions} == job.expected(n, table)
-    last = {d[0]: d for d in sorted(decisions, key=lambda d: d[4])}
-    assert {a: (d[3], d[4]) for a, d in last.items()} == job.expected_counts(n, table)
 
 
 # -- refused before anything starts ------------------------------------------------------------
