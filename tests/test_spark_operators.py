@@ -13,7 +13,8 @@ route (flinkpy/spark/plan.py). Three jobs exercise what a single pipeline cannot
 - examples/sensor_alerts.py: a keyed process function and a session window on one keyed stream,
   the window's late data as a side output, everything unioned into one print sink; and
   examples/max_two_sources.py: two sources unioned into a keyed process function; and
-  examples/fraud_rules.py: broadcast state (rules broadcast to a keyed stream, at parallelism 2).
+  examples/fraud_rules.py: broadcast state (rules broadcast to a keyed stream, at parallelism 2),
+  held to the reference that tests/test_broadcast_state.py holds the engine's alerts to.
 
 Each job runs on flinkpy's engine (its embedded local cluster, parallelism 1, as ``python JOB``
 runs it) and on Spark (one local[2] session for the module, the three queries at once); every
@@ -174,14 +175,18 @@ def spark():
     session.stop()
 
 
-#: examples/ run on both runners here (their print sink swapped for a collect sink on Spark)
+#: examples/ run on both runners here (their print sink swapped for a collect sink on Spark);
+#: fraud_rules on Spark only: tests/test_broadcast_state.py holds its engine's alerts (at parallelism
+#: 1 and 3) to the reference that Spark's are held to here, which spares an embedded cluster
 EXAMPLE_JOBS = ("sensor_alerts", "max_two_sources", "fraud_rules")
+ENGINE_EXAMPLES = ("sensor_alerts", "max_two_sources")
 
 
 @pytest.fixture(scope="module")
 def runs(spark, tmp_path_factory):
     """Each job on the engine and on Spark: {job: (engine outputs, Spark outputs, plan)}, one list
-    of records per sink; sensor_alerts' print sink is swapped for a collect sink on Spark."""
+    of records per sink (engine outputs None for fraud_rules: see EXAMPLE_JOBS); the examples'
+    print sinks are swapped for collect sinks on Spark."""
     base = tmp_path_factory.mktemp("spark-operators")
     job_file = base / "dag_job.py"
     job_file.write_text(DAG_JOB)
@@ -213,7 +218,7 @@ def runs(spark, tmp_path_factory):
         res = _run_on_engine(home, job_file, job, *map(str, dirs))
         assert res.returncode == 0, res.stderr
         engine[job] = [_engine_records(d) for d in dirs]
-    for example in EXAMPLE_JOBS:
+    for example in ENGINE_EXAMPLES:
         res = _run_on_engine(home, EXAMPLES / f"{example}.py")
         assert res.returncode == 0, res.stderr
         engine[example] = [printed_records(res.stdout)]
@@ -222,7 +227,7 @@ def runs(spark, tmp_path_factory):
         query.awaitTermination(480)
         assert not query.isActive, f"{job}: the bounded query did not end by itself"
         assert query.exception() is None, f"{job}: {query.exception()}"
-        out[job] = (engine[job], [read_collected(str(d)) for d in dirs], plan)
+        out[job] = (engine.get(job), [read_collected(str(d)) for d in dirs], plan)
     return out
 
 
@@ -289,14 +294,14 @@ def test_max_two_sources_example_gives_the_engine_maxima(runs):
 
 def test_fraud_rules_example_equals_the_engine(runs):
     """Broadcast state on Spark: the rules broadcast to a keyed stream at parallelism 2, each
-    transaction judged by a timer once the watermark passed it: the engine's alerts, which the
-    rules call for."""
+    transaction judged by a timer once the watermark passed it: the alerts the rules call for,
+    which are the engine's (tests/test_broadcast_state.py::test_fraud_rules_example_prints_the_alerts_its_rules_call_for)."""
     from test_broadcast_state import expected_fraud_alerts
 
-    engine, spark, plan = runs["fraud_rules"]
+    _, spark, plan = runs["fraud_rules"]
     example = load_example("fraud_rules.py")
     expected = expected_fraud_alerts(example.RULE_UPDATES, example.TRANSACTIONS, example.BURST_WINDOW_MS)
-    assert Counter(spark[0]) == Counter(engine[0]) == Counter(expected)
+    assert Counter(spark[0]) == Counter(expected) and len(expected) > 10
     assert "'check transactions': both inputs' rows in one Spark group (parallelism 1)" in plan.explain()
 
 
