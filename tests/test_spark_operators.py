@@ -12,7 +12,9 @@ route (flinkpy/spark/plan.py). Three jobs exercise what a single pipeline cannot
   whether each timer fires before or after the record at its own timestamp, as on the engine;
 - examples/sensor_alerts.py: a keyed process function and a session window on one keyed stream,
   the window's late data as a side output, everything unioned into one print sink; and
-  examples/max_two_sources.py: two sources unioned into a keyed process function.
+  examples/max_two_sources.py: two sources unioned into a keyed process function; and
+  examples/fraud_rules.py: broadcast state (rules broadcast to a keyed stream, at parallelism 2),
+  held to the reference that tests/test_broadcast_state.py holds the engine's alerts to.
 
 Each job runs on flinkpy's engine (its embedded local cluster, parallelism 1, as ``python JOB``
 runs it) and on Spark (one local[2] session for the module, the three queries at once); every
@@ -173,10 +175,18 @@ def spark():
     session.stop()
 
 
+#: examples/ run on both runners here (their print sink swapped for a collect sink on Spark);
+#: fraud_rules on Spark only: tests/test_broadcast_state.py holds its engine's alerts (at parallelism
+#: 1 and 3) to the reference that Spark's are held to here, which spares an embedded cluster
+EXAMPLE_JOBS = ("sensor_alerts", "max_two_sources", "fraud_rules")
+ENGINE_EXAMPLES = ("sensor_alerts", "max_two_sources")
+
+
 @pytest.fixture(scope="module")
 def runs(spark, tmp_path_factory):
     """Each job on the engine and on Spark: {job: (engine outputs, Spark outputs, plan)}, one list
-    of records per sink; sensor_alerts' print sink is swapped for a collect sink on Spark."""
+    of records per sink (engine outputs None for fraud_rules: see EXAMPLE_JOBS); the examples'
+    print sinks are swapped for collect sinks on Spark."""
     base = tmp_path_factory.mktemp("spark-operators")
     job_file = base / "dag_job.py"
     job_file.write_text(DAG_JOB)
@@ -189,7 +199,7 @@ def runs(spark, tmp_path_factory):
         # several micro-batches: event time and the end of input cross batch boundaries
         plan = translate(captured.env, config={MAX_RECORDS_KEY: "100"}, job_name=job)
         started[job] = (plan, _start(plan, spark, base, job), spark_dirs)
-    for example in ("sensor_alerts", "max_two_sources"):
+    for example in EXAMPLE_JOBS:
         (captured,) = capture_job(str(EXAMPLES / f"{example}.py"), [])
         (sink,) = [n for n in captured.stream_graph.nodes.values() if n.is_sink]
         out_dir = base / example / "out"
@@ -208,7 +218,7 @@ def runs(spark, tmp_path_factory):
         res = _run_on_engine(home, job_file, job, *map(str, dirs))
         assert res.returncode == 0, res.stderr
         engine[job] = [_engine_records(d) for d in dirs]
-    for example in ("sensor_alerts", "max_two_sources"):
+    for example in ENGINE_EXAMPLES:
         res = _run_on_engine(home, EXAMPLES / f"{example}.py")
         assert res.returncode == 0, res.stderr
         engine[example] = [printed_records(res.stdout)]
@@ -217,7 +227,7 @@ def runs(spark, tmp_path_factory):
         query.awaitTermination(480)
         assert not query.isActive, f"{job}: the bounded query did not end by itself"
         assert query.exception() is None, f"{job}: {query.exception()}"
-        out[job] = (engine[job], [read_collected(str(d)) for d in dirs], plan)
+        out[job] = (engine.get(job), [read_collected(str(d)) for d in dirs], plan)
     return out
 
 
@@ -282,6 +292,19 @@ def test_max_two_sources_example_gives_the_engine_maxima(runs):
         assert mine == sorted(set(mine)) and mine[-1] == theirs[-1] == (98 if parity == "even" else 99)
 
 
+def test_fraud_rules_example_equals_the_engine(runs):
+    """Broadcast state on Spark: the rules broadcast to a keyed stream at parallelism 2, each
+    transaction judged by a timer once the watermark passed it: the alerts the rules call for,
+    which are the engine's (tests/test_broadcast_state.py::test_fraud_rules_example_prints_the_alerts_its_rules_call_for)."""
+    from test_broadcast_state import expected_fraud_alerts
+
+    _, spark, plan = runs["fraud_rules"]
+    example = load_example("fraud_rules.py")
+    expected = expected_fraud_alerts(example.RULE_UPDATES, example.TRANSACTIONS, example.BURST_WINDOW_MS)
+    assert Counter(spark[0]) == Counter(expected) and len(expected) > 10
+    assert "'check transactions': both inputs' rows in one Spark group (parallelism 1)" in plan.explain()
+
+
 def _tables(dsn: str) -> tuple[list, list]:
     """The example's two tables, then dropped (the other runner creates them again)."""
     import psycopg
@@ -336,7 +359,8 @@ def test_broadcast_is_refused_naming_the_operator():
     env.from_collection([1, 2, 3]).broadcast().map(lambda x: x + 1).name("plus one").uid("plus-one").print()
     with pytest.raises(UntranslatableError) as e:
         translate(env, config={})
-    assert "'plus one' (uid 'plus-one')" in str(e.value) and "broadcast" in str(e.value) and e.value.remedy
+    assert "'plus one' (uid 'plus-one')" in str(e.value) and "without broadcast state" in str(e.value)
+    assert "BroadcastProcessFunction" in e.value.remedy
 
 
 def test_periodic_savepoints_are_refused_naming_the_key():

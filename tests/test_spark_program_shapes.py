@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,11 @@ import sys
 from flinkpy.connectors.collect import CollectSink
 from flinkpy.connectors.redis_sinks import RedisStreamsSink, RedisUpsertSink
 from flinkpy.datastream import StreamExecutionEnvironment
-from flinkpy.datastream.functions import SourceFunction
+from flinkpy.datastream.functions import KeyedBroadcastProcessFunction, SourceFunction
+from flinkpy.datastream.state import MapStateDescriptor, ValueStateDescriptor
+
+#: the readings announced as marks, broadcast
+MARKS = MapStateDescriptor("marks", None, None)
 
 
 class Readings(SourceFunction):
@@ -124,12 +129,32 @@ class Readings(SourceFunction):
         self.running = False
 
 
+class Counted(KeyedBroadcastProcessFunction):
+    """Running counts that carry on only if their state does: marks in broadcast state, readings
+    per sensor in keyed state."""
+
+    def open(self, ctx):
+        self.seen = ctx.get_state(ValueStateDescriptor("seen", None))
+
+    def process_element(self, reading, ctx):
+        self.seen.update((self.seen.value() or 0) + 1)
+        yield (reading[0], self.seen.value())
+
+    def process_broadcast_element(self, reading, ctx):
+        marks = ctx.get_broadcast_state(MARKS)
+        marks.put(reading[1], True)
+        yield ("marks", len(list(marks.keys())))
+
+
 if __name__ == "__main__":
     count, out, url, name = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)
-    sums = env.add_source(Readings(count), "readings").map(lambda r: (r[0], r[1] * 2)).key_by(lambda r: r[0]).sum(1)
+    readings = env.add_source(Readings(count), "readings")
+    sums = readings.map(lambda r: (r[0], r[1] * 2)).key_by(lambda r: r[0]).sum(1)
     sums.sink_to(CollectSink(out))
+    marks = readings.filter(lambda r: r[1] % 50 == 0).broadcast(MARKS)
+    readings.key_by(lambda r: r[0]).connect(marks).process(Counted()).name("counted").sink_to(CollectSink(out + "-broadcast"))
     sums.sink_to(RedisStreamsSink.builder().set_url(url).set_topic(name).set_partitions(2).set_key_selector(lambda r: r[0]).build())
     sums.sink_to(RedisUpsertSink.builder().set_url(url).set_hash(name + "-totals").set_key_selector(lambda r: r[0])
                  .set_value_selector(lambda r: r[1]).build())
@@ -154,7 +179,9 @@ def test_a_source_function_and_redis_sinks_run_on_spark_exactly_once_across_a_re
     Streams topic of two partitions and a Redis hash: the same records as on the engine, in its
     order per key (in a partition, keys interleave as Spark's batches order them), although the query is stopped after two micro-batches and
     started again on its checkpoint location (the function ran once, its journal replays; a
-    replayed batch's appends are skipped by their batch id)."""
+    replayed batch's appends are skipped by their batch id). Beside it a KeyedBroadcastProcessFunction
+    counts the marks broadcast to it and each sensor's readings: counts that carry on across the
+    restart only with its broadcast state and keyed state."""
     from flinkpy.spark.capture import capture_job
     from flinkpy.spark.plan import MAX_RECORDS_KEY, translate
     from flinkpy.spark.sinks import read_collected
@@ -166,6 +193,7 @@ def test_a_source_function_and_redis_sinks_run_on_spark_exactly_once_across_a_re
     job.write_text(FUNCTION_JOB)
     out, chk = tmp_path / "spark-out", str(tmp_path / "chk")
     out.mkdir()
+    (tmp_path / "spark-out-broadcast").mkdir()
     args = [str(count), str(out), redis_server.url, "spark"]
 
     def start(name: str, interval: int | None):
@@ -176,6 +204,7 @@ def test_a_source_function_and_redis_sinks_run_on_spark_exactly_once_across_a_re
 
     engine_out = tmp_path / "engine-out"
     engine_out.mkdir()
+    (tmp_path / "engine-out-broadcast").mkdir()
     env = dict(os.environ, FLINKPY_HOME=str(flinkpy_home))
     engine = subprocess.Popen([sys.executable, str(job), str(count), str(engine_out), redis_server.url, "engine"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env)
@@ -205,6 +234,10 @@ def test_a_source_function_and_redis_sinks_run_on_spark_exactly_once_across_a_re
         assert sorted(spark_entries) == sorted(engine_entries)
     assert sum(client.xlen(f"spark:{p}") for p in (0, 1)) == count
     assert client.hgetall("spark-totals") == client.hgetall("engine-totals") and len(client.hgetall("spark-totals")) == 3
+    counted = Counter(read_collected(str(tmp_path / "spark-out-broadcast")))
+    assert counted == Counter(_engine_records(tmp_path / "engine-out-broadcast"))
+    marks = [("marks", m) for m in range(1, count // 50 + 1)]
+    assert counted == Counter(marks + [(f"s{k}", n) for k in range(3) for n in range(1, count // 3 + 1)])
 
 
 def test_the_interval_join_example_equals_the_engine(spark, tmp_path: Path) -> None:

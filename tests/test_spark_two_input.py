@@ -17,14 +17,19 @@ One job (CONNECTED_JOB) joins orders with shipments and uses every two-input ope
 5. a KeyedCoProcessFunction over orders and a denser stream of clicks, whose timers count each
    input's records until then: the orders' watermark alone runs ahead of the clicks', so a timer
    that fired by it would miss clicks (it did, before the operator took the lower of the two);
-6. ``connect(...).map(CoMapFunction)`` after keyed depth 1: a keyed reduce's updates and clicks.
+6. ``connect(...).map(CoMapFunction)`` after keyed depth 1: a keyed reduce's updates and clicks;
+7. ``connect(shipments.broadcast(CARRIERS)).process(BroadcastProcessFunction)``: every shipment
+   into the broadcast state, which the orders read;
+8. ``key_by(customer).connect(shipments.broadcast(CARRIERS)).process(KeyedBroadcastProcessFunction)``:
+   each customer's shipments announced, read from the broadcast state at its first order or put
+   into its keyed state by ``apply_to_keyed_state`` after it: every customer ends with all of
+   them only if both hold, whichever way the inputs interleave (reported by a timer at the end).
 
 Watermarks are punctuated (one after each record), so that rows carry their input's watermark.
 
 The job runs on flinkpy's engine (an embedded local cluster) and on Spark (one local[2] session
 for the module, several micro-batches); every sink must hold the same records on both, and the
-records computed here from the input. The kinds other branches build (broadcast state, interval
-joins) are refused before anything starts, naming the operator, why and what to do.
+records computed here from the input.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from conftest import run_cli
 pytest.importorskip("pyspark", reason="PySpark is not installed (pip install -e '.[spark]')")
 
 from flinkpy.spark.capture import capture_job  # noqa: E402
-from flinkpy.spark.plan import MAX_RECORDS_KEY, UntranslatableError, translate  # noqa: E402
+from flinkpy.spark.plan import MAX_RECORDS_KEY, translate  # noqa: E402
 from flinkpy.spark.sinks import read_collected  # noqa: E402
 from test_spark_operators import _engine_records, _run_on_engine, _start  # noqa: E402
 
@@ -46,13 +51,17 @@ pytestmark = pytest.mark.timeout(600)
 CONNECTED_JOB = '''
 import sys
 
-from flinkpy.common import WatermarkStrategy
+from flinkpy.common import Types, WatermarkStrategy
 from flinkpy.connectors.collect import CollectSink
-from flinkpy.datastream import (CoFlatMapFunction, CoMapFunction, CoProcessFunction, KeyedCoProcessFunction, OutputTag,
-                                Partitioner, StreamExecutionEnvironment)
-from flinkpy.datastream.state import ValueStateDescriptor
+from flinkpy.datastream import (BroadcastProcessFunction, CoFlatMapFunction, CoMapFunction, CoProcessFunction,
+                                KeyedBroadcastProcessFunction, KeyedCoProcessFunction, OutputTag, Partitioner,
+                                StreamExecutionEnvironment)
+from flinkpy.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 SHIPMENTS = OutputTag("shipments")
+#: shipment id -> carrier, broadcast
+CARRIERS = MapStateDescriptor("carriers", Types.LONG(), Types.STRING())
+ORDERS = ValueStateDescriptor("orders", None)
 
 
 def orders():
@@ -187,6 +196,41 @@ class Seen(CoFlatMapFunction):
         yield ("order", order[0])
 
 
+class Carriers(BroadcastProcessFunction):
+    def process_element(self, order, ctx):
+        ctx.get_broadcast_state(CARRIERS).get(order[0])
+        yield ("order", order[0], ctx.timestamp())
+
+    def process_broadcast_element(self, shipment, ctx):
+        carriers = ctx.get_broadcast_state(CARRIERS)
+        carriers.put(shipment[0], shipment[1])
+        yield ("known", len(list(carriers.keys())))
+
+
+class Announced(KeyedBroadcastProcessFunction):
+    """Per customer, the shipments announced to it: those broadcast before its first order from
+    the broadcast state, those after by apply_to_keyed_state; a timer reports them at the end."""
+
+    def open(self, ctx):
+        self.orders = ctx.get_state(ORDERS)
+        self.seen = ctx.get_map_state(MapStateDescriptor("seen", None, None))
+
+    def process_element(self, order, ctx):
+        if self.orders.value() is None:
+            for shipment_id in ctx.get_broadcast_state(CARRIERS).keys():
+                self.seen.put(shipment_id, True)
+            ctx.timer_service().register_event_time_timer(10**9)
+        self.orders.update((self.orders.value() or 0) + 1)
+
+    def process_broadcast_element(self, shipment, ctx):
+        ctx.get_broadcast_state(CARRIERS).put(shipment[0], shipment[1])
+        ctx.apply_to_keyed_state(ORDERS, lambda customer, orders: self.seen.put(shipment[0], True))
+
+    def on_timer(self, timestamp, ctx):
+        seen = list(self.seen.keys())
+        yield (ctx.get_current_key(), self.orders.value(), len(seen), sum(seen))
+
+
 class EveryRecord:
     """Punctuated: a watermark after every record, so that rows carry their input's watermark
     (and a two-input operator must take the lower of its two inputs')."""
@@ -217,6 +261,8 @@ def build(env, outs):
     totals = o.map(lambda r: (r[1], r[2])).key_by(lambda t: t[0]).sum(1).name("totals")
     totals.connect(o).key_by(lambda t: t[0], lambda r: r[1]).flat_map(Seen()).name("seen").sink_to(CollectSink(outs[4]))
     totals.connect(c).map(Label()).name("label").sink_to(CollectSink(outs[6]))
+    o.connect(s.broadcast(CARRIERS)).process(Carriers()).name("carriers").sink_to(CollectSink(outs[7]))
+    o.key_by(lambda r: r[1]).connect(s.broadcast(CARRIERS)).process(Announced()).name("announced").sink_to(CollectSink(outs[8]))
 
 
 if __name__ == "__main__":
@@ -226,7 +272,7 @@ if __name__ == "__main__":
     env.execute("connected")
 '''
 
-SINKS = 7
+SINKS = 9
 
 
 def _expected() -> list[Counter]:
@@ -256,7 +302,9 @@ def _expected() -> list[Counter]:
     for _, c, a, _ in orders:
         running[c] = running.get(c, 0) + a
         label[("total", c, running[c])] += 1
-    return [join, sums, tagged, count, seen, tally, label]
+    carriers = Counter([("order", i, 100 * i) for i in range(200)] + [("known", n) for n in range(1, len(ships) + 1)])
+    announced = Counter((c, 50, len(ships), sum(carrier)) for c in ("c0", "c1", "c2", "c3"))
+    return [join, sums, tagged, count, seen, tally, label, carriers, announced]
 
 
 @pytest.fixture(scope="module")
@@ -308,6 +356,8 @@ def test_every_two_input_operator_equals_the_engine_and_the_input(run):
     explained = plan.explain()
     assert "'join'" in explained and "'seen'" in explained and "partition_custom into 'amounts': not applied" in explained
     assert [s.kind for s in plan.stages].count("keyed") == 2
+    # both broadcast operators at keyed depth 1, every row of theirs in one group
+    assert "'carriers': both inputs' rows in one Spark group" in explained and "apply_to_keyed_state over every key" in explained
     # the co-map after keyed depth 1 runs in chain level 1, its second input passing that depth
     assert [[n.name for n in s.operators] for s in plan.stages if s.kind == "chain"] == [["label"]]
 
@@ -330,23 +380,31 @@ def _env():
     return StreamExecutionEnvironment.get_execution_environment()
 
 
-@pytest.mark.parametrize("kind", ["broadcast_process", "keyed_broadcast_process"])
-def test_the_kinds_other_branches_build_are_refused_with_a_reason(kind):
-    """broadcast state stays on the engine (interval joins run: tests/test_spark_program_shapes.py)."""
-    from flinkpy.graph.stream_graph import BROADCAST, StreamRef
+def test_a_broadcast_operator_groups_both_inputs_in_one_group():
+    """Every row into a broadcast operator, of either input, gets one grouping key; the keyed
+    variant keys its records by the data side's selector inside the group."""
+    from flinkpy.datastream import KeyedBroadcastProcessFunction
+    from flinkpy.datastream.state import MapStateDescriptor
 
+    class Rules(KeyedBroadcastProcessFunction):
+        def process_element(self, value, ctx):
+            yield value
+
+        def process_broadcast_element(self, value, ctx):
+            ctx.get_broadcast_state(RULES).put(value, 1)
+
+    RULES = MapStateDescriptor("rules")
     env = _env()
-    a, b = env.from_collection([1, 2]), env.from_collection([3])
-    graph = env._graph
-    refs = (StreamRef(a._refs[0].node_id), StreamRef(b._refs[0].node_id, BROADCAST if "broadcast" in kind else None, type_number=2))
-    node = graph.add_node(kind, "rules", fn=object(), inputs=refs, uid="rules-1")
-    graph.add_node("sink", "out", fn=object(), inputs=(StreamRef(node.id),))
-    with pytest.raises(UntranslatableError) as e:
-        translate(env, config={})
-    message = str(e.value)
-    assert "'rules' (uid 'rules-1')" in message and "have no Spark translation" not in message
-    assert "broadcast state" in message
-    assert "flinkpy's engine" in e.value.remedy
+    a, b = env.from_collection([("a", 1)]), env.from_collection(["limit"])
+    a.key_by(lambda t: t[0]).connect(b.broadcast(RULES)).process(Rules()).name("rules").uid("rules-1").print()
+    plan = translate(env, config={})
+    (keyed,) = [s for s in plan.stages if s.kind == "keyed"]
+    (spec,) = keyed.payload.specs
+    assert spec.kind == "keyed_broadcast_process" and keyed.payload.routed and len(spec.second) == 1
+    assert spec.key_selector(("a", 1)) == "a" and spec.params["broadcast_state_descriptors"] == (RULES,)
+    keys = {r: k for c in (br[1].payload for br in plan.branches) for r, k in c.next_keys.items()}
+    assert len(keys) == 2 and {k[1](x) for k in keys.values() for x in [("a", 1), "limit"]} == {0}
+    assert "'rules' (uid rules-1): both inputs' rows in one Spark group (parallelism 1); broadcast state 'rules'" in plan.explain()
 
 
 def test_a_keyed_two_input_operator_is_grouped_by_each_inputs_key():

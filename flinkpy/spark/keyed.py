@@ -50,9 +50,18 @@ from flinkpy.spark.records import BUNDLE, END_W, FINAL, MARKER_KEY, MIN_W, RECOR
 KEY_GROUPS = 32
 
 
+#: the broadcast state pattern's operators: every row of both inputs in one Spark group (:mod:`.broadcast`)
+BROADCAST_KINDS = ("broadcast_process", "keyed_broadcast_process")
+
+
+def one_group(record: Any) -> int:
+    """The grouping key of every record into a broadcast operator: one Spark group holds them all."""
+    return 0
+
+
 @dataclass
 class KeyedSpec:
-    kind: str  # keyed_reduce | keyed_process | keyed_map | keyed_flat_map | keyed_filter | window | keyed_co_* | interval_join
+    kind: str  # keyed_reduce | keyed_process | keyed_map | keyed_flat_map | keyed_filter | window | keyed_co_* | interval_join | *broadcast_process
     name: str
     fn: Any
     key_selector: Callable
@@ -75,7 +84,8 @@ class KeyedSpec:
     #: the routes that feed its second input (their rows go to ``process2``)
     key_selector2: Callable | None = None
     second: frozenset[int] = frozenset()
-    #: an interval join's bounds and late-record side outputs (the engine operator's arguments)
+    #: an interval join's bounds and late-record side outputs, a broadcast operator's state
+    #: descriptors (the engine operator's arguments)
     params: dict[str, Any] = field(default_factory=dict)
     #: a keyed reduce by key group: running values moved from an engine snapshot, by Spark key
     #: group (:mod:`.state_move`); a group without Spark state of its own starts from its seed

@@ -45,8 +45,9 @@ k2)``) is a keyed operator whose routes in carry each input's own key, so both i
 a key meet in one group, with its state and timers. Its event time is, as on the engine, the lower
 of its two inputs' watermarks: each as far as the group's rows tell, from Spark's watermark (a
 bound of both) at the start of the micro-batch; an interval join is such an operator too (the
-engine's IntervalJoinOperator). Broadcast state is refused
-(see ``_REFUSED``); ``partition_custom`` is not applied (:meth:`_Translator.note_custom_partitioning`).
+engine's IntervalJoinOperator). A broadcast state operator (``connect(stream.broadcast(descriptor))``)
+is a keyed operator whose rows of both inputs all go to one group (:mod:`flinkpy.spark.broadcast`);
+``partition_custom`` is not applied (:meth:`_Translator.note_custom_partitioning`).
 
 A job with one path from its sources to one sink (W1, W2, most jobs) needs no routes: its plan
 is the same as before routes existed — a linear chain, one keyed operator grouped by its key alone
@@ -73,7 +74,7 @@ from flinkpy.errors import InvalidProgramError
 from flinkpy.graph.stream_graph import BROADCAST, CUSTOM, StreamEdge, StreamGraph, StreamNode
 from flinkpy.spark.chain import ChainSpec, Stage
 from flinkpy.spark.levels import LevelSpec, SourcePort
-from flinkpy.spark.keyed import KEY_GROUPS, KeyedSpec, by_key_group, on_group_state
+from flinkpy.spark.keyed import BROADCAST_KINDS, KEY_GROUPS, KeyedSpec, by_key_group, on_group_state, one_group
 from flinkpy.spark.query import KeyedLevel, Route, SinkRoutes, SparkPlan, Step, label
 from flinkpy.spark.source_steps import SourceStep, source_step
 from flinkpy.spark.untranslatable import UntranslatableError, refuse
@@ -85,17 +86,8 @@ MAX_RECORDS_KEY = "execution.spark.max-records-per-batch"
 _TWO_INPUT = ("co_map", "co_flat_map", "co_process")
 _KEYED_TWO_INPUT = ("keyed_co_process", "keyed_co_map", "keyed_co_flat_map", "interval_join")
 _STATELESS = ("map", "flat_map", "filter", "process", "timestamps") + _TWO_INPUT
-_KEYED = ("keyed_reduce", "keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "window") + _KEYED_TWO_INPUT
+_KEYED = ("keyed_reduce", "keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "window") + _KEYED_TWO_INPUT + BROADCAST_KINDS
 _ON_THE_ENGINE = "run the job on flinkpy's engine (without --runner spark)"
-_BROADCAST_STATE = (
-    "it is a broadcast process function: every parallel instance applies each record of the broadcast input to its own copy "
-    "of the broadcast state, which the other input's records read (and apply_to_keyed_state carries to every key's state). "
-    "Spark has no state that its groups share: a stateful Spark operator keeps state per grouping key, and its Python "
-    "workers keep nothing between micro-batches; a broadcast record could only be copied into the state of keys known in "
-    "advance, not of keys that arrive later, and apply_to_keyed_state cannot reach other groups' state",
-    _ON_THE_ENGINE + "; or, when the broadcast side is small and rarely changes, load it in the function's open() and use a "
-    "process function without broadcast state",
-)
 #: operator kinds that stay on the engine, with why and what to do
 _REFUSED: dict[str, tuple[str, str]] = {
     "async_wait": (
@@ -105,8 +97,6 @@ _REFUSED: dict[str, tuple[str, str]] = {
         "micro-batch would issue every request of the batch again",
         _ON_THE_ENGINE + ", or call the service synchronously in a map() when Spark's throughput is enough",
     ),
-    "broadcast_process": _BROADCAST_STATE,
-    "keyed_broadcast_process": _BROADCAST_STATE,
 }
 #: the position of the sinks in the pipeline: after every chain level (2d) and keyed depth (2d-1)
 _SINK = 1 << 30
@@ -151,11 +141,15 @@ class _Translator:
 
     def check_edges(self) -> None:
         for e in self.graph.edges:
-            if e.partitioner == BROADCAST:
-                target = self.graph.nodes[e.target]
-                raise refuse(target, "its input is broadcast (every record to every parallel instance), which Spark's micro-batches "
-                                     "over partitioned data do not express",
-                             remedy="run the job on flinkpy's engine, or key or rebalance the stream instead of broadcast()")
+            target = self.graph.nodes[e.target]
+            if e.partitioner == BROADCAST and target.kind not in BROADCAST_KINDS:
+                raise refuse(target, "its input is broadcast (every record to every parallel instance) without broadcast state: "
+                                     "what a function learns from those records lives in each instance's Python attributes, and "
+                                     "on Spark an operator of a chain level lives for one partition of one micro-batch, so the "
+                                     "other records would not see broadcast records of other partitions or earlier micro-batches",
+                             remedy="keep what the broadcast records say in broadcast state: "
+                                    "stream.connect(other.broadcast(MapStateDescriptor(...))).process(BroadcastProcessFunction), "
+                                    "which the Spark runner runs; or run the job on flinkpy's engine")
 
     def check_keyed(self, node: StreamNode) -> None:
         """Refuse a keyed operator Spark cannot run; none today: processing-time windows, triggers
@@ -223,7 +217,7 @@ class _Translator:
                 self.second.add(route.id)
         keyed_at = {d: [graph.nodes[n] for n in order if graph.nodes[n].kind in _KEYED and self.depth[n] == d] for d in range(1, deepest + 1)}
         # a keyed two-input operator reads the route of each row: which input it feeds
-        keyed_routed = {d: len(ops) > 1 or any(n.kind in _KEYED_TWO_INPUT for n in ops)
+        keyed_routed = {d: len(ops) > 1 or any(n.kind in _KEYED_TWO_INPUT + BROADCAST_KINDS for n in ops)
                         or any(r.start < 2 * d - 1 < r.end for r in self.routes if r.target is not None)
                         for d, ops in keyed_at.items()}
         sink_routed = len(sinks) > 1
@@ -292,13 +286,15 @@ class _Translator:
                              uid=node.uid, routes=tuple(main), side_routes={t: tuple(rs) for t, rs in side.items()}, depth=depth,
                              prefix=struct.pack(">H", i) if routed else b"", row_type=node.params.get("output_type"),
                              key_selector2=node.params.get("key_selector2"),
-                             params={k: node.params[k] for k in ("lower_bound", "upper_bound", "late_tags") if k in node.params},
+                             params={k: node.params[k] for k in ("lower_bound", "upper_bound", "late_tags", "broadcast_state_descriptors")
+                                     if k in node.params},
                              second=frozenset(self.edge_route[id(e)].id for e in self.graph.inputs_of(node.id) if e.type_number == 2))
             specs.append(spec)
             groups = KEY_GROUPS if by_key_group(spec) else 0
             for e in self.graph.inputs_of(node.id):
-                keys[self.edge_route[id(e)].id] = (spec.prefix, e.key_selector, groups)
-            parts.append(f"key group of {groups}" if groups else "key")
+                # a broadcast operator's rows, of both inputs, all in one group (flinkpy.spark.broadcast)
+                keys[self.edge_route[id(e)].id] = (spec.prefix, one_group if node.kind in BROADCAST_KINDS else e.key_selector, groups)
+            parts.append("one group" if node.kind in BROADCAST_KINDS else f"key group of {groups}" if groups else "key")
         from flinkpy.spark.time_mode import EVENT_TIME, PROCESSING_TIME
 
         time_mode = PROCESSING_TIME if any(s.processing_time for s in specs) else EVENT_TIME
@@ -319,6 +315,8 @@ class _Translator:
         if passing:
             notes.append("passes on unchanged (grouped in buckets): " + ", ".join(f"r{r.id}" for r in passing))
         for spec, node in zip(specs, ops):
+            if node.kind in BROADCAST_KINDS:
+                notes.append(_broadcast_note(node))
             if spec.side_routes:
                 notes.append(f"{label(node)} side outputs: " + ", ".join(f"{t!r} -> " + ", ".join(f"r{r}" for r in rs)
                                                                          for t, rs in spec.side_routes.items()))
@@ -448,6 +446,15 @@ class _Translator:
         if spec.emitted_routes():
             notes.append("emits routes: " + ", ".join(f"r{r}" for r in spec.emitted_routes()))
         return Step("chain", nodes, spark, spec, notes=notes)
+
+
+def _broadcast_note(node: StreamNode) -> str:
+    """How a broadcast operator runs on Spark, for the plan's reader."""
+    names = ", ".join(repr(d.get_name()) for d in node.params.get("broadcast_state_descriptors", ()))
+    keyed = ("; keyed state per key and timers in that group (the engine's heap backend by key group), "
+             "apply_to_keyed_state over every key" if node.kind == "keyed_broadcast_process" else "")
+    return (f"{label(node)}: both inputs' rows in one Spark group (parallelism 1); broadcast state {names} "
+            f"in a Spark map state{keyed}")
 
 
 def _environment_settings(graph_or_env: Any) -> tuple[StreamGraph, dict[str, str], int, str, bool]:

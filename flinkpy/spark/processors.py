@@ -17,6 +17,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from flinkpy.spark.chain import _Collector, _runtime_context
 from flinkpy.spark.keyed import (
     _METHODS,
+    BROADCAST_KINDS,
     KeyedSpec,
     _bundle_frame,
     _frame,
@@ -327,6 +328,10 @@ class _PrefixedHandle:
 
 def make_processor(spec: KeyedSpec) -> StatefulProcessor:
     """The StatefulProcessor of ``spec``."""
+    if spec.kind in BROADCAST_KINDS:
+        from flinkpy.spark.broadcast import BroadcastProcessor
+
+        return BroadcastProcessor(spec)
     return KeyGroupReduce(spec) if by_key_group(spec) else FlinkpyKeyedProcessor(spec)
 
 

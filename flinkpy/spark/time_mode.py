@@ -57,6 +57,8 @@ def choose(kind: str, fn: Any) -> str:
         return PROCESSING_TIME if mentions(fn, names) else EVENT_TIME
     if kind == "keyed_reduce":
         return PROCESSING_TIME if mentions(fn, TTL_CALLS) else EVENT_TIME
+    if kind == "keyed_broadcast_process":  # its state TTL is the engine's heap backend's (flinkpy.spark.broadcast)
+        return PROCESSING_TIME if mentions(fn, PROCESSING_TIME_CALLS) else EVENT_TIME
     return EVENT_TIME
 
 
