@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pickle
 import random
 import socket
@@ -439,6 +440,9 @@ def test_one_query_with_timers_windows_side_outputs_fan_out_and_keyed_after_keye
 
 
 @pytest.mark.timeout(360)
+@pytest.mark.skipif(os.environ.get("FLINKPY_SPARK_SOAK") != "long",
+                    reason="on demand (FLINKPY_SPARK_SOAK=long), about 100 s: the suite checks the unbounded KafkaSource's batches "
+                           "and their replay against Kafka, and a Kafka job exact across a killed Python worker (tests/test_spark_kafka.py)")
 def test_an_unbounded_kafka_job_is_exact_after_an_executor_is_killed(spark_cluster: SparkCluster, kafka, tmp_path: Path) -> None:  # noqa: F811
     """The Kafka job of test_spark_kafka.py without set_bounded: its micro-batches read Kafka
     offset ranges on the executors. An executor JVM is SIGKILLed while the first batch runs (on a
