@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -155,7 +156,38 @@ class TimerService(abc.ABC):
 
 
 class Function(abc.ABC):  # noqa: B024  (no abstract method: open/close are optional hooks)
-    """Base of all user functions: lifecycle hooks, both optional."""
+    """Base of all user functions: lifecycle hooks, both optional.
+
+    A function reaches its task pickled. Pickle's default restore writes the attributes into
+    the instance's ``__dict__``, which takes the object off CPython's (3.11+) compact attribute
+    layout for good: every ``self.x`` in a per-record method then costs a dictionary lookup
+    instead of a specialised load, up to half the time of a small ``invoke()``. Setting them
+    one by one keeps the compact layout; what is restored is the same.
+
+    >>> import cloudpickle  # how a job's functions travel
+    >>> class Count(SinkFunction):
+    ...     def __init__(self):
+    ...         self.count = 0
+    ...     def invoke(self, value, context):
+    ...         self.count += 1
+    >>> c = Count(); c.count = 7
+    >>> cloudpickle.loads(cloudpickle.dumps(c)).count
+    7
+    """
+
+    def __setstate__(self, state: Any) -> None:
+        # pickle's shapes: the instance's dict, or (dict or None, slots' values or None)
+        slots = None
+        if isinstance(state, tuple) and len(state) == 2:
+            state, slots = state
+        if state:
+            if not isinstance(state, dict):
+                raise TypeError(f"cannot restore a {type(self).__name__} from a {type(state).__name__}: its state is not a dict")
+            for name, value in state.items():
+                object.__setattr__(self, sys.intern(name), value)  # as pickle does: no __setattr__ of the class
+        if slots:
+            for name, value in slots.items():
+                setattr(self, name, value)
 
     def open(self, runtime_context: RuntimeContext) -> None:
         pass

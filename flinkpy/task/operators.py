@@ -465,16 +465,22 @@ class KeyedReduceOperator(KeyedOperator):
             self._values = writable_copy(self._values)
             self._shared = False
         f, key, state = self._f, self.key, self._values
-        get = state.get
-        missing = _MISSING
         invoke = None if self.batch_mode else self.output.per_record
+        # A key's first record is the rare case: the value is read by subscript (a specialised
+        # instruction, where get() with a default is a call) and a missing key costs the
+        # exception. The user's function runs in the else clause, so a KeyError it raises
+        # fails the task instead of being taken for a new key.
         if invoke is not None:
             # the sink's function in this loop: each update reaches it as it is made, in order,
             # as the batch below would deliver them (a barrier never comes inside a batch)
             for r in values:
                 k = key(r)
-                old = get(k, missing)
-                new = r if old is missing else f(old, r)
+                try:
+                    old = state[k]
+                except KeyError:
+                    new = r
+                else:
+                    new = f(old, r)
                 state[k] = new
                 invoke(new, None)
             return
@@ -482,8 +488,12 @@ class KeyedReduceOperator(KeyedOperator):
         append = out.append if out is not None else _discard
         for r in values:
             k = key(r)
-            old = get(k, missing)
-            new = r if old is missing else f(old, r)
+            try:
+                old = state[k]
+            except KeyError:
+                new = r
+            else:
+                new = f(old, r)
             state[k] = new
             append(new)
         if out:

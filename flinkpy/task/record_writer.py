@@ -169,15 +169,16 @@ class RecordWriter:
             self._mark()
 
     def _emit_hash(self, records: list) -> None:
-        key = self._key
-        memo = self._assign.memo
+        key, assign = self._key, self._assign
+        memo = assign.memo
         table = self._kg_to_channel
         pending = self.pending
         for r in records:
             k = key(r)
-            kg = memo.get(k)
-            if kg is None:
-                kg = self._assign(k)
+            try:
+                kg = memo[k]  # a subscript, not a get() call: most keys are memoised
+            except KeyError:
+                kg = assign(k)
             pending[table[kg]].append(r)
         self.records_out += len(records)
         self._after_fanout()
