@@ -410,3 +410,14 @@ def test_an_example_job_prints_its_records_on_an_attached_run(flinkpy_home: Path
     assert last == {"even": sum(range(2, 1001, 2)), "odd": sum(range(1, 1001, 2))}
     jobs = _cli_json("list", "-a")["jobs"]
     assert [(j["name"], j["state"], j["runner"]) for j in jobs] == [("even_odd_sum", "FINISHED", "spark")]
+
+
+def test_every_batch_writer_describes_itself_for_the_plan() -> None:
+    """`flinkpy info --runner spark` and the driver describe each sink's writer (a writer without
+    a describe of its own has the base class's)."""
+    from flinkpy.connectors.print_sink import DiscardingSink
+    from flinkpy.spark import sinks
+
+    assert sinks.writer_for(DiscardingSink(), "q/sink", "discard").describe() == "DiscardWriter"
+    for cls in [c for c in vars(sinks).values() if isinstance(c, type) and issubclass(c, sinks.BatchWriter)]:
+        assert callable(getattr(cls, "describe", None)), cls

@@ -58,6 +58,9 @@ class BatchWriter:
     def bind_lineage(self, lineage: str) -> None:
         """The query's lineage (see the module docstring), before :meth:`begin`."""
 
+    def describe(self) -> str:
+        return type(self).__name__
+
 
 def query_lineage(checkpoint_location: str | None) -> str:
     """The first 12 hex digits of the query id Spark keeps in ``<location>/metadata`` (written
@@ -74,9 +77,6 @@ def query_lineage(checkpoint_location: str | None) -> str:
         return json.loads(first)["id"].replace("-", "")[:12]
     except (FileNotFoundError, IndexError, KeyError, ValueError):
         return ""
-
-    def describe(self) -> str:
-        return type(self).__name__
 
 
 class PrintWriter(BatchWriter):
