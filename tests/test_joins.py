@@ -586,8 +586,8 @@ JOB = textwrap.dedent(
     env.set_state_backend(EmbeddedRocksDBStateBackend() if BACKEND == "rocksdb" else HashMapStateBackend())
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(DISORDER)).with_timestamp_assigner(
         lambda e, _: e[2])
-    orders = env.from_source(DataGeneratorSource(order, N, records_per_second=600), strategy, "orders")
-    shipments = env.from_source(DataGeneratorSource(shipment, N, records_per_second=600), strategy, "shipments")
+    orders = env.from_source(DataGeneratorSource(order, N, records_per_second=450), strategy, "orders")
+    shipments = env.from_source(DataGeneratorSource(shipment, N, records_per_second=450), strategy, "shipments")
     (orders.uid("orders").set_parallelism(1).key_by(lambda o: o[0])
         .interval_join(shipments.uid("shipments").set_parallelism(1).key_by(lambda s: s[0]))
         .between(Time.milliseconds(0), Time.milliseconds(WITHIN))
@@ -611,7 +611,7 @@ def test_interval_join_survives_stop_with_savepoint_and_rescale_2_3_1(cluster, c
         return len(out.read_text().splitlines()) if out.exists() else 0
 
     savepoint = None
-    for parallelism, share in ((2, 0.25), (3, 0.6)):
+    for parallelism, share in ((2, 0.25), (3, 0.5)):
         jid = _submit(cli, job, out, parallelism, savepoint)
         wait_for(lambda: _running(cli, jid) and lines() >= share * sum(expected.values()), timeout=90,
                  message=f"matches at parallelism {parallelism}")
