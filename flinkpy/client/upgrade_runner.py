@@ -215,8 +215,10 @@ class UpgradeRunner:
             return [up.SavepointFailed(exc.message)]
 
     def _do_CheckPlan(self, a: up.CheckPlan) -> list[up.Event]:
+        from flinkpy.checkpoint.metadata import CorruptCheckpointError
         from flinkpy.client.program import plan_program
         from flinkpy.client.restore_plan import compare
+        from flinkpy.errors import NotFoundError
 
         spec = self.machine.spec
         metadata, where = self._snapshot_metadata(a.snapshot)
@@ -224,9 +226,17 @@ class UpgradeRunner:
             self._step(f"Checking {spec.program} against {where} (savepoint plan --runner {a.runner.value})")
             if a.runner is up.Runner.ENGINE:
                 self.client.cluster.overview()  # a cluster to move to, before anything stops
-            problems, warnings, line = moves.plan_problems(where, spec.program, list(spec.args), runner=a.runner,
-                                                           parallelism=spec.parallelism, allow_non_restored_state=spec.allow_non_restored_state,
-                                                           overrides=dict(spec.overrides))
+            for attempt in range(5):
+                try:
+                    problems, warnings, line = moves.plan_problems(where, spec.program, list(spec.args), runner=a.runner,
+                                                                   parallelism=spec.parallelism,
+                                                                   allow_non_restored_state=spec.allow_non_restored_state,
+                                                                   overrides=dict(spec.overrides))
+                    break
+                except (NotFoundError, CorruptCheckpointError):
+                    if attempt == 4:
+                        raise
+                    _, where = self._snapshot_metadata(where)  # a newer checkpoint subsumed it while the plan was made
             if not problems:
                 self._step(line)
             return [up.PlanChecked(tuple(problems), tuple(warnings))]
