@@ -174,6 +174,77 @@ def test_keyed_state_and_timers_convert_between_the_engine_and_spark_layouts_at_
         km.from_spark({}, {"count": [(pickle.dumps("x"), pickle.dumps(1))]}, prefix=b"\x00\x01")
 
 
+def test_broadcast_state_moves_as_the_engines_restore_takes_it_with_the_keyed_functions_state(tmp_path: Path) -> None:
+    """A broadcast operator's broadcast state (the copy the engine's restore gives subtask 0) and
+    its keyed state and timers go into its one Spark group's initial state, and come back as the
+    operator state every new subtask restores and keyed state by key group."""
+    import pickle
+
+    from flinkpy.checkpoint.analysis import StateFileReader
+    from flinkpy.checkpoint.metadata import new_metadata, validate
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.spark import broadcast_move as bm
+    from flinkpy.state.key_groups import assign_to_key_group
+    from flinkpy.state.operator import OperatorStateBackend
+
+    program = [sm.ProgramOperator("scaled", "scaled", "scaled", "keyed_broadcast_process", keyed_state_moves=True),
+               sm.ProgramOperator("tagged", "tagged", "tagged", "broadcast_process"),
+               sm.ProgramOperator("sums", "running sums", "sums", "keyed_reduce", key_group_reduce=True)]
+    broadcast = {"rules": {"kind": "broadcast", "entries": 2}}
+    doc = {"operators": [_op("scaled", keyed={"total": {"kind": "value", "entries": 3}, "_timers.event": {"kind": "value", "entries": 3}},
+                             operator=broadcast),
+                         _op("tagged", operator=broadcast), _op("sums", operator={"rules": {"kind": "broadcast", "entries": 1}})]}
+    plan = sm.plan_move(doc, program, runner="spark")
+    assert [(d.operator, d.what, d.move) for d in plan.decisions] == [
+        ("scaled", "keyed state (_timers.event, total)", sm.Move.MOVES), ("scaled", "broadcast state (rules)", sm.Move.MOVES),
+        ("tagged", "broadcast state (rules)", sm.Move.MOVES), ("running sums", "broadcast state (rules)", sm.Move.REFUSED)]
+    assert plan.problems == ["operator 'running sums': it is a keyed_reduce, which has no place for broadcast state (rules) on Spark"]
+
+    # two old subtasks, each its own key groups and its own copy (unequal here, to see which one is taken)
+    files = {
+        "k0": {"version": 1, "states": {"total": {"kind": "value", "key_groups": {1: {"a": 5}}},
+                                        "_timers.event": {"kind": "value", "key_groups": {1: {("a", None, 99): None}}}}},
+        "k1": {"version": 1, "states": {"total": {"kind": "value", "key_groups": {70: {"b": 7}}}}},
+        "o0": {"functions": {"version": 1, "states": {"rules": {"mode": "broadcast", "items": {"factor": 3}}}}},
+        "o1": {"functions": {"version": 1, "states": {"rules": {"mode": "broadcast", "items": {"factor": 4}}}}},
+    }
+    snapshot = {"operators": [{"operator_id": "scaled", "name": "scaled", "subtasks": [
+        {"subtask": i, "keyed_state": {"path": f"k{i}", "states": {}}, "operator_state": {"path": f"o{i}", "states": broadcast}}
+        for i in (1, 0)]}]}
+    moved = sm.engine_states(snapshot, lambda h: files[h["path"]], ["scaled"])["scaled"]
+    assert moved.broadcast == {"rules": {"factor": 3}}
+    assert moved.keyed.states == {"total": ("value", {"a": 5, "b": 7})} and moved.keyed.event_timers == {"a": {(99, None)}}
+
+    # the rows the Spark group writes in its map states, read back as Spark's state store holds them
+    rows = bm.initial_rows(moved.keyed, moved.broadcast, b"\x00\x03")
+    assert {r.key for r in rows} == {b"\x00\x03" + pickle.dumps(0, protocol=5)}
+    keyed_cells = [(r.name, pickle.loads(r.part), r.value) for r in rows if r.kind == bm.KEYED_TABLE]
+    assert {kg for name, kg, _ in keyed_cells if name == "total"} == {assign_to_key_group(k, bm.MAX_PARALLELISM) for k in "ab"}
+    keyed, rules = bm.from_spark(keyed_cells, [(r.name, r.part, r.value) for r in rows if r.kind == bm.BROADCAST_ENTRY], {"total": "value"})
+    assert keyed == moved.keyed and rules == moved.broadcast
+
+    # into the engine's layout: every new subtask restores the copy, at any parallelism
+    url = str(tmp_path)
+    storage = CheckpointStorage(url)
+    ops = sm.engine_operators(program, {"scaled": sm.MovedState("scaled", keyed=keyed, broadcast=rules),
+                                        "tagged": sm.MovedState("tagged", broadcast=rules)},
+                              max_parallelism=32, write=lambda name, data: storage.write_state_in(url, name, data))
+    meta = new_metadata(job_id="0" * 32, job_name="j", checkpoint_id=1, trigger_timestamp=1, completion_timestamp=2,
+                        operators=ops, kind="savepoint", savepoint_format="canonical")
+    validate(meta, "moved")
+    assert [(d.operator, d.what) for d in sm.plan_move({**meta, "moved": {"refused": []}}, [], runner="engine").decisions] == [
+        ("scaled", "keyed state (_timers.event, total)"), ("scaled", "broadcast state (rules)"), ("tagged", "broadcast state (rules)")]
+    reader = StateFileReader(storage, url, trusted=True)
+    for op in ops:
+        handles = [s["operator_state"] for s in op["subtasks"]]
+        for subtask in range(3):
+            backend = OperatorStateBackend()
+            backend.restore([reader.load(h)["functions"] for h in handles], subtask_index=subtask, parallelism=3)
+            assert dict(backend.get_broadcast_state("rules").items()) == {"factor": 3}
+    back = sm.engine_states(meta, reader.load, ["scaled"])["scaled"]
+    assert back.keyed == keyed and back.broadcast == rules
+
+
 def test_a_keyed_state_with_a_time_to_live_is_refused_naming_the_operator_and_state() -> None:
     from flinkpy.errors import InvalidProgramError
     from flinkpy.spark import keyed_move as km
@@ -248,11 +319,14 @@ pytest.importorskip("pyspark", reason="PySpark is not installed")
 
 JOB = '''\
 """Running sums per parity of 1..COUNT (each record PAUSE seconds, so a stop lands mid-stream) into a FileSink;
-beside them, each number held in keyed state until its event-time timer fires, sessions of numbers, and their sums per
-parity and 500 ms of event time (a window the engine keeps in slices)."""
+beside them, each number held in keyed state until its event-time timer fires, sessions of numbers, their sums per
+parity and 500 ms of event time (a window the engine keeps in slices), sums per n % 7 weighed at the end by rules
+broadcast from a second source, and per n % 4 a count of the numbers and a sum of the squares of those divisible by 3
+(two inputs), both out at the end of the input."""
 import sys, time
 from flinkpy.common import Encoder, Time, Types, WatermarkStrategy
-from flinkpy.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from flinkpy.datastream import (KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction,
+                                StreamExecutionEnvironment)
 from flinkpy.datastream.connectors.file_system import FileSink
 from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
 from flinkpy.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
@@ -294,6 +368,54 @@ class Due(KeyedProcessFunction):
         yield (ctx.get_current_key(), n, fired, recent)
 
 
+#: beyond every stamp: a timer there fires at the end of the input only
+END = 10**12
+RULES = MapStateDescriptor("rules", Types.STRING(), Types.LONG())
+
+
+class Scaled(KeyedBroadcastProcessFunction):
+    """A key's numbers summed in keyed state, one timer per key registered with its first number; at the end of the
+    input the sum is weighed by the rules, broadcast long before (the stops carry both)."""
+
+    def open(self, ctx):
+        self.total = ctx.get_state(ValueStateDescriptor("total", Types.LONG()))
+
+    def process_broadcast_element(self, rule, ctx):
+        ctx.get_broadcast_state(RULES).put(rule[0], rule[1])
+
+    def process_element(self, pair, ctx):
+        if self.total.value() is None:
+            ctx.timer_service().register_event_time_timer(END)
+        self.total.update((self.total.value() or 0) + pair[1])
+
+    def on_timer(self, timestamp, ctx):
+        rules = ctx.get_broadcast_state(RULES)
+        yield (ctx.get_current_key(), self.total.value() * rules.get("factor") + rules.get("offset"), sorted(rules.keys()))
+
+
+class Matched(KeyedCoProcessFunction):
+    """Per key, the count of the first input's numbers and the sum of the second's squares, out once at the end."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+        self.squares = ctx.get_state(ValueStateDescriptor("squares", Types.LONG()))
+
+    def _first(self, ctx):
+        if self.count.value() is None and self.squares.value() is None:
+            ctx.timer_service().register_event_time_timer(END)
+
+    def process_element1(self, pair, ctx):
+        self._first(ctx)
+        self.count.update((self.count.value() or 0) + 1)
+
+    def process_element2(self, n, ctx):
+        self._first(ctx)
+        self.squares.update((self.squares.value() or 0) + n * n)
+
+    def on_timer(self, timestamp, ctx):
+        yield (ctx.get_current_key(), self.count.value(), self.squares.value())
+
+
 class Session(ProcessWindowFunction):
     def process(self, key, context, elements):
         ns = sorted(n for _, n in elements)
@@ -317,6 +439,13 @@ if True:
     (timed.key_by(lambda pair: pair[0]).window(TumblingEventTimeWindows.of(Time.milliseconds(500)))  # on slices on the engine
      .reduce(lambda a, b: (a[0], a[1] + b[1])).name("blocks").uid("blocks")
      .sink_to(FileSink.for_row_format(out + "-blocks", Encoder.simple_string_encoder()).build()).name("blocks file").uid("blocks-sink"))
+    rules = (env.from_collection([("factor", 3), ("offset", 11)]).uid("rules")
+             .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r, _: 0)))
+    (timed.key_by(lambda pair: pair[1] % 7).connect(rules.broadcast(RULES)).process(Scaled()).name("scaled").uid("scaled")
+     .sink_to(FileSink.for_row_format(out + "-scaled", Encoder.simple_string_encoder()).build()).name("scaled file").uid("scaled-sink"))
+    (timed.connect(timed.map(lambda pair: pair[1]).filter(lambda n: n % 3 == 0))
+     .key_by(lambda pair: pair[1] % 4, lambda n: n % 4).process(Matched()).name("matched").uid("matched")
+     .sink_to(FileSink.for_row_format(out + "-matched", Encoder.simple_string_encoder()).build()).name("matched file").uid("matched-sink"))
 env.execute("moving sums")
 '''
 
@@ -344,6 +473,26 @@ def _expected_blocks(count: int) -> Counter:
     return out
 
 
+def _expected_scaled(count: int) -> Counter:
+    """Scaled's results: per n % 7 the sum of its numbers, times the factor rule plus the offset rule."""
+    return Counter((key, sum(range(key or 7, count + 1, 7)) * 3 + 11, ("factor", "offset")) for key in range(7))
+
+
+def _expected_matched(count: int) -> Counter:
+    """Matched's results: per n % 4 how many numbers, and the sum of the squares of those divisible by 3."""
+    return Counter((key, len(range(key or 4, count + 1, 4)), sum(n * n for n in range(key or 4, count + 1, 4) if n % 3 == 0))
+                   for key in range(4))
+
+
+def _check_ends(out: Path, count: int) -> None:
+    """The results out at the end of the input: the timers, sessions and windows, and the broadcast and two-input functions."""
+    assert _literal_lines(Path(f"{out}-due")) == _expected_due(count)
+    assert _literal_lines(Path(f"{out}-sessions")) == _expected_sessions(count)
+    assert _literal_lines(Path(f"{out}-blocks")) == _expected_blocks(count)
+    assert _literal_lines(Path(f"{out}-scaled")) == _expected_scaled(count)
+    assert _literal_lines(Path(f"{out}-matched")) == _expected_matched(count)
+
+
 def _expected_sessions(count: int) -> Counter:
     """The sessions: per parity and block of 50 numbers, from its first stamp to its last plus the gap."""
     out: Counter = Counter()
@@ -354,6 +503,14 @@ def _expected_sessions(count: int) -> Counter:
         for ns in blocks.values():
             out[(key, ns[0] + (ns[0] // 50) * 100, ns[-1] + (ns[-1] // 50) * 100 + 10, ns[0], ns[-1], len(ns))] += 1
     return out
+
+
+def _check_two_input_moves(plan: dict) -> None:
+    """The broadcast function's keyed state, timers and broadcast state, and the two-input function's keyed state and
+    timers, move (named in the plan)."""
+    moving = {(o["operator"], o["state"]) for o in plan["operators"] if o["move"] == "moves"}
+    assert {("scaled", "keyed state (_timers.event, total)"), ("scaled", "broadcast state (rules)"),
+            ("matched", "keyed state (_timers.event, count, squares)")} <= moving, plan
 
 
 def _check_exactly_once(records: list, count: int) -> None:
@@ -430,7 +587,7 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
 
     home = _home(tmp_path, monkeypatch)
     count, out = 3000, tmp_path / "out"
-    due, sessions = Path(f"{out}-due"), Path(f"{out}-sessions")
+    sessions = Path(f"{out}-sessions")
     (tmp_path / "job.py").write_text(JOB)
     job = [str(tmp_path / "job.py"), str(count), str(out)]
     slow = [*job, "0.02"]  # a record every 20 ms per subtask: the stops land mid-stream
@@ -449,6 +606,7 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     moves = {o["operator"]: o["state"] for o in plan["operators"] if o["move"] == "moves"}
     assert plan["movable"] and moves["running sums"] == "running values per key", plan
     assert moves["due"].startswith("keyed state (_timers.event, fired, recent, waiting") and moves["sessions"].startswith("keyed state (_timers.event, _window_contents"), plan
+    _check_two_input_moves(plan)
     # the sums' uid on a window: a keyed reduce's state does not fit a window, and the plan says so
     (tmp_path / "sliced_job.py").write_text(JOB.replace(".key_by(lambda pair: pair[0]).sum(1)", ".key_by(lambda pair: pair[0]).window("
                                                         "TumblingEventTimeWindows.of(Time.seconds(1))).reduce(lambda a, b: (a[0], a[1] + b[1]))")
@@ -486,15 +644,14 @@ def test_a_job_moves_engine_to_spark_to_engine_with_exact_running_sums(tmp_path:
     moves = {o["operator"]: o["state"] for o in plan["operators"] if o["move"] == "moves"}
     assert plan["movable"] and moves["running sums"] == "running values per key", plan
     assert moves["due"].startswith("keyed state (_timers.event, fired, recent, waiting") and moves["sessions"].startswith("keyed state (_timers.event, _window_contents"), plan
+    _check_two_input_moves(plan)
 
     # back on the engine at parallelism 2 to the end of the input
     with running_cluster(home, taskmanagers=1, slots=2):
         res = run_cli("run", "-p", "2", "-s", on_spark, *job, "0", timeout=240)
         assert res.returncode == 0, res.stderr[-3000:]
     _check_exactly_once(_records(out), count)
-    assert _literal_lines(due) == _expected_due(count)
-    assert _literal_lines(sessions) == _expected_sessions(count)
-    assert _literal_lines(Path(f"{out}-blocks")) == _expected_blocks(count)
+    _check_ends(out, count)
 
 
 @pytest.mark.timeout(600)
@@ -507,7 +664,6 @@ def test_a_spark_job_rescales_from_its_savepoint_through_the_engine_layout(tmp_p
     parallelism starts a new query from the engine's layout of its state, exactly once."""
     home = _home(tmp_path, monkeypatch)
     count, out = 2000, tmp_path / "out"
-    due, sessions = Path(f"{out}-due"), Path(f"{out}-sessions")
     (tmp_path / "job.py").write_text(JOB)
     job = [str(tmp_path / "job.py"), str(count), str(out)]
     jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-D", "execution.spark.max-records-per-batch=200",
@@ -525,6 +681,4 @@ def test_a_spark_job_rescales_from_its_savepoint_through_the_engine_layout(tmp_p
     res = run_cli("run", "--runner", "spark", "-p", "2", "-s", at_one, *job, "0", timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
     _check_exactly_once(_records(out), count)
-    assert _literal_lines(due) == _expected_due(count)
-    assert _literal_lines(sessions) == _expected_sessions(count)
-    assert _literal_lines(Path(f"{out}-blocks")) == _expected_blocks(count)
+    _check_ends(out, count)

@@ -24,6 +24,10 @@ in that backend, as on the engine). Their contents live in Spark's state between
   tables (timers among them), one entry per key group that has entries;
 - ``_flinkpy_broadcast``, a Spark MapState ``(broadcast state, key) -> value``.
 
+State moved from the engine (:mod:`flinkpy.spark.broadcast_move`) arrives as the query's initial
+state, which :meth:`BroadcastProcessor.handleInitialState` writes into both map states; a Spark
+savepoint reads them back for the engine.
+
 A call (the group's rows of a micro-batch, or its Spark timer) loads both, runs the rows or timers
 and writes back what changed: a key group whose dict was touched (the heap backend copies a
 loaded key group before it is written: copy-on-write, as for its snapshots) and pickles other
@@ -44,6 +48,7 @@ import pickle
 from typing import Any, Iterator
 
 from flinkpy.errors import InvalidProgramError
+from flinkpy.spark import broadcast_move
 from flinkpy.spark.chain import _Collector, _runtime_context
 from flinkpy.spark.keyed import _RoutedOut, _SidePort
 from flinkpy.spark.processors import FlinkpyKeyedProcessor
@@ -51,7 +56,7 @@ from flinkpy.spark.records import END_W, MIN_W, RECORD
 from flinkpy.spark.state import MAX_WATERMARK, wall_clock_ms
 
 #: key groups of the keyed state in the one group (the engine's default max parallelism)
-MAX_PARALLELISM = 128
+MAX_PARALLELISM = broadcast_move.MAX_PARALLELISM
 _B = "v binary"
 
 
@@ -63,8 +68,8 @@ class BroadcastProcessor(FlinkpyKeyedProcessor):
     """The one Spark group of a broadcast operator (see the module docstring); its outputs and
     timer outputs leave as a keyed operator's do."""
 
-    KEYED = "_flinkpy_keyed"
-    BROADCAST = "_flinkpy_broadcast"
+    KEYED = broadcast_move.KEYED_CELLS
+    BROADCAST = broadcast_move.BROADCAST_CELLS
 
     def setup(self, handle: Any) -> None:
         from flinkpy.state.operator import OperatorStateBackend
@@ -200,6 +205,20 @@ class BroadcastProcessor(FlinkpyKeyedProcessor):
             self.handle.deleteTimer(ts)
         for ts in wanted - registered:
             self.handle.registerTimer(ts)
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:  # noqa: N802, N803 - Spark's names
+        """Write the operator's state moved from the engine (:mod:`flinkpy.spark.broadcast_move`)
+        into its two map states, as it would have written them itself, and wake the group at its
+        earliest timer: Spark calls this in the query's first batch only, maybe several times
+        (the rows in chunks, each row whole)."""
+        self.batch_time = timerValues.getCurrentProcessingTimeInMs()
+        for name, kind, part, value in zip(initialState["name"], initialState["kind"], initialState["part"], initialState["value"]):
+            if kind == broadcast_move.KEYED_TABLE:
+                self.keyed_cells.updateValue((name, int(pickle.loads(part))), (value,))
+            elif kind == broadcast_move.BROADCAST_ENTRY:
+                self.broadcast_cells.updateValue((name, part), (value,))
+        self._load()
+        self._wake()
 
     # -- event time ------------------------------------------------------------------------------
     def _advance(self, watermark: int) -> None:

@@ -21,13 +21,16 @@ which says what moves and refuses, naming the operator, what would not:
   (the engine's recovery contract); keyed state of keyed functions and of windows the engine
   runs on its general path, with their timers (:mod:`.keyed_move`), becomes the initial state
   of their Spark step; a window the engine runs on slices is given the general window
-  layout first (:func:`sliced_window`). Functions' operator state is refused.
+  layout first (:func:`sliced_window`). A broadcast operator's broadcast states (the copy the
+  engine's restore gives subtask 0) and keyed state become the initial state of its one Spark
+  group (:mod:`.broadcast_move`). Functions' other operator state is refused.
 - Spark -> engine: when a Spark job takes a savepoint, the driver also writes the engine's
   layout into it (:func:`engine_operators`): the sources' positions from the committed batch's
   offsets, and the keyed reduces' running values and other keyed operators' states and timers
-  read back from Spark's state store, under the engine's operator ids. The engine restores such a savepoint as one of its own, at any
-  parallelism; what the driver could not convert is listed in its ``"moved"`` section, and the
-  engine's restore plan refuses it.
+  read back from Spark's state store, under the engine's operator ids; a broadcast operator's
+  broadcast states as the operator state of one old subtask, which every new subtask restores.
+  The engine restores such a savepoint as one of its own, at any parallelism; what the driver
+  could not convert is listed in its ``"moved"`` section, and the engine's restore plan refuses it.
 
 Pure functions over typed records; reading and writing files happens in the callers (the Spark
 driver, the client).
@@ -49,6 +52,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from flinkpy.errors import InvalidProgramError
 from flinkpy.spark import keyed_move
+from flinkpy.spark.keyed import BROADCAST_KINDS
 from flinkpy.spark.keyed_move import KeyedStates
 
 #: the engine's KeyedReduceOperator keeps each key's running value in this value state
@@ -124,12 +128,14 @@ class MovedState:
     sink_states: list[Any] = field(default_factory=list)
     #: a keyed operator's state by key and its timers (process functions, general-path windows)
     keyed: KeyedStates | None = None
+    #: a broadcast operator's broadcast states by name, one subtask's copy (:mod:`.broadcast_move`)
+    broadcast: dict[str, dict[Any, Any]] | None = None
 
 
 #: keyed operators whose state the Spark runner keeps per key under the engine's state names
 #: (the engine's own operator classes over SparkKeyedBackend), so that it moves both ways
 KEYED_STATE_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "keyed_reduce", "window",
-                               "keyed_co_process", "keyed_co_map", "keyed_co_flat_map"})
+                               "keyed_co_process", "keyed_co_map", "keyed_co_flat_map", "keyed_broadcast_process"})
 
 
 def keyed_refusal(kind: str, what: str, runner: str) -> str:
@@ -178,10 +184,10 @@ def merged_states(documents: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- planning
 
 
-def _snapshot_contents(op: Mapping[str, Any]) -> tuple[dict[str, str], set[str], bool]:
-    """(keyed state name -> kind, operator state parts, has source positions) of a `_metadata` operator."""
+def _snapshot_contents(op: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str], bool]:
+    """(keyed state name -> kind, operator state part -> kind, has source positions) of a `_metadata` operator."""
     keyed: dict[str, str] = {}
-    parts: set[str] = set()
+    parts: dict[str, str] = {}
     positions = False
     for s in op.get("subtasks", []):
         handle = s.get("keyed_state") or {}
@@ -190,9 +196,14 @@ def _snapshot_contents(op: Mapping[str, Any]) -> tuple[dict[str, str], set[str],
             if entry.get("entries", 1):  # an empty state (a reduce's timer tables) holds nothing to move
                 keyed[name] = entry.get("kind", "?")
         states = (s.get("operator_state") or {}).get("states") or {}
-        parts.update(states)
+        parts.update((name, (entry.get("kind") if isinstance(entry, Mapping) else None) or "?") for name, entry in states.items())
         positions = positions or s.get("source_offsets") is not None
     return keyed, parts, positions
+
+
+def _broadcast_names(parts: Mapping[str, str]) -> str:
+    """The broadcast states among an operator's operator state parts, named ("" if none)."""
+    return ", ".join(sorted(name for name, kind in parts.items() if kind == "broadcast"))
 
 
 def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, runner: str,
@@ -204,13 +215,15 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
     if runner == ENGINE:
         if doc.get("moved") is not None:  # a Spark savepoint: what its engine layout holds moves
             for op in doc.get("operators", []):
-                keyed, _, positions = _snapshot_contents(op)
+                keyed, parts, positions = _snapshot_contents(op)
                 name, uid, oid = op.get("name") or op["operator_id"], op.get("uid"), op["operator_id"]
                 if positions:
                     decisions.append(MoveDecision(name, uid, oid, "source positions", Move.MOVES))
                 if keyed:
                     what = "running values per key" if set(keyed) == {REDUCE_STATE} else f"keyed state ({', '.join(sorted(keyed))})"
                     decisions.append(MoveDecision(name, uid, oid, what, Move.MOVES))
+                if broadcast := _broadcast_names(parts):
+                    decisions.append(MoveDecision(name, uid, oid, f"broadcast state ({broadcast})", Move.MOVES))
         for r in (doc.get("moved") or {}).get("refused", []):
             decisions.append(MoveDecision(r["operator"], r.get("uid"), r.get("operator_id", ""), r.get("state", ""), Move.REFUSED, r["reason"]))
         return MovePlan(runner, tuple(decisions))
@@ -244,7 +257,10 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
                 decide(f"keyed state ({names})")
             else:
                 decide(f"keyed state ({names})", keyed_refusal(target.kind, f"keyed state ({names})", "Spark"))
-        for part in sorted(parts):
+        if broadcast := _broadcast_names(parts):
+            decide(f"broadcast state ({broadcast})", "" if target.kind in BROADCAST_KINDS else
+                   f"it is a {target.kind}, which has no place for broadcast state ({broadcast}) on Spark")
+        for part in sorted(p for p, kind in parts.items() if kind != "broadcast"):
             if part == "sink":
                 decide("pre-committed output", "" if target.kind == "sink" else f"a {target.kind} holds sink state")
             else:
@@ -282,7 +298,8 @@ def _restorable(step: Any) -> bool:
 
 def apply_moved(plan: Any, states: Mapping[str, MovedState]) -> None:
     """Hand moved state to a translated plan before its query first starts: sources' positions
-    to their source steps, keyed reduces' running values to their specs as seeds."""
+    to their source steps, keyed reduces' running values to their specs as seeds, other keyed
+    and broadcast operators' state to their steps' initial state."""
     from flinkpy.graph.job_graph import operator_ids
     from flinkpy.spark.keyed import KEY_GROUPS
 
@@ -297,6 +314,11 @@ def apply_moved(plan: Any, states: Mapping[str, MovedState]) -> None:
         if step.kind == "keyed":
             for node, spec in zip(step.operators, step.payload.specs):
                 moved = states.get(ids[node.id])
+                if moved is not None and spec.kind in BROADCAST_KINDS:  # the one group's state (flinkpy.spark.broadcast)
+                    from flinkpy.spark import broadcast_move
+
+                    step.payload.initial_state.extend(broadcast_move.initial_rows(moved.keyed, moved.broadcast or {}, spec.prefix))
+                    continue
                 if moved is not None and moved.running_values is not None:
                     spec.seed = seed_groups(moved.running_values, KEY_GROUPS)
                 if moved is not None and moved.keyed is not None:
@@ -342,7 +364,8 @@ def engine_states(doc: Mapping[str, Any], load: Callable[[Mapping[str, Any]], An
     """The movable state of an engine snapshot, by operator id; ``load(handle)`` reads a state
     file (a keyed-state document, or an operator-state object). The keyed state of
     ``keyed_operators`` moves whole (:mod:`.keyed_move`), the others' as running values; that of
-    ``sliced_windows`` (operator id -> WindowSpec) in the general window layout, as Spark keeps it."""
+    ``sliced_windows`` (operator id -> WindowSpec) in the general window layout, as Spark keeps it;
+    a broadcast operator's broadcast states as one copy."""
     from flinkpy.task.window_layouts import sliced_to_general
 
     keyed_ids = set(keyed_operators)
@@ -370,14 +393,25 @@ def engine_states(doc: Mapping[str, Any], load: Callable[[Mapping[str, Any]], An
                 moved.running_values = values
             if s.get("source_offsets") is not None:
                 moved.source_positions.append(s["source_offsets"])
-        sinks = [s.get("operator_state") for s in subtasks]
-        if any(h and "sink" in (h.get("states") or {}) for h in sinks):
-            for h in sinks:
+        op_states = [s.get("operator_state") for s in subtasks]
+        if any(_holds_broadcast(h) for h in op_states):
+            from flinkpy.state.operator import broadcast_copies
+
+            # the copy the engine's restore gives new subtask 0 of 1: Spark runs the operator in one group
+            moved.broadcast = broadcast_copies([(load(h) or {}).get("functions") if h else None for h in op_states], 0)
+        if any(h and "sink" in (h.get("states") or {}) for h in op_states):
+            for h in op_states:
                 state = load(h) if h else None
                 moved.sink_states.append(state.get("sink") if isinstance(state, Mapping) else None)
-        if moved.running_values is not None or moved.source_positions or moved.sink_states or moved.keyed is not None:
+        if (moved.running_values is not None or moved.source_positions or moved.sink_states or moved.keyed is not None
+                or moved.broadcast is not None):
             out[op["operator_id"]] = moved
     return out
+
+
+def _holds_broadcast(handle: Mapping[str, Any] | None) -> bool:
+    """Whether an operator-state handle of `_metadata` holds broadcast state."""
+    return any(isinstance(e, Mapping) and e.get("kind") == "broadcast" for e in ((handle or {}).get("states") or {}).values())
 
 
 def seed_groups(values: Mapping[Any, Any], key_groups: int) -> dict[int, dict[Any, Any]]:
@@ -449,7 +483,7 @@ def engine_operators(program: Iterable[ProgramOperator], states: Mapping[str, Mo
     every key group, which the engine's restore splits at any parallelism."""
     import io
 
-    from flinkpy.checkpoint.metadata import keyed_state, new_operator, new_subtask
+    from flinkpy.checkpoint.metadata import keyed_state, new_operator, new_subtask, operator_state
     from flinkpy.state import canonical
     from flinkpy.state.key_groups import assign_to_key_group
 
@@ -473,6 +507,15 @@ def engine_operators(program: Iterable[ProgramOperator], states: Mapping[str, Mo
             handle = write(f"{p.operator_id}-moved-keyed", buf.getvalue())
             summary = {name: {"kind": entry["kind"], "entries": counts.get(name, 0)} for name, entry in document.items()}
             subtasks.append(new_subtask(0, keyed_state=keyed_state(handle, (0, max_parallelism - 1), summary)))
+        if moved.broadcast is not None:  # one old subtask's copy: the engine's restore gives it to every new subtask
+            from flinkpy.spark.broadcast_move import engine_operator_state
+
+            content, summary = engine_operator_state(moved.broadcast)
+            entry = operator_state(write(f"{p.operator_id}-moved-operator", pickle.dumps(content, protocol=5)), summary)
+            if subtasks:
+                subtasks[0]["operator_state"] = entry
+            else:
+                subtasks.append(new_subtask(0, operator_state=entry))
         for i, position_i in enumerate(moved.source_positions):
             if i < len(subtasks):
                 subtasks[i]["source_offsets"] = position_i

@@ -23,6 +23,7 @@ from typing import Any
 
 from flinkpy.spark import keyed_move, state_move
 from flinkpy.errors import InvalidProgramError
+from flinkpy.spark.keyed import BROADCAST_KINDS
 from flinkpy.spark.state_move import Move, MoveDecision, MovedState, decode_positions, merge_group_tables, program_operators
 
 log = logging.getLogger(__name__)
@@ -82,12 +83,13 @@ class _Declarations:
 def declared_kinds(spec: Any) -> tuple[dict[str, str], set[str]]:
     """(the engine's kind of each state a keyed operator declares in open(), those with a
     time-to-live): what Spark's state variables alone do not tell (a reducing state is a value
-    state there)."""
-    from flinkpy.spark.processors import FlinkpyKeyedProcessor
+    state there; a broadcast operator keeps its keyed states' tables as pickles)."""
+    from flinkpy.spark.processors import make_processor
 
-    processor = FlinkpyKeyedProcessor(spec)
+    processor = make_processor(spec)
     processor.init(_Declarations())
-    return dict(processor.backend.kinds), set(processor.backend.ttl_states)
+    backend = processor.backend  # None: a broadcast operator without keyed state
+    return (dict(backend.kinds), set(backend.ttl_states)) if backend is not None else ({}, set())
 
 
 def state_variables(spark: Any, location: str, operator: int) -> dict[str, str]:
@@ -122,18 +124,42 @@ def _read_variable(spark: Any, location: str, operator: int, name: str, spark_ty
     return [(bytes(r["key"][0]), bytes(r["value"][0])) for r in rows if r["value"] is not None]
 
 
-def _keyed_states(spark: Any, location: str, operator: int, level: Any, index: int, spec: Any) -> keyed_move.KeyedStates:
+def _keyed_states(spark: Any, location: str, operator: int, level: Any, index: int, spec: Any,
+                  variables: dict[str, str]) -> keyed_move.KeyedStates:
     """A process function's or window's state read back from Spark's state store."""
     kinds, ttl = declared_kinds(spec)
     if ttl:
         raise ValueError(f"its states {sorted(ttl)} have a time-to-live, whose timestamps do not move to the engine")
     prefix = f"o{index}_" if level.routed else ""
     values = {}
-    for var, spark_type in state_variables(spark, location, operator).items():
+    for var, spark_type in variables.items():
         if not var.startswith(prefix) or spark_type not in ("ValueState", "ListState", "MapState"):
             continue
         values[var[len(prefix):]] = _read_variable(spark, location, operator, var, spark_type)
     return keyed_move.from_spark(kinds, values, prefix=spec.prefix)
+
+
+def _broadcast_states(spark: Any, location: str, operator: int, level: Any, index: int, spec: Any,
+                      variables: dict[str, str]) -> tuple[keyed_move.KeyedStates, dict[str, dict[Any, Any]]]:
+    """A broadcast operator's keyed state and broadcast states read back from its two Spark map
+    states (:mod:`flinkpy.spark.broadcast_move`)."""
+    from flinkpy.spark import broadcast_move
+
+    kinds, ttl = declared_kinds(spec)
+    if ttl:
+        raise ValueError(f"its states {sorted(ttl)} have a time-to-live, whose timestamps do not move to the engine")
+    prefix = f"o{index}_" if level.routed else ""
+
+    def entries(name: str) -> list[tuple[Any, bytes]]:
+        if prefix + name not in variables:
+            return []
+        rows = (spark.read.format("statestore").option("operatorId", operator).option("stateVarName", prefix + name)
+                .option("flattenCollectionTypes", "true").load(location).collect())
+        return [(tuple(r["user_map_key"]), bytes(r["user_map_value"][0])) for r in rows]
+
+    keyed = [(name, kg, blob) for (name, kg), blob in entries(broadcast_move.KEYED_CELLS)]
+    broadcast = [(name, bytes(key), value) for (name, key), value in entries(broadcast_move.BROADCAST_CELLS)]
+    return broadcast_move.from_spark(keyed, broadcast, kinds)
 
 
 def read_moved_state(spark: Any, plan: Any, location: str, spark_doc: dict[str, Any]) -> tuple[dict[str, MovedState], list[MoveDecision]]:
@@ -169,11 +195,23 @@ def read_moved_state(spark: Any, plan: Any, location: str, spark_doc: dict[str, 
     keyed = [s for s in plan.stages if s.kind == "keyed"]
     for operator, step in enumerate(keyed):
         level = step.payload
+        variables: dict[str, str] | None = None  # Spark's operator metadata, read once per keyed step
         for index, (node, spec) in enumerate(zip(step.operators, level.specs)):
             p = program[ids[node.id]]
+            if committed and variables is None and (spec.kind in BROADCAST_KINDS or p.keyed_state_moves):
+                variables = state_variables(spark, location, operator)
+            if spec.kind in BROADCAST_KINDS:
+                try:
+                    keyed_states, broadcast = (_broadcast_states(spark, location, operator, level, index, spec, variables or {}) if committed
+                                               else (keyed_move.KeyedStates(), {}))
+                except ValueError as e:
+                    refused.append(_refused(p, "keyed state", str(e)))
+                    continue
+                states[p.operator_id] = MovedState(p.operator_id, keyed=keyed_states if p.keyed_state_moves else None, broadcast=broadcast)
+                continue
             if p.keyed_state_moves:
                 try:
-                    keyed_states = _keyed_states(spark, location, operator, level, index, spec) if committed else keyed_move.KeyedStates()
+                    keyed_states = _keyed_states(spark, location, operator, level, index, spec, variables or {}) if committed else keyed_move.KeyedStates()
                     if p.sliced_window is not None:  # the engine's restore converts it: refused now where it could not
                         from flinkpy.task.window_layouts import general_to_sliced
 

@@ -90,6 +90,16 @@ class KeyedStateBackendBase:
         self.ttl_clock: Any = lambda: int(time.time() * 1000)
         self._record_cleaners: list[Any] = []
 
+    @property
+    def kinds(self) -> dict[str, str]:
+        """The kind ("value", "list", ...) of each state registered or restored, by name."""
+        return dict(self._kinds)
+
+    @property
+    def ttl_states(self) -> set[str]:
+        """The names of the states registered with a time-to-live."""
+        return set(self._ttl)
+
     # -- current key --------------------------------------------------------------------
     def set_current_key(self, key: Any) -> None:
         """Make ``key`` the key that state reads and writes refer to.

@@ -45,6 +45,25 @@ def kind_of(mode: str | None) -> str:
     return KINDS.get(mode or "split", "list")
 
 
+def broadcast_copies(snapshots: list[Mapping[str, Any] | None], subtask_index: int) -> dict[str, dict[Any, Any]]:
+    """The copy of each broadcast state that new subtask ``subtask_index`` restores from the old
+    subtasks' snapshots (in old subtask order; None where one had none): old subtask
+    ``subtask_index % old parallelism``'s, or the first old subtask's that has the state.
+    Flink's rule; every copy is equal when the broadcast side is deterministic.
+
+    >>> copies = [{"states": {"rules": {"mode": "broadcast", "items": {"limit": i}}}} for i in (10, 11)]
+    >>> broadcast_copies(copies, 3), broadcast_copies([None, copies[1]], 0)
+    ({'rules': {'limit': 11}}, {'rules': {'limit': 11}})
+    """
+    by_name: dict[str, dict[int, dict[Any, Any]]] = {}
+    for old_index, snap in enumerate(snapshots):
+        for name, entry in (snap or {}).get("states", {}).items():
+            if entry["mode"] == "broadcast":
+                by_name.setdefault(name, {})[old_index] = entry["items"]
+    mine = subtask_index % max(len(snapshots), 1)
+    return {name: by_old.get(mine, by_old[min(by_old)]) for name, by_old in by_name.items()}
+
+
 class OperatorListState(ListState):
     def __init__(self, name: str, mode: str):
         self.name = name
@@ -130,11 +149,9 @@ class OperatorStateBackend:
         """Take this subtask's share of the old subtasks' state (given in old subtask order; an
         old subtask that snapshotted none is None)."""
         merged: dict[str, tuple[str, list[Any]]] = {}
-        copies: dict[str, dict[int, dict[Any, Any]]] = {}  # broadcast state: old subtask -> copy
-        for old_index, snap in enumerate(snapshots):
+        for snap in snapshots:
             for name, entry in (snap or {}).get("states", {}).items():
                 if entry["mode"] == "broadcast":
-                    copies.setdefault(name, {})[old_index] = entry["items"]
                     continue
                 mode, items = merged.get(name, (entry["mode"], []))
                 items.extend(entry["items"])
@@ -147,10 +164,8 @@ class OperatorStateBackend:
                 end = len(items) * (subtask_index + 1) // parallelism
                 share = items[start:end]
             self._restore_state(name, mode, share)
-        for name, by_old in copies.items():
-            # Flink's rule; every copy is equal when the broadcast side is deterministic
-            mine = subtask_index % len(snapshots)
-            self._restore_state(name, "broadcast", by_old.get(mine, by_old[min(by_old)]))
+        for name, items in broadcast_copies(snapshots, subtask_index).items():
+            self._restore_state(name, "broadcast", items)
         self.restored = any(s is not None for s in snapshots)
 
     def _restore_state(self, name: str, mode: str, share: Any) -> None:
