@@ -313,6 +313,31 @@ def test_a_spark_savepoint_restores_its_checkpoint_or_through_the_engine_layout_
         check_restore(partial, shuffle_partitions=3, where="sp-1", key_groups=32)
 
 
+def test_the_plan_asks_the_restore_s_question_at_the_parallelism_the_job_sets_itself(tmp_path: Path) -> None:
+    """`savepoint plan --runner spark` of a Spark savepoint decides as `run -s` does: a job file
+    that sets another parallelism than the savepoint's (no -p) restores through the engine
+    layout, whose refusals then show; at the savepoint's own, its checkpoint is copied back."""
+    from flinkpy.checkpoint.storage import CheckpointStorage
+    from flinkpy.client.runner_move import plan_runner_move
+    from flinkpy.spark.supervisor_snapshots import savepoint_metadata
+
+    (tmp_path / "location").mkdir()
+    doc = savepoint_metadata(str(tmp_path / "location"), job_id="f" * 32, job_name="j", trigger_ms=1, parallelism=2,
+                             master="local[2]")
+    doc["moved"] = {"runner": "engine", "refused": [{"operator": "tally", "operator_id": "t", "state": "keyed state",
+                                                     "reason": "no way"}]}
+    savepoint = tmp_path / "savepoint-ffffff-1"
+    CheckpointStorage(str(savepoint)).write_metadata_in(str(savepoint), doc)
+    job = tmp_path / "job.py"
+    job.write_text("import sys\nfrom flinkpy.datastream import StreamExecutionEnvironment\n"
+                   "env = StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.set_parallelism(int(sys.argv[1]))\n"
+                   "env.from_collection([1, 2, 3]).print()\nenv.execute('j')\n")
+    at_three = plan_runner_move(str(savepoint), str(job), ["3"], runner="spark")
+    assert not at_three["movable"] and any("'tally'" in p and "no way" in p for p in at_three["problems"]), at_three
+    assert plan_runner_move(str(savepoint), str(job), ["2"], runner="spark")["movable"]
+
+
 # --------------------------------------------------------------------------- engine -> Spark -> engine
 
 pytest.importorskip("pyspark", reason="PySpark is not installed")

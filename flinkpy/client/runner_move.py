@@ -18,7 +18,8 @@ from flinkpy.errors import InvalidProgramError, UsageError
 RUNNERS = ("engine", "spark")
 
 
-def _spark_plan(job_path: str, args: list[str], parallelism: int | None) -> Any:
+def _spark_job(job_path: str, args: list[str], parallelism: int | None) -> tuple[Any, int]:
+    """(the job's Spark plan, the parallelism its query would run at)."""
     from flinkpy.spark.capture import capture_job
     from flinkpy.spark.plan import translate
 
@@ -26,15 +27,7 @@ def _spark_plan(job_path: str, args: list[str], parallelism: int | None) -> Any:
     if len(jobs) != 1:
         raise InvalidProgramError(f"the job program {job_path} calls execute() {len(jobs)} times; a plan needs exactly one job",
                                   remedy="plan a file with one execute()")
-    return translate(jobs[0].env, job_name=jobs[0].job_name)
-
-
-def _through_engine_layout(doc: dict[str, Any], parallelism: int | None, allow_non_restored_state: bool) -> bool:
-    """Whether a Spark savepoint restores on Spark through the engine's layout of its state (at
-    another parallelism, or with -n: :func:`flinkpy.spark.supervisor_snapshots.check_restore`);
-    its refusals, if any, are the layout's own (the savepoint's ``"moved"`` section)."""
-    had = (doc.get("spark") or {}).get("shuffle_partitions")
-    return allow_non_restored_state or (parallelism is not None and had is not None and int(had) != parallelism)
+    return translate(jobs[0].env, job_name=jobs[0].job_name), jobs[0].parallelism
 
 
 def _layout_refusals(doc: dict[str, Any]) -> tuple[Any, ...]:
@@ -53,6 +46,7 @@ def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, run
     [{"operator", "uid", "operator_id", "state", "move", "reason"}], "problems", "restore"}``."""
     from flinkpy.spark import state_move
     from flinkpy.spark.in_flight import in_flight_refusals
+    from flinkpy.spark.supervisor_snapshots import restores_through_engine_layout
 
     if runner not in RUNNERS:
         raise UsageError(f"unknown runner {runner!r}", remedy="use --runner engine or --runner spark")
@@ -61,14 +55,17 @@ def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, run
     doc = storage.read_metadata(savepoint_path)
     source = state_move.SPARK if doc.get("runner") == state_move.SPARK else state_move.ENGINE
     restore: dict[str, Any] | None = None
-    if runner == state_move.SPARK and source == state_move.SPARK and not _through_engine_layout(doc, parallelism, allow_non_restored_state):
-        plan = state_move.MovePlan(runner, ())  # Spark's own restore: its checkpoint location is copied back
-    elif runner == state_move.SPARK:
-        program = state_move.program_operators(_spark_plan(job_path, args, parallelism))
-        plan = state_move.plan_move(doc, program, runner=runner, allow_non_restored_state=allow_non_restored_state)
-        plan = state_move.MovePlan(runner, plan.decisions + in_flight_refusals(doc))  # what the move would lose
-        if source == state_move.SPARK:
-            plan = state_move.MovePlan(runner, _layout_refusals(doc) + plan.decisions)
+    if runner == state_move.SPARK:
+        spark_plan, job_parallelism = _spark_job(job_path, args, parallelism)
+        if source == state_move.SPARK and not restores_through_engine_layout(
+                doc, shuffle_partitions=job_parallelism, allow_non_restored_state=allow_non_restored_state):
+            plan = state_move.MovePlan(runner, ())  # Spark's own restore: its checkpoint location is copied back
+        else:
+            plan = state_move.plan_move(doc, state_move.program_operators(spark_plan), runner=runner,
+                                        allow_non_restored_state=allow_non_restored_state)
+            plan = state_move.MovePlan(runner, plan.decisions + in_flight_refusals(doc))  # what the move would lose
+            if source == state_move.SPARK:
+                plan = state_move.MovePlan(runner, _layout_refusals(doc) + plan.decisions)
     else:
         from flinkpy.client.restore_plan import plan_restore
 

@@ -36,6 +36,12 @@ class CapturedJob(NamedTuple):
         """The configuration the job ran with, including what the program set itself."""
         return dict(self.env._settings)
 
+    @property
+    def parallelism(self) -> int:
+        """The job's default parallelism: what the program set (``set_parallelism``, ``-p``), else
+        its configuration's ``parallelism.default``."""
+        return int(getattr(self.env, "_parallelism", 0) or self.env._settings.get("parallelism.default") or 1)
+
 
 def capture_job(path: str, args: list[str], *, config: dict[str, str] | None = None, parallelism: int | None = None) -> list[CapturedJob]:
     """Run the job file ``path`` with ``args`` in a capturing context; its jobs, in order.

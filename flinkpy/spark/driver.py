@@ -521,7 +521,7 @@ def _load_plan(spec: dict[str, Any], config: dict[str, str]) -> tuple[Any, str, 
     # the environment carries the configuration and what the program set itself
     # (enable_checkpointing, set_restart_strategy, set_parallelism)
     settings = dict(job.settings)
-    settings["parallelism.default"] = str(getattr(job.env, "_parallelism", 0) or settings.get("parallelism.default", 1))
+    settings["parallelism.default"] = str(job.parallelism)
     return plans[index], job.job_name, settings, len(jobs)
 
 

@@ -261,6 +261,13 @@ def _layout_refusal(doc: dict[str, Any]) -> str | None:
     return None
 
 
+def restores_through_engine_layout(doc: dict[str, Any], *, shuffle_partitions: int, allow_non_restored_state: bool) -> bool:
+    """Whether a Spark savepoint restores on Spark as a new query seeded from its engine layout
+    rather than by copying its query's checkpoint back: at another parallelism than it was taken
+    at, or with -n (see :func:`check_restore`; ``savepoint plan`` asks the same)."""
+    return allow_non_restored_state or int(doc["spark"]["shuffle_partitions"]) != shuffle_partitions
+
+
 def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str, key_groups: int | None = None,
                   allow_non_restored_state: bool = False) -> str:
     """How a Spark savepoint restores on Spark (:data:`SPARK_CHECKPOINT` or :data:`ENGINE_LAYOUT`),
@@ -276,7 +283,7 @@ def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str, k
     saved in, else they would be silently lost."""
     spark = doc["spark"]
     had = int(spark["shuffle_partitions"])
-    if had != shuffle_partitions or allow_non_restored_state:
+    if restores_through_engine_layout(doc, shuffle_partitions=shuffle_partitions, allow_non_restored_state=allow_non_restored_state):
         why = _layout_refusal(doc)
         if why is None:
             return ENGINE_LAYOUT
