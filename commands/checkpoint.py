@@ -143,9 +143,9 @@ def inspect(
 
     \b
         flinkpy checkpoint inspect /var/flinkpy/checkpoints/3f2a9c0e/chk-12
-        flinkpy checkpoint inspect s3://bucket/checkpoints/3f2a9c0e/chk-12/_metadata
+        flinkpy checkpoint inspect s3://bucket/ckpt/3f2a9c0e/chk-12/_metadata
         flinkpy checkpoint inspect ./chk-12 --json | jq .summary.total_size
-        flinkpy checkpoint inspect ./spark-checkpoint --json | jq .latest_committed_batch
+        flinkpy checkpoint inspect ./spark --json | jq .latest_committed_batch
     """
     from flinkpy.checkpoint.metadata import summarize
     from flinkpy.checkpoint.storage import CheckpointStorage
@@ -326,7 +326,8 @@ def verify(path: PathArg, json_: JsonFlag = False) -> None:
 
     \b
         flinkpy checkpoint verify /var/flinkpy/checkpoints/3f2a9c0e/chk-12
-        flinkpy checkpoint verify s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60 --json
+        flinkpy checkpoint verify \\
+            s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60 --json
         flinkpy checkpoint verify ./chk-12 || echo "chk-12 is damaged"
     """
     from flinkpy.checkpoint.storage import CheckpointStorage
@@ -386,7 +387,8 @@ def list_(
 
     \b
         flinkpy checkpoint list 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
-        flinkpy checkpoint list --json JOB_ID | jq .latest.completed.external_path
+        flinkpy checkpoint list --json JOB_ID \\
+            | jq .latest.completed.external_path
     """
     from commands.context import client
 

@@ -68,9 +68,11 @@ def start(
     \b
         flinkpy cluster start
         flinkpy cluster start --taskmanagers 2 --slots 4
-        FLINKPY_HOME=/tmp/c1 flinkpy cluster start --rest-port 0 --json | jq -r .rest_address
+        FLINKPY_HOME=/tmp/c1 flinkpy cluster start --rest-port 0 --json \\
+            | jq -r .rest_address
         sudo flinkpy cluster start --hosts 3 --slots 2
-        flinkpy zookeeper start && flinkpy cluster start --ha zookeeper --zookeeper-quorum 127.0.0.1:2181 --jobmanagers 2 --taskmanagers 2
+        flinkpy zookeeper start && flinkpy cluster start --ha zookeeper \\
+            --zookeeper-quorum 127.0.0.1:2181 --jobmanagers 2 --taskmanagers 2
     """
     extra = list(dynamic or [])
     if ha is not None:

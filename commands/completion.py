@@ -48,8 +48,9 @@ def completion(
 
     \b
         source <(flinkpy completion bash)
-        flinkpy completion bash > ~/.local/share/bash-completion/completions/flinkpy
-        flinkpy completion zsh > ~/.zfunc/_flinkpy   # with fpath+=(~/.zfunc) before compinit
+        flinkpy completion bash > \\
+            ~/.local/share/bash-completion/completions/flinkpy
+        flinkpy completion zsh > ~/.zfunc/_flinkpy  # put ~/.zfunc in fpath
     """
     from typer._completion_shared import get_completion_script
 

@@ -223,7 +223,8 @@ def network(job_id: JobId,
 
     \b
         flinkpy fault network JOB_ID --delay 200ms --for 10s
-        flinkpy fault network JOB_ID --drop-connection --vertex sequences --subtask 0
+        flinkpy fault network JOB_ID --drop-connection --vertex sequences \\
+            --subtask 0
     """
     if (delay is None) == (not drop_connection):
         raise UsageError("give exactly one of --delay and --drop-connection", remedy="e.g. --delay 200ms, or --drop-connection")
@@ -428,8 +429,10 @@ def chaos(job_id: JobId,
 
     \b
         flinkpy fault chaos JOB_ID --duration 1m --every 5s --seed 42
-        flinkpy fault chaos SPARK_JOB_ID --faults kill-task,kill-executor --duration 1m --every 10s
-        flinkpy fault chaos JOB_ID --faults kill-task,raise --duration 30s --every 3s
+        flinkpy fault chaos SPARK_JOB_ID --faults kill-task,kill-executor \\
+            --duration 1m --every 10s
+        flinkpy fault chaos JOB_ID --faults kill-task,raise --duration 30s \\
+            --every 3s
     """
     from flinkpy.client.chaos import ChaosEvent, run_chaos
     from flinkpy.faults import describe_target

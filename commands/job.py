@@ -117,7 +117,8 @@ def exceptions(job_id: JobId, jobmanager: JobManager = None, json_: JsonFlag = F
 
     \b
         flinkpy job exceptions 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b
-        flinkpy job exceptions --json 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b | jq '.exceptionHistory.entries | length'
+        flinkpy job exceptions --json 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b \\
+            | jq '.exceptionHistory.entries | length'
     """
     doc = client(jobmanager).job_exceptions(job_id)
     if session.json:

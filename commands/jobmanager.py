@@ -39,8 +39,10 @@ def start(
     Examples:
 
     \b
-        flinkpy jobmanager start -D jobmanager.rpc.address=10.0.0.5 -D jobmanager.rpc.port=6123
-        flinkpy jobmanager start -D jobmanager.rpc.address=10.0.0.5 -D jobmanager.bind-host=0.0.0.0 --json
+        flinkpy jobmanager start -D jobmanager.rpc.address=10.0.0.5 \\
+            -D jobmanager.rpc.port=6123
+        flinkpy jobmanager start -D jobmanager.rpc.address=10.0.0.5 \\
+            -D jobmanager.bind-host=0.0.0.0 --json
     """
     config = load_cli_config(dynamic, starts_processes=True)
     from flinkpy.cluster.local import rpc_address, start_jobmanager

@@ -62,7 +62,8 @@ def list_jobs(
     \b
         flinkpy list
         flinkpy list -a -m 127.0.0.1:8081
-        flinkpy list --json | jq -r '.jobs[] | select(.state == "RUNNING") | .jid'
+        flinkpy list --json \\
+            | jq -r '.jobs[] | select(.state == "RUNNING") | .jid'
     """
     jobs = select_jobs(client(jobmanager).list_jobs(), all_=all_, running=running, scheduled=scheduled)
     jobs.sort(key=lambda j: j.get("start-time") or 0)

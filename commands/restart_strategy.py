@@ -187,8 +187,10 @@ def set_(
 
     \b
         flinkpy restart-strategy set JOB_ID fixed-delay --attempts 3 --delay 10s
-        flinkpy restart-strategy set JOB_ID failure-rate --max-failures 3 --interval 5min --delay 10s
-        flinkpy restart-strategy set JOB_ID exponential-delay --initial-backoff 1s --max-backoff 1min
+        flinkpy restart-strategy set JOB_ID failure-rate --max-failures 3 \\
+            --interval 5min --delay 10s
+        flinkpy restart-strategy set JOB_ID exponential-delay \\
+            --initial-backoff 1s --max-backoff 1min
         flinkpy restart-strategy set JOB_ID none
     """
     strategy = build_strategy(
@@ -257,9 +259,11 @@ def explain(
 
     \b
         flinkpy restart-strategy explain fixed-delay --attempts 3 --delay 10s
-        flinkpy restart-strategy explain failure-rate --max-failures 3 --interval 5min --every 1min
+        flinkpy restart-strategy explain failure-rate --max-failures 3 \\
+            --interval 5min --every 1min
         flinkpy restart-strategy explain exponential-delay --failures 20
-        flinkpy restart-strategy explain exponential-delay --json | jq .gives_up_at
+        flinkpy restart-strategy explain exponential-delay --json \\
+            | jq .gives_up_at
     """
     strategy = build_strategy(
         type_,

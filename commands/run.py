@@ -166,15 +166,15 @@ def run(
 
     \b
         flinkpy run examples/word_count.py --input words.txt
-        flinkpy run --runner spark --spark-master 'local[2]' examples/even_odd_sum.py
-        flinkpy run --runner spark --spark-master spark://127.0.0.1:7077 examples/word_count.py
+        flinkpy run --runner spark --spark-master 'local[2]' even_odd_sum.py
+        flinkpy run --runner spark --spark-master spark://10.0.0.5:7077 job.py
         jid=$(flinkpy run -d -p 4 -m 127.0.0.1:8081 job.py)
         flinkpy run -D execution.checkpointing.interval=10s job.py
         flinkpy run --pyFiles lib/helpers.py,lib/mypackage job.py
         flinkpy run --json -d job.py | jq -r '.jobs[0].jid'
         flinkpy run -s /savepoints/savepoint-3f2a9c-1b2c3d4e5f60 -p 3 job.py
         flinkpy run --from-latest /var/flinkpy/checkpoints/3f2a9c0e job.py
-        flinkpy run -s /var/flinkpy/checkpoints/3f2a9c0e/chk-42 --claim-mode claim job.py
+        flinkpy run -s ./checkpoints/3f2a9c0e/chk-42 --claim-mode claim job.py
     """
     path = _check_job_file(job)
     overrides = dict(parse_override(item) for item in dynamic or [])

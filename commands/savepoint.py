@@ -178,8 +178,10 @@ def dispose(
     Examples:
 
     \b
-        flinkpy savepoint dispose /var/flinkpy/savepoints/savepoint-3f2a9c-1b2c3d4e5f60
-        flinkpy savepoint dispose s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60
+        flinkpy savepoint dispose \\
+            /var/flinkpy/savepoints/savepoint-3f2a9c-1b2c3d4e5f60
+        flinkpy savepoint dispose \\
+            s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60
     """
     from flinkpy.checkpoint.retention import dispose as dispose_savepoint
 
@@ -228,7 +230,8 @@ def list_(
 
     \b
         flinkpy savepoint list
-        flinkpy savepoint list s3://bucket/savepoints --json | jq -r '.snapshots[0].path'
+        flinkpy savepoint list s3://bucket/savepoints --json \\
+            | jq -r '.snapshots[0].path'
     """
     from flinkpy.client.savepoints import list_snapshots
 
@@ -437,9 +440,12 @@ def rewrite(
     Examples:
 
     \b
-        flinkpy savepoint rewrite ./sp-old ./sp-new --rename-uid sums=running-sums
-        flinkpy savepoint rewrite s3://bkt/sp/savepoint-3f2a9c-1b2c3d4e5f60 s3://bkt/sp/rescaled --max-parallelism 256
-        flinkpy savepoint rewrite --json ./sp ./sp-clean --drop-uid dedup | jq .operators
+        flinkpy savepoint rewrite ./sp-old ./sp-new \\
+            --rename-uid sums=running-sums
+        flinkpy savepoint rewrite s3://bkt/sp/savepoint-3f2a9c-1b2c3d4e5f60 \\
+            s3://bkt/sp/rescaled --max-parallelism 256
+        flinkpy savepoint rewrite --json ./sp ./sp-clean --drop-uid dedup \\
+            | jq .operators
     """
     from flinkpy.state_processor import SavepointWriter
 

@@ -85,10 +85,10 @@ def plan(
     Examples:
 
     \b
-        flinkpy savepoint plan ./savepoint-3f2a9c-1b2c3d4e5f60 examples/even_odd_sum.py
-        flinkpy savepoint plan -p 3 --json s3://bucket/sp/savepoint-x job.py --count 100
-        flinkpy savepoint plan --check-code ./savepoint-3f2a9c-1b2c3d4e5f60 new_job.py
-        flinkpy savepoint plan --runner spark ./savepoint-3f2a9c-1b2c3d4e5f60 job.py
+        flinkpy savepoint plan savepoint-3f2a9c-1b2c3d4e5f60 even_odd_sum.py
+        flinkpy savepoint plan -p 3 --json s3://bucket/sp/savepoint-x job.py
+        flinkpy savepoint plan --check-code savepoint-3f2a9c-1b2c3d4e5f60 v2.py
+        flinkpy savepoint plan --runner spark savepoint-3f2a9c-1b2c3d4e5f60 j.py
     """
     from pathlib import Path
 

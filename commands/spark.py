@@ -62,7 +62,9 @@ def start(
     \b
         flinkpy spark start
         flinkpy spark start --workers 2 --cores 1 --memory 1g
-        flinkpy run --runner spark --spark-master "$(flinkpy spark start --json | jq -r .master_url)" examples/word_count.py
+        flinkpy run --runner spark \\
+            --spark-master "$(flinkpy spark start --json | jq -r .master_url)" \\
+            examples/word_count.py
     """
     from flinkpy.spark.standalone import start_standalone
 

@@ -112,10 +112,13 @@ def analyze(
 
     \b
         flinkpy state analyze /var/flinkpy/checkpoints/3f2a9c0e/chk-12
-        flinkpy state analyze s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60 --top 20
+        flinkpy state analyze \\
+            s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60 --top 20
         flinkpy state analyze ./chk-12 --json | jq '.operators[].skew'
         flinkpy state analyze ./chk-12 --json | jq '.top_keys[0]'
-        flinkpy state analyze s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60 --engine spark --spark-master spark://head:7077
+        flinkpy state analyze \\
+            s3://bucket/savepoints/savepoint-3f2a9c-1b2c3d4e5f60 --engine spark \\
+            --spark-master spark://head:7077
     """
     from flinkpy.errors import UsageError
     from flinkpy.client.analysis import analyze as run_analysis
@@ -244,7 +247,8 @@ def diff(
 
     \b
         flinkpy state diff ./savepoint-3f2a9c-1b2c3d4e5f60 ./chk-12
-        flinkpy state diff s3://b/sp/savepoint-a s3://b/sp/savepoint-b --uid sums --top 5
+        flinkpy state diff s3://b/sp/savepoint-a s3://b/sp/savepoint-b \\
+            --uid sums --top 5
         flinkpy state diff A B --json | jq -e .identical
     """
     from flinkpy.client.analysis import diff as run_diff

@@ -43,8 +43,10 @@ def start(
     Examples:
 
     \b
-        flinkpy taskmanager start --jobmanager 10.0.0.5:6123 --slots 4 --secret-file ./secret
-        FLINKPY_CLUSTER_SECRET=$(cat secret) flinkpy taskmanager start --jobmanager 10.0.0.5:6123 -D taskmanager.host=10.0.0.6
+        flinkpy taskmanager start --jobmanager 10.0.0.5:6123 --slots 4 \\
+            --secret-file ./secret
+        FLINKPY_CLUSTER_SECRET=$(cat secret) flinkpy taskmanager start \\
+            --jobmanager 10.0.0.5:6123 -D taskmanager.host=10.0.0.6
     """
     import os
 

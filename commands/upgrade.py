@@ -93,8 +93,8 @@ def upgrade(
 
     \b
         flinkpy upgrade 5a7c9e1f0b2d4c6e8a1b3c5d7e9f0a2b job_v2.py
-        flinkpy upgrade --mode last-state --rollback-on-failure JOB_ID job_v2.py --input in.txt
-        flinkpy upgrade --mode stateless -p 4 --ready-timeout 30s JOB_ID job_v2.py
+        flinkpy upgrade --mode last-state --rollback-on-failure JOB_ID job_v2.py
+        flinkpy upgrade --mode stateless -p 4 --ready-timeout 30s JOB_ID v2.py
         flinkpy upgrade --json JOB_ID job_v2.py | jq -r '."new-jid"'
         flinkpy upgrade --runner spark --spark-master 'local[4]' JOB_ID job.py
         flinkpy upgrade --runner engine SPARK_JOB_ID job.py

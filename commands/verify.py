@@ -41,7 +41,8 @@ def verify(
     Examples:
 
     \b
-        flinkpy run -p 2 examples/verification_job.py --keys 8 --per-key 1000 --out /tmp/out
+        flinkpy run -p 2 examples/verification_job.py --keys 8 --per-key 1000 \\
+            --out /tmp/out
         flinkpy verify /tmp/out --keys 8 --per-key 1000
         flinkpy verify /tmp/out --keys 8 --per-key 1000 --json | jq .lost
     """

@@ -126,7 +126,8 @@ def zookeeper_status(json_: JsonFlag = False) -> None:
 
     \b
         flinkpy zookeeper status
-        flinkpy cluster start --ha zookeeper --zookeeper-quorum "$(flinkpy zookeeper status --json | jq -r .quorum)"
+        quorum=$(flinkpy zookeeper status --json | jq -r .quorum)
+        flinkpy cluster start --ha zookeeper --zookeeper-quorum "$quorum"
     """
     from flinkpy.ha.zookeeper_server import zookeeper_status as get_status
 

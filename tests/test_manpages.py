@@ -50,3 +50,18 @@ def test_check_mode_detects_drift(tmp_path: Path) -> None:
     (tmp_path / "flinkpy-run.1").write_text("stale\n")
     (tmp_path / "flinkpy-gone.1").write_text("orphan\n")
     assert main(["--check", "--dir", str(tmp_path)]) == 1
+
+
+def test_every_help_page_fits_80_columns() -> None:
+    """`flinkpy ... --help` at 80 columns, examples included: an example wider than the terminal
+    wraps mid-word and cannot be copied as it stands."""
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    root = command()
+    wide = []
+    for path, _ in TREE:
+        result = runner.invoke(root, [*path[1:], "--help"], env={"COLUMNS": "80", "TERM": "dumb", "NO_COLOR": "1"}, terminal_width=80)
+        assert result.exit_code == 0, (path, result.output)
+        wide += [f"{' '.join(path)}: {line}" for line in result.output.splitlines() if len(line) > 80]
+    assert not wide, "\n".join(wide)
