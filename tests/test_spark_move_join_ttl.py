@@ -228,6 +228,12 @@ env.execute("joined and kept")
 '''
 
 
+KEPT_MOVES = "keyed state (_timers.event, fleeting, low, parity, tens; time-to-live of fleeting, low, parity, tens kept)"
+LOW_WITHOUT_TTL = ("its keyed state 'low' was checkpointed with a time-to-live and is declared without one: keep the state's "
+                   "StateTtlConfig enabled (or disabled) as it was, or give the state a new name (the engine's own restore refuses "
+                   "it too, as Flink did before 2.2)")
+
+
 def _stamp(n: int) -> int:
     return n + (n // 50) * 100
 
@@ -314,7 +320,13 @@ def test_an_interval_join_and_ttl_state_move_engine_to_spark_to_engine_exactly_o
         moves = {o["operator"]: o["state"] for o in plan["operators"] if o["move"] == "moves"}
         assert plan["movable"], plan
         assert moves["pairs"] == "keyed state (_interval_join_left, _interval_join_right, _timers.event)", plan
-        assert moves["kept"] == "keyed state (_timers.event, fleeting, low, parity, tens; time-to-live of fleeting, low, parity, tens kept)"
+        assert moves["kept"] == KEPT_MOVES
+        # the same job with 'low' declared without its TTL: refused by name, before anything starts
+        (tmp_path / "plain.py").write_text(JOB.replace('ttl(ValueStateDescriptor("low", Types.LONG()), HOUR)',
+                                                       'ValueStateDescriptor("low", Types.LONG())'))
+        plain = [str(tmp_path / "plain.py"), *slow[1:]]
+        refused = plan_runner_move(on_engine, plain[0], plain[1:], runner="spark")
+        assert not refused["movable"] and refused["problems"] == [f"operator 'kept': {LOW_WITHOUT_TTL}"], refused
         mark("planned")
 
         spark_jid = _cli_json("run", "-d", "--runner", "spark", "-p", "1", "-s", on_engine, "-D",
@@ -338,6 +350,12 @@ def test_an_interval_join_and_ttl_state_move_engine_to_spark_to_engine_exactly_o
             same = [k for k in before if k in after and before[k][0] == after[k][0]]
             assert same and all(before[k] == after[k] for k in same), (name, before, after)
         assert spark_kept["summary"]["fleeting"]["ttl_ms"] == 1000
+        back = plan_runner_move(on_spark, slow[0], slow[1:], runner="engine")
+        moves = {o["operator"]: o["state"] for o in back["operators"] if o["move"] == "moves"}
+        assert back["movable"] and moves["kept"] == KEPT_MOVES, back
+        assert moves["pairs"] == "keyed state (_interval_join_left, _interval_join_right, _timers.event)", back
+        refused = plan_runner_move(on_spark, plain[0], plain[1:], runner="engine")
+        assert not refused["movable"] and refused["problems"] == [f"operator 'kept': {LOW_WITHOUT_TTL}"], refused
 
         res = run_cli("run", "-p", "2", "-s", on_spark, *job, "0", timeout=240)
         assert res.returncode == 0, res.stderr[-3000:]

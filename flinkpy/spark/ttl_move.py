@@ -26,18 +26,19 @@ def snapshot_ttl(op: Mapping[str, Any]) -> dict[str, int | None]:
     return out
 
 
-def ttl_mismatch(stored: Mapping[str, int | None], target: Any) -> str:
+def ttl_mismatch(stored: Mapping[str, int | None], target: Any, *, undeclared: bool = True) -> str:
     """Why the snapshot's states cannot be restored into those of ``target`` (a
     :class:`~flinkpy.spark.state_move.ProgramOperator`) as its TTL config stands
     ("" when they can): as the engine's own restore (and Flink before 2.2, with a
     StateMigrationException), a state checkpointed with a time-to-live is refused by a job that
     declares it without, and the other way round; a changed TTL is taken (the TTL is the running
     job's, not the snapshot's). ``stored``: each keyed state's TTL (ms) in the snapshot, None
-    for one without."""
+    for one without. ``undeclared``: refuse a TTL state the function does not declare in open()
+    (onto Spark; the engine checks such a state when the function declares it)."""
     if target.declared_states is None:
         return ""
     late = sorted(name for name, ms in stored.items()
-                  if ms is not None and name not in target.declared_states and not name.startswith("_timers."))
+                  if undeclared and ms is not None and name not in target.declared_states and not name.startswith("_timers."))
     if late:  # on Spark kept in the late states' map, where nothing would tell its pairs from plain values
         return (f"its keyed state {', '.join(map(repr, late))} has a time-to-live and is not declared in the function's open(), "
                 "the only place where the Spark runner can check its StateTtlConfig before the job starts: declare it in open(), or keep the "
