@@ -19,8 +19,10 @@ which says what moves and refuses, naming the operator, what would not:
   Spark key group's state (:func:`seed_groups`), read where the group has no Spark state yet;
   a sink's pre-committed output is committed by the sink's own writer before the query starts
   (the engine's recovery contract); keyed state of keyed functions and of windows the engine
-  runs on its general path, with their timers (:mod:`.keyed_move`), becomes the initial state
-  of their Spark step; a window the engine runs on slices is given the general window
+  runs on its general path and an interval join's buffered sides, with their timers
+  (:mod:`.keyed_move`; states with a time-to-live keep each value's last-access timestamp,
+  checked against the job's TTL config by :mod:`.ttl_move`), becomes the initial state of
+  their Spark step; a window the engine runs on slices is given the general window
   layout first (:func:`sliced_window`). A broadcast operator's broadcast states (the copy the
   engine's restore gives subtask 0) and keyed state become the initial state of its one Spark
   group (:mod:`.broadcast_move`). Functions' other operator state is refused.
