@@ -33,7 +33,7 @@ def _op(operator_id: str, *, keyed: dict | None = None, operator: dict | None = 
 PROGRAM = [
     sm.ProgramOperator("numbers", "numbers", "numbers", "source", restorable_source=True),
     sm.ProgramOperator("sums", "running sums", "sums", "keyed_reduce", key_group_reduce=True),
-    sm.ProgramOperator("timers", "late alerts", "timers", "interval_join"),
+    sm.ProgramOperator("timers", "late alerts", "timers", "process"),
     sm.ProgramOperator("sink", "sums file", "sink", "sink"),
 ]
 
@@ -54,7 +54,7 @@ def test_plan_moves_positions_running_values_and_sink_state_and_names_what_canno
     plan = sm.plan_move(doc, PROGRAM, runner="spark")
     assert not plan.movable
     assert len(plan.problems) == 2
-    assert plan.problems[0] == "operator 'late alerts': it is an interval join, whose buffered sides do not move between the runners yet"
+    assert plan.problems[0] == "operator 'late alerts': it is a process, which has no place for keyed state (_timers.event, seen) on Spark"
     assert plan.problems[1].startswith("operator 'gone': the program has no operator with this id")
     assert sm.plan_move(doc, PROGRAM, runner="spark", allow_non_restored_state=True).problems == [plan.problems[0]]
     with pytest.raises(Exception, match="cannot move to the spark runner: operator 'late alerts'"):
@@ -243,15 +243,6 @@ def test_broadcast_state_moves_as_the_engines_restore_takes_it_with_the_keyed_fu
             assert dict(backend.get_broadcast_state("rules").items()) == {"factor": 3}
     back = sm.engine_states(meta, reader.load, ["scaled"])["scaled"]
     assert back.keyed == keyed and back.broadcast == rules
-
-
-def test_a_keyed_state_with_a_time_to_live_is_refused_naming_the_operator_and_state() -> None:
-    from flinkpy.errors import InvalidProgramError
-    from flinkpy.spark import keyed_move as km
-
-    with pytest.raises(InvalidProgramError, match="operator 'late alerts': keyed state 'seen' has a time-to-live"):
-        km.from_engine([{"version": 1, "states": {"seen": {"kind": "value", "ttl_ms": 5, "key_groups": {1: {"a": (1, 2)}}}}}],
-                       operator="late alerts")
 
 
 def test_running_values_regroup_between_the_engine_and_spark_key_groups_with_nothing_lost(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ Wire format (version 1)::
                                   "source_offsets": null}]}]}
 
 A keyed-state handle adds ``key_groups`` ([first, last], inclusive) and ``states``
-({name: {"kind", "entries"}}); an operator-state handle adds ``states`` only.
+({name: {"kind", "entries"[, "ttl_ms"]}}, ``ttl_ms`` for a state with a time-to-live); an
+operator-state handle adds ``states`` only.
 
 The document seals itself: ``metadata_checksum`` is the sha256 of the document without that
 field, in canonical JSON (sorted keys, no spaces), so that a changed byte anywhere in what it

@@ -40,6 +40,25 @@ def _layout_refusals(doc: dict[str, Any]) -> tuple[Any, ...]:
     return state_move.plan_move(doc, [], runner=state_move.ENGINE).decisions
 
 
+def _ttl_on_engine(doc: dict[str, Any], job_path: str, args: list[str], parallelism: int | None) -> tuple[Any, ...]:
+    """A Spark savepoint's TTL states against the job's StateTtlConfig, refused now where the
+    engine's restore would refuse them when the function declares them (the job's declarations
+    as the Spark translation reads them, running its keyed functions' open() as Spark does)."""
+    from flinkpy.spark import state_move
+    from flinkpy.spark.ttl_move import snapshot_ttl, ttl_mismatch
+
+    try:
+        program = {p.operator_id: p for p in state_move.program_operators(_spark_plan(job_path, args, parallelism))}
+    except (ImportError, InvalidProgramError):  # no PySpark here, or a job Spark does not run: the restore checks it
+        return ()
+    out = []
+    for op in doc.get("operators", []):
+        target = program.get(op["operator_id"])
+        if target is not None and (reason := ttl_mismatch(snapshot_ttl(op), target, undeclared=False)):
+            out.append(state_move.MoveDecision(target.name, target.uid, op["operator_id"], "keyed state", state_move.Move.REFUSED, reason))
+    return tuple(out)
+
+
 def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, runner: str, parallelism: int | None = None,
                      allow_non_restored_state: bool = False) -> dict[str, Any]:
     """The plan document: ``{"savepoint", "kind", "from_runner", "runner", "movable", "operators":
@@ -70,6 +89,8 @@ def plan_runner_move(savepoint_path: str, job_path: str, args: list[str], *, run
         from flinkpy.client.restore_plan import plan_restore
 
         plan = state_move.MovePlan(runner, _layout_refusals(doc)) if source == state_move.SPARK else state_move.plan_move(doc, [], runner=runner)
+        if plan.movable and source == state_move.SPARK:
+            plan = state_move.MovePlan(runner, plan.decisions + _ttl_on_engine(doc, job_path, list(args), parallelism))
         if plan.movable:
             restore = plan_restore(savepoint_path, job_path, list(args), parallelism=parallelism,
                                    allow_non_restored_state=allow_non_restored_state)

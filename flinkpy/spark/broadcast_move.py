@@ -59,6 +59,12 @@ def initial_rows(keyed: KeyedStates | None, broadcast: Mapping[str, Mapping[Any,
     group, a broadcast entry's its pickled key."""
     group = keyed_move.grouping_key(one_group(None), prefix)
     rows = []
+    if keyed is not None and keyed.ttl:
+        from flinkpy.errors import InvalidProgramError
+
+        raise InvalidProgramError(
+            f"a broadcast operator's keyed state with a time-to-live ({', '.join(sorted(keyed.ttl))}) does not move to Spark",
+            remedy="give the state a new name, or keep the job on the engine")
     if keyed is not None:
         for name, entry in keyed_move.to_engine(keyed, MAX_PARALLELISM).items():
             rows.extend(InitialRow(group, name, KEYED_TABLE, _dumps(kg), _dumps(table))

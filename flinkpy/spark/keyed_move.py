@@ -32,7 +32,6 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from flinkpy.errors import InvalidProgramError
 
 #: the engine's timer tables (flinkpy.task.timers) and SparkTimers' state variable
 EVENT_TIMERS, PROCESSING_TIMERS = "_timers.event", "_timers.processing"
@@ -52,10 +51,16 @@ class KeyedStates:
 
     ``states``: name -> (kind, {key: value}); a list state's value is its list, a map state's
     the dict of its entries, a reducing or aggregating state's its folded value or accumulator.
+    A state with a time-to-live keeps its stored form, each value with its last-access timestamp
+    (:mod:`flinkpy.state.ttl`): both runners store it so, and the timestamps move unchanged, so
+    an expired value stays expired and a live one keeps its remaining time (as Flink's restore).
     Timers: {key: {(timestamp, namespace)}} per time domain.
     """
 
     states: dict[str, tuple[str, dict[Any, Any]]] = field(default_factory=dict)
+    #: the time-to-live (ms) of each state that has one: its values are the TTL wrapper's
+    #: ``(value, last access)`` pairs (per list element and map entry), the same on both runners
+    ttl: dict[str, int] = field(default_factory=dict)
     event_timers: dict[Any, set[tuple[int, Any]]] = field(default_factory=dict)
     processing_timers: dict[Any, set[tuple[int, Any]]] = field(default_factory=dict)
 
@@ -103,9 +108,7 @@ def from_engine(documents: Iterable[Mapping[str, Any]], *, operator: str = "") -
                         timers.setdefault(key, set()).add((int(ts), namespace))
                 continue
             if entry.get("ttl_ms") is not None:
-                raise InvalidProgramError(
-                    f"operator {operator!r}: keyed state {name!r} has a time-to-live, whose timestamps do not move to Spark",
-                    remedy="keep the job on the engine, or give the state without TTL a new name")
+                out.ttl[name] = int(entry["ttl_ms"])
             kind = entry.get("kind", "value")
             values = out.states.setdefault(name, (kind, {}))[1]
             for table in groups.values():
@@ -140,16 +143,18 @@ def timer_sets(stored: Any) -> tuple[set[tuple[int, Any]], set[tuple[int, Any]]]
     return set(stored or ()), set()
 
 
-def from_spark(kinds: Mapping[str, str], values: Mapping[str, Iterable[tuple[bytes, Any]]], *, prefix: bytes = b"") -> KeyedStates:
+def from_spark(kinds: Mapping[str, str], values: Mapping[str, Iterable[tuple[bytes, Any]]], *, prefix: bytes = b"",
+               ttl: Mapping[str, int] | None = None) -> KeyedStates:
     """The keyed state of one operator read back from Spark's state store.
 
     ``values``: per Spark state variable (the operator's prefix removed), its rows as (grouping
     key, decoded payload): a value state's pickled value, a list state's pickled elements, a map
     state's (pickled key, pickled value) entries; the late states' map holds (name, pickled
     value) entries, and ``_flinkpy_timers`` the key's timers. ``kinds``: the engine's kind of
-    each state (its descriptor), "value" where unknown.
+    each state (its descriptor), "value" where unknown; ``ttl``: the time-to-live (ms) of the
+    states that have one (their values are already the TTL wrapper's pairs, moved unchanged).
     """
-    out = KeyedStates()
+    out = KeyedStates(ttl={name: int(ms) for name, ms in (ttl or {}).items()})
 
     def user_key(grouping: bytes) -> Any:
         if prefix and grouping[: len(prefix)] != prefix:
@@ -192,6 +197,8 @@ def to_engine(keyed: KeyedStates, max_parallelism: int) -> dict[str, dict[str, A
         for key, value in values.items():
             groups.setdefault(assign_to_key_group(key, max_parallelism), {})[key] = value
         states[name] = {"kind": kind, "key_groups": groups}
+        if name in keyed.ttl:
+            states[name]["ttl_ms"] = keyed.ttl[name]
     for name, timers in ((EVENT_TIMERS, keyed.event_timers), (PROCESSING_TIMERS, keyed.processing_timers)):
         groups = {}
         for key, entries in timers.items():

@@ -231,8 +231,8 @@ class SparkKeyedBackend:
         self._states: dict[str, Any] = {}
         #: the engine's kind of each state asked for (a descriptor's), by name
         self.kinds: dict[str, str] = {}
-        #: states with a time-to-live (their values carry the wrapper's timestamps)
-        self.ttl_states: set[str] = set()
+        #: states with a time-to-live, with it in ms (their values carry the wrapper's timestamps)
+        self.ttl_states: dict[str, int] = {}
         #: the Spark state variable of each state declared in open(), and how it is laid out
         self._cells: dict[str, tuple[str, Any]] = {}
         self._late = handle.getMapState(self.LATE, "name string", _B)
@@ -271,7 +271,7 @@ class SparkKeyedBackend:
         spark_ttl = self._spark_ttl_ms(d.name, policy)
         self.kinds[d.name] = kind
         if policy is not None:
-            self.ttl_states.add(d.name)
+            self.ttl_states[d.name] = policy.ttl_ms
         if not self._initialising:
             if kind not in ("value", "reducing", "aggregating"):
                 raise InvalidProgramError(
@@ -334,8 +334,8 @@ class SparkKeyedBackend:
             return None
         if self._processing_time and self._initialising:
             return policy.ttl_ms + TTL_CLEANUP_GRACE_MS
-        if (self._name, name) in _WARNED:
-            return None
+        if (self._name, name) in _WARNED or getattr(self._handle, "noting", False):
+            return None  # warned already, or only noting the states declared (flinkpy.spark.state_reading)
         _WARNED.add((self._name, name))
         why = "it is declared after open()" if self._processing_time else "the step runs in Spark's EventTime mode"
         log.warning("operator %r: state %r has a time-to-live; on Spark its expired values are removed only when "

@@ -19,8 +19,10 @@ which says what moves and refuses, naming the operator, what would not:
   Spark key group's state (:func:`seed_groups`), read where the group has no Spark state yet;
   a sink's pre-committed output is committed by the sink's own writer before the query starts
   (the engine's recovery contract); keyed state of keyed functions and of windows the engine
-  runs on its general path, with their timers (:mod:`.keyed_move`), becomes the initial state
-  of their Spark step; a window the engine runs on slices is given the general window
+  runs on its general path and an interval join's buffered sides, with their timers
+  (:mod:`.keyed_move`; states with a time-to-live keep each value's last-access timestamp,
+  checked against the job's TTL config by :mod:`.ttl_move`), becomes the initial state of
+  their Spark step; a window the engine runs on slices is given the general window
   layout first (:func:`sliced_window`). A broadcast operator's broadcast states (the copy the
   engine's restore gives subtask 0) and keyed state become the initial state of its one Spark
   group (:mod:`.broadcast_move`). Functions' other operator state is refused.
@@ -54,6 +56,7 @@ from flinkpy.errors import InvalidProgramError
 from flinkpy.spark import keyed_move
 from flinkpy.spark.keyed import BROADCAST_KINDS
 from flinkpy.spark.keyed_move import KeyedStates
+from flinkpy.spark.ttl_move import describe_keyed, snapshot_ttl, ttl_mismatch
 
 #: the engine's KeyedReduceOperator keeps each key's running value in this value state
 REDUCE_STATE = "_reduce"
@@ -81,6 +84,10 @@ class ProgramOperator:
     keyed_state_moves: bool = False
     #: a window the engine runs on slices (:func:`sliced_window`): its WindowSpec, else None
     sliced_window: Any = None
+    #: the keyed states the function declares in open() on Spark, and those of them with a
+    #: time-to-live (None: not known, a plan without the Spark translation)
+    declared_states: frozenset[str] | None = None
+    ttl_states: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -135,13 +142,12 @@ class MovedState:
 #: keyed operators whose state the Spark runner keeps per key under the engine's state names
 #: (the engine's own operator classes over SparkKeyedBackend), so that it moves both ways
 KEYED_STATE_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "keyed_reduce", "window",
-                               "keyed_co_process", "keyed_co_map", "keyed_co_flat_map", "keyed_broadcast_process"})
+                               "keyed_co_process", "keyed_co_map", "keyed_co_flat_map", "keyed_broadcast_process",
+                               "interval_join"})
 
 
 def keyed_refusal(kind: str, what: str, runner: str) -> str:
     """Why ``what`` (keyed state) of an operator of ``kind`` cannot move onto ``runner``."""
-    if kind == "interval_join":
-        return "it is an interval join, whose buffered sides do not move between the runners yet"
     if kind in KEYED_STATE_KINDS:  # a keyed reduce by key group on Spark, given another operator's state
         return f"it is a {kind} that keeps running values by key group on Spark, where {what} of another operator has no place"
     return f"it is a {kind}, which has no place for {what} on {runner}"
@@ -158,6 +164,19 @@ def foreign_keyed_state(kind: str, names: set[str]) -> str:
     if kind != "window" and windowed:
         return (f"its keyed state ({', '.join(sorted(windowed))}) is a window's, and it is a {kind}: give it another uid, or pass -n")
     return ""
+
+
+def ttl_refusals(program: Iterable[ProgramOperator], states: Mapping[str, MovedState]) -> tuple[MoveDecision, ...]:
+    """The TTL disagreements (:func:`ttl_mismatch`) between the loaded keyed state of an engine
+    snapshot and the program, by its state files' own TTLs."""
+    out = []
+    for p in program:
+        keyed = states[p.operator_id].keyed if p.operator_id in states else None
+        if keyed is None:
+            continue
+        if reason := ttl_mismatch({name: keyed.ttl.get(name) for name in keyed.states}, p):
+            out.append(MoveDecision(p.name, p.uid, p.operator_id, describe_keyed(keyed.states, keyed.ttl), Move.REFUSED, reason))
+    return tuple(out)
 
 
 def sliced_window(spec: Any) -> Any:
@@ -220,7 +239,8 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
                 if positions:
                     decisions.append(MoveDecision(name, uid, oid, "source positions", Move.MOVES))
                 if keyed:
-                    what = "running values per key" if set(keyed) == {REDUCE_STATE} else f"keyed state ({', '.join(sorted(keyed))})"
+                    ttl = [n for n, ms in snapshot_ttl(op).items() if ms is not None and n in keyed]
+                    what = "running values per key" if set(keyed) == {REDUCE_STATE} else describe_keyed(keyed, ttl)
                     decisions.append(MoveDecision(name, uid, oid, what, Move.MOVES))
                 if broadcast := _broadcast_names(parts):
                     decisions.append(MoveDecision(name, uid, oid, f"broadcast state ({broadcast})", Move.MOVES))
@@ -249,12 +269,17 @@ def plan_move(doc: Mapping[str, Any], program: Iterable[ProgramOperator], *, run
                    "committed offsets, a socket has none)")
         if keyed:
             names = ", ".join(sorted(keyed))
+            stored_ttl = snapshot_ttl(op)
+            ttl = [n for n, ms in stored_ttl.items() if ms is not None and n in keyed]
             if set(keyed) == {REDUCE_STATE} and target.kind == "keyed_reduce" and target.key_group_reduce:
                 decide("running values per key")
             elif foreign := foreign_keyed_state(target.kind, set(keyed)):
                 decide(f"keyed state ({names})", foreign)
+            elif ttl and target.kind in BROADCAST_KINDS:
+                decide(describe_keyed(keyed, ttl), f"it is a {target.kind}, whose keyed state with a time-to-live "
+                       f"({', '.join(sorted(ttl))}) does not move to Spark: give the state a new name, or keep the job on the engine")
             elif target.keyed_state_moves:
-                decide(f"keyed state ({names})")
+                decide(describe_keyed(keyed, ttl), ttl_mismatch(stored_ttl, target))
             else:
                 decide(f"keyed state ({names})", keyed_refusal(target.kind, f"keyed state ({names})", "Spark"))
         if broadcast := _broadcast_names(parts):
@@ -284,10 +309,24 @@ def program_operators(plan: Any) -> list[ProgramOperator]:
     windows = {n: sliced_window(spec.fn) for n, spec in keyed_specs.items() if spec.kind == "window"}
     sources = {id(step.payload.node) for branch in plan.branches for step in branch
                if step.kind == "source" and _restorable(step.payload)}
+    declared = {n: _declared(keyed_specs[n]) for n in moving}
     return [ProgramOperator(ids[n], node.name, node.uid, "source" if node.is_source else "sink" if node.is_sink else node.kind,
                             key_group_reduce=id(node) in reduces, restorable_source=id(node) in sources,
-                            keyed_state_moves=id(node) in moving, sliced_window=windows.get(id(node)))
+                            keyed_state_moves=id(node) in moving, sliced_window=windows.get(id(node)),
+                            **declared.get(id(node), {}))
             for n in graph.topological_order() for node in [graph.nodes[n]]]
+
+
+def _declared(spec: Any) -> dict[str, Any]:
+    """The states a keyed operator declares in open() on Spark and those with a time-to-live, as
+    :class:`ProgramOperator` fields (none where PySpark is missing: nothing runs there anyway)."""
+    try:
+        from flinkpy.spark.state_reading import declared_kinds
+
+        kinds, ttl = declared_kinds(spec)
+    except ImportError:
+        return {}
+    return {"declared_states": frozenset(kinds), "ttl_states": frozenset(ttl)}
 
 
 def _restorable(step: Any) -> bool:
@@ -505,7 +544,8 @@ def engine_operators(program: Iterable[ProgramOperator], states: Mapping[str, Mo
             buf = io.BytesIO()
             counts = canonical.write_document(buf, {"version": _snapshot_version(), "states": document})
             handle = write(f"{p.operator_id}-moved-keyed", buf.getvalue())
-            summary = {name: {"kind": entry["kind"], "entries": counts.get(name, 0)} for name, entry in document.items()}
+            summary = {name: {"kind": entry["kind"], "entries": counts.get(name, 0),
+                              **({"ttl_ms": entry["ttl_ms"]} if "ttl_ms" in entry else {})} for name, entry in document.items()}
             subtasks.append(new_subtask(0, keyed_state=keyed_state(handle, (0, max_parallelism - 1), summary)))
         if moved.broadcast is not None:  # one old subtask's copy: the engine's restore gives it to every new subtask
             from flinkpy.spark.broadcast_move import engine_operator_state

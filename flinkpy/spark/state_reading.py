@@ -76,20 +76,24 @@ class _Declarations:
     """A processor handle that only takes note of the state variables a processor declares:
     Spark runs a processor's init() on the driver the same way to learn them."""
 
+    #: what the processor asks of it is not run (SparkKeyedBackend warns about nothing here)
+    noting = True
+
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: _Inert() if name.startswith("get") else []
 
 
-def declared_kinds(spec: Any) -> tuple[dict[str, str], set[str]]:
-    """(the engine's kind of each state a keyed operator declares in open(), those with a
-    time-to-live): what Spark's state variables alone do not tell (a reducing state is a value
-    state there; a broadcast operator keeps its keyed states' tables as pickles)."""
+def declared_kinds(spec: Any) -> tuple[dict[str, str], dict[str, int]]:
+    """(the engine's kind of each state a keyed operator declares in open(), the time-to-live
+    in ms of those that have one): what Spark's state variables alone do not tell (a reducing
+    state is a value state there; a broadcast operator keeps its keyed states' tables as
+    pickles)."""
     from flinkpy.spark.processors import make_processor
 
     processor = make_processor(spec)
     processor.init(_Declarations())
     backend = processor.backend  # None: a broadcast operator without keyed state
-    return (dict(backend.kinds), set(backend.ttl_states)) if backend is not None else ({}, set())
+    return (dict(backend.kinds), dict(backend.ttl_states)) if backend is not None else ({}, {})
 
 
 def state_variables(spark: Any, location: str, operator: int) -> dict[str, str]:
@@ -112,31 +116,30 @@ def _read_variable(spark: Any, location: str, operator: int, name: str, spark_ty
     reader = spark.read.format("statestore").option("operatorId", operator).option("stateVarName", name)
     # a list whole in one row (list_value), in its order; a map one row per entry
     rows = reader.option("flattenCollectionTypes", str(spark_type != "ListState").lower()).load(location).collect()
+    # a variable with Spark's state TTL nests each value beside its expiry: (value, ttlExpirationMs)
     if spark_type == "ListState":
-        return [(bytes(r["key"][0]), [bytes(e[0]) for e in (r["list_value"] or [])]) for r in rows]
+        return [(bytes(r["key"][0]), [_binary(e) for e in (r["list_value"] or [])]) for r in rows]
     if spark_type == "MapState":
         by_key: dict[bytes, list] = {}
         for r in rows:
-            by_key.setdefault(bytes(r["key"][0]), []).append((r["user_map_key"][0], bytes(r["user_map_value"][0])))
+            by_key.setdefault(bytes(r["key"][0]), []).append((r["user_map_key"][0], _binary(r["user_map_value"])))
         if name.endswith(keyed_move.LATE_STATES):
             return [(k, entry) for k, entries in by_key.items() for entry in entries]
         return [(k, [(bytes(mk), mv) for mk, mv in entries]) for k, entries in by_key.items()]
-    return [(bytes(r["key"][0]), bytes(r["value"][0])) for r in rows if r["value"] is not None]
+    return [(bytes(r["key"][0]), _binary(r["value"])) for r in rows if r["value"] is not None]
 
 
 def _keyed_states(spark: Any, location: str, operator: int, level: Any, index: int, spec: Any,
                   variables: dict[str, str]) -> keyed_move.KeyedStates:
     """A process function's or window's state read back from Spark's state store."""
     kinds, ttl = declared_kinds(spec)
-    if ttl:
-        raise ValueError(f"its states {sorted(ttl)} have a time-to-live, whose timestamps do not move to the engine")
     prefix = f"o{index}_" if level.routed else ""
     values = {}
     for var, spark_type in variables.items():
         if not var.startswith(prefix) or spark_type not in ("ValueState", "ListState", "MapState"):
             continue
         values[var[len(prefix):]] = _read_variable(spark, location, operator, var, spark_type)
-    return keyed_move.from_spark(kinds, values, prefix=spec.prefix)
+    return keyed_move.from_spark(kinds, values, prefix=spec.prefix, ttl=ttl)
 
 
 def _broadcast_states(spark: Any, location: str, operator: int, level: Any, index: int, spec: Any,
@@ -147,7 +150,8 @@ def _broadcast_states(spark: Any, location: str, operator: int, level: Any, inde
 
     kinds, ttl = declared_kinds(spec)
     if ttl:
-        raise ValueError(f"its states {sorted(ttl)} have a time-to-live, whose timestamps do not move to the engine")
+        raise ValueError(f"its keyed states {sorted(ttl)} have a time-to-live, which a broadcast operator's keyed state does not "
+                         "move with yet")
     prefix = f"o{index}_" if level.routed else ""
 
     def entries(name: str) -> list[tuple[Any, bytes]]:
@@ -245,6 +249,8 @@ def move_in(plan: Any, directory: str, doc: dict[str, Any], *, allow_non_restore
     states = state_move.engine_states(doc, reader.load, [p.operator_id for p in program if p.keyed_state_moves],
                                       sliced_windows={p.operator_id: p.sliced_window for p in program if p.sliced_window is not None},
                                       max_parallelism=plan.max_parallelism)
+    # the files' own TTLs (a snapshot older than the TTLs in its `_metadata` summary is checked here)
+    state_move.refuse(state_move.MovePlan(state_move.SPARK, state_move.ttl_refusals(program, states)), where=directory)
     state_move.apply_moved(plan, states)
     state_move.settle_sinks(state_move.sinks_of(plan), states)
     return sorted(states)

@@ -515,7 +515,15 @@ class FrozenSnapshot:
         return out.getvalue()
 
     def summary(self) -> dict[str, dict[str, Any]]:
-        return {name: {"kind": kind, "entries": sum(len(m) for m in groups.values())} for name, (kind, groups) in self.states.items()}
+        """Each state's kind, entry count and, with a time-to-live, its TTL (``ttl_ms``: what a
+        move between runners checks against the job before anything starts)."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, (kind, groups) in self.states.items():
+            out[name] = {"kind": kind, "entries": sum(len(m) for m in groups.values())}
+            policy = self.ttl.get(name, (None, 0))[0]
+            if policy is not None:
+                out[name]["ttl_ms"] = policy.ttl_ms
+        return out
 
     @property
     def empty(self) -> bool:

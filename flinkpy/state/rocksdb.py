@@ -281,7 +281,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
 
     def state_summary(self) -> dict[str, dict[str, Any]]:
         """The states and their kinds, without a scan (for native checkpoints' metadata)."""
-        return {name: {"kind": m["kind"]} for name, m in self._meta.items()}
+        out: dict[str, dict[str, Any]] = {}
+        for name, m in self._meta.items():
+            out[name] = {"kind": m["kind"]}
+            if self._ttl_ms(name) is not None:
+                out[name]["ttl_ms"] = self._ttl_ms(name)
+        return out
 
     # -- snapshots ----------------------------------------------------------------------
     def snapshot_sync(self) -> RocksDBSnapshot:

@@ -132,7 +132,13 @@ class RocksDBSnapshot:
         if self._counts is None:
             self.to_dict()
         assert self._counts is not None
-        return {name: {"kind": m["kind"], "entries": self._counts[name]} for name, m in self.meta.items()}
+        out: dict[str, dict[str, Any]] = {}
+        for name, m in self.meta.items():
+            out[name] = {"kind": m["kind"], "entries": self._counts[name]}
+            policy = self.ttl.get(name, (None, 0))[0]
+            if policy is not None:
+                out[name]["ttl_ms"] = policy.ttl_ms
+        return out
 
     @property
     def empty(self) -> bool:
