@@ -48,7 +48,7 @@ def _ttl_on_engine(doc: dict[str, Any], job_path: str, args: list[str], parallel
     from flinkpy.spark.ttl_move import snapshot_ttl, ttl_mismatch
 
     try:
-        program = {p.operator_id: p for p in state_move.program_operators(_spark_plan(job_path, args, parallelism))}
+        program = {p.operator_id: p for p in state_move.program_operators(_spark_job(job_path, args, parallelism)[0])}
     except (ImportError, InvalidProgramError):  # no PySpark here, or a job Spark does not run: the restore checks it
         return ()
     out = []
