@@ -148,7 +148,10 @@ def run(
     as the restart strategy allows, and answers the lifecycle commands (list, cancel, stop,
     savepoint, checkpoint list, job exceptions, fault kill-task) like a cluster does. -d
     returns the job id at once. A Spark savepoint restores only with the same parallelism
-    (spark.sql.shuffle.partitions): a rescale is refused with exit 7. On a cluster master
+    (spark.sql.shuffle.partitions): a rescale is refused with exit 7. -s also takes a Spark
+    job's checkpoint location (the path 'flinkpy checkpoint list JOB_ID' shows) to resume a job
+    whose driver was killed from its last committed batch: exit 9 while that driver runs, 7 at
+    another parallelism, 4 for a location with no committed batch. On a cluster master
     (spark://HOST:PORT, see 'flinkpy spark start') the driver ships flinkpy, the job file's
     directory and env.add_python_file files to the executors and checks their Python first:
     exit 3 when the master does not answer, 8 when the executors lack a module. See

@@ -107,7 +107,7 @@ class DriverClient(RestClient):
                 if self._live():
                     raise
                 # it ended while we asked: answer from what it left
-        return self._offline(method, path)
+        return self._offline(method, path, kw)
 
     def _live(self) -> bool:
         """The driver serves requests: alive, listening, and its job not over (a driver that
@@ -115,7 +115,7 @@ class DriverClient(RestClient):
         rec = self.record
         return bool(rec.get("alive") and rec.get("control") and not rec.get("final"))
 
-    def _offline(self, method: str, path: str) -> Any:
+    def _offline(self, method: str, path: str, kw: dict[str, Any]) -> Any:
         rec = self.record
         jid = rec["jid"]
         documents = rec.get("final") or {}
@@ -137,6 +137,11 @@ class DriverClient(RestClient):
             return result
         if tail is not None and tail.lstrip("/") in documents:
             return documents[tail.lstrip("/")]
+        if tail == "/checkpoints" and rec.get("checkpoint_location"):
+            # died without a word (SIGKILL): its retained checkpoint, which 'run -s' resumes
+            from flinkpy.spark.supervisor_snapshots import checkpoint_stats
+
+            return checkpoint_stats(rec["checkpoint_location"], restored=None, history=int((kw.get("params") or {}).get("history") or 10))
         raise NotFoundError(f"{path} of Spark job {jid} is not available after the job ended", remedy=f"see 'flinkpy job show {jid}'")
 
 

@@ -40,7 +40,7 @@ from flinkpy.errors import ConflictError, ExitCode, FlinkpyError, NotFoundError
 from flinkpy.faults import FaultRecord, journal_view
 from flinkpy.signals import StopSignals
 from flinkpy.spark import control_registry as registry
-from flinkpy.spark import state_reading
+from flinkpy.spark import restore, state_reading
 from flinkpy.spark import supervisor_snapshots as snapshots
 from flinkpy.spark.supervisor import GiveUp, SparkJobSupervisor
 from flinkpy.units import parse_duration_ms
@@ -125,6 +125,8 @@ class SparkDriver:
         checkpoint_dir = self.config.get("execution.checkpointing.dir") or str(self.home.path / "checkpoints")
         self.checkpoint_dir = checkpoint_dir
         self.location = snapshots.checkpoint_location(checkpoint_dir, self.job_id)
+        #: the query's name, by which its exactly-once sinks fence (a resumed job keeps its predecessor's)
+        self.query_name = restore.query_name_of(self.job_id)
         self.savepoint_dir = self.config.get("execution.checkpointing.savepoint-dir") or f"{checkpoint_dir.rstrip('/')}/savepoints"
         self.spark_conf = parse_spark_conf(self.config.get("spark.conf")) | dict(spec.get("spark_conf") or {})
         self.master = self.config.get("spark.master") or "local[2]"
@@ -303,27 +305,13 @@ class SparkDriver:
             self.supervisor.strategy = strategy_from_config(
                 {k: v for k, v in self.config.items() if k.startswith("restart-strategy.")}, checkpointing_enabled=bool(interval))
         if self.spec.get("savepoint_path"):
-            directory, doc = snapshots.read_snapshot(self.spec["savepoint_path"])
-            keep_all = not self.spec.get("allow_non_restored_state")
-            how = snapshots.ENGINE_LAYOUT
-            if doc.get("runner") == snapshots.RUNNER:
-                how = snapshots.check_restore(doc, shuffle_partitions=self.shuffle_partitions, where=directory,
-                                              key_groups=plan.key_groups, allow_non_restored_state=not keep_all)
-            if how == snapshots.SPARK_CHECKPOINT:
-                snapshots.restore_savepoint(directory, doc, self.location)
-                batch = doc["spark"]["batch_id"]
-            else:  # the engine's layout of the state (an engine snapshot's own): it moves (flinkpy.spark.state_move)
-                from flinkpy.spark.in_flight import in_flight_refusals
-                from flinkpy.spark.state_move import SPARK, MovePlan, refuse
-
-                refuse(MovePlan(SPARK, in_flight_refusals(doc)), where=directory)  # records the move would lose
-                moved = state_reading.move_in(plan, directory, doc, allow_non_restored_state=not keep_all)
-                log.info("job %s: moved the state of %s from the %s %s %s", self.job_id, ", ".join(moved) or "no operator",
-                         "engine's" if doc.get("runner") != snapshots.RUNNER else "engine layout of the Spark", doc["kind"], directory)
-                batch = None
-            self.restored = {"id": doc["checkpoint_id"], "is_savepoint": doc["kind"] == "savepoint", "external_path": directory,
-                             "restore_timestamp": now_ms()}
-            self.supervisor.note(now_ms(), "restored", **{"from": directory, "kind": doc["kind"], "batch": batch})
+            start = restore.start_from(self.spec["savepoint_path"], plan=plan, location=self.location, home=self.home.path,
+                                       shuffle_partitions=self.shuffle_partitions,
+                                       allow_non_restored_state=bool(self.spec.get("allow_non_restored_state")),
+                                       claim_mode=self.config.get("execution.state-recovery.claim-mode"))
+            self.restored, self.query_name = start.restored, start.query_name or self.query_name
+            self.supervisor.note(now_ms(), "restored", **start.note)
+        restore.keep_query_name(self.location, self.query_name)
 
     def start_session(self) -> None:
         from flinkpy.spark.session import spark_session
@@ -352,7 +340,7 @@ class SparkDriver:
         interval = self.config.get("execution.checkpointing.interval")
         return self.plan.start(self.spark, checkpoint_location=self.location,
                                trigger_interval_ms=parse_duration_ms(interval) if interval else None,
-                               query_name=f"flinkpy_{self.job_id}")
+                               query_name=self.query_name)
 
     def supervise(self) -> None:
         """Start the query and keep it going as the restart strategy allows."""

@@ -293,37 +293,38 @@ def check_restore(doc: dict[str, Any], *, shuffle_partitions: int, where: str, k
                 f"behind: {why}, and Spark's own checkpoint restores all of its state or none",
                 remedy="restore it without -n, or take a new savepoint of the job with this flinkpy",
             )
-        raise InvalidProgramError(
-            f"the Spark savepoint {where} has its state in {had} partitions (spark.sql.shuffle.partitions), "
-            f"but this run would use {shuffle_partitions}, and its state cannot be redistributed: {why}",
-            remedy=f"run with -p {had} (or --spark-conf spark.sql.shuffle.partitions={had}); to change the "
-            "parallelism, start the job afresh without -s",
-        )
-    saved = spark.get("key_groups", LEGACY_KEY_GROUPS)
+        raise rescale_refused(f"Spark savepoint {where}", had, shuffle_partitions, f": {why}", "start the job afresh without -s")
+    check_key_groups(f"Spark savepoint {where}", spark.get("key_groups", LEGACY_KEY_GROUPS), key_groups)
+    return SPARK_CHECKPOINT
+
+
+def rescale_refused(what: str, had: int, shuffle_partitions: int, why: str, instead: str) -> InvalidProgramError:
+    """The refusal of restoring ``what`` (its state in ``had`` partitions) at another parallelism;
+    ``why`` ends the message, ``instead`` says how to change the parallelism."""
+    return InvalidProgramError(
+        f"the {what} has its state in {had} partitions (spark.sql.shuffle.partitions), "
+        f"but this run would use {shuffle_partitions}, and its state cannot be redistributed{why}",
+        remedy=f"run with -p {had} (or --spark-conf spark.sql.shuffle.partitions={had}); to change the parallelism, {instead}",
+    )
+
+
+def check_key_groups(what: str, saved: int | None, key_groups: int | None) -> None:
+    """A keyed reduce's running values restored from Spark's checkpoint are looked up in the key
+    groups they were saved in (``saved``): refuse another number, they would be silently lost."""
     if key_groups and saved and saved != key_groups:
         raise InvalidProgramError(
-            f"the Spark savepoint {where} keeps its keyed reduce's state in {saved} key groups, but this version "
+            f"the {what} keeps its keyed reduce's state in {saved} key groups, but this version "
             f"of flinkpy's Spark runner groups keys into {key_groups}: the saved running values would not be found",
             remedy="restore it with the flinkpy version that took it, or start the job afresh without -s",
         )
-    return SPARK_CHECKPOINT
 
 
 def restore_savepoint(directory: str, doc: dict[str, Any], location: str) -> None:
     """Copy the savepoint's checkpoint into a new job's (empty) checkpoint location, checking
     every file against its recorded size and checksum."""
     from flinkpy.checkpoint.metadata import CorruptCheckpointError
-    from flinkpy.checkpoint.storage import CheckpointStorage
 
-    storage = CheckpointStorage(directory)
-    fs, root = storage.filesystem(directory)
-    if os.path.exists(location) and os.listdir(location):
-        raise InvalidProgramError(f"the checkpoint location {location} is not empty", remedy="restore into a new job")
-    os.makedirs(os.path.dirname(location.rstrip("/")), exist_ok=True)
-    src = f"{root.rstrip('/')}/{SPARK_DIR}"
-    if not fs.exists(src):
-        raise NotFoundError(f"the Spark savepoint {directory} has no {SPARK_DIR}/ directory", remedy="use a complete savepoint")
-    fs.get(src.rstrip("/") + "/", location, recursive=True)
+    copy_location(f"{directory.rstrip('/')}/{SPARK_DIR}", location, what=f"the Spark savepoint {directory}")
     for handle in doc["spark"]["files"]:
         rel = handle["path"][len(SPARK_DIR) + 1:]
         full = os.path.join(location, rel)
@@ -333,3 +334,22 @@ def restore_savepoint(directory: str, doc: dict[str, Any], location: str) -> Non
         if os.path.getsize(full) != handle["size"] or _sha256(full) != handle["checksum"]:
             shutil.rmtree(location, ignore_errors=True)
             raise CorruptCheckpointError(f"{directory}/{handle['path']}", "size or checksum differs from _metadata")
+
+
+def copy_location(source: str, location: str, *, what: str = "the Spark checkpoint", move: bool = False) -> None:
+    """Copy the checkpoint location at ``source`` (any fsspec URL) into a new job's (empty)
+    ``location``; ``move``: move it there instead (a local ``source``)."""
+    from flinkpy.checkpoint.storage import CheckpointStorage
+
+    fs, src = CheckpointStorage(source).filesystem(source)
+    if os.path.exists(location) and os.listdir(location):
+        raise InvalidProgramError(f"the checkpoint location {location} is not empty", remedy="restore into a new job")
+    os.makedirs(os.path.dirname(location.rstrip("/")), exist_ok=True)
+    if not fs.exists(src):
+        raise NotFoundError(f"{what} has no {SPARK_DIR}/ directory", remedy="use a complete savepoint")
+    if move:
+        if os.path.isdir(location):
+            os.rmdir(location)
+        shutil.move(src, location)
+        return
+    fs.get(src.rstrip("/") + "/", location, recursive=True)
