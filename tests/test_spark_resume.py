@@ -126,7 +126,7 @@ def test_a_driver_killed_between_sink_output_and_commit_resumes_exactly_once(spa
     # the resumed query is the killed one's lineage: the same query name its exactly-once sinks
     # fence by, the same Spark query id its part files are named after, the same batch ids
     new_location = Path(_record(flinkpy_home, new["jid"])["checkpoint_location"])
-    assert (new_location / restore.QUERY_NAME_FILE).read_text() == f"flinkpy_{jid}"
+    assert (new_location / restore.QUERY_NAME_FILE).read_text() == _cli_json("job", "show", new["jid"])["spark"]["query"] == f"flinkpy_{jid}"
     assert (new_location / "metadata").read_text().splitlines()[0] == (location / "metadata").read_text().splitlines()[0]
     assert _batches(new_location, "commits")[: held + 1] == list(range(held + 1))
 

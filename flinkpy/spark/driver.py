@@ -186,7 +186,7 @@ class SparkDriver:
             "plan": self._plan_dict(), "failover-strategy": "full", "restart-strategy": sup.restart_strategy(),
             "events": list(sup.events), "spark": {"master": self.master, "checkpoint_location": self.location,
                                                    "shuffle_partitions": self.shuffle_partitions, "attempt": sup.attempt,
-                                                   "application_id": self.application_id},
+                                                   "application_id": self.application_id, "query": self.query_name},
         })
         return doc
 
