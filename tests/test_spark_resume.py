@@ -3,14 +3,16 @@
 The worst moment to lose the driver is after a micro-batch's sink output is written and before
 Spark records the batch's commit: the resumed query must run that batch again (same id, same
 records) without writing its records twice, and lose none of the batches before it. The job is
-test_spark_jobs' running sum per parity into a FileSink, with a second sink after it that holds
-the driver inside a chosen batch, once that batch's part file is written (a file says when),
-so the kill lands there every time. The expected output is computed from the numbers.
+test_spark_jobs' running sum per parity into a FileSink and a PostgreSQL table (a transaction
+per batch, fenced by the query's name and the batch id), with a third sink after them that holds
+the driver inside a chosen batch, once both have written it (a file says when), so the kill
+lands there every time. The expected output is computed from the numbers.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 import os
 import shutil
 import signal
@@ -22,7 +24,7 @@ import pytest
 from conftest import one_error_line, run_cli, wait_for
 from flinkpy.errors import ExitCode, FlinkpyError
 from flinkpy.spark import restore
-from test_spark_jobs import FIXED_DELAY, _check_exact, _cli_json, _committed_parts, _record, spark_env  # noqa: F401 - a fixture
+from test_spark_jobs import FIXED_DELAY, _check_exact, _expected, _cli_json, _committed_parts, _record, spark_env  # noqa: F401 - a fixture
 
 HOLD_JOB = '''
 import argparse
@@ -33,6 +35,7 @@ from flinkpy.common import Encoder, WatermarkStrategy
 from flinkpy.datastream import StreamExecutionEnvironment
 from flinkpy.datastream.connectors.file_system import FileSink
 from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+from flinkpy.connectors.postgres import PostgresSink
 
 
 class HoldAt:
@@ -57,12 +60,14 @@ def main(argv):
     parser.add_argument("--out", required=True)
     parser.add_argument("--hold-at", type=int, default=0)
     parser.add_argument("--reached", default="")
+    parser.add_argument("--dsn", required=True)
     a = parser.parse_args(argv)
     env = StreamExecutionEnvironment.get_execution_environment()
     sums = (env.from_source(NumberSequenceSource(1, a.count), WatermarkStrategy.no_watermarks(), "numbers")
             .map(lambda n: ("even" if n % 2 == 0 else "odd", n)).name("parity").uid("parity")
             .key_by(lambda pair: pair[0]).sum(1).name("running sums").uid("sums"))
     sums.sink_to(FileSink.for_row_format(a.out, Encoder.simple_string_encoder()).build()).name("sums file").uid("sink")
+    sums.sink_to(PostgresSink(a.dsn, "INSERT INTO sums (k, v) VALUES (%s, %s)")).name("sums table").uid("table")
     sums.add_sink(HoldAt(a.hold_at, a.reached)).name("hold").uid("hold")
     env.execute("spark sums held")
 
@@ -74,7 +79,11 @@ if __name__ == "__main__":
 
 def _job(tmp: Path, count: int, per_batch: int, hold_at: int = 0) -> list[str]:
     return ["-D", f"execution.spark.max-records-per-batch={per_batch}", str(tmp / "hold_job.py"), "--count", str(count),
-            "--out", str(tmp / "out"), "--hold-at", str(hold_at), "--reached", str(tmp / "reached")]
+            "--out", str(tmp / "out"), "--hold-at", str(hold_at), "--reached", str(tmp / "reached"), "--dsn", DSN[0]]
+
+
+#: the PostgreSQL server's address, set by the test (the job's arguments carry it)
+DSN = [""]
 
 
 def _batches(location: Path, log: str) -> list[int]:
@@ -82,8 +91,10 @@ def _batches(location: Path, log: str) -> list[int]:
 
 
 @pytest.mark.timeout(240)
-def test_a_driver_killed_between_sink_output_and_commit_resumes_exactly_once(spark_env: Path, flinkpy_home: Path) -> None:
+def test_a_driver_killed_between_sink_output_and_commit_resumes_exactly_once(spark_env: Path, flinkpy_home: Path, postgres) -> None:
     count, per_batch, hold_at = 100, 25, 40  # held in batch 1 (records 26-50): batch 0 committed
+    DSN[0] = postgres.dsn
+    postgres.execute("CREATE TABLE sums (k text, v bigint)")
     (spark_env / "hold_job.py").write_text(HOLD_JOB)
     jid = _cli_json("run", "--json", "-d", "--runner", "spark", *FIXED_DELAY, *_job(spark_env, count, per_batch, hold_at),
                     timeout=120)["jobs"][0]["jid"]
@@ -93,6 +104,7 @@ def test_a_driver_killed_between_sink_output_and_commit_resumes_exactly_once(spa
     held = max(_batches(location, "offsets"))
     assert held not in _batches(location, "commits") and _batches(location, "commits") == list(range(held)), held
     assert any(p.name.endswith(f"-{held:012d}") for p in _committed_parts(spark_env / "out")), "the held batch's part file"
+    assert len(postgres.query("SELECT k, v FROM sums")) == per_batch * (held + 1), "the held batch's rows committed"
 
     # its driver still runs: a resume beside it is refused before anything starts
     line = one_error_line(run_cli("run", "--runner", "spark", "-s", str(location), *_job(spark_env, count, 0), timeout=60),
@@ -121,6 +133,8 @@ def test_a_driver_killed_between_sink_output_and_commit_resumes_exactly_once(spa
     new = json.loads(resumed.stdout)["jobs"][0]
     assert new["jid"] != jid and new["state"] == "FINISHED"
     _check_exact(spark_env / "out", count)
+    rows = Counter(postgres.query("SELECT k, v FROM sums"))
+    assert rows == _expected(count), f"duplicates {dict(rows - _expected(count))}, missing {dict(_expected(count) - rows)}"
     restored = _cli_json("checkpoint", "list", new["jid"])["latest"]["restored"]
     assert (restored["id"], restored["external_path"], restored["is_savepoint"]) == (held - 1, str(location), False)
     # the resumed query is the killed one's lineage: the same query name its exactly-once sinks
