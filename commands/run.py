@@ -147,8 +147,9 @@ def run(
     the SparkSession and the streaming query, restarts the query from its checkpoint location
     as the restart strategy allows, and answers the lifecycle commands (list, cancel, stop,
     savepoint, checkpoint list, job exceptions, fault kill-task) like a cluster does. -d
-    returns the job id at once. A Spark savepoint restores only with the same parallelism
-    (spark.sql.shuffle.partitions): a rescale is refused with exit 7. -s also takes a Spark
+    returns the job id at once. A Spark savepoint restores at another parallelism (or with -n)
+    through the engine's layout of its state, which it also keeps; exit 7 where that layout
+    lacks some state. -s also takes an engine snapshot (the state moves to Spark) or a Spark
     job's checkpoint location (the path 'flinkpy checkpoint list JOB_ID' shows) to resume a job
     whose driver was killed from its last committed batch: exit 9 while that driver runs, 7 at
     another parallelism, 4 for a location with no committed batch. On a cluster master
