@@ -175,7 +175,7 @@ def test_a_spark_savepoint_at_other_state_partitions_moves_through_its_engine_la
 @pytest.mark.timeout(300)
 def test_a_job_upgraded_to_spark_and_back_to_the_engine_sums_every_number_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("pyspark", reason="PySpark is not installed")
-    from test_spark_state_move import JOB, _check_ends, _check_exactly_once, _cli_json, _kill_driver, _records
+    from test_spark_state_move import JOB, _check_exactly_once, _cli_json, _kill_driver, _records
 
     home = tmp_path / "home"
     monkeypatch.setenv("FLINKPY_HOME", str(home))  # the cluster's, and the Spark drivers' registry
@@ -186,10 +186,10 @@ def test_a_job_upgraded_to_spark_and_back_to_the_engine_sums_every_number_once(t
     spark_jid = None
     with running_cluster(home, taskmanagers=1, slots=2):
         try:
-            jid = _cli_json("run", "-d", "-p", "1", "-D", "execution.checkpointing.interval=300ms", *job, "0.02")["jobs"][0]["jid"]
+            jid = _cli_json("run", "-d", "-p", "1", "-D", "execution.checkpointing.interval=300ms", *job, "0.02", "sums")["jobs"][0]["jid"]
             wait_for(lambda: len(_records(out)) >= 50, timeout=60, interval=0.2, message="engine output before the upgrade")
             there = _cli_json("upgrade", "--runner", "spark", "-D", "execution.spark.max-records-per-batch=50", "--ready-timeout", "3min",
-                              jid, *job, "0.02", timeout=240)
+                              jid, *job, "0.02", "sums", timeout=240)
             spark_jid = there["new-jid"]
             assert (there["outcome"], there["from-runner"], there["runner"]) == ("done", "engine", "spark"), there
             assert "savepoint-" in there["snapshot"]
@@ -197,12 +197,12 @@ def test_a_job_upgraded_to_spark_and_back_to_the_engine_sums_every_number_once(t
             on_spark = len(_records(out))  # healthy: Spark committed a micro-batch of its own
             assert on_spark < count - 500, on_spark  # mid-stream: the move back takes the Spark job's state
             # back, without --runner it would stay on Spark; the rest of the input at full speed
-            back = _cli_json("upgrade", "--runner", "engine", spark_jid, *job, "0", timeout=240)
+            back = _cli_json("upgrade", "--runner", "engine", spark_jid, *job, "0", "sums", timeout=240)
             assert (back["outcome"], back["from-runner"], back["runner"]) == ("done", "spark", "engine"), back
             plans = [int(m.group(1)) for s in back["steps"] for m in [re.match(r"Plan \(spark -> engine\): (\d+) operator\(s\) get their "
                                                                             r"state back", s["message"])] if m]
-            # the sources, the sums, the timers, the sessions, the blocks, the broadcast and the two-input functions
-            assert plans and plans[0] >= 8, back["steps"]
+            # the source's positions and the running sums (every kind of state moves in test_spark_state_move)
+            assert plans and plans[0] >= 2, back["steps"]
             phases = [s["phase"] for s in back["steps"]]
             assert phases.index("take-savepoint") < phases.index("check-plan") < phases.index("stop") < phases.index("submit")
             states = lambda: {j["jid"]: j["state"] for j in _cli_json("list", "-a")["jobs"]}  # noqa: E731
@@ -212,4 +212,3 @@ def test_a_job_upgraded_to_spark_and_back_to_the_engine_sums_every_number_once(t
             if spark_jid:
                 _kill_driver(home, spark_jid)
     _check_exactly_once(_records(out), count)
-    _check_ends(out, count)
