@@ -412,3 +412,21 @@ def test_a_snapshot_that_changes_the_output_is_caught():
 
     with pytest.raises(RestoreDivergence, match=r"taking snapshots \(the first after step 0 of 2\) changed the output: step 1 \(element 'x'\)"):
         assert_restore_equivalent(lambda s: s.process(CountsSnapshots()), [Element("x"), Element("y")])
+
+
+def test_a_snapshot_whose_state_no_operator_claims_is_refused_not_restored_empty():
+    """A window without a uid whose trigger changed gets another operator id: its state would be
+    left behind, and the restored harness would start empty. Refused, as a job's restore refuses
+    it, unless allow_non_restored_state drops it."""
+    windowed = lambda trigger: lambda s: (s.key_by(KEY).window(TumblingEventTimeWindows.of(Time.milliseconds(10)))  # noqa: E731
+                                         .trigger(trigger).reduce(lambda a, b: (a[0], a[1] + b[1])))
+    with OperatorHarness(windowed(CountTrigger.of(3))) as h:
+        h.process_element(("a", 1), timestamp=1)
+        snap = h.snapshot()
+    with pytest.raises(InvalidProgramError, match="the snapshot has state for operators this function does not have"):
+        OperatorHarness(windowed(PurgingTrigger.of(CountTrigger.of(3))), restore_from=snap)
+    with OperatorHarness(windowed(PurgingTrigger.of(CountTrigger.of(3))), restore_from=snap, allow_non_restored_state=True) as r:
+        assert r.process_element(("a", 2), timestamp=2).records == []
+    with OperatorHarness(windowed(CountTrigger.of(3)), restore_from=snap) as same:  # the same operator claims it
+        same.process_element(("a", 2), timestamp=2)
+        assert same.process_element(("a", 3), timestamp=3).values == [("a", 6)]

@@ -39,7 +39,7 @@ import uuid
 from typing import Any, Callable, Iterable
 
 from flinkpy.checkpoint.metadata import new_metadata, new_operator, new_subtask
-from flinkpy.checkpoint.restore import restore_spec
+from flinkpy.checkpoint.restore import restore_spec, unmatched_state
 from flinkpy.checkpoint.storage import CheckpointStorage
 from flinkpy.errors import InvalidProgramError, UsageError
 from flinkpy.graph.job_graph import JobGraph, JobVertex
@@ -69,6 +69,9 @@ class OperatorHarness:
     :class:`Snapshot` to restore (its clocks carry over: processing time, and each input's last
     watermark, which the restored subtasks receive again as their upstream would send it).
     ``checkpoint_dir``: where snapshots are written (an fsspec URL or a path; default memory).
+    State in ``restore_from`` that no operator of ``build`` claims (its id changed: a missing
+    ``uid``, another trigger or evictor) is refused, as a job's restore refuses it, unless
+    ``allow_non_restored_state`` drops it.
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class OperatorHarness:
         processing_time: int | None = None,
         restore_from: Snapshot | None = None,
         checkpoint_dir: str | None = None,
+        allow_non_restored_state: bool = False,
     ):
         if inputs not in (1, 2):
             raise UsageError(f"inputs={inputs!r}: a function has one input or two", remedy="pass inputs=1 or inputs=2")
@@ -104,6 +108,8 @@ class OperatorHarness:
         self._step = StepOutput()
         graph, sources = _job_graph(build, inputs, parallelism, max_parallelism, state_backend)
         self.vertex = _the_vertex(graph)
+        if restore_from is not None and not allow_non_restored_state:
+            _check_claimed(restore_from, set(self.vertex.operator_ids))
         #: the test's input (0-based) of each placeholder source node
         self._input_of = {node: i for i, node in enumerate(sources)}
         self.parallelism = self.vertex.parallelism
@@ -409,3 +415,14 @@ def _the_vertex(graph: JobGraph) -> JobVertex:
             remedy="apply one function (or a chain of them without key_by/rebalance between) to the input streams",
         )
     return others[0]
+
+
+def _check_claimed(snapshot: Snapshot, operator_ids: set[str]) -> None:
+    """Refuse a snapshot with state that none of the harness's operators claims: restored, it
+    would silently start empty."""
+    dropped = unmatched_state(snapshot.metadata, operator_ids)
+    if dropped:
+        names = ", ".join(f"{op.get('name')!r} (id {op.get('uid') or op['operator_id']})" for op in dropped)
+        raise InvalidProgramError(f"the snapshot has state for operators this function does not have: {names}",
+                         remedy="give the operators the same uid(...) as when the snapshot was taken, "
+                                "or pass allow_non_restored_state=True to drop that state")
