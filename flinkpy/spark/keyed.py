@@ -90,6 +90,9 @@ class KeyedSpec:
     #: a keyed reduce by key group: running values moved from an engine snapshot, by Spark key
     #: group (:mod:`.state_move`); a group without Spark state of its own starts from its seed
     seed: dict[int, dict] | None = None
+    #: a key-group reduce whose every update goes straight to a DiscardingSink: it sends the
+    #: count of its updates, not the updates (see :data:`~flinkpy.spark.records.COUNTED`)
+    discards: bool = False
 
     def __post_init__(self) -> None:
         if not self.time_mode:
@@ -288,6 +291,19 @@ def _bundle_frame(values: list, ts: list, w: int, seq: bytes, routes: tuple[int,
     }, columns=list(COLUMNS))
 
 
+def _counted_frame(count: int, seq: bytes, routes: tuple[int, ...]) -> Any:
+    """One :data:`~flinkpy.spark.records.COUNTED` row of ``count`` updates per route."""
+    import pandas as pd
+
+    from flinkpy.spark.records import COLUMNS, COUNTED, counted_row
+
+    n = len(routes)
+    return pd.DataFrame({
+        "value": pd.Series([counted_row(count)] * n, dtype=object), "ts": pd.Series([None] * n, dtype=object), "w": [MIN_W] * n,
+        "seq": pd.Series([seq] * n, dtype=object), "kind": [COUNTED] * n, "src": list(routes),
+    }, columns=list(COLUMNS))
+
+
 _MISSING = object()
 
 
@@ -359,7 +375,9 @@ def group_state_reduce(spec: KeyedSpec) -> Callable[[tuple, Iterator[Any], Any],
         table: dict = pickle.loads(state.get[0]) if state.exists else seeded(spec, key[0])
         out, out_ts = _reduce_bundles(table, f, key_of, [v for v, kd in zip(pdf["value"].tolist(), pdf["kind"].tolist()) if kd == BUNDLE])
         state.update((pickle.dumps(table, protocol=5),))
-        if out:
+        if out and spec.discards:
+            yield _counted_frame(len(out), pdf["seq"].iloc[0], spec.routes)
+        elif out:
             # NoTimeout leaves Spark's watermark unknown here. MIN_W: a keyed step downstream
             # then goes by Spark's watermark alone, as it does after the transformWithState
             # road (whose rows carry Spark's watermark); with no event time it is the engine's

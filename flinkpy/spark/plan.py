@@ -242,8 +242,25 @@ class _Translator:
             spark = "foreachBatch: " + writer_for(sinks[0].fn, "plan", sinks[0].name).describe()
             notes = []
         stages.append(Step("sink", sinks, spark, SinkRoutes(by_route, sink_routed), notes=notes))
+        self.note_discarded_updates(stages)
         self.note_custom_partitioning([s for b in branches for s in b] + stages)
         return branches, stages, self.routes
+
+    def note_discarded_updates(self, stages: list[Step]) -> None:
+        """A key-group reduce right before the sinks whose every update goes to a DiscardingSink
+        sends their count, not the updates (:data:`~flinkpy.spark.records.COUNTED`): the sink
+        receives each one and drops it, as on the engine, and the reduce still runs its function
+        on every record (its state and any side effect are the same)."""
+        from flinkpy.connectors.print_sink import DiscardingSink
+
+        if len(stages) < 2 or stages[-2].kind != "keyed" or not stages[-2].payload.on_group_state:
+            return
+        spec = stages[-2].payload.specs[0]
+        targets = [self.routes[r].target for r in spec.routes]
+        if spec.side_routes or not targets or not all(t is not None and t.is_sink and isinstance(t.fn, DiscardingSink) for t in targets):
+            return
+        spec.discards = True
+        stages[-2].notes.append("its updates go to a DiscardingSink only: counted, not sent to the driver")
 
     def note_custom_partitioning(self, steps: list[Step]) -> None:
         """Say where a ``partition_custom`` is not applied. Its Partitioner only picks the parallel

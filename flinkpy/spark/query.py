@@ -153,9 +153,7 @@ class SparkPlan:
     def start(self, spark: Any, *, checkpoint_location: str, trigger_interval_ms: int | None, query_name: str) -> Any:
         """Start the query; a bounded plan's query stops itself after its final batch committed."""
         from flinkpy.spark.sinks import SinkDriver, SinkRouter, writer_for
-        from flinkpy.spark.sources import make_data_source
 
-        spark.dataSource.register(make_data_source())
         # transformWithStateInPandas needs RocksDB; a plan without it keeps Spark's default store,
         # which commits a small state faster (Spark keeps a query's store in its checkpoint)
         tws = any(s.kind == "keyed" and not s.payload.on_group_state for s in self.stages)

@@ -13,6 +13,12 @@ watermark, so that Spark's watermark follows it), the end of a bounded input (wa
 back until Spark's watermark has reached the end and every event-time timer has fired: a sink that
 has seen the final row of every source knows the query's work is done.
 
+A keyed reduce whose every update goes straight to a DiscardingSink sends a *counted* row (kind
+:data:`COUNTED`) instead of its updates: its ``value`` is the number of updates as eight bytes
+(:func:`counted_row`, :func:`count_of`). The sink receives that many records and drops them, as
+on the engine, without the updates being pickled, sent through the JVM and unpickled on the
+driver first.
+
 Where many records travel together, one *bundle* row (kind :data:`BUNDLE`) carries them: its
 ``value`` is the pickled pair ``(records, timestamps or None)``, in order, all under the row's
 ``w``; its ``seq`` orders it among rows as its first record would be ordered. Sources send bundles
@@ -33,7 +39,7 @@ import pickle
 import struct
 from typing import Any
 
-RECORD, WATERMARK, END, FINAL, BUNDLE = 0, 1, 2, 3, 4
+RECORD, WATERMARK, END, FINAL, BUNDLE, COUNTED = 0, 1, 2, 3, 4, 5
 MIN_W = -(2**63)
 #: the end of event time on Spark: far beyond any real timestamp, within Spark's timestamp range
 END_W = 2 * 10**15
@@ -94,6 +100,20 @@ def unbundle(blob: bytes) -> tuple[list, list]:
     """The records of a bundle row and their timestamps (None where a record has none)."""
     records, ts = pickle.loads(blob)
     return records, ts if ts is not None else [None] * len(records)
+
+
+def counted_row(count: int) -> bytes:
+    """The ``value`` of a :data:`COUNTED` row of ``count`` updates.
+
+    >>> count_of(counted_row(2_000_000))
+    2000000
+    """
+    return count.to_bytes(8, "big")
+
+
+def count_of(value: bytes) -> int:
+    """The number of updates a :data:`COUNTED` row stands for."""
+    return int.from_bytes(value, "big")
 
 
 def marker_row(kind: int, w: int, src: int, seq: bytes = b"\xff") -> tuple:

@@ -41,7 +41,7 @@ import threading
 from typing import Any
 
 from flinkpy.errors import InvalidProgramError
-from flinkpy.spark.records import BUNDLE, FINAL, RECORD, unbundle
+from flinkpy.spark.records import BUNDLE, COUNTED, FINAL, RECORD, count_of, unbundle
 
 
 class BatchWriter:
@@ -337,14 +337,17 @@ class SinkRouter(BatchWriter):
         loads = pickle.loads
         per_sink: dict[int, list] = {sink: [] for sink in self.writers}
         sink_of = self.sink_of_route
+        counted = 0
         for v, k, r in zip(raw, kinds, routes):
             if k == RECORD:
                 per_sink[sink_of[r]].append(loads(v))
             elif k == BUNDLE:
                 per_sink[sink_of[r]].extend(unbundle(v)[0])
+            elif k == COUNTED:  # updates a DiscardingSink receives and drops
+                counted += count_of(v)
         for sink, records in per_sink.items():
             self.writers[sink].write(records, batch_id)
-        return sum(len(r) for r in per_sink.values())
+        return sum(len(r) for r in per_sink.values()) + counted
 
     def describe(self) -> str:
         return "; ".join(w.describe() for w in self.writers.values())
@@ -388,13 +391,16 @@ class SinkDriver:
         else:
             loads = pickle.loads
             records: list = []
+            counted = 0
             for v, k in zip(raw, kinds):
                 if k == RECORD:
                     records.append(loads(v))
                 elif k == BUNDLE:  # a keyed reduce's updates, in order
                     records.extend(unbundle(v)[0])
+                elif k == COUNTED:  # a keyed reduce's updates to a DiscardingSink: received and dropped
+                    counted += count_of(v)
             self.writer.write(records, batch_id)
-            self.records_written += len(records)
+            self.records_written += len(records) + counted
         ended = {s for s, k in zip(srcs, kinds) if k == FINAL}
         if ended and self._ends is not None:
             self._ends.record(batch_id, ended)  # before Spark commits the batch

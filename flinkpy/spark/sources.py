@@ -211,14 +211,22 @@ def make_data_source() -> Any:
 
 def read_stream(spark: Any, source: Any, *, index: int, parallelism: int, max_records: int, bundled: bool = False,
                 side_routes: dict | None = None, transform: Any = None, ddl: str | None = None) -> Any:
-    """A streaming DataFrame of ``source``'s records (register the data source first); ``bundled``:
+    """A streaming DataFrame of ``source``'s records through the ``flinkpy`` data source; ``bundled``:
     in bundle rows, for a chain to open; ``side_routes``: OutputTag id -> routes that read the
     source's side output (its records leave as rows on those routes).
 
     ``transform`` (a mapInArrow function, with its output schema ``ddl``) is applied to the
     reader's Arrow batches inside the reading Python worker: the chain after a source then costs
     no second Python worker, Arrow round trip through the JVM or unpickling of the source's rows.
+
+    The data source is registered here, by the first source that reads through it: registering
+    one makes Spark start a Python process on the driver to look for installed data sources
+    (seconds of start-up on a loaded machine), which a query whose sources are all read whole
+    (:func:`read_whole`) never needs.
     """
+    if not getattr(spark, "_flinkpy_data_source", False):
+        spark.dataSource.register(make_data_source())
+        spark._flinkpy_data_source = True
     payload = encode({"source": source, "parallelism": parallelism, "index": index, "bundled": bundled, "side_routes": side_routes or {}})
     # the schema given here spares Spark a Python worker on the driver to ask the data source for it
     reader = spark.readStream.format(FORMAT).schema(ddl or DDL).option("payload", payload)
