@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "recovery after partitions; lifecycle: the downtime of each upgrade mode and of an in-place rescale, from "
                          "the output records' own timestamps; these six only run when asked)")
     ap.add_argument("--shapes", type=lambda v: v.split(","), metavar="SHAPE[,SHAPE...]",
-                    help="with --only spark-shapes: the shapes to run (default all: w1, w2, wc-sum-print, ints-sum-print)")
+                    help="with --only spark-shapes: the shapes to run (default all: w1, w2, wc-sum-print, ints-sum-print, w1-peers, w2-peers)")
     ap.add_argument("--rabbitmq-url", metavar="URL",
                     help="with --only rabbitmq: the RabbitMQ server to read from, amqp://user:password@host:port/vhost (it is not started for you)")
     ap.add_argument("--parallelism", type=parallelisms, default=[1, 2, 4, 8], metavar="P[,P...]",

@@ -20,9 +20,9 @@ from flinkpy.benchmarks.spark import hand_w1, hand_w2
 def frame(spark: Any, shape: str, directory: str) -> Any:
     from pyspark.sql import functions as F
 
-    if shape == "w1":
+    if shape in ("w1", "w1-peers"):  # the peers' form: the rows reach the driver's Python all the same
         return hand_w1(spark, directory)
-    if shape == "w2":
+    if shape in ("w2", "w2-peers"):
         return hand_w2(spark, directory)
     if shape == "wc-sum-print":
         return hand_w1(spark, directory).where(F.col("count") % 1000 == 0)

@@ -18,6 +18,8 @@ SHAPES = {
     "w2": "W2: running sums of even and odd ints, reduce",
     "wc-sum-print": "word count with .sum(1), every 1000th count printed",
     "ints-sum-print": "(parity, n) with .sum(1), every 100000th sum printed",
+    "w1-peers": "W1 in the peers' form: every update to a Python SinkFunction, checkpoints every second",
+    "w2-peers": "W2 in the peers' form: every update to a Python SinkFunction, checkpoints every second",
 }
 
 
@@ -32,6 +34,12 @@ def build(env: Any, shape: str, arg: str) -> None:
         job_w1(env, [arg])
     elif shape == "w2":
         job_w2(env, int(arg))
+    elif shape in ("w1-peers", "w2-peers"):  # as flinkpy.benchmarks.peers_form writes them
+        from flinkpy.benchmarks.peers_form import CountingSink
+
+        env.enable_checkpointing(1000)
+        into_sink = lambda stream: stream.add_sink(CountingSink())  # noqa: E731
+        job_w1(env, [arg], into_sink) if shape == "w1-peers" else job_w2(env, int(arg), into_sink)
     elif shape == "wc-sum-print":
         source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), arg).build()
         (env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")

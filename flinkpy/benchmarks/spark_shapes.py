@@ -4,8 +4,8 @@
 runner otherwise: ``flinkpy run --runner spark --spark-master local[2] -p 2 JOB.py``, a new
 process that starts its driver and Spark, with a job written the way they write it first. This
 part times exactly that, for each shape of :mod:`flinkpy.benchmarks.spark_shape_jobs` (W1 and W2
-in their default form, a word count with ``.sum(1)`` and a filter before ``print()``, the same
-over ints), against the hand-written query of :mod:`flinkpy.benchmarks.spark_shape_hand` run as
+in their default form and in the peers' form, a word count with ``.sum(1)`` and a filter
+before ``print()``, the same over ints), against the hand-written query of :mod:`flinkpy.benchmarks.spark_shape_hand` run as
 its own ``python`` process the same way, on the same input (W1 shapes: 2 M words in four text
 files; W2 shapes: 5 M ints, as text lines in two files for the hand-written query).
 
@@ -38,7 +38,7 @@ MASTER = "local[2]"
 PARALLELISM = 2
 TINY = 100
 #: shapes over words (the others count ints)
-WORD_SHAPES = ("w1", "wc-sum-print")
+WORD_SHAPES = ("w1", "wc-sum-print", "w1-peers")
 
 
 def write_inputs(work: Path, lines: list[str], ints: int, files: int = 4) -> dict[str, str]:
