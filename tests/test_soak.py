@@ -208,7 +208,7 @@ def test_soak_at_least_once_short_loses_nothing(big_cluster, tmp_path: Path) -> 
 
 
 EVEN_ODD_JOB = """
-import sys, time
+import os, sys, time
 sys.path.insert(0, "EXAMPLES_DIR")
 import even_odd_sum
 from flinkpy.datastream import StreamExecutionEnvironment
@@ -217,18 +217,20 @@ from flinkpy.datastream import StreamExecutionEnvironment
 class Paced:
     # keeps the running sums (a rich SinkFunction); at the end of input it writes the final ones
 
-    def __init__(self, out):
-        self.out = out
+    def __init__(self, out, calm):
+        self.out, self.calm = out, calm
 
     def open(self, runtime_context):
         self.last = {}
         self.seen = 0
+        self.paced = True
 
     def invoke(self, value, context):
         self.last[value[0]] = value[1]
         self.seen += 1
-        if self.seen % 200 == 0:
-            time.sleep(0.001)  # pace the job so that it outlives the fault schedule
+        if self.paced and self.seen % 100 == 0:  # paced until the fault schedule is over, so that the job outlives it
+            self.paced = not os.path.exists(self.calm)
+            time.sleep(0.002)
 
     def close(self):
         with open(self.out, "a") as f:
@@ -236,7 +238,7 @@ class Paced:
 
 
 env = StreamExecutionEnvironment.get_execution_environment()
-even_odd_sum.build(env, COUNT).map(lambda p: p).name("identity").add_sink(Paced(sys.argv[1]))
+even_odd_sum.build(env, COUNT).map(lambda p: p).name("identity").add_sink(Paced(sys.argv[1], sys.argv[2]))
 env.execute("even-odd-soak")
 """
 
@@ -251,11 +253,13 @@ def test_soak_even_odd_sum_final_state_is_exact(big_cluster, tmp_path: Path) -> 
     print(f"even/odd soak seed {seed}")
     job, out = tmp_path / "even_odd_soak.py", tmp_path / "finals.txt"
     job.write_text(EVEN_ODD_JOB.replace("EXAMPLES_DIR", str(EXAMPLES)).replace("COUNT", str(count)))
-    res = run_cli("run", "-d", "-p", "2", *flags("EXACTLY_ONCE"), "--json", str(job), str(out))
+    calm = tmp_path / "storm-over"  # the sinks stop pacing once it exists
+    res = run_cli("run", "-d", "-p", "2", *flags("EXACTLY_ONCE"), "--json", str(job), str(out), str(calm))
     assert res.returncode == 0, res.stderr
     jid = json.loads(res.stdout)["jobs"][0]["jid"]
     client = rest_client(None)
     injected, skipped, _ = storm(big_cluster, client, jid, seed, random.Random(seed), 32, raise_vertex="identity")
+    calm.touch()
     print(f"{len(injected)} faults injected, {skipped} skipped")
     assert len(injected) >= 30, (injected, skipped)
     wait_for(lambda: client.job(jid)["state"] in ("FINISHED", "FAILED", "CANCELED"), timeout=120, message="the job to end")
