@@ -124,15 +124,36 @@ def keyed_after_keyed(env, outs):
     per_five.map(lambda e: (e[0], e[1])).key_by(lambda t: t[0]).sum(1).name("running total").sink_to(CollectSink(outs[2]))
 
 
+def numbers(env, name):
+    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+
+    return env.from_source(NumberSequenceSource(1, 3000), WatermarkStrategy.no_watermarks(), name)
+
+
+def columns_sum(env, outs):
+    """Numbers that stay numpy columns on Spark: a map, a key, sum(1), a filter after the reduce."""
+    (numbers(env, "numbers").map(lambda n: (n % 7, n * 3 - 4000)).key_by(lambda p: p[0]).sum(1)
+     .filter(lambda p: p[1] % 5 == 0).name("fives").sink_to(CollectSink(outs[0])))
+
+
+def columns_reduce(env, outs):
+    """A bool key, a lambda reduce, then a division and a filter that is not arithmetic: the rest
+    of that chain per record."""
+    (numbers(env, "numbers").key_by(lambda n: n % 3 == 0).reduce(lambda a, b: a + b)
+     .map(lambda s: (s % 2, s / 4)).filter(lambda p: str(p[1]).endswith(".5")).name("halves")
+     .sink_to(CollectSink(outs[0])))
+
+
 if __name__ == "__main__":
     which, outs = sys.argv[1], sys.argv[2:]
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)
-    {"fan_out": fan_out, "keyed_after_keyed": keyed_after_keyed}[which](env, outs)
+    jobs = {"fan_out": fan_out, "keyed_after_keyed": keyed_after_keyed, "columns_sum": columns_sum, "columns_reduce": columns_reduce}
+    jobs[which](env, outs)
     env.execute(which)
 '''
 
-SINKS = {"fan_out": 4, "keyed_after_keyed": 3}
+SINKS = {"fan_out": 4, "keyed_after_keyed": 3, "columns_sum": 1, "columns_reduce": 1}
 
 
 def _run_on_engine(home: Path, program: Path, *args: str) -> subprocess.CompletedProcess:
@@ -282,6 +303,33 @@ def test_keyed_after_keyed_three_depths_equal_the_engine_and_the_query_ends(runs
     # per key, the running totals of the third keyed depth come in the engine's order
     for key in "abc":
         assert [r for r in spark[2] if r[0] == key] == [r for r in engine[2] if r[0] == key]
+
+
+def test_numbers_as_columns_give_the_engine_s_records_and_the_ones_computed_here(runs):
+    """flinkpy/spark/columns.py: a number sequence's records as numpy columns through arithmetic
+    maps, keys, reduces and filters, the filters after the reduce run inside it; over many
+    micro-batches (so running values continue from Spark state)."""
+    engine, spark, plan = runs["columns_sum"]
+    assert "runs inside the keyed reduce" in plan.explain()
+    running: dict = {}
+    fives = []
+    for n in range(1, 3001):
+        k = n % 7
+        running[k] = running.get(k, 0) + n * 3 - 4000
+        if running[k] % 5 == 0:
+            fives.append((k, running[k]))
+    assert Counter(spark[0]) == Counter(engine[0]) == Counter(fives) and fives
+    assert all(type(v) is int for r in spark[0] for v in r)
+    engine, spark, plan = runs["columns_reduce"]
+    sums: dict = {}
+    halves = []
+    for n in range(1, 3001):
+        k = n % 3 == 0
+        sums[k] = sums.get(k, 0) + n
+        s = sums[k]
+        if str(s / 4).endswith(".5"):
+            halves.append((s % 2, s / 4))
+    assert Counter(spark[0]) == Counter(engine[0]) == Counter(halves) and halves
 
 
 def test_sensor_alerts_example_equals_the_engine(runs):

@@ -52,6 +52,7 @@ def field_aggregator(how: str, pos: int | str) -> Callable[[Any, Any], Any]:
     with no type dispatch: the general one costs several ``isinstance`` calls per record, which
     was most of a running word count's time in its keyed operator."""
     general = _general(how, pos)
+    general.field_aggregation = (how, pos)  # type: ignore[attr-defined]
     if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0 or how not in ("sum", "min", "max"):
         return general
     combine = {"sum": operator.add, "min": min, "max": max}[how]
@@ -62,6 +63,8 @@ def field_aggregator(how: str, pos: int | str) -> Callable[[Any, Any], Any]:
             return a[:i] + (combine(a[i], b[i]),) + a[rest:]
         return general(a, b)
 
+    #: what the function computes, for a runner that computes it otherwise (flinkpy.spark.running_reduce)
+    on_tuples.field_aggregation = (how, pos)  # type: ignore[attr-defined]
     return on_tuples
 
 

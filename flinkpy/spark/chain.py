@@ -25,7 +25,8 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from flinkpy.spark.records import BUNDLE, MARKER_KEY, MIN_W, RECORD, WATERMARK, child_seq, to_batch, unbundle
+from flinkpy.spark.columns import Columns, records_of
+from flinkpy.spark.records import BUNDLE, MARKER_KEY, MIN_W, RECORD, WATERMARK, child_seq, to_batch
 
 
 @dataclass
@@ -125,11 +126,20 @@ def chain_function(spec: ChainSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
             encode = _bundles(spec.key_selector, spec.key_groups)
         else:
             encode = _keyed_rows(spec.key_selector)
+        prefix = _ColumnarPrefix(spec) if all(_inert(s) for s in spec.stages if s.kind == "timestamps") else None
         try:
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
-                yield encode(*_run_batch(_columns(batch), head, out, stamped, stampers))
+                cols = batch.to_pydict()
+                loaded = None
+                if prefix is not None:
+                    opened = _open_columnar(cols)
+                    if type(opened) is Columns:
+                        yield prefix.run(opened, cols, head, out, encode)
+                        continue
+                    loaded = opened
+                yield encode(*_run_batch(_columns(cols, loaded), head, out, stamped, stampers))
         finally:
             for op in chain:
                 op.close()
@@ -137,24 +147,161 @@ def chain_function(spec: ChainSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
     return run
 
 
-def _columns(batch: Any) -> tuple[list, ...]:
+def _open_columnar(cols: dict) -> Columns | list | None:
+    """A batch of bundle rows whose records all travel as columns, under one watermark and route:
+    their records as one :class:`Columns`. Otherwise the bundles unpickled (for :func:`_columns`),
+    or None when the batch is not bundles alone."""
+    kinds = cols["kind"]
+    n = len(kinds)
+    if kinds.count(BUNDLE) != n:
+        return None
+    loaded = [pickle.loads(v) for v in cols["value"]]
+    ws, srcs = cols["w"], cols["src"]
+    if ws.count(ws[0]) != n or srcs.count(srcs[0]) != n or any(type(p) is not Columns or t is not None for p, t in loaded):
+        return loaded
+    joined = Columns.concat([p for p, _ in loaded])
+    return joined if joined is not None else loaded
+
+
+class _ColumnarPrefix:
+    """The chain over a batch of columns: its leading operators run over them while they can
+    (:func:`advance`); the operator where that stops and the rest of the chain get the records as
+    objects, and after a whole chain the key selector, if arithmetic, bundles columns by key group."""
+
+    def __init__(self, spec: ChainSpec) -> None:
+        from flinkpy.spark.vectorized import arithmetic
+
+        selector = spec.key_selector
+        self.key = selector if spec.key_groups and selector is not None and arithmetic(selector) else None
+        self.grouped = _columnar_bundles(spec.key_groups) if self.key is not None else None
+
+    def run(self, data: Columns, cols: dict, head: Any, out: _Collector, encode: Callable) -> Any:
+        from flinkpy.spark.vectorized import NotVectorized, keys
+
+        w, src, first_seq = cols["w"][0], cols["src"][0], cols["seq"][0]
+        data, op = advance(head, data)
+        if op is out and self.grouped is not None:
+            try:
+                return self.grouped(data, keys(self.key, data), w, src, first_seq)
+            except NotVectorized:
+                pass
+        values = data.values()
+        m = len(values)
+        if op is not out:
+            rows = _run_batch((values, [None] * m, [w] * m, [first_seq] * m, [RECORD] * m, [src] * m), op, out, False, [])
+        else:
+            seqs = _Seqs(first_seq)
+            seqs.extend(range(m))
+            rows = (values, [None] * m, [w] * m, seqs, [RECORD] * m, [src] * m)
+        return encode(*rows)
+
+
+def advance(head: Any, data: Columns) -> tuple[Columns, Any]:
+    """Run the operators from ``head`` on over ``data`` while each is a map or filter whose function
+    is arithmetic and can run over these columns (:mod:`flinkpy.spark.vectorized`), or passes
+    records through unchanged (:func:`_inert`): what is left of the records, and the first
+    operator (or output) that has not seen them, which takes them as objects."""
+    from flinkpy.spark.vectorized import NotVectorized, arithmetic, call, mask
+    from flinkpy.task import operators as ops
+    from flinkpy.task.operators import user_method
+
+    op = head
+    while True:
+        if type(op) is ops.TimestampsAndWatermarksOperator and _inert_strategy(op.fn):
+            op = op.output
+            continue
+        kind = "map" if type(op) is ops.MapOperator else "filter" if type(op) is ops.FilterOperator else None
+        if kind is None:
+            return data, op
+        f = user_method(op.fn, kind)
+        if not arithmetic(f):
+            return data, op
+        try:
+            data = call(f, data) if kind == "map" else data.take(mask(f, data))
+        except NotVectorized:
+            return data, op
+        op = op.output
+
+
+def _inert(stage: Stage) -> bool:
+    """Whether ``stage`` assigns neither timestamps nor watermarks (``from_source`` with
+    ``WatermarkStrategy.no_watermarks()``): records without timestamps pass it unchanged."""
+    return stage.kind == "timestamps" and _inert_strategy(stage.fn)
+
+
+def _inert_strategy(strategy: Any) -> bool:
+    return getattr(strategy, "kind", None) == "no-watermarks" and getattr(strategy, "timestamp_assigner", None) is None
+
+
+def _columnar_bundles(key_groups: int) -> Callable[..., Any]:
+    """What :func:`_bundles` does, for records in columns and their keys in a column: one bundle
+    row of columns per key group, ordered by key group, each group's records in order."""
+    import struct
+
+    from flinkpy.state.key_groups import KeyGroupAssigner
+
+    assign = KeyGroupAssigner(key_groups)
+    group_keys = [struct.pack(">H", g) for g in range(key_groups)]
+
+    def encode(data: Columns, key_col: Any, w: int, src: int, first_seq: bytes) -> Any:
+        import numpy as np
+
+        groups = _groups_of(key_col, assign)
+        # a stable sort keeps each group's records in order; the first of a group's run is its
+        # earliest record
+        order = np.argsort(groups, kind="stable")
+        counts = np.bincount(groups, minlength=key_groups)
+        present = np.flatnonzero(counts)
+        ends = np.cumsum(counts)
+        rows = []
+        for g in present.tolist():
+            e, c = int(ends[g]), int(counts[g])
+            idx = order[e - c:e]
+            rows.append(((data.take(idx), None), group_keys[g], child_seq(first_seq, int(idx[0]))))
+        n = len(rows)
+        return to_batch([r[0] for r in rows], [None] * n, [w] * n, [r[2] for r in rows], [BUNDLE] * n, [src] * n,
+                        [r[1] for r in rows])
+
+    return encode
+
+
+def _groups_of(key_col: Any, assign: Callable) -> Any:
+    """Each record's key group (as int16), assigning each distinct key once: through a table over
+    the keys' range when they are ints of a small range, else through their sorted distinct values."""
+    import numpy as np
+
+    if key_col.dtype.kind == "i" and len(key_col):
+        low, high = int(key_col.min()), int(key_col.max())
+        if high - low < 1 << 16:
+            shifted = key_col - low
+            table = np.zeros(high - low + 1, dtype=np.int16)
+            present = np.flatnonzero(np.bincount(shifted))
+            table[present] = [assign(k + low) for k in present.tolist()]
+            return table[shifted]
+    distinct, inverse = np.unique(key_col, return_inverse=True)
+    return np.array([assign(k) for k in distinct.tolist()], dtype=np.int16)[inverse.reshape(-1)]
+
+
+def _columns(cols: dict, loaded: list | None = None) -> tuple[list, ...]:
     """An input batch as columns (value, ts, w, seq, kind, src), records unpickled and bundles
     opened: a bundle's records take its ``w`` and its ``seq`` (of a batch's records, only the
-    first one's ordering key is read, see :func:`_run_batch`)."""
-    cols = batch.to_pydict()
+    first one's ordering key is read, see :func:`_run_batch`). ``loaded``: the batch's bundles
+    already unpickled, when it is bundles alone."""
     kinds = cols["kind"]
     loads = pickle.loads
     if BUNDLE not in kinds:
         values = [loads(v) if k == RECORD else None for v, k in zip(cols["value"], kinds)]
         return values, cols["ts"], cols["w"], cols["seq"], kinds, cols["src"]
+    opened = iter(loaded) if loaded is not None else None
     out: tuple[list, ...] = ([], [], [], [], [], [])
     values, ts, ws, seqs, kind, srcs = out
     for v, t, w, s, k, src in zip(cols["value"], cols["ts"], cols["w"], cols["seq"], kinds, cols["src"]):
         if k == BUNDLE:
-            records, stamps = unbundle(v)
+            payload, stamps = next(opened) if opened is not None else loads(v)
+            records = records_of(payload)
             n = len(records)
-            values.extend(records), ts.extend(stamps), ws.extend([w] * n), seqs.extend([s] * n)
-            kind.extend([RECORD] * n), srcs.extend([src] * n)
+            values.extend(records), ts.extend(stamps if stamps is not None else [None] * n), ws.extend([w] * n)
+            seqs.extend([s] * n), kind.extend([RECORD] * n), srcs.extend([src] * n)
         else:
             values.append(loads(v) if k == RECORD else None), ts.append(t), ws.append(w), seqs.append(s)
             kind.append(k), srcs.append(src)

@@ -307,22 +307,46 @@ def _counted_frame(count: int, seq: bytes, routes: tuple[int, ...]) -> Any:
 _MISSING = object()
 
 
-def _reduce_bundles(table: dict, f: Callable, key_of: Callable, blobs: list) -> tuple[list, list]:
+def _reduce_bundles(table: dict, f: Callable, key_of: Callable, blobs: list, columnar: Callable | None = None) -> tuple[Any, list]:
     """Reduce the records of bundles ``blobs`` (in order) into ``table`` ``{key: running value}``;
-    the updates and their timestamps, in the same order."""
+    the updates (as columns when every bundle's were, see :mod:`.running_reduce`) and their
+    timestamps, in the same order."""
+    from flinkpy.spark.columns import Columns, records_of
+    from flinkpy.spark.vectorized import NotVectorized
+
     get, missing = table.get, _MISSING
+    parts: list = []  # runs of updates: lists of records, or Columns
     out: list = []
     out_ts: list = []
     append = out.append
     for blob in blobs:
-        values, ts = unbundle(blob)
+        payload, ts = pickle.loads(blob)
+        if columnar is not None and type(payload) is Columns and ts is None:
+            try:
+                updates = columnar(payload, table)
+            except NotVectorized:
+                pass
+            else:
+                if out:
+                    parts.append(out)
+                    out = []
+                    append = out.append
+                parts.append(updates)
+                out_ts.extend([None] * len(updates))
+                continue
+        values = records_of(payload)
         for r in values:
             k = key_of(r)
             old = get(k, missing)
             new = table[k] = r if old is missing else f(old, r)
             append(new)
-        out_ts.extend(ts)
-    return out, out_ts
+        out_ts.extend(ts if ts is not None else [None] * len(values))
+    if not parts:
+        return out, out_ts
+    if out:
+        parts.append(out)
+    joined = Columns.concat(parts) if all(type(p) is Columns for p in parts) else None
+    return (joined if joined is not None else [r for p in parts for r in records_of(p)]), out_ts
 
 
 def _final_frame(srcs: list) -> Any:
@@ -342,7 +366,7 @@ def _final_frame(srcs: list) -> Any:
 GROUP_STATE_DDL = "v binary"
 
 
-def group_state_reduce(spec: KeyedSpec) -> Callable[[tuple, Iterator[Any], Any], Iterator[Any]]:
+def group_state_reduce(spec: KeyedSpec, then: Any = None) -> Callable[[tuple, Iterator[Any], Any], Iterator[Any]]:
     """The ``applyInPandasWithState`` function of a STREAMING key-group reduce (:func:`on_group_state`).
 
     What KeyGroupReduce does on ``transformWithStateInPandas``, on Spark's older stateful API:
@@ -352,10 +376,15 @@ def group_state_reduce(spec: KeyedSpec) -> Callable[[tuple, Iterator[Any], Any],
     variables: about a second). Nothing here waits for Spark's watermark, so the final row of a
     source is passed on as soon as it arrives: every record of that source came before it, and
     Spark runs no extra micro-batch for this step when its watermark advances.
+
+    ``then``: the LevelSpec of the stateless operators after the reduce, run here on its updates
+    (see ``flinkpy.spark.query._fused_after``): what leaves is the chain's output.
     """
+    from flinkpy.spark.running_reduce import reducer
     from flinkpy.task.operators import user_method
 
     f, key_of = user_method(spec.fn, "reduce"), spec.key_selector
+    columnar = reducer(f, key_of)
 
     def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
@@ -373,10 +402,12 @@ def group_state_reduce(spec: KeyedSpec) -> Callable[[tuple, Iterator[Any], Any],
                 yield _final_frame(srcs)
             return
         table: dict = pickle.loads(state.get[0]) if state.exists else seeded(spec, key[0])
-        out, out_ts = _reduce_bundles(table, f, key_of, [v for v, kd in zip(pdf["value"].tolist(), pdf["kind"].tolist()) if kd == BUNDLE])
+        out, out_ts = _reduce_bundles(table, f, key_of, [v for v, kd in zip(pdf["value"].tolist(), pdf["kind"].tolist()) if kd == BUNDLE], columnar)
         state.update((pickle.dumps(table, protocol=5),))
         if out and spec.discards:
             yield _counted_frame(len(out), pdf["seq"].iloc[0], spec.routes)
+        elif out and then is not None:
+            yield from _chained_frames(then, out, out_ts, pdf["seq"].iloc[0], spec.routes[0])
         elif out:
             # NoTimeout leaves Spark's watermark unknown here. MIN_W: a keyed step downstream
             # then goes by Spark's watermark alone, as it does after the transformWithState
@@ -384,3 +415,22 @@ def group_state_reduce(spec: KeyedSpec) -> Callable[[tuple, Iterator[Any], Any],
             yield _bundle_frame(out, out_ts, MIN_W, pdf["seq"].iloc[0], spec.routes)
 
     return run
+
+
+def _chained_frames(then: Any, out: Any, out_ts: list, seq: bytes, route: int) -> Iterator[Any]:
+    """The rows chain ``then`` makes of a reduce's updates (one bundle row, as the reduce sends
+    them when the chain runs apart), as pandas DataFrames of the row columns."""
+    import pandas as pd
+
+    from flinkpy.spark.levels import routed_chain_function
+    from flinkpy.spark.records import COLUMNS, to_batch
+
+    timed = out_ts.count(None) != len(out_ts)
+    bundle = to_batch([(out, out_ts if timed else None)], [None], [MIN_W], [seq], [BUNDLE], [route])
+    for batch in routed_chain_function(then)(iter([bundle])):
+        if batch.num_rows:
+            cols = batch.to_pydict()
+            yield pd.DataFrame({
+                "value": pd.Series(cols["value"], dtype=object), "ts": pd.Series(cols["ts"], dtype=object), "w": cols["w"],
+                "seq": pd.Series(cols["seq"], dtype=object), "kind": cols["kind"], "src": cols["src"],
+            }, columns=list(COLUMNS))

@@ -18,7 +18,8 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from flinkpy.spark.chain import Stage, _runtime_context
+from flinkpy.spark.chain import Stage, _runtime_context, advance
+from flinkpy.spark.columns import Columns, records_of
 from flinkpy.spark.records import BUNDLE, MARKER_KEY, MIN_W, RECORD, WATERMARK, child_seq, to_batch, unbundle
 
 #: grouping keys of rows passing a keyed depth unchanged start with these bytes (an operator's
@@ -390,7 +391,14 @@ def _after_keyed(batch: Any, heads: dict[int, Any], emitter: _Emitter, unstamped
         for p in unstamped:
             p.watermark = w
         if k == BUNDLE:
-            records, stamps = unbundle(v)
+            payload, stamps = loads(v)
+            if linear and type(payload) is Columns and stamps is None:  # as below, over columns while it can
+                rest, op = advance(head, payload)
+                op.process(rest.values(), None)
+                rows.drain(emitter, lambda q, s=s: child_seq(s, q), bundle=s)
+                continue
+            records = records_of(payload)
+            stamps = stamps if stamps is not None else [None] * len(records)
             if linear:  # the bundle at once: its j-th output extends its ordering key by j
                 head.process(records, None if stamps.count(None) == len(stamps) else stamps)
                 rows.drain(emitter, lambda q, s=s: child_seq(s, q), bundle=s)

@@ -270,15 +270,17 @@ class KeyGroupReduce(_Processor):
     STATE = "_flinkpy_reduce_by_key_group"
 
     def setup(self, handle: Any) -> None:
+        from flinkpy.spark.running_reduce import reducer
         from flinkpy.task.operators import user_method
 
         self.table = handle.getValueState(self.STATE, "v binary")
         self.f = user_method(self.spec.fn, "reduce")
+        self.columnar = reducer(self.f, self.spec.key_selector)
 
     def records(self, key: bytes, pdf: Any, watermark: int) -> Iterator[Any]:
         row = self.table.get()
         table: dict = seeded(self.spec, key) if row is None else pickle.loads(row[0])
-        out, out_ts = _reduce_bundles(table, self.f, self.spec.key_selector, pdf["value"].tolist())
+        out, out_ts = _reduce_bundles(table, self.f, self.spec.key_selector, pdf["value"].tolist(), self.columnar)
         self.table.update((pickle.dumps(table, protocol=5),))
         if self.spec.batch_mode:  # the final values once event time ended (the input's end)
             if row is None:

@@ -96,6 +96,10 @@ class SparkPlan:
         for branch in branches:
             if _fusable(branch):
                 branch[1].notes.append("runs inside the source's reader: one Python worker reads and chains")
+        for steps in [*branches, stages]:
+            for step, after in zip(steps, steps[1:]):
+                if _fused_after(step, after):
+                    after.notes.append("runs inside the keyed reduce before it: its updates never leave that Python worker")
 
     @property
     def key_groups(self) -> int | None:
@@ -197,15 +201,11 @@ class SparkPlan:
             else:
                 df = _with_watermark(source.payload(spark, saved=offset, location=location), source.watermark)
                 steps = steps[1:]
-            for step in steps:
-                df = _apply(spark, step, df)
-            frames.append(df)
+            frames.append(_apply_all(spark, steps, df))
         df = frames[0]
         for other in frames[1:]:
             df = df.unionByName(other)
-        for step in self.stages[:-1]:
-            df = _apply(spark, step, df)
-        return df
+        return _apply_all(spark, self.stages[:-1], df)
 
 
 def _saved_offsets(location: str) -> list[Any]:
@@ -220,9 +220,47 @@ def _saved_offsets(location: str) -> list[Any]:
         return []
 
 
-def _apply(spark: Any, step: Step, df: Any) -> Any:
+def _apply_all(spark: Any, steps: list[Step], df: Any) -> Any:
+    """``df`` with chain and keyed ``steps`` applied in order, a chain that can run inside the
+    keyed reduce before it (:func:`_fused_after`) run there."""
+    i = 0
+    while i < len(steps):
+        after = steps[i + 1] if i + 1 < len(steps) else None
+        if after is not None and _fused_after(steps[i], after):
+            df = _with_watermark(_apply(spark, steps[i], df, then=after.payload), after.watermark)
+            i += 2
+        else:
+            df = _apply(spark, steps[i], df)
+            i += 1
+    return df
+
+
+def _fused_after(step: Step, after: Step) -> bool:
+    """Whether chain step ``after`` can run inside keyed ``step`` (as the engine chains a keyed
+    operator with the stateless operators after it): a STREAMING reduce by key group whose updates
+    go to this chain alone, a chain of maps, flat maps and filters whose functions have no
+    ``open()`` or ``close()`` of their own (the fused chain is set up for each key group's
+    updates) and that ends at the sinks (no keyed step after it to compute keys for)."""
+    from flinkpy.common.functions import Function
+
+    if step.kind != "keyed" or after.kind != "chain" or not step.payload.on_group_state:
+        return False
+    spec, chain = step.payload.specs[0], after.payload
+    if spec.discards or len(spec.routes) != 1 or spec.side_routes:
+        return False
+    if not isinstance(chain, LevelSpec) or chain.keyed or not chain.linear or chain.ports or not chain.stages:
+        return False
+
+    def plain(fn: Any) -> bool:
+        return all(getattr(type(fn), m, None) in (None, getattr(Function, m)) for m in ("open", "close"))
+
+    return all(s.kind in ("map", "flat_map", "filter") and plain(s.fn) for s in chain.stages.values())
+
+
+def _apply(spark: Any, step: Step, df: Any, then: Any = None) -> Any:
     """``df`` with a chain or keyed ``step`` applied (sources: :meth:`SparkPlan._dataframe`,
-    which hands each its saved offset)."""
+    which hands each its saved offset); ``then``: the spec of the chain fused into a keyed
+    reduce (:func:`_fused_after`)."""
     from flinkpy.spark import records
 
     if step.kind == "chain":
@@ -233,7 +271,8 @@ def _apply(spark: Any, step: Step, df: Any) -> Any:
             from flinkpy.spark.keyed import GROUP_STATE_DDL, group_state_reduce
 
             # a STREAMING reduce by key group: no Python process on the driver to plan it, no state round trips
-            df = df.groupBy("key").applyInPandasWithState(group_state_reduce(level.specs[0]), records.DDL, GROUP_STATE_DDL, "append", "NoTimeout")
+            reduce = group_state_reduce(level.specs[0], then)
+            df = df.groupBy("key").applyInPandasWithState(reduce, records.DDL, GROUP_STATE_DDL, "append", "NoTimeout")
         else:
             from flinkpy.spark.processors import make_level_processor
 

@@ -23,7 +23,9 @@ Where many records travel together, one *bundle* row (kind :data:`BUNDLE`) carri
 ``value`` is the pickled pair ``(records, timestamps or None)``, in order, all under the row's
 ``w``; its ``seq`` orders it among rows as its first record would be ordered. Sources send bundles
 to the chain after them, the chain sends one per key group to a keyed reduce, and that reduce
-sends its updates on as bundles (see :func:`unbundle`).
+sends its updates on as bundles (see :func:`unbundle`). A bundle of numbers may hold them as numpy
+columns instead of a list (:mod:`flinkpy.spark.columns`): a number sequence source sends them so,
+and the steps after it keep them so while their functions run over whole columns.
 
 >>> b = to_batch([("a", 1)], [None], [MIN_W], [seq_of(0, 0, 7)], [RECORD], [0])
 >>> [pickle.loads(v) for v in b.column("value").to_pylist()]
@@ -97,8 +99,12 @@ def to_batch(values: list, ts: list, w: list, seq: list, kind: list, src: list, 
 
 
 def unbundle(blob: bytes) -> tuple[list, list]:
-    """The records of a bundle row and their timestamps (None where a record has none)."""
-    records, ts = pickle.loads(blob)
+    """The records of a bundle row and their timestamps (None where a record has none), as
+    Python objects also where they travelled as columns (:mod:`flinkpy.spark.columns`)."""
+    from flinkpy.spark.columns import records_of
+
+    payload, ts = pickle.loads(blob)
+    records = records_of(payload)
     return records, ts if ts is not None else [None] * len(records)
 
 

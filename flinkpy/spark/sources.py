@@ -39,6 +39,9 @@ from flinkpy.spark.records import BUNDLE, DDL, END, END_W, FINAL, MIN_W, RECORD,
 FORMAT = "flinkpy"
 #: records polled (and sent on, as rows or one bundle) at a time by a reading task
 CHUNK = 8192
+#: the same for a source whose records travel as columns (:mod:`flinkpy.spark.columns`): each
+#: step costs a few numpy calls per bundle, whatever its size, so bundles are larger
+COLUMN_CHUNK = 65536
 
 
 def encode(obj: Any) -> str:
@@ -163,11 +166,12 @@ class SourceOffsets:
         sent = 0
         reader = _reader(self.source, subtask, self.parallelism, state or None,
                          lambda tag_id, records: side.extend((tag_id, r) for r in records))
+        chunk = COLUMN_CHUNK if self.bundled and self._columnar() else CHUNK
         try:
             position = first
             remaining = count
             while remaining > 0:
-                records, done = poll_exactly(reader, min(remaining, CHUNK))
+                records, done = poll_exactly(reader, min(remaining, chunk), chunk)
                 if not records:
                     raise RuntimeError(
                         f"source {self.source!r} (subtask {subtask}) gave fewer records on replay than when the batch was planned: "
@@ -175,7 +179,7 @@ class SourceOffsets:
                     )
                 n = len(records)
                 if self.bundled:
-                    yield to_batch([(records, None)], [None], [MIN_W], [seq_of(self.index, subtask, position)], [BUNDLE], [self.index])
+                    yield to_batch([(self._payload(records), None)], [None], [MIN_W], [seq_of(self.index, subtask, position)], [BUNDLE], [self.index])
                 else:
                     seqs = [seq_of(self.index, subtask, p) for p in range(position, position + n)]
                     yield to_batch(records, [None] * n, [MIN_W] * n, seqs, [RECORD] * n, [self.index] * n)
@@ -191,6 +195,24 @@ class SourceOffsets:
                 yield self._side_rows(side[: side_count - sent], subtask, position)
         finally:
             reader.close()
+
+    def _columnar(self) -> bool:
+        """Whether the source's records are numbers that travel as columns: a number sequence's."""
+        from flinkpy.connectors.number_sequence import NumberSequenceSource
+
+        return type(self.source) is NumberSequenceSource
+
+    def _payload(self, records: list) -> Any:
+        """A bundle's records: a number sequence's as a column (:mod:`flinkpy.spark.columns`)."""
+        if not self._columnar():
+            return records
+        from flinkpy.spark.columns import Columns, holdable
+
+        try:
+            cols = Columns.of_ints(records)
+        except (OverflowError, TypeError, ValueError):
+            return records
+        return cols if holdable(cols.fields[0]) else records
 
     def _side_rows(self, side: list, subtask: int, position: int) -> Any:
         """A source's side-output records as rows on the routes that read them, ordered after
