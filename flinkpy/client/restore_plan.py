@@ -1,8 +1,8 @@
 """Restoring from a savepoint, decided before anything runs: finding snapshots and dry-run plans.
 
 ``find_snapshots`` walks a directory (any fsspec URL) for checkpoints and savepoints — every
-directory holding a ``_metadata`` a few levels down. ``newest_snapshot`` picks the one that
-completed last (what ``flinkpy run --from-latest`` restores). ``plan_restore`` compares a
+directory holding a ``_metadata`` a few levels down (:mod:`flinkpy.client.latest` picks the
+one ``flinkpy run --from-latest`` restores). ``plan_restore`` compares a
 program's plan with a savepoint's ``_metadata`` without a cluster: which operators get their
 state back (matched by operator id: the uid, or the generated id), which state would be left
 over (refused unless non-restored state is allowed), which operators start empty, how
@@ -85,17 +85,6 @@ def find_snapshots(directory: str, *, max_depth: int = DEFAULT_DEPTH) -> list[Sn
         except NotFoundError:
             continue  # deleted while we looked
     return out
-
-
-def newest_snapshot(directory: str) -> Snapshot:
-    """The complete checkpoint or savepoint under ``directory`` that completed last."""
-    complete = [s for s in find_snapshots(directory) if s.metadata is not None]
-    if not complete:
-        raise NotFoundError(
-            f"no complete checkpoint or savepoint under {directory}",
-            remedy="pass the directory that holds the job's checkpoints (execution.checkpointing.dir) or savepoints",
-        )
-    return max(complete, key=lambda s: (s.metadata["completion_timestamp"], s.metadata["checkpoint_id"]))  # type: ignore[index]
 
 
 # --------------------------------------------------------------------------- the dry run
