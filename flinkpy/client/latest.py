@@ -28,14 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flinkpy.client.upgrade import Runner
+from flinkpy.client.upgrade_moves import EXECUTION_RUNNER
 from flinkpy.errors import NotFoundError
 
 #: how the refusals name each runner
 _NAMES = {Runner.ENGINE: "the engine", Runner.SPARK: "the Spark runner"}
 #: where a move takes the state
 _TARGETS = {Runner.ENGINE: "the engine", Runner.SPARK: "Spark"}
-#: ``execution.runner`` (``run --runner``) for each runner
-_FLAGS = {Runner.ENGINE: "local", Runner.SPARK: "spark"}
 
 
 @dataclass(frozen=True)
@@ -67,14 +66,14 @@ def choose(candidates: list[Candidate], runner: Runner, directory: str) -> Candi
     when there is none, naming the other runner's newest where there is one."""
     mine = [c for c in candidates if c.runner is runner]
     if mine:
-        return max(mine, key=lambda c: (c.completed_ms, c.checkpoint_id, c.path))
+        return _newest(mine)
     others = [c for c in candidates if c.runner is not runner]
     if not others:
         raise NotFoundError(
             f"no complete checkpoint or savepoint under {directory}",
             remedy="pass the directory that holds the job's checkpoints (execution.checkpointing.dir) or savepoints",
         )
-    newest = max(others, key=lambda c: (c.completed_ms, c.checkpoint_id, c.path))
+    newest = _newest(others)
     if newest.spark_location:  # a location holds Spark's state only: it moves through a savepoint
         move = "then stop it with a savepoint, which -s moves to the engine"
     else:
@@ -83,8 +82,12 @@ def choose(candidates: list[Candidate], runner: Runner, directory: str) -> Candi
     raise NotFoundError(
         f"no complete checkpoint or savepoint of {_NAMES[runner]} under {directory}, only {len(others)} of "
         f"{_NAMES[newest.runner]} (newest: {newest.path})",
-        remedy=f"resume there with --runner {_FLAGS[newest.runner]}, {move}",
+        remedy=f"resume there with --runner {EXECUTION_RUNNER[newest.runner]}, {move}",
     )
+
+
+def _newest(candidates: list[Candidate]) -> Candidate:
+    return max(candidates, key=lambda c: (c.completed_ms, c.checkpoint_id, c.path))
 
 
 def candidates(directory: str) -> list[Candidate]:
