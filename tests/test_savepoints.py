@@ -130,6 +130,21 @@ def test_plan_same_program_is_restorable_and_matches_by_uid(tmp_path: Path, prog
     assert [[f["subtask"] for f in r["from"]] for r in by_uid["sums"]["key_groups"]] == [[0], [1]]
 
 
+def test_plan_warns_of_state_moved_from_spark_without_its_ttl(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    """A Spark savepoint's engine layout marks a state Spark kept without its time-to-live (one
+    declared after open()); the plan restores it, and says the job must not ask for it with one."""
+    sp = tmp_path / "sp" / "savepoint-3f2a9c-bbbb"
+    doc = write_snapshot(sp, rng)
+    for sub in doc["operators"][2]["subtasks"]:
+        sub["keyed_state"]["states"]["sum"]["ttl_unknown"] = True
+    CheckpointStorage(str(sp)).write_metadata_in(str(sp), doc)
+    code, plan_doc, err = plan("-p", "2", str(sp), str(program))
+    assert code == 0 and plan_doc["restorable"], err
+    said = ("operator 'running sums': Spark could not carry the time-to-live of its state 'sum' (declared after open()): "
+            "the restore fails if the job asks for it with a StateTtlConfig")
+    assert plan_doc["warnings"] == [said] and f"warning: {said}" in err
+
+
 def test_plan_rescale_2_to_3_reads_overlapping_key_groups(tmp_path: Path, program: Path, rng: random.Random) -> None:
     sp = tmp_path / "savepoint-3f2a9c-bbbb"
     write_snapshot(sp, rng, parallelism=2)

@@ -131,6 +131,24 @@ def _has_state(op: dict[str, Any]) -> bool:
     return any(s.get("keyed_state") or s.get("operator_state") or s.get("source_offsets") is not None for s in op["subtasks"])
 
 
+def _ttl_unknown(op: dict[str, Any]) -> list[str]:
+    """The keyed states of ``op`` whose time-to-live its snapshot could not record (moved from Spark)."""
+    return sorted({name for s in op["subtasks"] for name, entry in ((s.get("keyed_state") or {}).get("states") or {}).items()
+                   if isinstance(entry, dict) and entry.get("ttl_unknown")})
+
+
+def ttl_unknown_warning(name: str, states: list[str]) -> str:
+    """What a restore plan says of states Spark kept without a record of their time-to-live.
+
+    >>> ttl_unknown_warning("window", ["fired"])
+    "operator 'window': Spark could not carry the time-to-live of its state 'fired' (declared after open()): the restore fails if the job asks for it with a StateTtlConfig"
+    """
+    listed = ", ".join(map(repr, states))
+    return (f"operator {name!r}: Spark could not carry the time-to-live of its state{'s' if len(states) > 1 else ''} {listed} "
+            "(declared after open()): the restore fails if the job asks for "
+            f"{'them' if len(states) > 1 else 'it'} with a StateTtlConfig")
+
+
 def _state_names(op: dict[str, Any]) -> list[str]:
     names: set[str] = set()
     for s in op["subtasks"]:
@@ -179,6 +197,8 @@ def compare(metadata: dict[str, Any], plan: dict[str, Any], *, allow_non_restore
         )
         if not new["uid"] and _has_state(old):
             warnings.append(missing_uid_warning(new["name"], new["operator_id"]))
+        if unknown := _ttl_unknown(old):
+            warnings.append(ttl_unknown_warning(new["name"], unknown))
         max_ok = old["max_parallelism"] == new["max_parallelism"]
         entry["max_parallelism_matches"] = max_ok
         if keyed and not max_ok:
