@@ -125,7 +125,9 @@ def inspect(
     ...]} (each with the facts its sink knows).
 
     PATH may also be a Spark Structured Streaming checkpoint location (a directory with
-    metadata, offsets/, commits/, state/; a Spark job's checkpoint): then it shows the query id,
+    metadata, offsets/, commits/, state/; a Spark job's checkpoint, which 'flinkpy checkpoint
+    list JOB_ID' shows), or a Spark job's directory <dir>/<job_id> holding it in spark/, as
+    'flinkpy run -s' takes them: then it shows the query id,
     the latest batch and whether it is committed (an uncommitted batch runs again on restart),
     its offsets per source, the committed batches, and each stateful operator with its
     partitions, their files' size on disk and, through Spark's state-metadata and statestore
@@ -146,13 +148,15 @@ def inspect(
         flinkpy checkpoint inspect s3://bucket/ckpt/3f2a9c0e/chk-12/_metadata
         flinkpy checkpoint inspect ./chk-12 --json | jq .summary.total_size
         flinkpy checkpoint inspect ./spark --json | jq .latest_committed_batch
+        flinkpy checkpoint inspect /var/flinkpy/checkpoints/9b1e0c7d --json
     """
     from flinkpy.checkpoint.metadata import summarize
     from flinkpy.checkpoint.storage import CheckpointStorage
-    from flinkpy.spark.checkpoint_inspect import is_spark_checkpoint
+    from flinkpy.spark.checkpoint_inspect import spark_location
 
-    if is_spark_checkpoint(path):
-        _inspect_spark(path, spark_reader)
+    location = spark_location(path)  # the location, or a Spark job's directory holding it
+    if location is not None:
+        _inspect_spark(location, spark_reader)
         return
 
     storage = CheckpointStorage(path)

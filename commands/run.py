@@ -73,7 +73,7 @@ FromLatest = Annotated[
     typer.Option(
         "--from-latest",
         metavar="DIR",
-        help="Restore from the newest complete checkpoint or savepoint found under DIR (by completion time).",
+        help="Restore from the newest complete checkpoint or savepoint found under DIR (by completion time) that the runner asked for took; with --runner spark a Spark job's checkpoint location counts too.",
     ),
 ]
 Runner = Annotated[
@@ -137,8 +137,10 @@ def run(
     With -s PATH the job starts from a savepoint's (or retained checkpoint's) state, matched
     to operators by uid (or generated id). If the savepoint holds state of an operator the
     job no longer has, the run is refused with exit 7 unless -n drops that state. --from-latest
-    DIR restores from the newest complete checkpoint or savepoint under DIR and says which on
-    stderr. --claim-mode claim hands a retained checkpoint to the new job (it deletes the
+    DIR restores from the newest complete checkpoint or savepoint under DIR that the runner
+    asked for took and says which on stderr (with --runner spark: a Spark savepoint, or a Spark
+    job's checkpoint location, as -s takes it); one of the other runner's is never picked, and
+    a DIR holding only such snapshots is refused (exit 4). --claim-mode claim hands a retained checkpoint to the new job (it deletes the
     checkpoint once newer ones subsume it); no_claim, the default, never touches it and makes
     the first checkpoint a full one. Dry-run a restore first with 'flinkpy savepoint plan'.
 
@@ -178,6 +180,7 @@ def run(
         flinkpy run --json -d job.py | jq -r '.jobs[0].jid'
         flinkpy run -s /savepoints/savepoint-3f2a9c-1b2c3d4e5f60 -p 3 job.py
         flinkpy run --from-latest /var/flinkpy/checkpoints/3f2a9c0e job.py
+        flinkpy run --runner spark --from-latest /var/flinkpy/checkpoints job.py
         flinkpy run -s ./checkpoints/3f2a9c0e/chk-42 --claim-mode claim job.py
     """
     path = _check_job_file(job)
@@ -188,8 +191,10 @@ def run(
         overrides["spark.master"] = spark_master
     if py_files:
         overrides["python.files"] = _python_files(overrides.get("python.files"), py_files)
-    load_cli_config([f"{k}={v}" for k, v in overrides.items()])  # refuse bad -D values (and a bad flinkpy.yaml) before running user code
-    restore = _restore_options(from_savepoint, from_latest, allow_non_restored, claim_mode, overrides)
+    # refuse bad -D values (and a bad flinkpy.yaml) before running user code
+    config = load_cli_config([f"{k}={v}" for k, v in overrides.items()])
+    restore = _restore_options(from_savepoint, from_latest, allow_non_restored, claim_mode, overrides,
+                               spark=config.get("execution.runner") == "spark")
     # stdout is for the JSON document, or with -d for the job ids: what the program prints
     # while it builds the job goes to stderr then
     quiet_stdout = session.json or detached
@@ -220,19 +225,20 @@ def _python_files(value: str | None, py_files: str) -> str:
 
 
 def _restore_options(from_savepoint: str | None, from_latest: str | None, allow_non_restored: bool, claim_mode: str | None,
-                     overrides: dict[str, str]) -> dict[str, str | bool]:
+                     overrides: dict[str, str], *, spark: bool = False) -> dict[str, str | bool]:
     """run_program's restore arguments from -s/--from-latest/-n/--claim-mode (the claim mode
-    goes into ``overrides``); says on stderr which snapshot --from-latest picked."""
+    goes into ``overrides``); says on stderr which snapshot --from-latest picked, among those
+    the runner (Spark with ``spark``, else the engine) took."""
     if from_savepoint and from_latest:
         raise UsageError("-s/--fromSavepoint and --from-latest exclude each other", remedy="pass one of them")
     if allow_non_restored and not (from_savepoint or from_latest):
         raise UsageError("-n/--allowNonRestoredState needs -s PATH or --from-latest DIR", remedy="pass the savepoint to restore from")
     if from_latest:
-        from flinkpy.client.restore_plan import newest_snapshot
+        from flinkpy.client.latest import latest_snapshot
+        from flinkpy.client.upgrade import Runner
 
-        snap = newest_snapshot(from_latest)
-        doc = snap.metadata or {}
-        status(f"Restoring from {snap.path} ({doc.get('kind')} {doc.get('checkpoint_id')} of job {doc.get('job_id')})")
+        snap = latest_snapshot(from_latest, Runner.SPARK if spark else Runner.ENGINE)
+        status(f"Restoring from {snap.path} ({snap.describe()})")
         from_savepoint = snap.path
     if claim_mode is not None:
         mode = claim_mode.strip().upper().replace("-", "_")

@@ -75,7 +75,10 @@ def plan(
     source's positions, a keyed reduce's running values, a sink's pre-committed output) and
     which would not, with the reason; anything that would not move refuses the move. --json:
     {"savepoint", "kind", "from_runner", "runner", "movable", "operators": [{"operator", "uid",
-    "operator_id", "state", "move", "reason"}], "problems", "restore"}.
+    "operator_id", "state", "move", "reason"}], "problems", "restore"}. Onto the engine, the
+    engine's restore plan's warnings go to stderr too, among them a state Spark kept without a
+    record of its time-to-live (one declared after open()), which fails the restore if the
+    job asks for it with a StateTtlConfig.
 
     Exit status: 0 the restore would succeed; 7 it would be refused (the reasons on stderr),
     also when --check-code finds values that would not restore; 4 no savepoint at PATH or no
@@ -121,6 +124,8 @@ def _plan_move(path: str, job: str, args: list[str], *, runner: str, parallelism
     from flinkpy.client.runner_move import plan_runner_move
 
     doc = plan_runner_move(path, job, args, runner=runner, parallelism=parallelism, allow_non_restored_state=allow_non_restored)
+    for warning in (doc["restore"] or {}).get("warnings", []):
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
     if session.json:
         emit_json(doc)
     else:

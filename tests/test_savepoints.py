@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import one_error_line, run_cli
+from flinkpy.client.latest import latest_snapshot
 from flinkpy.client.restore_plan import missing_uid_warning
+from flinkpy.client.upgrade import Runner
 from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask, operator_state
-from flinkpy.errors import ExitCode
+from flinkpy.errors import ExitCode, NotFoundError
 from flinkpy.state.key_groups import key_group_range_for_operator
 
 pytestmark = pytest.mark.timeout(90)
@@ -126,6 +128,21 @@ def test_plan_same_program_is_restorable_and_matches_by_uid(tmp_path: Path, prog
     assert [op["status"] for op in sink] == ["empty"]
     # Same parallelism: each new subtask reads exactly its own old subtask.
     assert [[f["subtask"] for f in r["from"]] for r in by_uid["sums"]["key_groups"]] == [[0], [1]]
+
+
+def test_plan_warns_of_state_moved_from_spark_without_its_ttl(tmp_path: Path, program: Path, rng: random.Random) -> None:
+    """A Spark savepoint's engine layout marks a state Spark kept without its time-to-live (one
+    declared after open()); the plan restores it, and says the job must not ask for it with one."""
+    sp = tmp_path / "sp" / "savepoint-3f2a9c-bbbb"
+    doc = write_snapshot(sp, rng)
+    for sub in doc["operators"][2]["subtasks"]:
+        sub["keyed_state"]["states"]["sum"]["ttl_unknown"] = True
+    CheckpointStorage(str(sp)).write_metadata_in(str(sp), doc)
+    code, plan_doc, err = plan("-p", "2", str(sp), str(program))
+    assert code == 0 and plan_doc["restorable"], err
+    said = ("operator 'running sums': Spark could not carry the time-to-live of its state 'sum' (declared after open()): "
+            "the restore fails if the job asks for it with a StateTtlConfig")
+    assert plan_doc["warnings"] == [said] and f"warning: {said}" in err
 
 
 def test_plan_rescale_2_to_3_reads_overlapping_key_groups(tmp_path: Path, program: Path, rng: random.Random) -> None:
@@ -288,12 +305,75 @@ def test_list_defaults_to_the_configured_savepoint_dir(tmp_path: Path, rng: rand
 
 
 def test_newest_snapshot_is_chosen_by_completion_time(tmp_path: Path, rng: random.Random) -> None:
-    from flinkpy.client.restore_plan import newest_snapshot
-
     write_snapshot(tmp_path / JOB_ID / "chk-12", rng, kind="checkpoint", checkpoint_id=12, completed=3_000)
     write_snapshot(tmp_path / "savepoints" / "savepoint-3f2a9c-7777", rng, checkpoint_id=10, completed=9_000)
     half = tmp_path / JOB_ID / "chk-13"
     half.mkdir()
     (half / "sums-0.keyed").write_bytes(b"partial")  # no _metadata: not complete
-    snap = newest_snapshot(str(tmp_path))
+    snap = latest_snapshot(str(tmp_path), Runner.ENGINE)
     assert snap.path.endswith("savepoint-3f2a9c-7777") and snap.kind == "savepoint"
+
+
+SPARK_JOB = "9b1e0c7d22aa33bb44cc55dd66ee77ff"
+
+
+def spark_location(location: Path, *, committed: int, completed_s: float, logged: int | None = None) -> Path:
+    """A Spark checkpoint location as a Spark query leaves it (its metadata, offset and commit
+    logs, the query name flinkpy keeps there): batches 0..``logged`` planned, 0..``committed``
+    committed, the last commit written at ``completed_s`` (epoch seconds)."""
+    (location / "offsets").mkdir(parents=True)
+    (location / "commits").mkdir()
+    (location / "metadata").write_text('{"id":"5d6c3b1e-0000-4000-8000-000000000000"}')
+    (location / "flinkpy-query").write_text(f"flinkpy_{location.parent.name}")
+    for batch in range((committed if logged is None else logged) + 1):
+        (location / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{"spark.sql.shuffle.partitions":"2"}}\n' + str(batch * 25))
+    for batch in range(committed + 1):
+        commit = location / "commits" / str(batch)
+        commit.write_text('v1\n{"nextBatchWatermarkMs":0}')
+        os.utime(commit, (completed_s, completed_s))
+    return location
+
+
+def test_from_latest_picks_among_the_snapshots_of_the_runner_asked_for(tmp_path: Path, rng: random.Random, program: Path) -> None:
+    """One checkpoint directory holding both runners' snapshots: the engine's newest for the
+    engine, the newest Spark savepoint or job checkpoint location for Spark (completed when its
+    last commit was written), whichever is newer overall; nothing of the runner asked for: one
+    line naming the other runner's newest and what to run."""
+    root = tmp_path / "checkpoints"
+    write_snapshot(root / JOB_ID / "chk-12", rng, kind="checkpoint", checkpoint_id=12, completed=9_000_000)  # the newest of all
+    write_snapshot(root / JOB_ID / "chk-11", rng, kind="checkpoint", checkpoint_id=11, completed=8_000_000)
+    spark_savepoint = root / "savepoints" / "savepoint-9b1e0c-1111"
+    doc = write_snapshot(spark_savepoint, rng, job_id=SPARK_JOB, checkpoint_id=3, completed=4_000_000)
+    doc["runner"] = "spark"
+    CheckpointStorage(str(spark_savepoint)).write_metadata_in(str(spark_savepoint), doc)
+    # a savepoint's own copy of the location, written later, is the savepoint's, not a location to resume
+    spark_location(spark_savepoint / "spark", committed=3, completed_s=7_000)
+    location = spark_location(root / SPARK_JOB / "spark", committed=5, completed_s=5_000, logged=6)
+    spark_location(root / "0a0b0c0d0e0f00112233445566778899" / "spark", committed=-1, completed_s=6_000, logged=0)  # no commit yet
+
+    engine = latest_snapshot(str(root), Runner.ENGINE)
+    assert (engine.path, engine.describe()) == (str(root / JOB_ID / "chk-12"), f"checkpoint 12 of job {JOB_ID}")
+    spark = latest_snapshot(str(root), Runner.SPARK)
+    assert (spark.path, spark.describe(), spark.completed_ms) == (str(location), f"Spark checkpoint 5 of job {SPARK_JOB}", 5_000_000)
+    # the job's directory and the location itself are directories --from-latest takes too
+    assert latest_snapshot(str(root / SPARK_JOB), Runner.SPARK).path == str(location)
+    assert latest_snapshot(str(location), Runner.SPARK).path == str(location)
+    os.utime(location / "commits" / "5", (3_000, 3_000))
+    assert latest_snapshot(str(root), Runner.SPARK).path == str(spark_savepoint)
+
+    with pytest.raises(NotFoundError) as refused:
+        latest_snapshot(str(root / JOB_ID), Runner.SPARK)
+    line = refused.value.message + "; " + refused.value.remedy
+    assert f"of the Spark runner under {root / JOB_ID}, only 2 of the engine (newest: {root / JOB_ID / 'chk-12'})" in line
+    assert "--runner local" in line and f"-s {root / JOB_ID / 'chk-12'}" in line and "savepoint plan --runner spark" in line
+    with pytest.raises(NotFoundError) as refused:
+        latest_snapshot(str(root / SPARK_JOB), Runner.ENGINE)
+    assert f"only 1 of the Spark runner (newest: {location})" in refused.value.message
+    assert "--runner spark" in refused.value.remedy and "savepoint" in refused.value.remedy
+
+    # the CLI asks for the runner of the run (-D, --runner or flinkpy.yaml) and refuses before running the job
+    line = one_error_line(run_cli("run", "--runner", "spark", "--from-latest", str(root / JOB_ID), str(program)), ExitCode.NOT_FOUND)
+    assert "of the Spark runner" in line and "--runner local" in line
+    line = one_error_line(run_cli("run", "-D", "execution.runner=local", "--from-latest", str(location), str(program)), ExitCode.NOT_FOUND)
+    assert "of the engine" in line and "--runner spark" in line

@@ -121,3 +121,23 @@ def test_command_json_without_spark_matches_the_directory(location: dict[str, An
     assert doc["query_id"] == location["query_id"] and doc["sources"][0]["offset"] == {"logOffset": 1}
     sizes = [_state_bytes(path, p) for p in range(PARTITIONS)]
     assert [(p["bytes"], p["files"]) for p in doc["operators"][0]["partition_state"]] == sizes
+
+
+@pytest.mark.timeout(60)
+def test_a_spark_jobs_directory_is_inspected_as_its_checkpoint_location(location: dict[str, Any], tmp_path: Path) -> None:
+    """`checkpoint list` prints a Spark job's location `<dir>/<job_id>/spark`; inspect takes the
+    job's directory above it too (as `run -s` does), but not a Spark savepoint's directory,
+    whose copy of the location sits in spark/ beside its `_metadata`."""
+    from flinkpy.spark.checkpoint_inspect import spark_location
+
+    job_dir = tmp_path / "checkpoints" / "3f2a9c0e11aa22bb33cc44dd55ee66ff"
+    shutil.copytree(location["path"], job_dir / "spark")
+    res = run_cli("checkpoint", "inspect", str(job_dir), "--no-spark-reader", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["path"] == str(job_dir / "spark") and doc["query_id"] == location["query_id"]
+    assert doc["committed_batches"] == [0, 1] and doc["sources"][0]["offset"] == {"logOffset": 1}
+    assert spark_location(job_dir.as_uri()) == job_dir.as_uri() + "/spark"
+    assert spark_location(str(job_dir / "spark")) == str(job_dir / "spark")
+    (job_dir / "_metadata").write_text("{}")  # a snapshot's directory: its _metadata speaks for it
+    assert spark_location(str(job_dir)) is None and spark_location(str(tmp_path / "checkpoints")) is None

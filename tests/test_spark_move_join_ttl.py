@@ -131,6 +131,105 @@ def test_ttl_values_keep_their_last_access_timestamps_both_ways_and_expire_when_
         plain.get_partitioned_state(ValueStateDescriptor("low", None))
 
 
+def test_a_late_ttl_state_from_spark_is_refused_saying_its_ttl_could_not_be_carried() -> None:
+    """Spark keeps a state declared after open() (a window trigger's) in its late states' map
+    without its time-to-live: it comes back marked unknown, and the engine's restore says that,
+    naming the operator, when the job declares it with a TTL (not that it was checkpointed
+    without one); declared without, it restores (it may have had none); a state declared in
+    open() keeps its TTL. The mark survives a move back to Spark and home again."""
+    from flinkpy.common import Time
+    from flinkpy.datastream.state import StateTtlConfig, ValueStateDescriptor
+    from flinkpy.errors import InvalidProgramError
+    from flinkpy.state.heap import HeapKeyedStateBackend
+
+    spark = {"low": [(pickle.dumps("a"), pickle.dumps((3, 1_000)))],
+             km.LATE_STATES: [(pickle.dumps("a"), ("fired", pickle.dumps(True)))]}
+    back = km.from_spark({"low": "value"}, spark, ttl={"low": 5_000})
+    assert (back.ttl, back.ttl_unknown) == ({"low": 5_000}, {"fired"})
+    document = km.to_engine(back, 128)
+    assert {n: (e.get("ttl_ms"), e.get("ttl_unknown")) for n, e in document.items()} == {"low": (5_000, None), "fired": (None, True)}
+    assert km.from_engine([{"version": 1, "states": document}]) == back
+
+    def declared(ttl: bool) -> ValueStateDescriptor:
+        d = ValueStateDescriptor("fired", None)
+        if ttl:
+            d.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(5_000)).build())
+        return d
+
+    backend = HeapKeyedStateBackend(128, range(128))
+    backend.operator_name = "trigger window"
+    backend.restore([{"version": 1, "states": document}])
+    with pytest.raises(InvalidProgramError) as refused:
+        backend.get_partitioned_state(declared(ttl=True))
+    assert refused.value.message.startswith("operator 'trigger window': state 'fired' comes from Spark, which could not carry its "
+                                            "time-to-live"), refused.value.message
+    assert "checkpointed without" not in refused.value.message and "keep the job on Spark" in refused.value.remedy
+    plain = HeapKeyedStateBackend(128, range(128))
+    plain.restore([{"version": 1, "states": document}])
+    plain.set_current_key("a")
+    assert plain.get_partitioned_state(declared(ttl=False)).value() is True
+    # an engine snapshot without the mark (or a state declared in open() on Spark) keeps its old words
+    unmarked = {n: {k: v for k, v in e.items() if k != "ttl_unknown"} for n, e in document.items()}
+    old = HeapKeyedStateBackend(128, range(128))
+    old.restore([{"version": 1, "states": unmarked}])
+    with pytest.raises(InvalidProgramError, match="state 'fired' was checkpointed without time-to-live and is now declared with it"):
+        old.get_partitioned_state(declared(ttl=True))
+
+
+LATE_JOB = '''
+from flinkpy.common import Time, Types, WatermarkStrategy
+from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
+from flinkpy.datastream.functions import KeyedProcessFunction
+from flinkpy.datastream.state import StateTtlConfig, ValueStateDescriptor
+
+
+class Late(KeyedProcessFunction):
+    """Asks for its TTL state while processing, after open(), as a window trigger does."""
+
+    def open(self, runtime_context):
+        self.runtime_context = runtime_context
+
+    def process_element(self, value, ctx):
+        fired = ValueStateDescriptor("fired", Types.BOOLEAN())
+        fired.enable_time_to_live(StateTtlConfig.new_builder(Time.minutes(1)).build())
+        self.runtime_context.get_state(fired).update(True)
+        yield value
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(1)
+(env.from_source(NumberSequenceSource(1, 10), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
+    .key_by(lambda n: n % 2).process(Late()).name("late trigger").uid("late").print())
+env.execute("late ttl")
+'''
+
+
+def test_the_engine_job_fails_naming_the_operator_whose_state_came_from_spark_without_its_ttl(tmp_path: Path, flinkpy_home: Path) -> None:
+    """The savepoint holds the engine layout a Spark savepoint carries for such a state (as
+    keyed_move writes it); the job restored from it fails when its function asks for the
+    state, and the failure names the operator and says why."""
+    from flinkpy.checkpoint import CheckpointStorage, keyed_state, new_metadata, new_operator, new_subtask
+    from flinkpy.errors import ExitCode
+
+    spark = {km.LATE_STATES: [(pickle.dumps(k), ("fired", pickle.dumps(True))) for k in (0, 1)]}
+    document = {"version": 1, "states": km.to_engine(km.from_spark({}, spark), 128)}
+    savepoint = str(tmp_path / "savepoint-9b1e0c-0001")
+    storage = CheckpointStorage(savepoint)
+    handle = storage.write_state_in(savepoint, "late-0.keyed", pickle.dumps(document))
+    late = new_operator(operator_id="late", uid="late", name="late trigger", vertex_id=2, parallelism=1, max_parallelism=128,
+                        subtasks=[new_subtask(0, keyed_state=keyed_state(handle, (0, 127), {"fired": {"kind": "value", "entries": 2}}))])
+    storage.write_metadata_in(savepoint, new_metadata(job_id="9b1e0c7d22aa33bb44cc55dd66ee77ff", job_name="late ttl", checkpoint_id=3,
+                                                      trigger_timestamp=1, completion_timestamp=2, operators=[late], kind="savepoint",
+                                                      savepoint_format="canonical"))
+    (tmp_path / "late.py").write_text(LATE_JOB)
+    res = run_cli("run", "-s", savepoint, "-D", "restart-strategy.type=none", str(tmp_path / "late.py"), timeout=90)
+    assert res.returncode == ExitCode.JOB_FAILED, res.stderr[-2000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert ("operator 'late trigger': state 'fired' comes from Spark, which could not carry its time-to-live" in last
+            and "checkpointed without" not in res.stderr), res.stderr[-2000:]
+
+
 def test_the_metadata_summary_names_each_states_ttl() -> None:
     """`savepoint plan` reads the TTLs from `_metadata`, before it loads any state file."""
     from flinkpy.common import Time

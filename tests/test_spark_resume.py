@@ -1,4 +1,4 @@
-"""A Spark job whose driver was SIGKILLed resumes from its retained checkpoint with `run -s`.
+"""A Spark job whose driver was SIGKILLed resumes from its retained checkpoint with `run -s` (or `--from-latest`).
 
 The worst moment to lose the driver is after a micro-batch's sink output is written and before
 Spark records the batch's commit: the resumed query must run that batch again (same id, same
@@ -106,8 +106,8 @@ def test_a_driver_killed_between_sink_output_and_commit_resumes_exactly_once(spa
     assert any(p.name.endswith(f"-{held:012d}") for p in _committed_parts(spark_env / "out")), "the held batch's part file"
     assert len(postgres.query("SELECT k, v FROM sums")) == per_batch * (held + 1), "the held batch's rows committed"
 
-    # its driver still runs: a resume beside it is refused before anything starts
-    line = one_error_line(run_cli("run", "--runner", "spark", "-s", str(location), *_job(spark_env, count, 0), timeout=60),
+    # its driver still runs: a resume beside it (-s takes the job's directory too) is refused before anything starts
+    line = one_error_line(run_cli("run", "--runner", "spark", "-s", str(location.parent), *_job(spark_env, count, 0), timeout=60),
                           ExitCode.CONFLICT)
     assert f"job {jid} still runs" in line and "savepoint" in line
 
@@ -128,8 +128,11 @@ def test_a_driver_killed_between_sink_output_and_commit_resumes_exactly_once(spa
     # what cannot be resumed, refused as the driver refuses it (without starting one)
     _refusals(spark_env, location)
 
-    resumed = run_cli("run", "--runner", "spark", "-s", str(location.parent), "--json", *_job(spark_env, count, 0), timeout=180)
+    # --from-latest finds the location under the checkpoint directory (execution.checkpointing.dir)
+    resumed = run_cli("run", "--runner", "spark", "--from-latest", str(location.parent.parent), "--json", *_job(spark_env, count, 0),
+                      timeout=180)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Restoring from {location} (Spark checkpoint {held - 1} of job {jid})" in resumed.stderr, resumed.stderr[-3000:]
     new = json.loads(resumed.stdout)["jobs"][0]
     assert new["jid"] != jid and new["state"] == "FINISHED"
     _check_exact(spark_env / "out", count)

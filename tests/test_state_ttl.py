@@ -236,3 +236,39 @@ def test_state_backend_choice_runs_on_both_backends_and_unknown_types_are_refuse
     assert res.returncode == 8 and "state.backend.type" in res.stderr and "Traceback" not in res.stderr
     res = cli("run", "-D", "state.backend.type=rocksdb", "-D", "state.backend.rocksdb.block.cache-size=lots", str(job))
     assert res.returncode == 8 and "state.backend.rocksdb.block.cache-size" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.usefixtures("each_backend")
+def test_a_restored_states_ttl_survives_snapshots_taken_before_it_is_declared_again() -> None:
+    """A state declared lazily (a window trigger's) may not be asked for again before the next
+    checkpoint: that snapshot keeps the TTL the restored one recorded (and the mark of a state
+    moved from Spark whose TTL is unknown), so the restore after it checks the declaration
+    against what the state had rather than against nothing."""
+    from flinkpy.state.key_groups import assign_to_key_group
+
+    clock = Clock()
+    kg = assign_to_key_group("a", 128)
+    first = {"version": 1, "states": {"v": {"kind": "value", "ttl_ms": 100, "key_groups": {kg: {"a": (1, clock.now)}}},
+                                      "u": {"kind": "value", "ttl_unknown": True, "key_groups": {kg: {"a": 2}}}}}
+    b = backend(clock)
+    b.restore([first])
+    frozen = b.snapshot_sync()
+    for doc in (b.snapshot(), canonical.loads(frozen.serialize())):
+        assert {n: {k: v for k, v in e.items() if k != "key_groups"} for n, e in doc["states"].items()} == {
+            "v": {"kind": "value", "ttl_ms": 100}, "u": {"kind": "value", "ttl_unknown": True}}
+    assert {n: (e.get("ttl_ms"), e.get("ttl_unknown")) for n, e in frozen.summary().items()} == {"v": (100, None), "u": (None, True)}
+
+    again = backend(clock)
+    again.restore([b.snapshot()])
+    v = again.get_partitioned_state(descriptor(ValueStateDescriptor, "v", config=ttl(100)))
+    again.set_current_key("a")
+    assert v.value() == 1
+    with pytest.raises(InvalidProgramError, match="state 'u' comes from Spark, which could not carry its time-to-live"):
+        again.get_partitioned_state(descriptor(ValueStateDescriptor, "u", config=ttl(100)))
+    # declared without a TTL, the state restores as it is and later snapshots say it has none
+    plain = again.get_partitioned_state(ValueStateDescriptor("u"))
+    assert plain.value() == 2 and "ttl_unknown" not in again.snapshot()["states"]["u"]
+    refused = backend(clock)
+    refused.restore([b.snapshot()])
+    with pytest.raises(InvalidProgramError, match="state 'v' was checkpointed with time-to-live and is now declared without it"):
+        refused.get_partitioned_state(ValueStateDescriptor("v"))

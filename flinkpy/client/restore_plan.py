@@ -1,8 +1,8 @@
 """Restoring from a savepoint, decided before anything runs: finding snapshots and dry-run plans.
 
 ``find_snapshots`` walks a directory (any fsspec URL) for checkpoints and savepoints — every
-directory holding a ``_metadata`` a few levels down. ``newest_snapshot`` picks the one that
-completed last (what ``flinkpy run --from-latest`` restores). ``plan_restore`` compares a
+directory holding a ``_metadata`` a few levels down (:mod:`flinkpy.client.latest` picks the
+one ``flinkpy run --from-latest`` restores). ``plan_restore`` compares a
 program's plan with a savepoint's ``_metadata`` without a cluster: which operators get their
 state back (matched by operator id: the uid, or the generated id), which state would be left
 over (refused unless non-restored state is allowed), which operators start empty, how
@@ -87,17 +87,6 @@ def find_snapshots(directory: str, *, max_depth: int = DEFAULT_DEPTH) -> list[Sn
     return out
 
 
-def newest_snapshot(directory: str) -> Snapshot:
-    """The complete checkpoint or savepoint under ``directory`` that completed last."""
-    complete = [s for s in find_snapshots(directory) if s.metadata is not None]
-    if not complete:
-        raise NotFoundError(
-            f"no complete checkpoint or savepoint under {directory}",
-            remedy="pass the directory that holds the job's checkpoints (execution.checkpointing.dir) or savepoints",
-        )
-    return max(complete, key=lambda s: (s.metadata["completion_timestamp"], s.metadata["checkpoint_id"]))  # type: ignore[index]
-
-
 # --------------------------------------------------------------------------- the dry run
 
 
@@ -140,6 +129,24 @@ def _program_operators(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _has_state(op: dict[str, Any]) -> bool:
     return any(s.get("keyed_state") or s.get("operator_state") or s.get("source_offsets") is not None for s in op["subtasks"])
+
+
+def _ttl_unknown(op: dict[str, Any]) -> list[str]:
+    """The keyed states of ``op`` whose time-to-live its snapshot could not record (moved from Spark)."""
+    return sorted({name for s in op["subtasks"] for name, entry in ((s.get("keyed_state") or {}).get("states") or {}).items()
+                   if isinstance(entry, dict) and entry.get("ttl_unknown")})
+
+
+def ttl_unknown_warning(name: str, states: list[str]) -> str:
+    """What a restore plan says of states Spark kept without a record of their time-to-live.
+
+    >>> ttl_unknown_warning("window", ["fired"])
+    "operator 'window': Spark could not carry the time-to-live of its state 'fired' (declared after open()): the restore fails if the job asks for it with a StateTtlConfig"
+    """
+    listed = ", ".join(map(repr, states))
+    return (f"operator {name!r}: Spark could not carry the time-to-live of its state{'s' if len(states) > 1 else ''} {listed} "
+            "(declared after open()): the restore fails if the job asks for "
+            f"{'them' if len(states) > 1 else 'it'} with a StateTtlConfig")
 
 
 def _state_names(op: dict[str, Any]) -> list[str]:
@@ -190,6 +197,8 @@ def compare(metadata: dict[str, Any], plan: dict[str, Any], *, allow_non_restore
         )
         if not new["uid"] and _has_state(old):
             warnings.append(missing_uid_warning(new["name"], new["operator_id"]))
+        if unknown := _ttl_unknown(old):
+            warnings.append(ttl_unknown_warning(new["name"], unknown))
         max_ok = old["max_parallelism"] == new["max_parallelism"]
         entry["max_parallelism_matches"] = max_ok
         if keyed and not max_ok:

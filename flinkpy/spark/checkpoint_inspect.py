@@ -26,6 +26,9 @@ from typing import Any
 
 import fsspec
 
+from flinkpy.checkpoint.metadata import METADATA_FILE
+from flinkpy.spark.supervisor_snapshots import SPARK_DIR
+
 _BATCH = re.compile(r"^\d+$")
 
 
@@ -43,6 +46,25 @@ def is_spark_checkpoint(path: str) -> bool:
         return fs.isdir(root) and fs.isfile(f"{root.rstrip('/')}/metadata") and fs.isdir(f"{root.rstrip('/')}/offsets")
     except Exception:  # noqa: BLE001 - unreachable or not a directory: not a Spark location; the flinkpy path reports why
         return False
+
+
+def spark_location(path: str) -> str | None:
+    """The Spark checkpoint location ``path`` names: ``path`` itself, or the ``spark/`` location
+    inside a Spark job's directory ``<execution.checkpointing.dir>/<job_id>`` (what ``flinkpy
+    checkpoint list JOB_ID`` prints, and ``run -s`` takes); None when it names neither. A
+    directory with a ``_metadata`` is a snapshot (a Spark savepoint keeps its copy of the
+    location in ``spark/`` too), never a job's directory.
+
+    >>> spark_location("/nonexistent/3f2a9c0e11aa22bb33cc44dd55ee66ff") is None
+    True
+    """
+    if is_spark_checkpoint(path):
+        return path
+    inner = f"{path.rstrip('/')}/{SPARK_DIR}"
+    if not is_spark_checkpoint(inner):
+        return None
+    fs, root = _fs(path)
+    return None if fs.exists(f"{root.rstrip('/')}/{METADATA_FILE}") else inner
 
 
 def inspect(path: str, *, spark: Any = None) -> dict[str, Any]:

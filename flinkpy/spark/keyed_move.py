@@ -61,6 +61,10 @@ class KeyedStates:
     #: the time-to-live (ms) of each state that has one: its values are the TTL wrapper's
     #: ``(value, last access)`` pairs (per list element and map entry), the same on both runners
     ttl: dict[str, int] = field(default_factory=dict)
+    #: states Spark kept in its late states' map (declared after open(), as a window trigger's
+    #: are), where it does not record whether they have a time-to-live: the engine's restore
+    #: says so rather than take them for states without one (``"ttl_unknown"`` in its document)
+    ttl_unknown: set[str] = field(default_factory=set)
     event_timers: dict[Any, set[tuple[int, Any]]] = field(default_factory=dict)
     processing_timers: dict[Any, set[tuple[int, Any]]] = field(default_factory=dict)
 
@@ -109,6 +113,8 @@ def from_engine(documents: Iterable[Mapping[str, Any]], *, operator: str = "") -
                 continue
             if entry.get("ttl_ms") is not None:
                 out.ttl[name] = int(entry["ttl_ms"])
+            elif entry.get("ttl_unknown"):
+                out.ttl_unknown.add(name)
             kind = entry.get("kind", "value")
             values = out.states.setdefault(name, (kind, {}))[1]
             for table in groups.values():
@@ -152,7 +158,8 @@ def from_spark(kinds: Mapping[str, str], values: Mapping[str, Iterable[tuple[byt
     state's (pickled key, pickled value) entries; the late states' map holds (name, pickled
     value) entries, and ``_flinkpy_timers`` the key's timers. ``kinds``: the engine's kind of
     each state (its descriptor), "value" where unknown; ``ttl``: the time-to-live (ms) of the
-    states that have one (their values are already the TTL wrapper's pairs, moved unchanged).
+    states that have one (their values are already the TTL wrapper's pairs, moved unchanged),
+    known for those declared in open() only: a late state's TTL is unknown (``ttl_unknown``).
     """
     out = KeyedStates(ttl={name: int(ms) for name, ms in (ttl or {}).items()})
 
@@ -175,6 +182,8 @@ def from_spark(kinds: Mapping[str, str], values: Mapping[str, Iterable[tuple[byt
             elif name == LATE_STATES:
                 late, blob = payload
                 out.states.setdefault(late, (kinds.get(late, "value"), {}))[1][key] = pickle.loads(blob)
+                if late not in out.ttl:
+                    out.ttl_unknown.add(late)
             else:
                 kind = kinds.get(name, "value")
                 table = out.states.setdefault(name, (kind, {}))[1]
@@ -199,6 +208,8 @@ def to_engine(keyed: KeyedStates, max_parallelism: int) -> dict[str, dict[str, A
         states[name] = {"kind": kind, "key_groups": groups}
         if name in keyed.ttl:
             states[name]["ttl_ms"] = keyed.ttl[name]
+        elif name in keyed.ttl_unknown:
+            states[name]["ttl_unknown"] = True
     for name, timers in ((EVENT_TIMERS, keyed.event_timers), (PROCESSING_TIMERS, keyed.processing_timers)):
         groups = {}
         for key, entries in timers.items():

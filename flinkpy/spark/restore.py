@@ -73,6 +73,8 @@ class RetainedCheckpoint:
     shuffle_partitions: int | None
     #: the query name its exactly-once sinks fence by
     query_name: str
+    #: when the last committed batch's commit was written (ms): the checkpoint's completion time
+    completed_ms: int
 
 
 def retained_checkpoint(path: str) -> RetainedCheckpoint | None:
@@ -80,20 +82,20 @@ def retained_checkpoint(path: str) -> RetainedCheckpoint | None:
     one); None when ``path`` has a ``_metadata`` (a snapshot) or is no local directory.
     Raises NotFoundError for a directory that is neither, or a location with no committed batch."""
     from flinkpy.checkpoint.metadata import METADATA_FILE
-    from flinkpy.spark.checkpoint_inspect import is_spark_checkpoint
+    from flinkpy.spark.checkpoint_inspect import spark_location
 
     if "://" in path and not path.startswith("file://"):
         return None  # a snapshot in object storage (Spark's own locations are local)
     local = snapshots.local_path(path).rstrip("/") or "/"
     if not os.path.isdir(local) or os.path.exists(os.path.join(local, METADATA_FILE)):
         return None
-    if not is_spark_checkpoint(local) and is_spark_checkpoint(os.path.join(local, snapshots.SPARK_DIR)):
-        local = os.path.join(local, snapshots.SPARK_DIR)  # the job's directory <dir>/<job_id>
-    if not is_spark_checkpoint(local):
+    found = spark_location(local)  # the location itself, or the job's directory <dir>/<job_id> above it
+    if found is None:
         raise NotFoundError(
             f"{path} is neither a savepoint or checkpoint (no _metadata) nor a Spark checkpoint location (no metadata and offsets/)",
             remedy="pass a savepoint directory, or the Spark checkpoint location 'flinkpy checkpoint list JOB_ID' shows",
         )
+    local = found
     committed = snapshots.committed_batches(local)
     if not committed:
         raise NotFoundError(f"the Spark checkpoint location {local} has no committed batch: there is no completed checkpoint to resume",
@@ -108,8 +110,38 @@ def retained_checkpoint(path: str) -> RetainedCheckpoint | None:
     if not name and job_id is None:
         raise NotFoundError(f"the Spark checkpoint location {local} does not say which query it belongs to",
                             remedy="pass it at its place <execution.checkpointing.dir>/<job_id>/spark")
+    completed_ms = int(os.stat(os.path.join(local, "commits", str(committed[-1]))).st_mtime * 1000)
     return RetainedCheckpoint(local, job_id, committed[-1], snapshots.shuffle_partitions_of(local),
-                              name or query_name_of(job_id or ""))
+                              name or query_name_of(job_id or ""), completed_ms)
+
+
+def retained_checkpoints(directory: str, *, max_depth: int = 3) -> list[RetainedCheckpoint]:
+    """Every Spark checkpoint location under the local ``directory`` (itself included, at most
+    ``max_depth`` levels down: ``<dir>/<job_id>/spark`` is 2) that ``run -s`` could resume, by
+    path. Snapshots (directories with a ``_metadata``; a Spark savepoint keeps a copy of its
+    location inside) are not entered; a location with no committed batch, or that does not say
+    which query it belongs to, is left out, as a ``chk-N`` without ``_metadata`` is."""
+    from flinkpy.checkpoint.metadata import METADATA_FILE
+    from flinkpy.spark.checkpoint_inspect import is_spark_checkpoint
+
+    if "://" in directory and not directory.startswith("file://"):
+        return []  # object storage holds snapshots, not Spark's locations
+    root = snapshots.local_path(directory).rstrip("/") or "/"
+    found = []
+    for here, dirs, files in os.walk(root):
+        depth = 0 if here == root else os.path.relpath(here, root).count(os.sep) + 1
+        snapshot, location = METADATA_FILE in files, is_spark_checkpoint(here)
+        if snapshot or location or depth >= max_depth:
+            dirs.clear()
+        if location and not snapshot:
+            try:
+                checkpoint = retained_checkpoint(here)
+            except NotFoundError:
+                continue
+            if checkpoint is not None:
+                found.append(checkpoint)
+        dirs.sort()
+    return found
 
 
 def check_resume(checkpoint: RetainedCheckpoint, *, home: Any, shuffle_partitions: int, allow_non_restored_state: bool) -> None:

@@ -545,7 +545,8 @@ def engine_operators(program: Iterable[ProgramOperator], states: Mapping[str, Mo
             counts = canonical.write_document(buf, {"version": _snapshot_version(), "states": document})
             handle = write(f"{p.operator_id}-moved-keyed", buf.getvalue())
             summary = {name: {"kind": entry["kind"], "entries": counts.get(name, 0),
-                              **({"ttl_ms": entry["ttl_ms"]} if "ttl_ms" in entry else {})} for name, entry in document.items()}
+                              **({"ttl_ms": entry["ttl_ms"]} if "ttl_ms" in entry else {}),
+                              **({"ttl_unknown": True} if entry.get("ttl_unknown") else {})} for name, entry in document.items()}
             subtasks.append(new_subtask(0, keyed_state=keyed_state(handle, (0, max_parallelism - 1), summary)))
         if moved.broadcast is not None:  # one old subtask's copy: the engine's restore gives it to every new subtask
             from flinkpy.spark.broadcast_move import engine_operator_state

@@ -20,9 +20,11 @@ one conformance suite (tests/backends.py) runs the keyed-state tests against eac
 
 The canonical snapshot document, the same from every backend::
 
-    {"version": 1, "states": {name: {"kind": k, "key_groups": {kg: {key: value}}, ["ttl_ms": t]}}}
+    {"version": 1, "states": {name: {"kind": k, "key_groups": {kg: {key: value}}, ["ttl_ms": t | "ttl_unknown": True]}}}
 
-where a list state's value is the list, and a map state's value is the dict of its entries.
+where a list state's value is the list, and a map state's value is the dict of its entries;
+``ttl_ms`` is the state's time-to-live, and ``ttl_unknown`` marks a state moved from Spark,
+which keeps a state declared after open() without a record of its time-to-live.
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ class KeyedStateBackendBase:
         self._wrapped: dict[str, Any] = {}
         #: TTL (ms, or None) of each state as the restored snapshots recorded it
         self._restored_ttl: dict[str, int | None] = {}
+        #: restored states whose snapshot could not tell whether they have a time-to-live (moved
+        #: from Spark, which keeps a state declared after open() without recording it)
+        self._ttl_unknown: set[str] = set()
+        #: the keyed operator whose state this is (the task sets it), for the messages
+        self.operator_name: str | None = None
         self.ttl_clock: Any = lambda: int(time.time() * 1000)
         self._record_cleaners: list[Any] = []
 
@@ -188,11 +195,38 @@ class KeyedStateBackendBase:
         return wrapped  # type: ignore[no-any-return]
 
     def _check_ttl(self, name: str, policy: Any) -> None:
+        if policy is not None and name in self._ttl_unknown:
+            raise InvalidProgramError(
+                f"{self._of_operator()}state {name!r} comes from Spark, which could not carry its time-to-live: Spark keeps a "
+                "state declared after open() (a window trigger's, say) without recording whether it has one, and this job "
+                "declares it with one",
+                remedy="keep the job on Spark, or give the state a new name, under which it starts empty; a state the function "
+                "declares in open() keeps its time-to-live when it moves",
+            )
         raise InvalidProgramError(
-            f"state {name!r} was checkpointed {'with' if self._restored_ttl.get(name) else 'without'} time-to-live and is now "
+            f"{self._of_operator()}state {name!r} was checkpointed {'with' if self._restored_ttl.get(name) else 'without'} "
+            "time-to-live and is now "
             f"declared {'with' if policy else 'without'} it",
             remedy="keep the state's StateTtlConfig enabled (or disabled) as it was, or give the state a new name",
         )
+
+    def undeclared_ttl(self) -> dict[str, dict[str, Any]]:
+        """What the restored snapshots recorded of the time-to-live of each state this job has
+        not declared (yet): ``{"ttl_ms": t}`` or ``{"ttl_unknown": True}``. A snapshot taken
+        before a lazily declared state (a window trigger's) is asked for again keeps it, so that
+        its next restore checks the declaration against what the state had."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, ms in self._restored_ttl.items():
+            if name in self._states:
+                continue
+            if ms is not None:
+                out[name] = {"ttl_ms": ms}
+            elif name in self._ttl_unknown:
+                out[name] = {"ttl_unknown": True}
+        return out
+
+    def _of_operator(self) -> str:
+        return f"operator {self.operator_name!r}: " if self.operator_name else ""
 
     def restore(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
         """Load canonical documents (from either backend, any old parallelism), keeping only the
@@ -229,6 +263,10 @@ class KeyedStateBackendBase:
             )
         self._kinds[name] = kind
         self._restored_ttl[name] = entry.get("ttl_ms")
+        if entry.get("ttl_unknown") and entry.get("ttl_ms") is None:
+            self._ttl_unknown.add(name)
+        else:
+            self._ttl_unknown.discard(name)
         if name in self._states and (entry.get("ttl_ms") is None) != (self._ttl.get(name) is None):
             self._check_ttl(name, self._ttl.get(name))
         return kind

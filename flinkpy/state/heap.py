@@ -371,7 +371,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             frozen[name] = (self._kinds.get(name, "value"), dict(t))
             self.frozen(name).update(t)
         ttl = {name: (policy, self.ttl_clock()) for name, policy in self._ttl.items()}
-        return FrozenSnapshot(frozen, self.key_group_range, ttl)
+        return FrozenSnapshot(frozen, self.key_group_range, ttl, self.undeclared_ttl())
 
     def state_names(self) -> list[str]:
         names = list(self._tables)
@@ -396,6 +396,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         ``{"version": 1, "states": {name: {"kind": ..., "key_groups": {kg: {key: value}}}}}``
         """
         states: dict[str, Any] = {}
+        undeclared = self.undeclared_ttl()
         for name, groups in self._frozen_views().items():
             states[name] = ttl_entry("value", {kg: dict(m) for kg, m in groups.items() if m}, None, self.ttl_clock)
         for name, t in self._tables.items():
@@ -411,7 +412,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                     groups[kg] = dict(m)
                 else:
                     groups[kg] = {k: copy_value(v) for k, v in m.items()}
-            states[name] = ttl_entry(kind, groups, self._ttl.get(name), self.ttl_clock)
+            states[name] = {**ttl_entry(kind, groups, self._ttl.get(name), self.ttl_clock), **undeclared.get(name, {})}
         return {"version": SNAPSHOT_VERSION, "states": states}
 
     def restore_frames(self, states: Mapping[str, Mapping[str, Any]], frames: Iterable[tuple[str, int, list[tuple[Any, Any]]]]) -> None:
@@ -487,18 +488,21 @@ def _immutable(value: Any) -> bool:
 class FrozenSnapshot:
     """What :meth:`HeapKeyedStateBackend.snapshot_sync` hands to the asynchronous part."""
 
-    def __init__(self, states: dict[str, tuple[str, dict[int, dict[Any, Any]]]], key_group_range: range, ttl: dict[str, tuple[Any, int]] | None = None):
+    def __init__(self, states: dict[str, tuple[str, dict[int, dict[Any, Any]]]], key_group_range: range, ttl: dict[str, tuple[Any, int]] | None = None,
+                 undeclared: dict[str, dict[str, Any]] | None = None):
         self.states = states
         self.key_group_range = key_group_range
         #: time-to-live policies of states, with the time of the snapshot (full-snapshot cleanup)
         self.ttl = ttl or {}
+        #: what restored snapshots said of the TTL of states not declared since (backend.undeclared_ttl)
+        self.undeclared = undeclared or {}
 
     def to_dict(self) -> dict[str, Any]:
         """The same document :meth:`HeapKeyedStateBackend.snapshot` returns (empty groups left out)."""
         states = {}
         for name, (kind, groups) in self.states.items():
             policy, now = self.ttl.get(name, (None, 0))
-            states[name] = ttl_entry(kind, {kg: m for kg, m in groups.items() if m}, policy, lambda: now)
+            states[name] = {**ttl_entry(kind, {kg: m for kg, m in groups.items() if m}, policy, lambda: now), **self.undeclared.get(name, {})}
         return {"version": SNAPSHOT_VERSION, "states": states}
 
     def write(self, out: Any) -> dict[str, int]:
@@ -523,6 +527,7 @@ class FrozenSnapshot:
             policy = self.ttl.get(name, (None, 0))[0]
             if policy is not None:
                 out[name]["ttl_ms"] = policy.ttl_ms
+            out[name].update(self.undeclared.get(name, {}))
         return out
 
     @property

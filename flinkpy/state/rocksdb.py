@@ -216,7 +216,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                 remedy="rename one of the two states",
             )
         self._ids[sid] = name
-        entry = {"kind": kind or self._kinds.get(name, "value"), "ttl_ms": self._ttl_ms(name)}
+        entry = {"kind": kind or self._kinds.get(name, "value"), "ttl_ms": self._ttl_ms(name),
+                 **self.undeclared_ttl().get(name, {})}
         if self._meta.get(name) != entry:
             self._meta[name] = entry
             self.db.put(rk.meta_key(name), rk.dump(entry))
@@ -286,6 +287,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             out[name] = {"kind": m["kind"]}
             if self._ttl_ms(name) is not None:
                 out[name]["ttl_ms"] = self._ttl_ms(name)
+            elif m.get("ttl_unknown"):
+                out[name]["ttl_unknown"] = True
         return out
 
     # -- snapshots ----------------------------------------------------------------------

@@ -37,9 +37,18 @@ class RocksDBSnapshot:
     def _states(self) -> dict[str, dict[str, Any]]:
         out = {}
         for name, m in self.meta.items():
-            policy, _ = self.ttl.get(name, (None, 0))
-            out[name] = {"kind": m["kind"]} if policy is None else {"kind": m["kind"], "ttl_ms": policy.ttl_ms}
+            out[name] = {"kind": m["kind"], **self._ttl_of(name, m)}
         return out
+
+    def _ttl_of(self, name: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """A state's ``ttl_ms`` (its policy's; for a state restored and not declared since, the
+        one its meta kept, or ``ttl_unknown``), as a snapshot's entry and summary record it."""
+        policy, _ = self.ttl.get(name, (None, 0))
+        if policy is not None:
+            return {"ttl_ms": policy.ttl_ms}
+        if meta.get("ttl_ms") is not None:
+            return {"ttl_ms": meta["ttl_ms"]}
+        return {"ttl_unknown": True} if meta.get("ttl_unknown") else {}
 
     def _walk(self) -> Iterator[tuple[str, int, Any, Any]]:
         """``(state, key group, key, value)`` of every key in range, in the store's order (a map
@@ -134,10 +143,7 @@ class RocksDBSnapshot:
         assert self._counts is not None
         out: dict[str, dict[str, Any]] = {}
         for name, m in self.meta.items():
-            out[name] = {"kind": m["kind"], "entries": self._counts[name]}
-            policy = self.ttl.get(name, (None, 0))[0]
-            if policy is not None:
-                out[name]["ttl_ms"] = policy.ttl_ms
+            out[name] = {"kind": m["kind"], "entries": self._counts[name], **self._ttl_of(name, m)}
         return out
 
     @property

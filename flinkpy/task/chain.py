@@ -177,6 +177,8 @@ class OperatorChain:
         else:
             raise ValueError(f"unknown operator kind {spec.kind!r}")
         keyed = self.is_keyed(op)
+        if keyed and self.backend is not None:
+            self.backend.operator_name = spec.name  # the head of the chain's keyed operators, built last
         self._contexts[spec.node_id] = self._context(spec, self.backend if keyed else None)
         op.node_id = spec.node_id  # type: ignore[attr-defined]
         op.name = spec.name
