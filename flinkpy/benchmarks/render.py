@@ -175,7 +175,10 @@ TABLES: list[Table] = [
           "the same command on a tiny input, reported apart; rates are records in per second of the full run's wall "
           "time less that start-up, and ratios are taken run by run, the two sides in turns. flinkpy's job emits "
           "every running value to its filter and sink, Spark's aggregation each changed key once per micro-batch; "
-          "the job calls its Python functions for every record, the hand-written ints never leave the JVM.", "shape"),
+          "the hand-written ints never leave the JVM. On the Spark runner the job's arithmetic functions over a "
+          "number sequence run once per batch over numpy columns, and the filter after a reduce runs inside it; "
+          "the word shapes call their functions per record. Net rates are small differences of two "
+          "whole-process times, so their spread is wide: more runs narrow it.", "shape"),
     Table("peers", "Peers on their own",
           "Each engine runs W1 and W2 at p=1 its usual way. The loop calls the user functions per record in one "
           "process; the fused loop updates a dict with no function calls; the bare two-process pipe (one process "
