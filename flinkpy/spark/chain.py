@@ -15,6 +15,11 @@ input's key plus ``j``. Watermarks: a timestamp assigner's generator runs here; 
 written into each following record's ``w`` and, when a periodic generator advances at the end of a
 batch, into a watermark row, so that Spark's watermark (hence timers downstream) follows it.
 
+A number sequence's records arrive as numpy columns (:mod:`flinkpy.spark.columns`): the leading
+maps and filters whose functions are arithmetic run over them once per batch
+(:mod:`flinkpy.spark.vectorized`, :func:`advance`), and an arithmetic key selector after them
+bundles columns by key group; from the first operator that cannot, records are objects again.
+
 That is for a source whose records take one path; when a job is a graph, :mod:`.levels` runs
 every non-keyed operator of one keyed depth in one function, with the same operator classes.
 """
@@ -266,7 +271,7 @@ def _columnar_bundles(key_groups: int) -> Callable[..., Any]:
 
 
 def _groups_of(key_col: Any, assign: Callable) -> Any:
-    """Each record's key group (as int16), assigning each distinct key once: through a table over
+    """Each record's key group, assigning each distinct key once: through a table over
     the keys' range when they are ints of a small range, else through their sorted distinct values."""
     import numpy as np
 
@@ -274,12 +279,12 @@ def _groups_of(key_col: Any, assign: Callable) -> Any:
         low, high = int(key_col.min()), int(key_col.max())
         if high - low < 1 << 16:
             shifted = key_col - low
-            table = np.zeros(high - low + 1, dtype=np.int16)
+            table = np.zeros(high - low + 1, dtype=np.int32)
             present = np.flatnonzero(np.bincount(shifted))
             table[present] = [assign(k + low) for k in present.tolist()]
             return table[shifted]
     distinct, inverse = np.unique(key_col, return_inverse=True)
-    return np.array([assign(k) for k in distinct.tolist()], dtype=np.int16)[inverse.reshape(-1)]
+    return np.array([assign(k) for k in distinct.tolist()], dtype=np.int32)[inverse.reshape(-1)]
 
 
 def _columns(cols: dict, loaded: list | None = None) -> tuple[list, ...]:

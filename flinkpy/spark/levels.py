@@ -392,17 +392,17 @@ def _after_keyed(batch: Any, heads: dict[int, Any], emitter: _Emitter, unstamped
             p.watermark = w
         if k == BUNDLE:
             payload, stamps = loads(v)
-            if linear and type(payload) is Columns and stamps is None:  # as below, over columns while it can
-                rest, op = advance(head, payload)
-                op.process(rest.values(), None)
+            if linear:  # the bundle at once: its j-th output extends its ordering key by j
+                if type(payload) is Columns and stamps is None:  # over columns while the operators can
+                    rest, op = advance(head, payload)
+                    op.process(rest.values(), None)
+                else:
+                    timed = stamps is not None and stamps.count(None) != len(stamps)
+                    head.process(records_of(payload), stamps if timed else None)
                 rows.drain(emitter, lambda q, s=s: child_seq(s, q), bundle=s)
                 continue
             records = records_of(payload)
             stamps = stamps if stamps is not None else [None] * len(records)
-            if linear:  # the bundle at once: its j-th output extends its ordering key by j
-                head.process(records, None if stamps.count(None) == len(stamps) else stamps)
-                rows.drain(emitter, lambda q, s=s: child_seq(s, q), bundle=s)
-                continue
             for m, (rec, st) in enumerate(zip(records, stamps)):
                 head.process([rec], None if st is None else [st])
                 own = child_seq(s, m)

@@ -32,8 +32,6 @@ from typing import Any, Callable
 from flinkpy.spark.columns import INT_LIMIT, Columns
 from flinkpy.spark.vectorized import NotVectorized, arithmetic
 
-#: how a field of the update is made: the accumulator's, the record's, or both combined
-FIELD_OPS = ("keep", "last", "sum", "min", "max")
 #: keys in one batch beyond which sums of floats, mins and maxes (computed key by key) are not vectorized
 MAX_KEYS_PER_LOOP = 4096
 _MISSING = object()
@@ -101,7 +99,7 @@ def _python_type(kind: str) -> type:
     return {"i": int, "f": float, "b": bool}[kind]
 
 
-def _previous(plan: tuple[str, ...], batch: Columns, found: list) -> None:
+def _previous(batch: Columns, found: list) -> None:
     """Refuse running values that the columns cannot continue exactly."""
     width = len(batch.fields)
     types = [_python_type(f.dtype.kind) for f in batch.fields]
@@ -123,7 +121,7 @@ def running_reduce(plan: tuple[str, ...], batch: Columns, key_col: Any, table: d
     inv = inv.reshape(-1)
     py_keys = uniq.tolist()
     found = [table.get(k, _MISSING) for k in py_keys]
-    _previous(plan, batch, found)
+    _previous(batch, found)
     order = np.argsort(inv, kind="stable")
     ends = np.cumsum(counts)
     starts = ends - counts

@@ -166,7 +166,8 @@ class SourceOffsets:
         sent = 0
         reader = _reader(self.source, subtask, self.parallelism, state or None,
                          lambda tag_id, records: side.extend((tag_id, r) for r in records))
-        chunk = COLUMN_CHUNK if self.bundled and self._columnar() else CHUNK
+        columnar = self.bundled and self._columnar()
+        chunk = COLUMN_CHUNK if columnar else CHUNK
         try:
             position = first
             remaining = count
@@ -179,7 +180,8 @@ class SourceOffsets:
                     )
                 n = len(records)
                 if self.bundled:
-                    yield to_batch([(self._payload(records), None)], [None], [MIN_W], [seq_of(self.index, subtask, position)], [BUNDLE], [self.index])
+                    payload = _as_columns(records) if columnar else records
+                    yield to_batch([(payload, None)], [None], [MIN_W], [seq_of(self.index, subtask, position)], [BUNDLE], [self.index])
                 else:
                     seqs = [seq_of(self.index, subtask, p) for p in range(position, position + n)]
                     yield to_batch(records, [None] * n, [MIN_W] * n, seqs, [RECORD] * n, [self.index] * n)
@@ -202,18 +204,6 @@ class SourceOffsets:
 
         return type(self.source) is NumberSequenceSource
 
-    def _payload(self, records: list) -> Any:
-        """A bundle's records: a number sequence's as a column (:mod:`flinkpy.spark.columns`)."""
-        if not self._columnar():
-            return records
-        from flinkpy.spark.columns import Columns, holdable
-
-        try:
-            cols = Columns.of_ints(records)
-        except (OverflowError, TypeError, ValueError):
-            return records
-        return cols if holdable(cols.fields[0]) else records
-
     def _side_rows(self, side: list, subtask: int, position: int) -> Any:
         """A source's side-output records as rows on the routes that read them, ordered after
         the chunk's first record; ``side`` is emptied."""
@@ -222,6 +212,18 @@ class SourceOffsets:
         m = len(rows)
         seqs = [child_seq(seq_of(self.index, subtask, position), 1 << 31 | j) for j in range(m)]
         return to_batch([r for r, _ in rows], [None] * m, [MIN_W] * m, seqs, [RECORD] * m, [route for _, route in rows])
+
+
+def _as_columns(numbers: list) -> Any:
+    """A number sequence's records as a column (:mod:`flinkpy.spark.columns`), or as they are
+    when they cannot be one."""
+    from flinkpy.spark.columns import Columns, holdable
+
+    try:
+        cols = Columns.of_ints(numbers)
+    except (OverflowError, TypeError, ValueError):
+        return numbers
+    return cols if holdable(cols.fields[0]) else numbers
 
 
 def make_data_source() -> Any:
