@@ -1,5 +1,6 @@
 """The benchmark's scaling part (``--only scaling --parallelism 1,2,4,8``): its flag, its filter
-of each key's final sum, its report lines and figures, and a small real run at p=1 and p=2."""
+of each key's final sum, its report lines and figures, the machine's ceiling, and a small real
+run at p=1 and p=2 with its tasks' costs."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from flinkpy.benchmarks.footprint import TaskFootprint
 from flinkpy.benchmarks.__main__ import parse_args
 from flinkpy.benchmarks.render import TABLES, render
 from flinkpy.benchmarks.report import Machine, Report, Run
-from flinkpy.benchmarks.workloads import make_lines, run_job
+from flinkpy.benchmarks.task_costs import fetch, net_of, task_costs
+from flinkpy.benchmarks.workloads import LAST_JOB_ID, make_lines, run_job
 
 
 def test_parallelism_flag_takes_a_list_and_refuses_what_is_not_one(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,15 +43,24 @@ def test_final_sum_is_the_sum_of_each_keys_numbers(count: int) -> None:
 def _result() -> dict[str, Any]:
     per_p = {p: {"runtime_s": 4.0 / p, "rate": 250.0 * p, "ratio": 0.5 * p, "speedup": float(p), "runtimes_s": [4.0 / p],
                  "footprint": {"tasks": 2 * p, "uss": 15.0 * 2**20, "uss_max": 16 * 2**20, "sockets": 1.0 + p, "sockets_max": 2 + p,
-                               "sockets_total": 2 * p * (1 + p)}} for p in (1, 2)}
-    return {"cores": 2, "parallelisms": [1, 2], "checkpointed": {"parallelism": 2, "rate": 450.0, "vs_off": 0.9},
+                               "sockets_total": 2 * p * (1 + p)},
+                 "ceiling": 1.0 + 0.5 * (p - 1), "of_ceiling": p / (1.0 + 0.5 * (p - 1)),
+                 "costs": {"start_s": 0.05 * p, "busiest_cpu_s": 3.0 / p, "vertices": [
+                     {"name": "Source: numbers -> Map", "subtasks": p, "cpu_ns_per_record": 300.0 + 50 * p, "busiest_cpu_s": 1.0 / p,
+                      "busy": 0.6, "idle": 0.0, "backpressured": 0.4, "fixed_cpu_s": 0.04},
+                     {"name": "Keyed Reduce -> Filter", "subtasks": p, "cpu_ns_per_record": 700.0 + 50 * p, "busiest_cpu_s": 3.0 / p,
+                      "busy": 0.9, "idle": 0.1, "backpressured": 0.0}]}} for p in (1, 2)}
+    return {"cores": 2, "parallelisms": [1, 2], "checkpointed": [{"parallelism": 2, "rate": 450.0, "vs_off": 0.9, "checkpoints": 3, "checkpoint_ms": 42.0,
+                              "alignment_ms_max": 7.0}],
+            "ceiling": {p: {"processes": 2 * p, "wall_s": 2.0 / (1.0 + 0.5 * (p - 1)), "cpu_ns_per_record": 500.0 + p} for p in (1, 2)},
             "shapes": {"sums": {"records": 1000, "unit": "records/s", "loop_rate": 500.0, "per_p": per_p},
                        "w1": {"records": 1000, "unit": "words/s", "loop_rate": 500.0, "per_p": per_p}}}
 
 
 def test_scaling_figures_are_one_known_table_with_a_row_per_job_machine_and_p() -> None:
     found = figures.collect({"scaling": _result()})
-    assert {f.table for f in found} == {"scaling", "footprint"} and {"scaling", "footprint"} <= {t.key for t in TABLES}
+    assert {f.table for f in found} == {"scaling", "footprint", "task_costs"}
+    assert {"scaling", "footprint", "task_costs"} <= {t.key for t in TABLES}
     assert len({f.key for f in found}) == len(found), "two figures for one cell"
     cells = {(f.row, f.column): f.value for f in found}
     assert cells[("running sums, 2 cores, p=2", "speed-up over p=1")] == 2.0
@@ -57,10 +68,40 @@ def test_scaling_figures_are_one_known_table_with_a_row_per_job_machine_and_p() 
     assert cells[("running sums, 2 cores, plain loop", "rate")] == 500.0
     assert cells[("running sums, 2 cores, p=2, exactly-once checkpoints every 1 s", "checkpoints every 1 s / off")] == 0.9
     assert cells[("running sums, 2 cores, p=2", "sockets of the job")] == 12 and ("W1, 2 cores, p=2", "sockets of the job") in cells
+    assert cells[("running sums, 2 cores, p=2, exactly-once checkpoints every 1 s", "a checkpoint, trigger to last acknowledgement")] == 42.0
+    assert cells[("running sums, 2 cores, p=2", "the machine's ceiling")] == 1.5
+    assert cells[("running sums, 2 cores, p=2", "speed-up of the ceiling")] == pytest.approx(2 / 1.5)
+    assert cells[("running sums, 2 cores, p=2", "every task running after")] == 0.1
+    assert cells[("running sums, 2 cores, p=2: Keyed Reduce -> Filter", "CPU per record")] == 800.0
+    assert cells[("running sums, 2 cores, p=1: Source: numbers -> Map", "back-pressured")] == 0.4
+    assert cells[("running sums, 2 cores, p=1: Source: numbers -> Map", "fixed CPU per task")] == 40.0
+    assert ("running sums, 2 cores, p=1: Keyed Reduce -> Filter", "fixed CPU per task") not in cells
+    assert cells[("plain loop, 2 cores, 4 processes at once", "CPU per record")] == 502.0
     lines = scaling.report(_result())
     assert any(line.split()[:3] == ["W1", "2", "2.00s"] for line in lines), lines
+    assert any(line.split()[-2:] == ["1.50", "1.33"] for line in lines), lines
+    assert "the loop in 4 processes at once: 1.33 s, 502 ns of CPU per record" in lines
     page = render([Report([Run("2026-11-29", "x", Machine(2), {}, found)])])
-    assert "## Scaling with parallelism" in page and "## Memory and sockets per task" in page and "## Past 16 cores" in page
+    for title in ("Scaling with parallelism", "Memory and sockets per task", "Where the time goes, per task", "Past 16 cores"):
+        assert f"## {title}" in page
+    assert "| 800 ns |" in page
+
+
+@pytest.mark.timeout(120)
+def test_the_machine_s_ceiling_runs_the_loop_in_2p_processes_over_every_number_once() -> None:
+    """The ceiling's processes share 1..count without a gap or an overlap, each runs the
+    running sums' functions, and the figures are the slowest's wall time and all their CPU."""
+    count = 30_001
+    for processes in (1, 2, 3, 4):
+        shares = [scaling.ceiling.share(count, i, processes) for i in range(processes)]
+        assert [n for s in shares for n in s] == list(range(1, count + 1))
+    keep = scaling.FinalSum(count)
+    # one process over every number lets each key's final sum through, as the job prints it
+    assert scaling.ceiling.loop_share(range(1, count + 1), scaling.to_keyed, scaling.first, keep) == scaling.KEYS
+    found = scaling.ceiling.measure([2], count, 1, (scaling.to_keyed, scaling.first, keep), lambda _: None)
+    assert sorted(found) == [1, 2] and [c.processes for c in found.values()] == [2, 4]
+    assert all(0 < c.wall_s < 60 and 10 < c.cpu_ns_per_record < 1e6 for c in found.values()), found
+    assert set(scaling.ceiling.cores()) == {"logical", "physical", "usable"}
 
 
 @pytest.mark.timeout(120)
@@ -92,6 +133,19 @@ def test_the_scaling_jobs_run_at_two_parallelisms_on_a_real_cluster(tmp_path: Pa
         seen = watch.result()
         assert seen is not None and seen.tasks == 4, seen
         assert seen.sockets >= 3 and seen.sockets_total >= 4 * 3 and 2**20 < seen.uss <= seen.uss_max < 2**30, seen
+        # the same run's costs, from its tasks' final metrics: two vertices of two subtasks,
+        # each with CPU spent on the records and shares of its running time
+        costs = task_costs(fetch(address, token, LAST_JOB_ID["test-scaling-sums-footprint"]), 200_000)
+        assert [v.subtasks for v in costs.vertices] == [2, 2] and 0 <= costs.start_s < 30, costs
+        assert all(50 < v.cpu_ns_per_record < 1e6 and 0 < v.busiest_cpu_s <= costs.busiest_cpu_s for v in costs.vertices), costs
+        assert all(0 <= share <= 1 for v in costs.vertices for share in (v.busy, v.idle, v.backpressured)), costs
+        assert costs.vertices[1].busy > 0, costs
+        # net of each task's fixed CPU, measured by the same job over a few numbers
+        run_job(address, token, lambda env: scaling.job_sums(env, scaling.TINY), 2, "test-scaling-sums-tiny")
+        tiny = task_costs(fetch(address, token, LAST_JOB_ID["test-scaling-sums-tiny"]), scaling.TINY)
+        net = net_of(costs, tiny, 200_000, scaling.TINY)
+        for gross, v in zip(costs.vertices, net.vertices):
+            assert v.fixed_cpu_s is not None and 0 < v.fixed_cpu_s < 5 and v.cpu_ns_per_record < gross.cpu_ns_per_record, (gross, v)
     # p=2 prefixes its lines with the printing subtask ("2> "); both runs print the same sums
     found = [ast.literal_eval(line.split("> ", 1)[-1]) for line in printed_sums]
     assert len(found) == 2 * scaling.KEYS and set(found) == expected

@@ -36,8 +36,10 @@ iceberg extra).
 ``--only scaling --parallelism 1,2,4,8`` runs running sums over 1..10,000,000 keyed by ``n % 1024``
 (a number sequence, a map, a reduce, a filter printing each key's final sum) and W1 from 16 files
 at each parallelism, on a cluster with a slot per parallel pipeline, and prints each one's net
-runtime (the CLI's "Job Runtime"), rate, ratio to the loop and speed-up over p=1 (see
-flinkpy.benchmarks.scaling).
+runtime (the CLI's "Job Runtime"), rate, ratio to the loop and speed-up over p=1; the machine's
+own ceiling (the loop in 2p processes at once against two) and the speed-up as a share of it;
+and, from one more run's task metrics, each vertex's CPU per record, fixed CPU per task, busiest
+subtask and busy, idle and back-pressured shares (see flinkpy.benchmarks.scaling).
 
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
@@ -53,6 +55,10 @@ measures it (RUNNING to FINISHED: task start-up included, cluster start-up not).
 ``flinkpy run examples/word_count.py`` (embedded cluster start-up included) to the job's first
 line of output, over 20 runs (5 with ``--quick``), and reports the median and the maximum.
 This is a measurement tool, not a test: it asserts nothing.
+
+Where the environment turns Python's bytecode cache off (``PYTHONDONTWRITEBYTECODE``), the
+benchmark turns it on for the processes it starts, in a directory of its own, as an installed
+flinkpy has it (see flinkpy.benchmarks.bytecode).
 
 ``--report FILE.json`` also writes every figure the run measured, with its date, command,
 machine (cores, memory, load average at the start and the end) and versions (Python, flinkpy,

@@ -5,7 +5,9 @@ for what is measured and how."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import flinkpy.benchmarks
-from flinkpy.benchmarks import (async_io, backends, backpressure, bytewax_windows, figures, iceberg, kafka, lifecycle, metrics_cost, partitions,
+from flinkpy.benchmarks import (async_io, backends, backpressure, bytecode, bytewax_windows, figures, iceberg, kafka, lifecycle, metrics_cost, partitions,
                                 peers_form, scaling, two_input)
 from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
@@ -428,6 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "rabbitmq" and not args.rabbitmq_url:
         log("python -m flinkpy.benchmarks: error: --only rabbitmq needs --rabbitmq-url amqp://user:password@host:port/vhost (a running server)")
         return 2
+    if sys.flags.dont_write_bytecode:
+        # every process started from here on compiles nothing an installed flinkpy has compiled
+        pycache = tempfile.mkdtemp(prefix="flinkpy-bench-pycache-")
+        atexit.register(shutil.rmtree, pycache, True)
+        log("PYTHONDONTWRITEBYTECODE is set: compiling flinkpy into a bytecode cache of the benchmark's own ...")
+        bytecode.turn_on(pycache)
     load_at_start = figures.load_average()
     scale = 10 if args.quick else 1
     n_lines, w2_count = 200_000 // scale, 5_000_000 // scale

@@ -44,7 +44,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from flinkpy.benchmarks import kafka_quix, kafka_server
+from flinkpy.benchmarks import bytecode, kafka_quix, kafka_server
 from flinkpy.benchmarks.report import Figure, Unit, cells
 from flinkpy.benchmarks.workloads import ROOT, SEED
 
@@ -164,11 +164,7 @@ def timed(command: list[str], bootstrap: str, topic: str, expected: dict[str, in
 def contender_env(tmp: str) -> dict[str, str]:
     """The contenders' environment: the bytecode cache on, in ``tmp``, with flinkpy compiled
     into it before any timing (see the module docstring)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "flinkpy"), str(ROOT / "commands")],
-                   env=env, check=True, stdout=subprocess.DEVNULL)
-    return env
+    return bytecode.environment(Path(tmp) / "pycache")
 
 
 def commands(server: kafka_server.KafkaServer, source: str, sink: str, tmp: str, n: int) -> dict[str, list[str]]:

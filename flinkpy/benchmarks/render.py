@@ -191,7 +191,11 @@ TABLES: list[Table] = [
           "a reduce, a filter printing each key's final sum) and W1 read from 16 files, at each parallelism, on the "
           "machine the row names. Times are the jobs' net runtimes, the CLI's \"Job Runtime\"; the loop calls the same "
           "functions in one process. A keyed job at parallelism p is 2p processes: the speed-up is bounded by half the "
-          "cores, and on a machine of fewer cores more parallelism only adds processes, channels and hash partitioning.",
+          "cores, and on a machine of fewer cores more parallelism only adds processes, channels and hash partitioning. "
+          "The machine's ceiling is the same loop in 2p processes at once, each over its share, against two: what the "
+          "cores give 2p busy processes (hyperthreads, a lower clock under full load, fewer cores than processes). "
+          "The speed-up of the ceiling is the job's speed-up over it. Every task running after: from the job's "
+          "RUNNING to its last task's, in the watched run (deploying 2p processes and connecting p x p channels).",
           "job and machine"),
     Table("footprint", "Memory and sockets per task",
           "From `python -m flinkpy.benchmarks --only scaling`: one more run of the running sums at each parallelism, "
@@ -199,6 +203,14 @@ TABLES: list[Table] = [
           "shares: what one more task costs) and open sockets at their largest, the median and the largest over the "
           "tasks, and the job's sockets together. They grow with p whatever the machine's cores: see Past 16 cores.",
           "job and machine"),
+    Table("task_costs", "Where the time goes, per task",
+          "From `python -m flinkpy.benchmarks --only scaling`: the watched run of the running sums at each "
+          "parallelism, from its tasks' own metrics as the JobManager keeps them. Per vertex: the CPU of all its "
+          "subtasks per record, net of the fixed CPU each task spends starting, connecting and finishing (measured by "
+          "the same job over 4,096 numbers), that fixed CPU, its busiest subtask's CPU time (with a core per process the job takes no less), and "
+          "the medians of the busy, idle and back-pressured shares of each subtask's running time. The plain loop's "
+          "rows are the machine's ceiling runs: CPU per record that grows there grows from sharing the cores, not "
+          "from the job.", "job and machine"),
     Table("partitions", "Across hosts: TLS and partitions",
           "From `python -m flinkpy.benchmarks --only partitions` (root): a drill cluster whose JobManager and two "
           "TaskManagers live on network-namespace hosts. Throughput: a keyed count at p=2 whose records cross between "
@@ -243,6 +255,8 @@ def _number(value: float, unit: Unit) -> str:
         if value >= 1000:
             return f"{value / 1000:.2f} s"
         return f"{value:.0f} ms" if value >= 10 else f"{value:.2g} ms"
+    if unit is Unit.NS:
+        return f"{value:,.0f} ns"
     if unit is Unit.S:
         return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
     if unit is Unit.BYTES:
@@ -387,7 +401,19 @@ NOTES: list[tuple[str, str]] = [
         "only take turns. Exactly-once alignment waits for the slowest of p channels, so its time grows with "
         "the skew between them. The JobManager's work per checkpoint (a trigger per source, an "
         "acknowledgement per task, one `_metadata` entry per subtask) grows with p, not with p squared, and "
-        "stays far from a checkpoint interval of a second at the parallelisms one machine can run."
+        "stays far from a checkpoint interval of a second at the parallelisms one machine can run; the scaling "
+        "table's checkpointed rows time a checkpoint from trigger to last acknowledgement at p=8 and at the "
+        "largest p measured.\n\n"
+        "A task's fixed cost is mostly the job's modules: each task is a process of its own and imports them "
+        "again (Flink's tasks of a job share one class loader per TaskManager), so a job whose module imports "
+        "heavy libraries pays that import once per task, 2p times for a keyed job.\n\n"
+        "Reading two-core figures for more cores: on two cores a job at p=8 cannot beat p=1, its 16 processes "
+        "take turns. What such a machine measures is each task's work (Where the time goes, per task). CPU per "
+        "record that stays flat as p grows means the work scales; the busiest subtask's CPU bounds the job's "
+        "time once every process has a core, so its fall with p is the speed-up the job could reach. The "
+        "machine's ceiling is the other bound: where cores are hyperthread pairs, or the clock drops when "
+        "every core is busy, 2p busy processes gain less than p times two, and no job beats that; the speed-up "
+        "of the ceiling is the part of the shortfall that is the job's."
     )),
 ]
 

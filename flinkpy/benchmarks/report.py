@@ -48,6 +48,7 @@ class Unit(str, Enum):
     RECORDS_PER_S = "records/s"
     RATIO = "ratio"
     MS = "ms"
+    NS = "ns"
     S = "s"
     BYTES = "bytes"
     COUNT = "count"
