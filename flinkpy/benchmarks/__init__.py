@@ -41,6 +41,18 @@ own ceiling (the loop in 2p processes at once against two) and the speed-up as a
 and, from one more run's task metrics, each vertex's CPU per record, fixed CPU per task, busiest
 subtask and busy, idle and back-pressured shares (see flinkpy.benchmarks.scaling).
 
+On a machine with Python 3.12 and flinkpy's other dependencies but no network (a lent 16-core
+machine), the scaling part runs from the source tree with the three missing packages put beside
+it first, here::
+
+    pip install --target .device/site --python-version 3.12 --only-binary=:all: \
+        --platform manylinux2014_x86_64 --implementation cp kazoo rocksdict prometheus_client
+
+and then, there, with ``.device`` carried along (about 14 MB)::
+
+    PYTHONPATH=.device/site:. python3 -m flinkpy.benchmarks --only scaling \
+        --parallelism 1,2,4,8,12 --runs 2 --report "$OUT/scaling-16.json"
+
 ``--only spark`` runs W1 and W2 on the Spark runner and as hand-written PySpark queries instead
 (see flinkpy.benchmarks.spark).
 
