@@ -454,7 +454,10 @@ def render(reports: list[Report]) -> str:
 
 
 def committed_reports() -> list[Path]:
-    return sorted(REPORTS_DIR.glob("*.json"))
+    """The committed reports in the order their runs count, within a date: by name without the
+    extension, so that a report measured again that day (``x-b.json``, ``x2.json``) comes after
+    its first (``x.json``), whose ``.`` would otherwise sort after the ``-``."""
+    return sorted(REPORTS_DIR.glob("*.json"), key=lambda path: path.stem)
 
 
 def main(argv: list[str] | None = None) -> int:
