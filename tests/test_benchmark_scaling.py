@@ -47,7 +47,8 @@ def _result() -> dict[str, Any]:
                  "ceiling": 1.0 + 0.5 * (p - 1), "of_ceiling": p / (1.0 + 0.5 * (p - 1)),
                  "costs": {"start_s": 0.05 * p, "busiest_cpu_s": 3.0 / p, "vertices": [
                      {"name": "Source: numbers -> Map", "subtasks": p, "cpu_ns_per_record": 300.0 + 50 * p, "busiest_cpu_s": 1.0 / p,
-                      "busy": 0.6, "idle": 0.0, "backpressured": 0.4, "fixed_cpu_s": 0.04},
+                      "busy": 0.6, "idle": 0.0, "backpressured": 0.4, "fixed_cpu_s": 0.04,
+                      "records_per_buffer": 4000.0 / p, "bytes_per_buffer": 32000.0 / p},
                      {"name": "Keyed Reduce -> Filter", "subtasks": p, "cpu_ns_per_record": 700.0 + 50 * p, "busiest_cpu_s": 3.0 / p,
                       "busy": 0.9, "idle": 0.1, "backpressured": 0.0}]}} for p in (1, 2)}
     return {"cores": 2, "parallelisms": [1, 2], "checkpointed": [{"parallelism": 2, "rate": 450.0, "vs_off": 0.9, "checkpoints": 3, "checkpoint_ms": 42.0,
@@ -76,6 +77,7 @@ def test_scaling_figures_are_one_known_table_with_a_row_per_job_machine_and_p() 
     assert cells[("running sums, 2 cores, p=1: Source: numbers -> Map", "back-pressured")] == 0.4
     assert cells[("running sums, 2 cores, p=1: Source: numbers -> Map", "fixed CPU per task")] == 40.0
     assert ("running sums, 2 cores, p=1: Keyed Reduce -> Filter", "fixed CPU per task") not in cells
+    assert cells[("running sums, 2 cores, p=2: Source: numbers -> Map", "records per buffer sent")] == 2000.0
     assert cells[("plain loop, 2 cores, 4 processes at once", "CPU per record")] == 502.0
     lines = scaling.report(_result())
     assert any(line.split()[:3] == ["W1", "2", "2.00s"] for line in lines), lines
@@ -140,6 +142,12 @@ def test_the_scaling_jobs_run_at_two_parallelisms_on_a_real_cluster(tmp_path: Pa
         assert all(50 < v.cpu_ns_per_record < 1e6 and 0 < v.busiest_cpu_s <= costs.busiest_cpu_s for v in costs.vertices), costs
         assert all(0 <= share <= 1 for v in costs.vertices for share in (v.busy, v.idle, v.backpressured)), costs
         assert costs.vertices[1].busy > 0, costs
+        # the sources' data buffers (numBuffersOut, numBytesOut): each holds many records; the
+        # keyed chain ends in a sink and sends none
+        source, keyed = costs.vertices
+        assert source.records_per_buffer is not None and 10 < source.records_per_buffer <= 200_000, source
+        assert source.bytes_per_buffer is not None and source.bytes_per_buffer > source.records_per_buffer, source
+        assert keyed.records_per_buffer is None, keyed
         # net of each task's fixed CPU, measured by the same job over a few numbers
         run_job(address, token, lambda env: scaling.job_sums(env, scaling.TINY), 2, "test-scaling-sums-tiny")
         tiny = task_costs(fetch(address, token, LAST_JOB_ID["test-scaling-sums-tiny"]), scaling.TINY)

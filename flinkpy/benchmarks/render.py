@@ -207,7 +207,7 @@ TABLES: list[Table] = [
           "From `python -m flinkpy.benchmarks --only scaling`: the watched run of the running sums at each "
           "parallelism, from its tasks' own metrics as the JobManager keeps them. Per vertex: the CPU of all its "
           "subtasks per record, net of the fixed CPU each task spends starting, connecting and finishing (measured by "
-          "the same job over 4,096 numbers), that fixed CPU, its busiest subtask's CPU time (with a core per process the job takes no less), and "
+          "the same job over 4,096 numbers), that fixed CPU, the records and bytes per data buffer it sent (how full buffers leave), its busiest subtask's CPU time (with a core per process the job takes no less), and "
           "the medians of the busy, idle and back-pressured shares of each subtask's running time. The plain loop's "
           "rows are the machine's ceiling runs: CPU per record that grows there grows from sharing the cores, not "
           "from the job.", "job and machine"),

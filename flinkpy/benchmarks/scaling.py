@@ -222,14 +222,16 @@ def report(result: dict[str, Any]) -> list[str]:
                 out.append(f"{'':30} {p:>3} {fp['tasks']:>6} {fp['uss'] / 2**20:>10.1f} {fp['uss_max'] / 2**20:>6.1f} {fp['sockets']:>8.0f} "
                            f"{fp['sockets_max']:>4} {fp['sockets_total']:>5}")
     if any("costs" in f for f in sums.values()):
-        out.append(f"{'where the running sums went':30} {'p':>3} {'CPU/rec':>8} {'fixed':>7} {'busiest':>8} {'busy':>5} {'idle':>5} {'bp':>5}")
+        out.append(f"{'where the running sums went':30} {'p':>3} {'CPU/rec':>8} {'fixed':>7} {'busiest':>8} {'busy':>5} {'idle':>5} {'bp':>5} "
+                   f"{'rec/buf':>8}")
         for p, f in sums.items():
             costs = f.get("costs")
             if costs:
                 for v in costs["vertices"]:
                     fixed = f"{v['fixed_cpu_s'] * 1000:>5.0f}ms" if v.get("fixed_cpu_s") is not None else f"{'–':>7}"
+                    per_buffer = f"{v['records_per_buffer']:>8.0f}" if v.get("records_per_buffer") is not None else f"{'–':>8}"
                     out.append(f"  {v['name'][:28]:28} {p:>3} {v['cpu_ns_per_record']:>6.0f}ns {fixed} {v['busiest_cpu_s']:>7.2f}s "
-                               f"{v['busy']:>5.0%} {v['idle']:>5.0%} {v['backpressured']:>5.0%}")
+                               f"{v['busy']:>5.0%} {v['idle']:>5.0%} {v['backpressured']:>5.0%} {per_buffer}")
                 out.append(f"  {'':28} {p:>3} tasks running {costs['start_s']:.2f} s after the job")
     for p, c in result.get("ceiling", {}).items():
         out.append(f"the loop in {c['processes']} processes at once: {c['wall_s']:.2f} s, {c['cpu_ns_per_record']:.0f} ns of CPU per record")
@@ -264,7 +266,8 @@ def figures(result: dict[str, Any]) -> list[Figure]:
                     v = {**v, "fixed_cpu_ms": v["fixed_cpu_s"] * 1000 if v.get("fixed_cpu_s") is not None else None}
                     out += cells("task_costs", f"{label}, p={p}: {v['name']}", v, [
                         ("CPU per record", "cpu_ns_per_record", Unit.NS), ("fixed CPU per task", "fixed_cpu_ms", Unit.MS),
-                        ("busiest subtask's CPU", "busiest_cpu_s", Unit.S), ("busy", "busy", Unit.SHARE), ("idle", "idle", Unit.SHARE), ("back-pressured", "backpressured", Unit.SHARE),
+                        ("busiest subtask's CPU", "busiest_cpu_s", Unit.S), ("records per buffer sent", "records_per_buffer", Unit.COUNT),
+                        ("bytes per buffer sent", "bytes_per_buffer", Unit.BYTES), ("busy", "busy", Unit.SHARE), ("idle", "idle", Unit.SHARE), ("back-pressured", "backpressured", Unit.SHARE),
                     ])
             if f.get("footprint"):
                 out += cells("footprint", f"{label}, p={p}", f["footprint"], [

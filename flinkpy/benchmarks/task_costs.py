@@ -1,22 +1,27 @@
 """Where a job's time went, task by task (the scaling part's per-process costs).
 
 Every task reports its CPU time and its busy, idle and back-pressured time to the JobManager
-with its metrics, the last report when it finishes; the job's details
-(``GET /jobs/<id>``) keep them with each subtask's state timestamps. From those, per vertex:
-the CPU of all its subtasks per record the job read, the busiest subtask's CPU time (on a
-machine with a core per process, the job can take no less), and the medians of the busy, idle
-and back-pressured shares of the subtasks' running time (each task's own clock); per job, the time from RUNNING to the
-last subtask running (deploying 2p processes and connecting p x p channels).
+with its metrics, the last report when it finishes; the job's details (``GET /jobs/<id>``)
+keep them with each subtask's state timestamps. From those, per vertex: the CPU of all its
+subtasks per record the job read; the busiest subtask's CPU time (on a machine with a core per
+process, the job can take no less); the records and bytes per data buffer it sent (how full
+buffers leave: a hash edge fills each of its p channels p times slower); and the medians of the
+busy, idle and back-pressured shares of the subtasks' running time (each task's own clock).
+Per job: the time from RUNNING to the last subtask running (deploying 2p processes and
+connecting p x p channels).
 
 CPU per record that stays flat as p grows means the work scales; a busiest subtask's CPU that
 falls as 1/p means the job would, given the cores.
 
 >>> details = {"timestamps": {"RUNNING": 1000}, "vertices": [{"name": "Source: numbers", "subtasks": [
 ...     {"timestamps": {"RUNNING": 1100, "FINISHED": 3100},
-...      "metrics": {"cpu_ms": 1500, "wall_ms": 2000, "busy_ms": 1800, "idle_ms": 0, "backpressured_ms": 200}}]}]}
+...      "metrics": {"cpu_ms": 1500, "wall_ms": 2000, "busy_ms": 1800, "idle_ms": 0, "backpressured_ms": 200,
+...                  "numRecordsOut": 1_000_000, "numBuffersOut": 250, "numBytesOut": 8_000_000}}]}]}
 >>> costs = task_costs(details, 1_000_000)
 >>> costs.start_s, costs.vertices[0].cpu_ns_per_record, costs.vertices[0].busy, costs.busiest_cpu_s
 (0.1, 1500.0, 0.9, 1.5)
+>>> costs.vertices[0].records_per_buffer, costs.vertices[0].bytes_per_buffer
+(4000.0, 32000.0)
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ class VertexCost:
     busy: float
     idle: float
     backpressured: float
+    #: records sent per data buffer over all its subtasks' output channels, and the buffers'
+    #: mean size in bytes (None for a vertex that sends nothing downstream)
+    records_per_buffer: float | None = None
+    bytes_per_buffer: float | None = None
     #: the CPU seconds a subtask spends whatever its records (the mean over the subtasks of a run
     #: of almost no records: starting, connecting, finishing); None until :func:`net_of` says
     fixed_cpu_s: float | None = None
@@ -69,12 +78,16 @@ def task_costs(details: dict[str, Any], records: int) -> TaskCosts:
     for v in details["vertices"]:
         subtasks = v["subtasks"]
         cpu_s, busy, idle, bp = [], [], [], []
+        records_out = buffers_out = bytes_out = 0
         for s in subtasks:
             m, ts = s.get("metrics") or {}, s["timestamps"]
             running_at = max(running_at, ts.get("RUNNING", began))
             # the task's own clock of its running time, else its timestamps'
             span = m.get("wall_ms") or ts.get("FINISHED", ts.get("RUNNING", began)) - ts.get("RUNNING", began)
             cpu_s.append(m.get("cpu_ms", 0.0) / 1000)
+            records_out += m.get("numRecordsOut", 0)
+            buffers_out += m.get("numBuffersOut", 0)
+            bytes_out += m.get("numBytesOut", 0)
             busy.append(_share(m.get("busy_ms", 0.0), span))
             idle.append(_share(m.get("idle_ms", 0.0), span))
             bp.append(_share(m.get("backpressured_ms", 0.0), span))
@@ -82,6 +95,7 @@ def task_costs(details: dict[str, Any], records: int) -> TaskCosts:
             v["name"], len(subtasks), sum(cpu_s) / max(1, records) * 1e9, max(cpu_s, default=0.0),
             statistics.median(busy) if busy else 0.0, statistics.median(idle) if idle else 0.0,
             statistics.median(bp) if bp else 0.0,
+            records_out / buffers_out if buffers_out else None, bytes_out / buffers_out if buffers_out else None,
         ))
     return TaskCosts((running_at - began) / 1000, vertices)
 

@@ -23,6 +23,10 @@ INPUT_WATERMARK = "currentInputWatermark"
 OUTPUT_WATERMARK = "currentOutputWatermark"
 IN_POOL_USAGE = "buffers.inPoolUsage"
 OUT_POOL_USAGE = "buffers.outPoolUsage"
+#: data buffers sent downstream and their bytes: records out per buffer is how full buffers
+#: leave (a hash edge at parallelism p fills each of its channels p times slower)
+NUM_BUFFERS_OUT = "numBuffersOut"
+NUM_BYTES_OUT = "numBytesOut"
 #: buffer debloating (reported while it is on): the buffer size the task announced to its
 #: producers (bytes), and how long the data queued on its input channels takes to process
 DEBLOATED_BUFFER_SIZE = "debloatedBufferSize"
@@ -35,7 +39,7 @@ PENDING_RECORDS = "pendingRecords"
 TASK_METRICS = (
     NUM_RECORDS_IN, NUM_RECORDS_OUT, NUM_RECORDS_IN_PER_SECOND, NUM_RECORDS_OUT_PER_SECOND,
     BUSY_TIME, IDLE_TIME, BACK_PRESSURED_TIME, ACCUMULATED_BUSY, ACCUMULATED_IDLE, ACCUMULATED_BACK_PRESSURED,
-    INPUT_WATERMARK, OUTPUT_WATERMARK, IN_POOL_USAGE, OUT_POOL_USAGE,
+    INPUT_WATERMARK, OUTPUT_WATERMARK, IN_POOL_USAGE, OUT_POOL_USAGE, NUM_BUFFERS_OUT, NUM_BYTES_OUT,
     DEBLOATED_BUFFER_SIZE, ESTIMATED_TIME_TO_CONSUME, PENDING_RECORDS,
 )
 

@@ -103,6 +103,15 @@ class TaskMetricsReporter:
             in_usage = used / len(processor.inputs)
         return min(1.0, in_usage), min(1.0, out_usage)
 
+    def _buffers_out(self) -> tuple[int, int]:
+        """Data buffers sent on every output channel, and their bytes (control frames aside)."""
+        buffers = sent = 0
+        for w in self.task.writers.values():
+            for ch in w.channels:
+                buffers += ch.buffers_sent
+                sent += ch.bytes_sent
+        return buffers, sent
+
     def _debloat_figures(self) -> dict[str, float]:
         """Buffer debloating's figures: the size announced, and the time the bytes queued on
         the input channels (unread in their sockets, or held behind a barrier) take to process
@@ -153,6 +162,7 @@ class TaskMetricsReporter:
         in_usage, out_usage = self._pool_usage()
         figures[names.IN_POOL_USAGE] = round(in_usage, 3)
         figures[names.OUT_POOL_USAGE] = round(out_usage, 3)
+        figures[names.NUM_BUFFERS_OUT], figures[names.NUM_BYTES_OUT] = self._buffers_out()
         figures.update(self._debloat_figures())
         reader = getattr(getattr(self.task, "chain", None), "source_reader", None)
         pending_records = getattr(reader, "pending_records", None)  # readers not derived from SourceReader lack it
