@@ -26,11 +26,14 @@ def test_committed_page_is_the_rendering_of_the_committed_reports() -> None:
     assert PAGE.read_text(encoding="utf-8") == render([load(p) for p in paths]), f"{PAGE} is out of date: run {COMMAND}"
 
 
-def test_a_report_measured_again_the_same_day_counts_after_the_first() -> None:
-    stems = [p.stem for p in committed_reports()]
-    for first, again in (("2026-11-29-peers-form", "2026-11-29-peers-form-b"), ("2026-11-29-peers-form-b", "2026-11-29-peers-form2"),
-                         ("2026-11-29-scaling", "2026-11-29-scaling2")):
-        assert stems.index(first) < stems.index(again), stems
+def test_a_report_measured_again_the_same_day_counts_after_the_first(tmp_path: Path) -> None:
+    names = ["2026-11-29-scaling2.json", "2026-11-29-peers-form-b.json", "2026-11-29-peers-form.json", "2026-11-28-x.json",
+             "2026-11-29-peers-form2.json", "2026-11-29-scaling.json"]
+    for name in names:
+        (tmp_path / name).write_text("{}")
+    assert [p.name for p in committed_reports(tmp_path)] == [
+        "2026-11-28-x.json", "2026-11-29-peers-form.json", "2026-11-29-peers-form-b.json", "2026-11-29-peers-form2.json",
+        "2026-11-29-scaling.json", "2026-11-29-scaling2.json"]
 
 
 def test_committed_reports_are_canonical_and_every_table_has_its_paragraph() -> None:

@@ -23,7 +23,7 @@ from flinkpy.benchmarks.report import Report, write as write_report
 from flinkpy.benchmarks.latency import first_output_latency, latency_run
 from flinkpy.benchmarks.snapshots import recovery_time, savepoint_timing, snapshot_durations
 from flinkpy.benchmarks.windows import job_w1_windowed
-from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
+from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, SEED, completed_checkpoints, job_w1, job_w2, loop_w1, loop_w2, make_lines, run_job
 
 PARTS = ["w1", "w2", "peers-form", "join", "metrics", "state", "recovery", "windows", "latency", "savepoint", "failover", "spark", "backends", "backpressure",
          "async", "rabbitmq", "startup", "iceberg", "kafka", "scaling", "partitions", "spark-shapes",
@@ -114,12 +114,15 @@ def measure_workload(address: str, token: str, name: str, workload: Workload, ru
     secs = statistics.median(run_job(address, token, build, 2, f"bench-{name}-p2-cp", checkpoint_ms=1000) for _ in range(runs))
     entry["p2_checkpointed_rate"] = n / secs
     entry["p2_checkpointed_vs_off"] = entry["p2_checkpointed_rate"] / entry["p2_rate"]
-    history = LAST_CHECKPOINT_STATS.get(f"bench-{name}-p2-cp", {}).get("history", [])
-    done = [h for h in history if h.get("status") == "COMPLETED"]
-    entry["p2_checkpoints"] = len(done)
-    entry["p2_alignment_ms_max"] = max((h.get("alignment_duration_max") or 0 for h in done), default=None)
-    entry["p2_alignment_bytes_max"] = max((h.get("alignment_buffered") or 0 for h in done), default=None)
+    entry.update(_p2_checkpoints(f"bench-{name}-p2-cp"))
     return entry
+
+
+def _p2_checkpoints(job: str) -> dict[str, Any]:
+    """The p=2 checkpointed run's checkpoints, as the W1, W2 and join entries keep them."""
+    done = completed_checkpoints(LAST_CHECKPOINT_STATS.get(job, {}))
+    return {"p2_checkpoints": done["checkpoints"], "p2_alignment_ms_max": done["alignment_ms_max"],
+            "p2_alignment_bytes_max": done["alignment_bytes_max"]}
 
 
 def measure_join(address: str, token: str, lines: list[str], paths: list[str], n_words: int, runs: int) -> dict[str, Any]:
@@ -154,10 +157,7 @@ def measure_join(address: str, token: str, lines: list[str], paths: list[str], n
     log("join: p=2 with exactly-once checkpoints every 1 s ...")
     secs = statistics.median(run_job(address, token, join_job, 2, "bench-join-p2-cp", checkpoint_ms=1000) for _ in range(runs))
     entry["p2_checkpointed_vs_off"] = (n_words / secs) / entry["p2_rate"]
-    done = [h for h in LAST_CHECKPOINT_STATS.get("bench-join-p2-cp", {}).get("history", []) if h.get("status") == "COMPLETED"]
-    entry["p2_checkpoints"] = len(done)
-    entry["p2_alignment_ms_max"] = max((h.get("alignment_duration_max") or 0 for h in done), default=None)
-    entry["p2_alignment_bytes_max"] = max((h.get("alignment_buffered") or 0 for h in done), default=None)
+    entry.update(_p2_checkpoints("bench-join-p2-cp"))
     return entry
 
 

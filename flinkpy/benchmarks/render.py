@@ -207,8 +207,9 @@ TABLES: list[Table] = [
           "From `python -m flinkpy.benchmarks --only scaling`: the watched run of the running sums at each "
           "parallelism, from its tasks' own metrics as the JobManager keeps them. Per vertex: the CPU of all its "
           "subtasks per record, net of the fixed CPU each task spends starting, connecting and finishing (measured by "
-          "the same job over 4,096 numbers), that fixed CPU, the records and bytes per data buffer it sent (how full buffers leave), its busiest subtask's CPU time (with a core per process the job takes no less), and "
-          "the medians of the busy, idle and back-pressured shares of each subtask's running time. The plain loop's "
+          "the same job over 4,096 numbers), that fixed CPU, the records and bytes per data buffer it sent (how full "
+          "buffers leave), its busiest subtask's CPU time (with a core per process the job takes no less), and the "
+          "medians of the busy, idle and back-pressured shares of each subtask's running time. The plain loop's "
           "rows are the machine's ceiling runs: CPU per record that grows there grows from sharing the cores, not "
           "from the job.", "job and machine"),
     Table("partitions", "Across hosts: TLS and partitions",
@@ -453,11 +454,11 @@ def render(reports: list[Report]) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def committed_reports() -> list[Path]:
+def committed_reports(directory: Path = REPORTS_DIR) -> list[Path]:
     """The committed reports in the order their runs count, within a date: by name without the
     extension, so that a report measured again that day (``x-b.json``, ``x2.json``) comes after
     its first (``x.json``), whose ``.`` would otherwise sort after the ``-``."""
-    return sorted(REPORTS_DIR.glob("*.json"), key=lambda path: path.stem)
+    return sorted(directory.glob("*.json"), key=lambda path: path.stem)
 
 
 def main(argv: list[str] | None = None) -> int:

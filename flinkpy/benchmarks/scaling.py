@@ -37,7 +37,7 @@ from typing import Any, Callable
 from flinkpy.benchmarks import ceiling, task_costs
 from flinkpy.benchmarks.footprint import TaskFootprint
 from flinkpy.benchmarks.report import Figure, Unit, cells
-from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, LAST_JOB_ID, add_counts, job_w1, loop_w1, spread_lines
+from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, LAST_JOB_ID, add_counts, completed_checkpoints, job_w1, loop_w1, spread_lines
 
 #: the keys of the running sums
 KEYS = 1024
@@ -101,22 +101,6 @@ def job_sums(env: Any, count: int) -> None:
     )
 
 
-def checkpoint_figures(stats: dict[str, Any]) -> dict[str, Any]:
-    """The last checkpointed run's checkpoints (the JobManager's statistics): how many completed,
-    the median of their times from trigger to the last acknowledgement, the longest alignment.
-
-    >>> checkpoint_figures({"history": [{"status": "COMPLETED", "end_to_end_duration": 40, "alignment_duration_max": 3},
-    ...                                 {"status": "COMPLETED", "end_to_end_duration": 60, "alignment_duration_max": 9},
-    ...                                 {"status": "FAILED", "end_to_end_duration": 900}]})
-    {'checkpoints': 2, 'checkpoint_ms': 50.0, 'alignment_ms_max': 9.0}
-    """
-    done = [h for h in stats.get("history", []) if h.get("status") == "COMPLETED"]
-    if not done:
-        return {"checkpoints": 0}
-    return {"checkpoints": len(done), "checkpoint_ms": float(statistics.median(h.get("end_to_end_duration") or 0 for h in done)),
-            "alignment_ms_max": float(max(h.get("alignment_duration_max") or 0 for h in done))}
-
-
 def checkpointed_at(parallelisms: list[int]) -> list[int]:
     """Where the running sums also run with checkpoints: the largest parallelism, and p=8 when
     it was run (the 16-core goal's, where the job's processes fill the cores).
@@ -124,7 +108,7 @@ def checkpointed_at(parallelisms: list[int]) -> list[int]:
     >>> checkpointed_at([1, 2, 4, 8]), checkpointed_at([1, 2, 4, 8, 12]), checkpointed_at([1, 2])
     ([8], [8, 12], [2])
     """
-    return sorted({max(parallelisms), *(p for p in parallelisms if p == 8)})
+    return sorted({max(parallelisms)} | ({8} & set(parallelisms)))
 
 
 def write_files(lines: list[str], directory: Path) -> list[str]:
@@ -183,7 +167,7 @@ def measure(parallelisms: list[int], lines: list[str], n_words: int, count: int,
                                      for _ in range(runs))
             off = result["shapes"]["sums"]["per_p"][top]["runtime_s"]
             result["checkpointed"].append({"parallelism": top, "rate": count / secs, "vs_off": off / secs,
-                                           **checkpoint_figures(LAST_CHECKPOINT_STATS.get(f"bench-scaling-sums-p{top}-cp", {}))})
+                                           **completed_checkpoints(LAST_CHECKPOINT_STATS.get(f"bench-scaling-sums-p{top}-cp", {}))})
     # the machine's own ceiling, after the jobs (no cluster running beside it)
     # each process's sums start at half each key's final sum: values as large as the job's
     halfway = {k: (k, final_sum(k, count) // 2) for k in range(KEYS)}

@@ -159,6 +159,31 @@ def run_job(address: str, token: str, build: Callable[[Any], None], parallelism:
 
 #: checkpoint statistics of the last checkpointed run of each benchmark job, by job name
 LAST_CHECKPOINT_STATS: dict[str, Any] = {}
+
+
+def completed_checkpoints(stats: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoints a run completed, from the JobManager's statistics of it (as
+    :data:`LAST_CHECKPOINT_STATS` keeps them): how many, the median time from trigger to last acknowledgement,
+    the longest alignment and the most bytes one buffered (None where none completed).
+
+    >>> stats = {"history": [
+    ...     {"status": "COMPLETED", "end_to_end_duration": 40, "alignment_duration_max": 3, "alignment_buffered": 0},
+    ...     {"status": "COMPLETED", "end_to_end_duration": 60, "alignment_duration_max": 9, "alignment_buffered": 512},
+    ...     {"status": "FAILED", "end_to_end_duration": 900}]}
+    >>> completed_checkpoints(stats)
+    {'checkpoints': 2, 'checkpoint_ms': 50.0, 'alignment_ms_max': 9.0, 'alignment_bytes_max': 512.0}
+    >>> completed_checkpoints({})["checkpoint_ms"] is None
+    True
+    """
+    import statistics
+
+    done = [h for h in stats.get("history", []) if h.get("status") == "COMPLETED"]
+    if not done:
+        return {"checkpoints": 0, "checkpoint_ms": None, "alignment_ms_max": None, "alignment_bytes_max": None}
+    return {"checkpoints": len(done),
+            "checkpoint_ms": float(statistics.median(h.get("end_to_end_duration") or 0 for h in done)),
+            "alignment_ms_max": float(max(h.get("alignment_duration_max") or 0 for h in done)),
+            "alignment_bytes_max": float(max(h.get("alignment_buffered") or 0 for h in done))}
 #: the job id of the last run of each benchmark job, by job name
 LAST_JOB_ID: dict[str, str] = {}
 
