@@ -126,19 +126,23 @@ class KafkaServer:
     def new_topic(self, partitions: int = 1, prefix: str = "t") -> str:
         return self.create_topic(f"{prefix}-{uuid.uuid4().hex[:10]}", partitions)
 
-    def produce(self, topic: str, values: list[Any], *, partition: int | None = None, key: Any = None) -> None:
+    def produce(self, topic: str, values: list[Any], *, partition: int | None = None, key: Any = None,
+                timestamps: list[int] | None = None) -> None:
         """Write ``values`` (str or bytes) and wait until every one is acknowledged; one record
-        per request, so Tansu's end offsets stay right (shared/INFRA.md)."""
+        per request, so Tansu's end offsets stay right (shared/INFRA.md). ``timestamps``: each
+        record's CreateTime (milliseconds) instead of the producer's clock."""
         from confluent_kafka import Producer
 
         p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
         errors: list[Any] = []
-        for v in values:
+        for i, v in enumerate(values):
             kw: dict[str, Any] = {"value": v}
             if partition is not None:
                 kw["partition"] = partition
             if key is not None:
                 kw["key"] = key
+            if timestamps is not None:
+                kw["timestamp"] = timestamps[i]
             p.produce(topic, on_delivery=lambda err, _msg: err and errors.append(err), **kw)
             p.poll(0)
         remaining = p.flush(30)

@@ -16,11 +16,13 @@ from __future__ import annotations
 import ast
 import json
 import os
+import pickle
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 
 from conftest import ROOT, cli_json, module_cluster, run_cli, wait_for
@@ -97,6 +99,11 @@ def test_a_one_topic_sink_keeps_values_and_restores_either_form() -> None:
     assert state["pending"][0]["values"] == [b"a", b"b"] and pending_summary(state)["pending_records"] == 2
     earlier = {"prefix": "px", "subtask": 1, "pending": [
         {"checkpoint": 1, "token": 5, "group": "px-1", "records": [("t", b"c", None, None, None, None)]}]}
+    mixed = CommitProtocol("px", 2, token=iter([9]).__next__, topic="t")  # one record with a timestamp
+    mixed.write([b"d", (b"e", 5)])
+    mixed.snapshot(1)
+    (restored,) = recovery_plan("px", 2, [pickle.loads(pickle.dumps(mixed.state()))]).batches
+    assert restored.records == [b"d", (b"e", 5)] and restored.topic == "t"
     plan = recovery_plan("px", 0, [state, earlier])
     assert [replay(b) for b in plan.batches] == [
         [Begin(), Send([b"a", b"b"], "t"), Prepare(1, "px-0", "t"), Commit()],
@@ -191,6 +198,37 @@ def test_a_topic_selector_and_a_key_schema(kafka) -> None:
     assert [(m.key(), m.value()) for m in kafka.read(even)] == [(b"2", b"2"), (b"4", b"4")]
     assert values(kafka, odd) == ["1", "3"]
     w.close()
+
+
+@pytest.mark.parametrize("guarantee", [DeliveryGuarantee.NONE, DeliveryGuarantee.EXACTLY_ONCE])
+def test_records_keep_their_event_timestamps(kafka, guarantee: DeliveryGuarantee) -> None:
+    """As Flink's KafkaSink: a record's event timestamp is its Kafka timestamp (CreateTime);
+    one without (None) is stamped by the producer. Through a restore too (the batch in the
+    checkpoint keeps them)."""
+    topic = kafka.new_topic()
+    s = sink(kafka, topic, guarantee)
+    w = writer(s)
+    before = int(time.time() * 1000)
+    hour_ago = before - 3_600_000  # within the server's retention, which goes by the timestamps
+    w.write_timestamped(["a", "b"], [hour_ago, None])
+    w.write(["c"])
+    state = w.snapshot_state(1)
+    if guarantee is DeliveryGuarantee.EXACTLY_ONCE:
+        w.close()  # the crash between completion and commit: the restored writer writes them
+        w = writer(s, restored=[state])
+    else:
+        w.flush(True)
+    stamps = {m.value(): m.timestamp() for m in kafka.read(topic)}
+    assert stamps[b"a"] == (confluent_kafka.TIMESTAMP_CREATE_TIME, hour_ago), stamps
+    assert all(kind == confluent_kafka.TIMESTAMP_CREATE_TIME and ts >= before for kind, ts in (stamps[b"b"], stamps[b"c"])), stamps
+    w.close()
+
+
+def test_the_legacy_producer_writes_timestamps_only_when_asked() -> None:
+    producer = FlinkKafkaProducer("t", SimpleStringSchema(), {"bootstrap.servers": "broker:9092"})
+    assert producer.create_writer(ReaderContext(0, 1)).write_timestamped is None  # Flink's default
+    producer.set_write_timestamp_to_kafka(True)
+    assert callable(producer.create_writer(ReaderContext(0, 1)).write_timestamped)
 
 
 def test_at_least_once_flushes_at_every_checkpoint(kafka) -> None:
@@ -336,15 +374,25 @@ def test_the_sink_killed_after_completion_before_commit(kafka, cluster, guarante
 @pytest.mark.timeout(90)
 def test_kafka_to_kafka_exactly_once_when_the_sink_dies_after_completion_before_commit(kafka, cluster) -> None:
     """Keyed sequences read from a 4-partition topic by a KafkaSource (offsets in the checkpoint)
-    and written through the EXACTLY_ONCE sink, killed at the same moment as above."""
+    and written through the EXACTLY_ONCE sink, killed at the same moment as above. Each record
+    keeps its Kafka timestamp, those the restored checkpoint wrote again too."""
     source, topic = kafka.new_topic(4), kafka.new_topic(4)
     keys, per_key = 8, 1000  # 2 s at the paced rate: checkpoint 3 comes well before the end
+    # a CreateTime per record, an hour before the clock (not older: the server deletes records
+    # older than its retention by their timestamps, as Kafka does)
+    base = int(time.time() * 1000) - 3_600_000
+    stamp = {}
     for k in range(keys):
-        kafka.produce(source, [f"({k}, {s})" for s in range(1, per_key + 1)], partition=k % 4)
+        values = [f"({k}, {s})" for s in range(1, per_key + 1)]
+        stamp.update({v: base + k * 10_000 + s for v, s in zip(values, range(1, per_key + 1))})
+        kafka.produce(source, values, partition=k % 4, timestamps=[stamp[v] for v in values])
     jid = submit(kafka, topic, "EXACTLY_ONCE", keys, per_key, 4000, input_topic=source)
     doc = finished(jid)
     assert doc["restarts"] >= 1 and any("SIGKILL" in c for c in causes(jid)), causes(jid)
     exact(kafka, topic, keys, per_key)
+    written = {m.value().decode(): m.timestamp() for m in kafka.read(topic, timeout=60)}
+    wrong = {v: ts for v, ts in written.items() if ts != (confluent_kafka.TIMESTAMP_CREATE_TIME, stamp[v])}
+    assert not wrong, f"{len(wrong)} of {len(written)} records lost their timestamp, e.g. {list(wrong.items())[:3]}"
 
 
 @pytest.mark.timeout(90)

@@ -161,6 +161,12 @@ class SinkWriter(ABC):
     def write(self, records: list) -> None:
         """Write a batch of records (in order)."""
 
+    #: A writer that keeps each record's event timestamp defines
+    #: ``write_timestamped(records, timestamps)``: the engine calls it instead of :meth:`write`
+    #: for records that carry timestamps (a timestamp is None where a record has none), as Flink
+    #: hands its SinkWriter the record's timestamp in ``SinkWriter.Context``.
+    write_timestamped: Any = None
+
     def flush(self, end_of_input: bool) -> None:
         """Make everything written so far durable or pending (before a snapshot, at the end)."""
 

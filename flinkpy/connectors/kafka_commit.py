@@ -67,10 +67,11 @@ class Begin:
 
 
 #: what a batch holds per record: a whole :class:`ProducerRecord`, or, for a sink with one fixed
-#: topic and no key (:attr:`Batch.topic`), the serialised value alone: a bytes object per
+#: topic and no key (:attr:`Batch.topic`), the serialised value alone, or a ``(value,
+#: timestamp)`` pair where the record has an event timestamp: a bytes object or a pair per
 #: record instead of a tuple of six is what keeps a checkpoint interval's records cheap to hold,
 #: to checkpoint and to produce
-Record = ProducerRecord | bytes | None
+Record = ProducerRecord | bytes | tuple[bytes | None, int] | None
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,28 @@ class KafkaRecordSerializationSchema:
             return [serialize(e) for e in elements]
         return [self.serialize(e) for e in elements]
 
+    def serialize_timestamped(self, elements: list, timestamps: list) -> list:
+        """The records of ``elements`` with their event timestamps (milliseconds) as their
+        Kafka timestamps, as Flink's KafkaSink writes them: with :attr:`values_only` a
+        ``(value, timestamp)`` pair each, else a :class:`ProducerRecord` with its timestamp. An
+        element without one (None, or negative: Kafka refuses those) is as
+        :meth:`serialize_all` gives it, and the producer stamps it when it sends it.
+
+        >>> from flinkpy.common import SimpleStringSchema
+        >>> schema = (KafkaRecordSerializationSchema.builder().set_topic("t")
+        ...           .set_value_serialization_schema(SimpleStringSchema()).build())
+        >>> schema.serialize_timestamped(["a", "b", "c"], [1700000000000, None, -5])
+        [(b'a', 1700000000000), b'b', b'c']
+        """
+        if self.values_only:
+            serialize = self.value_schema.serialize
+            return [(serialize(e), t) if t is not None and t >= 0 else serialize(e) for e, t in zip(elements, timestamps)]
+        out = []
+        for e, t in zip(elements, timestamps):
+            r = self.serialize(e)
+            out.append(ProducerRecord(r.topic, r.value, r.key, None, int(t)) if t is not None and t >= 0 else r)
+        return out
+
     def open(self, context: Any = None) -> None:
         for schema in (self.value_schema, self.key_schema):
             opener = getattr(schema, "open", None)

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 #: librdkafka's default transaction.timeout.ms
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+#: librdkafka's RD_KAFKA_PARTITION_UA: the producer's partitioner chooses (produce()'s default)
+_ANY_PARTITION = -1
 
 
 class KafkaWriter(SinkWriter):
@@ -67,6 +69,8 @@ class KafkaWriter(SinkWriter):
         self._producer: Any = None
         self._errors: list[tuple[str, Any]] = []
         self.timeout_s = sink.operation_timeout_ms() / 1000 + 1
+        if not sink.write_timestamps:
+            self.write_timestamped = None  # the engine hands over the values alone
 
     def error(self, e: Exception, doing: str) -> FlinkpyError:
         return translate(e, self._sink.bootstrap_servers, f"{doing} in {self.who}", self._sink.serializer.topic)
@@ -115,15 +119,26 @@ class KafkaWriter(SinkWriter):
         p = self._producer
         fixed = topic if topic is not None else self._sink.serializer.topic
         for r in records:
-            if not isinstance(r, ProducerRecord):  # a value of a sink with one topic and no key
+            if not isinstance(r, tuple):  # a value of a sink with one topic and no key
                 try:
                     p.produce(fixed, r)
                     continue
                 except BufferError:
                     r = ProducerRecord(fixed, r)  # type: ignore[arg-type]
-            elif r.partition is None and r.timestamp is None and not r.headers:
+            elif type(r) is tuple:  # such a value with its timestamp
+                try:
+                    # positionally (partition, callbacks, timestamp): confluent-kafka takes
+                    # about a microsecond a call to parse a keyword argument
+                    p.produce(fixed, r[0], None, _ANY_PARTITION, None, None, r[1])
+                    continue
+                except BufferError:
+                    r = ProducerRecord(fixed, r[0], timestamp=r[1])
+            elif r.partition is None and not r.headers:
                 try:  # the common record: no dict of keywords built for it
-                    p.produce(r.topic, r.value, r.key)
+                    if r.timestamp is None:
+                        p.produce(r.topic, r.value, r.key)
+                    else:
+                        p.produce(r.topic, r.value, r.key, _ANY_PARTITION, None, None, r.timestamp)
                     continue
                 except BufferError:
                     pass
@@ -160,6 +175,9 @@ class KafkaWriter(SinkWriter):
 
     def write(self, records: list) -> None:
         self.produce(self.serialize(records))
+
+    def write_timestamped(self, records: list, timestamps: list) -> None:
+        self.produce(self._sink.serializer.serialize_timestamped(records, timestamps))
 
     def flush(self, end_of_input: bool) -> None:
         if end_of_input or self._sink.delivery_guarantee is DeliveryGuarantee.AT_LEAST_ONCE:
@@ -242,6 +260,9 @@ class ExactlyOnceKafkaWriter(KafkaWriter):
     def write(self, records: list) -> None:
         self.run(self.protocol.write(self.serialize(records)))
 
+    def write_timestamped(self, records: list, timestamps: list) -> None:
+        self.run(self.protocol.write(self._sink.serializer.serialize_timestamped(records, timestamps)))
+
     def flush(self, end_of_input: bool) -> None:
         if end_of_input:
             self.run(self.protocol.end_of_input())
@@ -296,6 +317,9 @@ class KafkaSink(Sink):
         self.transactional_id_prefix = transactional_id_prefix
         self.properties = {str(k): str(v) for k, v in (properties or {}).items()}
         self.guarantee = self.delivery_guarantee.value
+        #: records' event timestamps become their Kafka timestamps (as Flink's KafkaSink writes
+        #: them); where off, or where a record has none, the producer stamps it when it sends it
+        self.write_timestamps = True
         self.needs = {
             DeliveryGuarantee.EXACTLY_ONCE: "checkpointing, a replayable source; consumers must read with isolation.level=read_committed; records show at checkpoints",
             DeliveryGuarantee.AT_LEAST_ONCE: "checkpointing (flushed at every checkpoint); replays are written again",

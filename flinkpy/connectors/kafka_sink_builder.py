@@ -87,3 +87,9 @@ class FlinkKafkaProducer(KafkaSink):
         prefix = config.pop("transactional.id", None)
         serializer = KafkaRecordSerializationSchema.builder().set_topic(topic).set_value_serialization_schema(serialization_schema).build()
         super().__init__(servers, serializer, DeliveryGuarantee[Semantic(semantic).name], prefix, config)
+        self.write_timestamps = False  # Flink's legacy producer: off unless asked for
+
+    def set_write_timestamp_to_kafka(self, write_timestamp_to_kafka: bool) -> None:
+        """Write each record's event timestamp as its Kafka timestamp (off by default, as in
+        Flink's FlinkKafkaProducer; a KafkaSink always does)."""
+        self.write_timestamps = bool(write_timestamp_to_kafka)

@@ -366,13 +366,19 @@ class SinkOperator(Operator):
     def open(self, runtime_context: Any) -> None:
         self.writer = self.fn.create_writer(self._writer_context)
         self._write = self.writer.write
+        #: a writer that records each record's timestamp (Flink's SinkWriter.Context.timestamp)
+        self._write_timestamped = getattr(self.writer, "write_timestamped", None)
         opener = getattr(self.writer, "open", None)
         if callable(opener):
             opener(runtime_context)
         self.per_record = getattr(self.writer, "per_record", None)
 
     def process(self, values: list, timestamps: list[int] | None) -> None:
-        if values:
+        if not values:
+            return
+        if timestamps is not None and self._write_timestamped is not None:
+            self._write_timestamped(values, timestamps)
+        else:
             self._write(values)
 
     def process_watermark(self, watermark: int) -> None:
