@@ -156,8 +156,9 @@ TABLES: list[Table] = [
           "input lines per second of that time, and the first output is the time to the first committed update "
           "(start-up, the first records' way and the first commit). Every contender runs with its modules' "
           "bytecode cached, as installed packages have it. The loop pays no serialization between steps; flinkpy pays the "
-          "cluster's start, the key_by between processes and the wait for a checkpoint to commit the last records. "
-          "The updates committed equal the words read when nothing was written twice.", "contender"),
+          "cluster's start, the key_by between processes and the wait for a checkpoint to commit the last records; "
+          "its sink also gives each update its input line's Kafka timestamp, as Flink's does (the loop lets the "
+          "producer stamp them). The updates committed equal the words read when nothing was written twice.", "contender"),
     Table("spark", "The Spark runner against hand-written PySpark",
           "W1 and W2 three ways in one run on one warm local[2] session: flinkpy's engine at p=2, the same job through "
           "the Spark runner, and the query a PySpark user writes (W1 with a Python UDF, W2 in Column expressions), "
