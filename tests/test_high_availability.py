@@ -82,12 +82,16 @@ def job(jid: str) -> dict[str, Any]:
     return cli_json("job", "show", jid, timeout=90)
 
 
-def running_under(jid: str, epoch: int) -> dict[str, Any] | None:
-    """The job RUNNING with every subtask running, on the leader of ``epoch`` or a later one."""
+def running_under(jid: str, epoch: int, *, or_finished: bool = False) -> dict[str, Any] | None:
+    """The job RUNNING with every subtask running, on the leader of ``epoch`` or a later one;
+    ``or_finished``: or FINISHED there (on a loaded machine the polls, two CLI calls each, can
+    miss the seconds a short job runs after a late failover)."""
     lead = leader()
     if lead is None or lead["epoch"] < epoch:
         return None
     j = job(jid)
+    if or_finished and j["state"] == "FINISHED":
+        return j
     tasks = [s for v in j["vertices"] for s in v["subtasks"]]
     return j if j["state"] == "RUNNING" and all(s["status"] == "RUNNING" for s in tasks) else None
 
