@@ -411,7 +411,7 @@ class SparkDriver:
             if command[0] == "cancel":
                 with self.lock:
                     self.supervisor.cancel(now_ms())
-                query.stop()
+                self._stop(query)
                 with self.lock:
                     self.supervisor.canceled(now_ms())
                     self.lock.notify_all()
@@ -422,6 +422,13 @@ class SparkDriver:
                 # (not a restart: nothing failed); after stop-with-savepoint the job is done
                 done = self._savepoint(query, tid, target, stop)
                 return "done" if done and stop else "restart"
+
+    def _stop(self, query: Any) -> None:
+        """Stop the query; a micro-batch the stop interrupts ends quietly (sinks.QueryStopped)."""
+        sink_driver = getattr(self.plan, "sink_driver", None)
+        if sink_driver is not None:
+            sink_driver.stopping.set()
+        query.stop()
 
     def _savepoint(self, query: Any, tid: str, target: str, stop: bool) -> bool:
         """Stop at a batch boundary, copy the checkpoint location, then (unless stop) go on."""
@@ -434,7 +441,7 @@ class SparkDriver:
             except Exception:  # noqa: BLE001
                 break
             time.sleep(0.02)
-        query.stop()
+        self._stop(query)
         try:
             failure = query.exception()
         except Exception:  # noqa: BLE001
@@ -473,7 +480,7 @@ class SparkDriver:
             self._finish_savepoint(tid, None, "the job ended before the savepoint was taken")
         try:
             if self.query is not None and self.query.isActive:
-                self.query.stop()
+                self._stop(self.query)
         except Exception:  # noqa: BLE001
             pass
 
@@ -524,6 +531,9 @@ def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    from flinkpy.spark.sinks import QuietStops
+
+    logging.getLogger("py4j.clientserver").addFilter(QuietStops())
     driver = SparkDriver(spec)
     driver.publish()
 

@@ -329,6 +329,7 @@ def _stop_when_done(query: Any, driver: Any) -> None:
     while query.isActive:
         progress = query.lastProgress
         if driver.finished_before or (progress is not None and int(progress.get("batchId", -1)) >= target):
+            driver.stopping.set()
             query.stop()
             return
         threading.Event().wait(0.1)

@@ -353,8 +353,42 @@ class SinkRouter(BatchWriter):
         return "; ".join(w.describe() for w in self.writers.values())
 
 
+class QueryStopped(Exception):
+    """A micro-batch cut short because flinkpy stopped the query (a savepoint, a cancel, the
+    end of a bounded input). It is raised in place of the error the stop caused. That error's
+    message holds Python's traceback around Java's, which is long enough to overflow the stack of
+    Spark's stream thread when it matches its message to tell an interruption from a failure. py4j
+    would also log it as an error. This one carries the error's chain of causes without their
+    stack frames (for an interrupted call, ``py4j.protocol.Py4JJavaError: An error occurred while
+    calling ... Caused by: java.lang.InterruptedException``), which Spark takes for a stop.
+
+    >>> print(QueryStopped.of(3, RuntimeError("An error occurred while calling o1.getResult.\\n"
+    ...     ": org.apache.spark.SparkException: Exception thrown in awaitResult: \\n\\tat a.B.c(B.java:1)\\n"
+    ...     "Caused by: java.lang.InterruptedException\\n\\tat d.E.f(E.java:2)\\n\\t... 9 more")))
+    micro-batch 3 cut short by the query's stop: builtins.RuntimeError: An error occurred while calling o1.getResult.
+    : org.apache.spark.SparkException: Exception thrown in awaitResult:
+    Caused by: java.lang.InterruptedException
+    """
+
+    @classmethod
+    def of(cls, batch_id: int, cause: BaseException) -> QueryStopped:
+        causes = [line.rstrip() for line in str(cause).splitlines() if line.strip() and not line.startswith(("\t", " "))]
+        kind = f"{type(cause).__module__}.{type(cause).__qualname__}"
+        return cls(f"micro-batch {batch_id} cut short by the query's stop: {kind}: " + "\n".join(causes[:12]))
+
+
+class QuietStops:
+    """A logging filter for py4j's callback server: drops its report of :class:`QueryStopped`,
+    an expected end of a micro-batch, not an error."""
+
+    def filter(self, record: Any) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], QueryStopped))
+
+
 class SinkDriver:
-    """The foreachBatch function: orders a batch, writes its records, watches for the end."""
+    """The foreachBatch function: orders a batch, writes its records, watches for the end.
+    ``stopping`` is set before flinkpy stops the query: what the stop interrupts then ends in
+    :class:`QueryStopped`."""
 
     def __init__(self, writer: BatchWriter, sources: set[int], checkpoint_location: str | None = None) -> None:
         self.writer = writer
@@ -367,6 +401,7 @@ class SinkDriver:
         self.records_written = 0
         self.begun = False
         self.checkpoint_location = checkpoint_location
+        self.stopping = threading.Event()
         self._ends = _EndLog(checkpoint_location) if checkpoint_location and self.sources else None
         if self._ends is not None:
             self.finals, last = self._ends.recover()
@@ -375,6 +410,14 @@ class SinkDriver:
                 self.finished.set()
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        try:
+            self._batch(df, batch_id)
+        except Exception as e:
+            if self.stopping.is_set():
+                raise QueryStopped.of(batch_id, e) from None
+            raise
+
+    def _batch(self, df: Any, batch_id: int) -> None:
         if not self.begun:
             self.writer.bind_lineage(query_lineage(self.checkpoint_location))
             self.writer.begin(batch_id)
