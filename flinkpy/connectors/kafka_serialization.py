@@ -34,10 +34,10 @@ class KafkaRecordSerializationSchema:
     def builder() -> KafkaRecordSerializationSchemaBuilder:
         return KafkaRecordSerializationSchemaBuilder()
 
-    def serialize(self, element: Any) -> ProducerRecord:
+    def serialize(self, element: Any, timestamp: int | None = None) -> ProducerRecord:
         topic = self.topic if self.topic is not None else self.topic_selector(element)  # type: ignore[misc]
         key = self.key_schema.serialize(element) if self.key_schema is not None else None
-        return ProducerRecord(topic, self.value_schema.serialize(element), key)
+        return ProducerRecord(topic, self.value_schema.serialize(element), key, None, timestamp)
 
     @property
     def values_only(self) -> bool:
@@ -69,11 +69,7 @@ class KafkaRecordSerializationSchema:
         if self.values_only:
             serialize = self.value_schema.serialize
             return [(serialize(e), t) if t is not None and t >= 0 else serialize(e) for e, t in zip(elements, timestamps)]
-        out = []
-        for e, t in zip(elements, timestamps):
-            r = self.serialize(e)
-            out.append(ProducerRecord(r.topic, r.value, r.key, None, int(t)) if t is not None and t >= 0 else r)
-        return out
+        return [self.serialize(e, t if t is not None and t >= 0 else None) for e, t in zip(elements, timestamps)]
 
     def open(self, context: Any = None) -> None:
         for schema in (self.value_schema, self.key_schema):

@@ -174,10 +174,14 @@ class KafkaWriter(SinkWriter):
                 remedy="check the brokers; the job restarts from its last checkpoint")
 
     def write(self, records: list) -> None:
-        self.produce(self.serialize(records))
+        self.send(self.serialize(records))
 
     def write_timestamped(self, records: list, timestamps: list) -> None:
-        self.produce(self._sink.serializer.serialize_timestamped(records, timestamps))
+        self.send(self._sink.serializer.serialize_timestamped(records, timestamps))
+
+    def send(self, records: list[Record]) -> None:
+        """Serialised records on their way to Kafka (the exactly-once writer: into transactions)."""
+        self.produce(records)
 
     def flush(self, end_of_input: bool) -> None:
         if end_of_input or self._sink.delivery_guarantee is DeliveryGuarantee.AT_LEAST_ONCE:
@@ -257,11 +261,8 @@ class ExactlyOnceKafkaWriter(KafkaWriter):
             except ck.KafkaException as e:
                 raise self.error(e, f"{type(a).__name__.lower()} of a transaction") from None
 
-    def write(self, records: list) -> None:
-        self.run(self.protocol.write(self.serialize(records)))
-
-    def write_timestamped(self, records: list, timestamps: list) -> None:
-        self.run(self.protocol.write(self._sink.serializer.serialize_timestamped(records, timestamps)))
+    def send(self, records: list[Record]) -> None:
+        self.run(self.protocol.write(records))
 
     def flush(self, end_of_input: bool) -> None:
         if end_of_input:
