@@ -110,9 +110,14 @@ def command(only: str | None = None) -> click.Command:
 
 def _invoked(args: list[str]) -> str | None:
     """The top-level command a call names, when the tree needs nothing else (not for help,
-    --version, completion requests or a name that is no command: those get the whole tree)."""
+    --version or a name that is no command: those get the whole tree). A completion request
+    names it among the words typed before the one being completed, so Tab after ``flinkpy
+    savepoint`` builds that group alone."""
     if f"_{PROG.upper()}_COMPLETE" in os.environ:
-        return None
+        typed = _typed_before_completion()
+        if typed is None:
+            return None
+        args = typed
     for arg in args:
         if arg in _ROOT_FLAGS:
             continue
@@ -120,6 +125,23 @@ def _invoked(args: list[str]) -> str | None:
             return None
         return arg if any(arg in names for _, _, names in TREE) else None
     return None
+
+
+def _typed_before_completion() -> list[str] | None:
+    """The words after ``flinkpy`` and before the one a completion request completes, from what
+    typer's scripts pass: zsh the whole line (``_TYPER_COMPLETE_ARGS``; a word is complete once a
+    space follows it), bash its words and the index of the one under the cursor (``COMP_WORDS``,
+    ``COMP_CWORD``). None when they cannot be read."""
+    import shlex
+
+    try:
+        line = os.environ.get("_TYPER_COMPLETE_ARGS")
+        if line is not None:
+            words = shlex.split(line)[1:]
+            return words if line.endswith(" ") else words[:-1]
+        return shlex.split(os.environ.get("COMP_WORDS", ""))[1 : int(os.environ.get("COMP_CWORD", ""))]
+    except ValueError:
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,7 +26,7 @@ app = typer.Typer()
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 JobFile = Annotated[Path, typer.Argument(metavar="JOB.py", help="The Python file that builds the job and calls env.execute().", show_default=False)]
-JobArgs = Annotated[Optional[list[str]], typer.Argument(metavar="ARGS", help="Arguments passed to the job file (its sys.argv[1:]).", show_default=False)]
+JobArgs = Annotated[Optional[list[str]], typer.Argument(metavar="[ARGS]...", help="Arguments passed to the job file (its sys.argv[1:]).", show_default=False)]
 Parallelism = Annotated[Optional[int], typer.Option("-p", "--parallelism", min=1, metavar="N", help="Default parallelism of the job's operators (parallelism.default).")]
 
 

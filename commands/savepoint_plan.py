@@ -26,7 +26,7 @@ PathArg = Annotated[
 def plan(
     path: PathArg,
     job: Annotated[str, typer.Argument(metavar="JOB.py", help="The job file that would be restored.", show_default=False)],
-    args: Annotated[Optional[list[str]], typer.Argument(metavar="ARGS", help="Arguments passed to the job file.", show_default=False)] = None,
+    args: Annotated[Optional[list[str]], typer.Argument(metavar="[ARGS]...", help="Arguments passed to the job file.", show_default=False)] = None,
     parallelism: Annotated[Optional[int], typer.Option("-p", "--parallelism", min=1, metavar="N", help="Default parallelism the job would run with.")] = None,
     allow_non_restored: Annotated[
         bool, typer.Option("-n", "--allowNonRestoredState", "--allow-non-restored-state", help="Allow state of operators the program no longer has to be dropped.")

@@ -30,7 +30,7 @@ _MODES = ("savepoint", "last-state", "stateless")
 def upgrade(
     job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="ID of the running job to replace (see 'flinkpy list').", show_default=False)],
     job: Annotated[Path, typer.Argument(metavar="NEW_JOB.py", help="The new program's job file.", show_default=False)],
-    args: Annotated[Optional[list[str]], typer.Argument(metavar="ARGS", help="Arguments passed to the new job file.", show_default=False)] = None,
+    args: Annotated[Optional[list[str]], typer.Argument(metavar="[ARGS]...", help="Arguments passed to the new job file.", show_default=False)] = None,
     mode: Annotated[str, typer.Option("--mode", metavar="savepoint|last-state|stateless", help="How the state moves to the new job (see below).")] = "savepoint",
     parallelism: Annotated[Optional[int], typer.Option("-p", "--parallelism", min=1, metavar="N", help="Default parallelism of the new job (parallelism.default); default: the running job's, after any rescale.")] = None,
     allow_non_restored: Annotated[bool, typer.Option("-n", "--allowNonRestoredState", "--allow-non-restored-state", help="Let state of operators the new program no longer has be dropped instead of refusing the upgrade.")] = False,

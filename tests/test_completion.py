@@ -35,6 +35,24 @@ def test_bash_completes_commands_subcommands_and_options() -> None:
     assert set(bash_completions("savepoint", "")) >= {"trigger", "status", "dispose", "list", "plan"}
     assert bash_completions("checkpoint", "tr") == ["trigger"]
     assert {"--detached", "--parallelism", "--fromSavepoint"} <= set(bash_completions("run", "--"))
+    assert bash_completions("--debug", "checkpoint", "li") == ["list"]
+
+
+def test_a_completion_request_builds_only_the_group_already_typed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tab after `flinkpy savepoint` imports and builds that group alone (the whole tree costs a
+    completion 0.2 s more); the top level, and what cannot be read, get the whole tree."""
+    from commands.main import _invoked
+
+    monkeypatch.setenv("_FLINKPY_COMPLETE", "complete_bash")
+    for words, cword, name in (("flinkpy savepoint tr", 2, "savepoint"), ("flinkpy --debug list --", 3, "list"),
+                               ("flinkpy sa", 1, None), ("flinkpy 'un closed", 1, None), ("flinkpy savepoint", "x", None)):
+        monkeypatch.setenv("COMP_WORDS", words)
+        monkeypatch.setenv("COMP_CWORD", str(cword))
+        assert _invoked([]) == name, words
+    monkeypatch.setenv("_FLINKPY_COMPLETE", "complete_zsh")
+    for line, name in (("flinkpy savepoint ", "savepoint"), ("flinkpy savepoint", None), ("flinkpy run --de", "run")):
+        monkeypatch.setenv("_TYPER_COMPLETE_ARGS", line)
+        assert _invoked([]) == name, line
 
 
 def test_zsh_script_and_its_callback() -> None:

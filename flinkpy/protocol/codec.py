@@ -76,6 +76,15 @@ def encode(msg: Message) -> bytes:
     return _HEADER.pack(PROTOCOL_VERSION, len(name)) + name + pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def _catalog() -> dict[str, type[Message]]:
+    """The registry with every message type of flinkpy's catalog in it. The catalog's modules are
+    imported on the first name that is not yet registered, not with the package: a process that
+    only talks REST (the CLI) never pays for the dataclasses of fifty messages it cannot receive."""
+    from flinkpy.protocol import deployment, messages  # noqa: F401  (their classes register on import)
+
+    return _REGISTRY
+
+
 def decode(data: bytes) -> Message:
     """The message in ``data``; raises :class:`ProtocolError` for anything else."""
     if len(data) < _HEADER.size:
@@ -88,7 +97,7 @@ def decode(data: bytes) -> Message:
             f"received a {name!r} message of protocol version {version}; this process speaks version {PROTOCOL_VERSION}",
             remedy="run the same flinkpy version on the JobManager, the TaskManagers and their tasks",
         )
-    cls = _REGISTRY.get(name)
+    cls = _REGISTRY.get(name) or _catalog().get(name)
     if cls is None:
         raise ProtocolError(
             f"received a message of unknown type {name!r} (protocol version {version})",
