@@ -128,19 +128,18 @@ def _invoked(args: list[str]) -> str | None:
 
 
 def _typed_before_completion() -> list[str] | None:
-    """The words after ``flinkpy`` and before the one a completion request completes, from what
-    typer's scripts pass: zsh the whole line (``_TYPER_COMPLETE_ARGS``; a word is complete once a
-    space follows it), bash its words and the index of the one under the cursor (``COMP_WORDS``,
-    ``COMP_CWORD``). None when they cannot be read."""
-    import shlex
+    """The words after ``flinkpy`` and before the one a completion request completes, read from
+    the request by the shell's own completion class (typer's, as the answer itself is); None
+    when the request names no shell flinkpy completes, or its words cannot be read."""
+    from typer._completion_classes import BashComplete, ZshComplete
 
+    shell = os.environ.get(f"_{PROG.upper()}_COMPLETE", "").partition("_")[2]
+    complete = {"bash": BashComplete, "zsh": ZshComplete}.get(shell)
+    if complete is None:
+        return None
     try:
-        line = os.environ.get("_TYPER_COMPLETE_ARGS")
-        if line is not None:
-            words = shlex.split(line)[1:]
-            return words if line.endswith(" ") else words[:-1]
-        return shlex.split(os.environ.get("COMP_WORDS", ""))[1 : int(os.environ.get("COMP_CWORD", ""))]
-    except ValueError:
+        return complete(None, {}, PROG, "").get_completion_args()[0]  # type: ignore[arg-type]
+    except (KeyError, ValueError):
         return None
 
 
