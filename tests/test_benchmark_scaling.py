@@ -41,7 +41,7 @@ def test_final_sum_is_the_sum_of_each_keys_numbers(count: int) -> None:
 
 
 def _result() -> dict[str, Any]:
-    per_p = {p: {"runtime_s": 4.0 / p, "rate": 250.0 * p, "ratio": 0.5 * p, "speedup": float(p), "runtimes_s": [4.0 / p],
+    per_p = {p: {"runtime_s": 4.0 / p, "rate": 250.0 * p, "ratio": 0.5 * p, "speedup": float(p), "runtimes_s": [4.0 / p], "keys_bound": 0.9 * p,
                  "footprint": {"tasks": 2 * p, "uss": 15.0 * 2**20, "uss_max": 16 * 2**20, "sockets": 1.0 + p, "sockets_max": 2 + p,
                                "sockets_total": 2 * p * (1 + p)},
                  "ceiling": 1.0 + 0.5 * (p - 1), "of_ceiling": p / (1.0 + 0.5 * (p - 1)),
@@ -73,6 +73,7 @@ def test_scaling_figures_are_one_known_table_with_a_row_per_job_machine_and_p() 
     assert cells[("running sums, 2 cores, p=2", "the machine's ceiling")] == 1.5
     assert cells[("running sums, 2 cores, p=2", "speed-up of the ceiling")] == pytest.approx(2 / 1.5)
     assert cells[("running sums, 2 cores, p=2", "every task running after")] == 0.1
+    assert cells[("W1, 2 cores, p=2", "speed-up the keys allow")] == 1.8
     assert cells[("running sums, 2 cores, p=2: Keyed Reduce -> Filter", "CPU per record")] == 800.0
     assert cells[("running sums, 2 cores, p=1: Source: numbers -> Map", "back-pressured")] == 0.4
     assert cells[("running sums, 2 cores, p=1: Source: numbers -> Map", "fixed CPU per task")] == 40.0
@@ -81,12 +82,30 @@ def test_scaling_figures_are_one_known_table_with_a_row_per_job_machine_and_p() 
     assert cells[("plain loop, 2 cores, 4 processes at once", "CPU per record")] == 502.0
     lines = scaling.report(_result())
     assert any(line.split()[:3] == ["W1", "2", "2.00s"] for line in lines), lines
-    assert any(line.split()[-2:] == ["1.50", "1.33"] for line in lines), lines
+    assert any(line.split()[-3:] == ["1.80", "1.50", "1.33"] for line in lines), lines
     assert "the loop in 4 processes at once: 1.33 s, 502 ns of CPU per record" in lines
     page = render([Report([Run("2026-11-29", "x", Machine(2), {}, found)])])
     for title in ("Scaling with parallelism", "Memory and sockets per task", "Where the time goes, per task", "Past 16 cores"):
         assert f"## {title}" in page
     assert "| 800 ns |" in page
+
+
+def test_the_keys_bound_is_all_records_over_the_busiest_keyed_subtasks() -> None:
+    """Checked against each subtask's own range of key groups (the inverse mapping, another code
+    path): W1's Zipf words bound p=8 well below 8, the sums' even keys nearly at it."""
+    from collections import Counter
+
+    from flinkpy.state.key_groups import assign_to_key_group, key_group_range_for_operator
+
+    words = Counter(word for line in make_lines(20_000) for word in line.split())
+    for p in (1, 2, 3, 8, 12):
+        owned = [set(key_group_range_for_operator(128, p, i)) for i in range(p)]
+        loads = [sum(n for word, n in words.items() if assign_to_key_group(word, 128) in groups) for groups in owned]
+        assert scaling.keys_bound(words, p) == pytest.approx(sum(loads) / max(loads))
+    assert scaling.keys_bound(words, 1) == 1.0
+    assert scaling.keys_bound(words, 8) < 4  # the commonest word alone is a tenth of them
+    even = {k: 1 for k in range(scaling.KEYS)}
+    assert 7 < scaling.keys_bound(even, 8) <= 8
 
 
 @pytest.mark.timeout(120)

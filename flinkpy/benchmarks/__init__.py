@@ -35,11 +35,12 @@ iceberg extra).
 
 ``--only scaling --parallelism 1,2,4,8`` runs running sums over 1..10,000,000 keyed by ``n % 1024``
 (a number sequence, a map, a reduce, a filter printing each key's final sum) and W1 from 16 files
-at each parallelism, on a cluster with a slot per parallel pipeline, and prints each one's net
-runtime (the CLI's "Job Runtime"), rate, ratio to the loop and speed-up over p=1; the machine's
-own ceiling (the loop in 2p processes at once against two) and the speed-up as a share of it;
-and, from one more run's task metrics, each vertex's CPU per record, fixed CPU per task, busiest
-subtask and busy, idle and back-pressured shares (see flinkpy.benchmarks.scaling).
+(W1's lines five times over: 10,000,000 words) at each parallelism, on a cluster with a slot per
+parallel pipeline, and prints each one's net runtime (the CLI's "Job Runtime"), rate, ratio to the
+loop and speed-up over p=1; the machine's own ceiling (the loop in 2p processes at once against
+two) and the speed-up as a share of it; and, from one more run's task metrics, each vertex's CPU
+per record, fixed CPU per task, busiest subtask and busy, idle and back-pressured shares (see
+flinkpy.benchmarks.scaling).
 
 On a machine with Python 3.12 and flinkpy's other dependencies but no network (a lent 16-core
 machine), the scaling part runs from the source tree with the three missing packages put beside
@@ -87,6 +88,7 @@ One module per concern, none importing another's logic but the shared workloads:
 :mod:`~flinkpy.benchmarks.failover`, :mod:`~flinkpy.benchmarks.metrics_cost`,
 :mod:`~flinkpy.benchmarks.two_input`, :mod:`~flinkpy.benchmarks.peers_form`,
 :mod:`~flinkpy.benchmarks.backpressure`, :mod:`~flinkpy.benchmarks.async_io`,
-:mod:`~flinkpy.benchmarks.rabbitmq`, :mod:`~flinkpy.benchmarks.scaling`; ``__main__`` parses the flags, runs the parts asked for and
+:mod:`~flinkpy.benchmarks.rabbitmq`, :mod:`~flinkpy.benchmarks.scaling` (its job's functions in
+:mod:`~flinkpy.benchmarks.sums`, which every task imports); ``__main__`` parses the flags, runs the parts asked for and
 prints the report.
 """

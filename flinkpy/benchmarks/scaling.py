@@ -6,7 +6,8 @@ pipeline:
 - running sums: a ``NumberSequenceSource`` of 1..N, a map to ``(n % 1024, n)``, ``key_by`` the
   first field, a running ``reduce``, and a filter that lets through each key's final sum, which
   is printed (1,024 lines; the cluster's standard output is discarded);
-- W1, the word count, read by a ``FileSource`` from 16 files.
+- W1, the word count, read by a ``FileSource`` from 16 files holding W1's lines five times
+  over (10,000,000 words, as many as the sums' numbers).
 
 Each job's time is its net runtime as the JobManager measures it (RUNNING to FINISHED), the
 figure the CLI prints as "Job Runtime". Per parallelism the report has the runtime, the rate,
@@ -31,51 +32,25 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from flinkpy.benchmarks import ceiling, task_costs
 from flinkpy.benchmarks.footprint import TaskFootprint
 from flinkpy.benchmarks.report import Figure, Unit, cells
-from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, LAST_JOB_ID, add_counts, completed_checkpoints, job_w1, loop_w1, spread_lines
+from flinkpy.benchmarks.sums import KEYS, FinalSum, final_sum, first, job_sums, to_keyed
+from flinkpy.benchmarks.workloads import LAST_CHECKPOINT_STATS, LAST_JOB_ID, completed_checkpoints, job_w1, loop_w1, spread_lines
+from flinkpy.state.key_groups import DEFAULT_MAX_PARALLELISM, KeyGroupAssigner, compute_operator_index_for_key_group
 
-#: the keys of the running sums
-KEYS = 1024
 #: the numbers of the run that measures each task's fixed CPU (a few per key)
 TINY = 4 * KEYS
 #: W1 is read from this many files (a split each, so p sources share them evenly up to p=16)
 FILES = 16
-
-
-# -- the user functions of the running sums, shared by the job and the loop -------------------
-
-
-def to_keyed(n: int) -> tuple[int, int]:
-    return (n % KEYS, n)
-
-
-def first(pair: tuple[int, int]) -> int:
-    return pair[0]
-
-
-class FinalSum:
-    """The filter: true for a key's sum once it has summed every number of 1..N with that key
-    (the closed form of an arithmetic series), so each key's final value is printed once."""
-
-    def __init__(self, count: int):
-        self.final = {k: final_sum(k, count) for k in range(KEYS)}
-
-    def __call__(self, pair: tuple[int, int]) -> bool:
-        return self.final[pair[0]] == pair[1]
-
-
-def final_sum(key: int, count: int) -> int:
-    """The sum of the n in 1..count with n % KEYS == key."""
-    start = key if key else KEYS
-    if start > count:
-        return 0
-    terms = (count - start) // KEYS + 1
-    return terms * (2 * start + (terms - 1) * KEYS) // 2
+#: W1's lines, this many times over: as many words as the running sums have numbers (10 M, or
+#: 1 M with --quick), so that at the parallelisms of a 16-core machine the job still runs for
+#: seconds and its speed-up measures throughput, not the seconds that starting 2p tasks takes
+W1_TIMES = 5
 
 
 def loop_sums(count: int) -> tuple[int, float]:
@@ -85,20 +60,6 @@ def loop_sums(count: int) -> tuple[int, float]:
     if printed != min(count, KEYS):
         raise RuntimeError(f"the loop printed {printed} final sums, expected {min(count, KEYS)}")
     return count, time.perf_counter() - started
-
-
-def job_sums(env: Any, count: int) -> None:
-    from flinkpy.common import WatermarkStrategy
-    from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
-
-    (
-        env.from_source(NumberSequenceSource(1, count), WatermarkStrategy.no_watermarks(), "numbers")
-        .map(to_keyed)
-        .key_by(first)
-        .reduce(add_counts)
-        .filter(FinalSum(count))
-        .print()
-    )
 
 
 def checkpointed_at(parallelisms: list[int]) -> list[int]:
@@ -116,10 +77,28 @@ def write_files(lines: list[str], directory: Path) -> list[str]:
     return spread_lines(lines, directory, FILES, "scaling-words")
 
 
+def keys_bound(records_per_key: Mapping[Any, int], parallelism: int, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> float:
+    """The speed-up over p=1 that a job's keys allow its keyed tasks at ``parallelism``: all its
+    records over those of its busiest keyed subtask, each key where the engine sends it (its key
+    group's subtask). However many cores, a keyed chain that bounds the job at p=1 runs no
+    faster than that.
+
+    >>> keys_bound({k: 1 for k in range(1024)}, 1), keys_bound({"a": 9, "b": 1}, 2) in (1.0, 10 / 9)
+    (1.0, True)
+    """
+    assign = KeyGroupAssigner(max_parallelism)
+    per_subtask: Counter[int] = Counter()
+    for key, records in records_per_key.items():
+        per_subtask[compute_operator_index_for_key_group(max_parallelism, parallelism, assign(key))] += records
+    return sum(per_subtask.values()) / max(per_subtask.values())
+
+
 def measure(parallelisms: list[int], lines: list[str], n_words: int, count: int, runs: int, run_job: Callable[..., float],
             log: Callable[[str], None]) -> dict[str, Any]:
     """Both jobs at each parallelism, ``runs`` times each, the loops in turns with the p=1 jobs
-    (a change in the machine's load moves both sides of a ratio alike); medians throughout."""
+    (a change in the machine's load moves both sides of a ratio alike); medians throughout.
+    W1 reads ``lines`` (``n_words`` words) :data:`W1_TIMES` times over."""
+    lines, n_words = lines * W1_TIMES, n_words * W1_TIMES
     from flinkpy.cluster import EmbeddedCluster
 
     result: dict[str, Any] = {"cores": os.cpu_count() or 1, "machine_cores": ceiling.cores(), "parallelisms": parallelisms, "shapes": {}}
@@ -130,6 +109,9 @@ def measure(parallelisms: list[int], lines: list[str], n_words: int, count: int,
             "sums": (count, lambda: loop_sums(count)[1], lambda env: job_sums(env, count), "records/s"),
             "w1": (n_words, lambda: loop_w1(lines)[1], lambda env: job_w1(env, paths), "words/s"),
         }
+        # each shape's records per key: the sums' keys are even, W1's words a Zipf sample
+        keys = {"sums": Counter(n % KEYS for n in range(1, min(count, 100 * KEYS) + 1)),
+                "w1": Counter(word for line in lines[: len(lines) // W1_TIMES] for word in line.split())}
         for name, (n, loop, build, unit) in shapes.items():
             loops: list[float] = []
             secs: dict[int, list[float]] = {p: [] for p in parallelisms}
@@ -144,7 +126,8 @@ def measure(parallelisms: list[int], lines: list[str], n_words: int, count: int,
             for p in parallelisms:
                 s = statistics.median(secs[p])
                 entry["per_p"][p] = {"runtime_s": s, "rate": n / s, "ratio": loop_s / s,
-                                     "speedup": base / s if base else None, "runtimes_s": [round(x, 3) for x in secs[p]]}
+                                     "speedup": base / s if base else None, "runtimes_s": [round(x, 3) for x in secs[p]],
+                                     "keys_bound": keys_bound(keys[name], p)}
             result["shapes"][name] = entry
         for p in parallelisms:
             log(f"scaling sums: p={p}, watching each task's memory, sockets and CPU ...")
@@ -186,17 +169,18 @@ SHAPE_NAMES = {"sums": "running sums", "w1": "W1"}
 def report(result: dict[str, Any]) -> list[str]:
     if not result:
         return []
-    out = [f"scaling on {result['cores']} cores (net runtime, the CLI's \"Job Runtime\"; the machine's ceiling: "
-           "the loop in 2p processes at once against two):",
-           f"{'job':14} {'p':>3} {'runtime':>9} {'rate':>12} {'of loop':>8} {'speed-up':>9} {'ceiling':>8} {'of it':>6}"]
+    out = [f"scaling on {result['cores']} cores (net runtime, the CLI's \"Job Runtime\"; keys: the speed-up the busiest "
+           "keyed subtask's share of the records allows; the machine's ceiling: the loop in 2p processes at once against two):",
+           f"{'job':14} {'p':>3} {'runtime':>9} {'rate':>12} {'of loop':>8} {'speed-up':>9} {'keys':>6} {'ceiling':>8} {'of it':>6}"]
     for name, e in result["shapes"].items():
         out.append(f"{SHAPE_NAMES[name]:14} {'loop':>3} {'':>9} {e['loop_rate'] / 1e3:>10.0f} k {1.0:>8.2f} {'':>9}")
         for p, f in e["per_p"].items():
             speedup = f"{f['speedup']:.2f}" if f["speedup"] is not None else "–"
             top = f"{f['ceiling']:>8.2f}" if f.get("ceiling") is not None else f"{'–':>8}"
             share = f"{f['of_ceiling']:>6.2f}" if f.get("of_ceiling") is not None else f"{'–':>6}"
+            keys = f"{f['keys_bound']:>6.2f}" if f.get("keys_bound") is not None else f"{'–':>6}"
             out.append(f"{SHAPE_NAMES[name]:14} {p:>3} {f['runtime_s']:>8.2f}s {f['rate'] / 1e3:>10.0f} k {f['ratio']:>8.2f} {speedup:>9} "
-                       f"{top} {share}")
+                       f"{keys} {top} {share}")
     sums = result["shapes"].get("sums", {}).get("per_p", {})
     if any("footprint" in f for f in sums.values()):
         out.append(f"{'each task of the running sums':30} {'p':>3} {'tasks':>6} {'MiB (USS)':>10} {'max':>6} {'sockets':>8} {'max':>4} {'job':>5}")
@@ -241,7 +225,7 @@ def figures(result: dict[str, Any]) -> list[Figure]:
             out += cells("scaling", f"{label}, p={p}", f, [
                 ("rate", "rate", rate), ("of the loop", "ratio", Unit.RATIO), ("speed-up over p=1", "speedup", Unit.RATIO),
                 ("runtime", "runtime_s", Unit.S), ("the machine's ceiling", "ceiling", Unit.RATIO),
-                ("speed-up of the ceiling", "of_ceiling", Unit.RATIO),
+                ("speed-up of the ceiling", "of_ceiling", Unit.RATIO), ("speed-up the keys allow", "keys_bound", Unit.RATIO),
             ], spreads={"runtime_s": "runtimes_s"} if len(f["runtimes_s"]) > 1 else None)
             costs = f.get("costs")
             if costs:

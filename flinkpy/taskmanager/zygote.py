@@ -13,10 +13,18 @@ message per packet): the zygote announces ``LauncherReady``; the TaskManager sen
 is the signal that ended it, as subprocess reports it).
 
 The zygote dies with the TaskManager (parent-death signal), and each task with the zygote.
+
+What the zygote imported is frozen out of the cyclic garbage collector (``gc.freeze``) before a
+task is forked. A forked task shares the zygote's pages until it writes one, and a collection
+writes to every object it visits: without the freeze, a task's first full collection would copy
+the pages of every module the zygote imported, and each later one would walk them again. With
+it, a task's collections visit only what the task made: less CPU per record and per task, less
+unique memory per task.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -26,13 +34,19 @@ import sys
 from flinkpy.protocol import Message, ProtocolError, decode, encode
 from flinkpy.protocol.messages import LauncherReady, SpawnTask, TaskExited, TaskSpawned
 
+#: what the zygote imports before it forks: the engine a task runs, so that no task pays for it
+#: again. Every module of ``flinkpy.task`` is imported besides these (see :func:`_preload`).
 PRELOAD = (
     "cloudpickle",
+    "encodings.idna",  # a channel's host name is encoded with it when the task connects
     "flinkpy.task.process",
-    "flinkpy.task.chain",
-    "flinkpy.task.record_writer",
     "flinkpy.state.heap",
+    "flinkpy.state.configured",
+    "flinkpy.state.incremental",
+    "flinkpy.state.operator",
+    "flinkpy.common.window_spec",
     "flinkpy.datastream",
+    "flinkpy.datastream.aggregations",
     "flinkpy.common",
     "flinkpy.connectors.file_source",
     "flinkpy.connectors.file_sink",
@@ -40,12 +54,20 @@ PRELOAD = (
     "flinkpy.connectors.collection",
     "flinkpy.connectors.print_sink",
 )
+#: packages whose every module is imported: the task's runtime, whose operators (windows,
+#: joins, async I/O, checkpointing) are otherwise imported by the tasks that use them
+PRELOAD_PACKAGES = ("flinkpy.task",)
 
 
 def _preload() -> None:
     import importlib
+    import pkgutil
 
-    for name in PRELOAD:
+    names = list(PRELOAD)
+    for package in PRELOAD_PACKAGES:
+        path = importlib.import_module(package).__path__
+        names += [module.name for module in pkgutil.iter_modules(path, package + ".")]
+    for name in names:
         try:
             importlib.import_module(name)
         except ImportError:  # a connector's optional dependency: the task imports it if it needs it
@@ -103,6 +125,7 @@ def serve(sock: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
             continue
+        gc.freeze()  # what the zygote made since the last fork: still nothing a task's collector visits
         pid = os.fork()
         if pid == 0:
             # the child: forget the zygote's plumbing, become the task
@@ -132,7 +155,10 @@ def main() -> None:
 
     die_with_parent(parent)
     sock = socket.socket(fileno=fd)
+    gc.disable()  # no collection frees holes into the pages the tasks will share
     _preload()
+    gc.freeze()
+    gc.enable()
     _send(sock, LauncherReady(pid=os.getpid()))
     serve(sock)
 
