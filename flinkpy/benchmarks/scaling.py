@@ -98,8 +98,9 @@ def measure(parallelisms: list[int], lines: list[str], n_words: int, count: int,
     """Both jobs at each parallelism, ``runs`` times each, the loops in turns with the p=1 jobs
     (a change in the machine's load moves both sides of a ratio alike); medians throughout.
     W1 reads ``lines`` (``n_words`` words) :data:`W1_TIMES` times over."""
-    lines, n_words = lines * W1_TIMES, n_words * W1_TIMES
     from flinkpy.cluster import EmbeddedCluster
+
+    lines, n_words = lines * W1_TIMES, n_words * W1_TIMES
 
     result: dict[str, Any] = {"cores": os.cpu_count() or 1, "machine_cores": ceiling.cores(), "parallelisms": parallelisms, "shapes": {}}
     with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster(slots=max(parallelisms), job_stdout=subprocess.DEVNULL) as cluster:

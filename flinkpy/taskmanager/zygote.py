@@ -18,8 +18,8 @@ What the zygote imported is frozen out of the cyclic garbage collector (``gc.fre
 task is forked. A forked task shares the zygote's pages until it writes one, and a collection
 writes to every object it visits: without the freeze, a task's first full collection would copy
 the pages of every module the zygote imported, and each later one would walk them again. With
-it, a task's collections visit only what the task made: less CPU per record and per task, less
-unique memory per task.
+it, a task's collections visit only what the task made: less CPU and less unique memory per
+task.
 """
 
 from __future__ import annotations
