@@ -44,13 +44,14 @@ def test_two_jobs_profiled_into_one_directory_keep_their_own_dumps(flinkpy_home:
 
 WINDOWED_CHECKPOINTED = """
 from flinkpy.common import Duration, Time, WatermarkStrategy
-from flinkpy.datastream import StreamExecutionEnvironment
+from flinkpy.datastream import EmbeddedRocksDBStateBackend, HashMapStateBackend, StreamExecutionEnvironment
 from flinkpy.datastream.connectors.number_seq import NumberSequenceSource
 from flinkpy.datastream.window import TumblingEventTimeWindows
 
 env = StreamExecutionEnvironment.get_execution_environment()
 env.set_parallelism(2)
 env.enable_checkpointing(50)
+env.set_state_backend(BACKEND())
 strategy = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(10))
             .with_timestamp_assigner(lambda n, _: n))
 (env.from_source(NumberSequenceSource(1, 3000), WatermarkStrategy.no_watermarks(), "numbers")
@@ -65,15 +66,16 @@ env.execute("windowed")
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", ["HashMapStateBackend", "EmbeddedRocksDBStateBackend"])
 def test_a_task_imports_none_of_the_engine_after_its_fork(flinkpy_home: Path, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     """The zygote has imported the engine before it forks a task: a keyed, windowed, checkpointed
     job's tasks import none of flinkpy's modules (nor the codec that resolving a channel's host
-    name needs), which every task of every job would otherwise pay again."""
+    name needs, nor RocksDB's binding), which every task of every job would otherwise pay again."""
     import flinkpy
 
     job = tmp_path / "windowed.py"
-    job.write_text(WINDOWED_CHECKPOINTED)
+    job.write_text(WINDOWED_CHECKPOINTED.replace("BACKEND", backend))
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     monkeypatch.setenv("FLINKPY_TASK_PROFILE_DIR", str(profiles))
@@ -87,7 +89,7 @@ def test_a_task_imports_none_of_the_engine_after_its_fork(flinkpy_home: Path, tm
         file
         for dump in dumps
         for (file, _, function) in pstats.Stats(str(dump)).stats  # type: ignore[attr-defined]
-        if function == "<module>" and (file.startswith(engine) or file.endswith("idna.py"))
+        if function == "<module>" and (file.startswith(engine) or file.endswith("idna.py") or "rocksdict" in file)
     }
     assert not imported, f"imported by tasks after their fork, not by the zygote: {sorted(imported)}"
 

@@ -35,15 +35,13 @@ from flinkpy.protocol import Message, ProtocolError, decode, encode
 from flinkpy.protocol.messages import LauncherReady, SpawnTask, TaskExited, TaskSpawned
 
 #: what the zygote imports before it forks: the engine a task runs, so that no task pays for it
-#: again. Every module of ``flinkpy.task`` is imported besides these (see :func:`_preload`).
+#: again. Every module of :data:`PRELOAD_PACKAGES` is imported besides these (see :func:`_preload`).
 PRELOAD = (
     "cloudpickle",
     "encodings.idna",  # a channel's host name is encoded with it when the task connects
+    "rocksdict",  # the RocksDB state backend's binding (a dependency; it starts no thread on import)
+    "flinkpy.config",
     "flinkpy.task.process",
-    "flinkpy.state.heap",
-    "flinkpy.state.configured",
-    "flinkpy.state.incremental",
-    "flinkpy.state.operator",
     "flinkpy.common.window_spec",
     "flinkpy.datastream",
     "flinkpy.datastream.aggregations",
@@ -54,9 +52,10 @@ PRELOAD = (
     "flinkpy.connectors.collection",
     "flinkpy.connectors.print_sink",
 )
-#: packages whose every module is imported: the task's runtime, whose operators (windows,
-#: joins, async I/O, checkpointing) are otherwise imported by the tasks that use them
-PRELOAD_PACKAGES = ("flinkpy.task",)
+#: packages whose every module is imported: the task's runtime and the state backends, whose
+#: parts (windows, joins, async I/O, checkpointing, RocksDB) are otherwise imported by each task
+#: that uses them
+PRELOAD_PACKAGES = ("flinkpy.task", "flinkpy.state")
 
 
 def _preload() -> None:
