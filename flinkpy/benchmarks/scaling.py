@@ -100,6 +100,9 @@ def measure(parallelisms: list[int], lines: list[str], n_words: int, count: int,
     W1 reads ``lines`` (``n_words`` words) :data:`W1_TIMES` times over."""
     from flinkpy.cluster import EmbeddedCluster
 
+    # each shape's records per key (the proportions are what count): the sums' keys are even, W1's
+    # words a Zipf sample
+    keys = {"sums": dict.fromkeys(range(KEYS), 1), "w1": Counter(word for line in lines for word in line.split())}
     lines, n_words = lines * W1_TIMES, n_words * W1_TIMES
 
     result: dict[str, Any] = {"cores": os.cpu_count() or 1, "machine_cores": ceiling.cores(), "parallelisms": parallelisms, "shapes": {}}
@@ -110,9 +113,6 @@ def measure(parallelisms: list[int], lines: list[str], n_words: int, count: int,
             "sums": (count, lambda: loop_sums(count)[1], lambda env: job_sums(env, count), "records/s"),
             "w1": (n_words, lambda: loop_w1(lines)[1], lambda env: job_w1(env, paths), "words/s"),
         }
-        # each shape's records per key: the sums' keys are even, W1's words a Zipf sample
-        keys = {"sums": Counter(n % KEYS for n in range(1, min(count, 100 * KEYS) + 1)),
-                "w1": Counter(word for line in lines[: len(lines) // W1_TIMES] for word in line.split())}
         for name, (n, loop, build, unit) in shapes.items():
             loops: list[float] = []
             secs: dict[int, list[float]] = {p: [] for p in parallelisms}
